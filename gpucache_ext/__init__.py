@@ -1,0 +1,23 @@
+"""gpucache_ext: a staged, per-stage-cached compile pipeline for numba-cuda kernels.
+
+    from gpucache_ext import CompileConfig, KernelCache
+    cache = KernelCache()
+    res = cache.compile(func, "void(float32[:], float32[:])", CompileConfig(sm=86))
+    res.layers["ptx"].hit, res.ptx, res.cubin
+
+The modules tell the pipeline's story: `config` (what can change the output),
+`tokens` (how inputs are hashed), `toolchain` (tool versions per stage),
+`sources` (what a kernel's source depends on), `stages` (typing, llvm, ptx,
+cubin), `cache` (the per-stage tiers and miss explanations).
+"""
+
+from .config import FIELD_STAGES, STAGES, CompileConfig
+from .errors import CompileError, ConfigError, GpuCacheError, UnsupportedKernelError
+from .cache import CompileResult, KernelCache, LayerResult
+
+__all__ = [
+    "CompileConfig", "KernelCache", "CompileResult", "LayerResult",
+    "FIELD_STAGES", "STAGES",
+    "GpuCacheError", "ConfigError", "CompileError", "UnsupportedKernelError",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,230 @@
+"""`CompileConfig`: one frozen, validated record of everything that changes
+what a kernel compiles to, and the table of which stage reads which field.
+
+The table (`FIELD_STAGES`) is the heart of the cache's soundness: a stage's
+token hashes exactly the fields that stage reads (after normalisation, so that
+an unset field and its default give the same token).  A field that is missing
+from the table makes the test suite fail (fail closed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from typing import Any, Optional, Tuple
+
+from .errors import ConfigError
+
+STAGES = ("typing", "llvm", "ptx", "cubin")
+
+# Which stages read each field directly.  A stage also depends on every field
+# read upstream, through the upstream token it hashes.
+#
+# `sm` is read by ptx (-arch=compute_XY) and cubin (sm_XY).  Lowering reads it
+# only for a few operations (float64 atomic add below sm_60, tanh under
+# fastmath below sm_75, any @overload that asks): the pipeline records whether
+# typing or lowering read it, and adds it to those tokens only when they did.
+FIELD_STAGES = {
+    "sm": ("ptx", "cubin"),
+    "opt": ("ptx",),
+    "fastmath": ("llvm", "ptx"),
+    "ftz": ("ptx",),
+    "prec_div": ("ptx",),
+    "prec_sqrt": ("ptx",),
+    "fma": ("ptx",),
+    "debug": ("llvm", "ptx"),
+    "lineinfo": ("llvm",),
+    "max_registers": ("cubin",),
+    "launch_bounds": ("llvm",),
+    "lto": ("ptx", "cubin"),
+}
+
+# Stages that may read the target while they run (tracked, see above).
+TARGET_TRACKED_STAGES = ("typing", "llvm")
+
+# Used when libNVVM/NVRTC cannot be asked (they always can with numba-cuda[cu12]).
+_FALLBACK_CCS = (
+    (5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5),
+    (8, 0), (8, 6), (8, 7), (8, 9), (9, 0), (10, 0), (10, 1), (10, 3),
+    (12, 0), (12, 1),
+)
+
+
+@functools.lru_cache(maxsize=1)
+def supported_ccs() -> Tuple[Tuple[int, int], ...]:
+    """The compute capabilities the installed toolchain can compile for."""
+    try:
+        from numba.cuda.cudadrv import nvrtc
+
+        return tuple(sorted(tuple(cc) for cc in nvrtc.get_supported_ccs()))
+    except Exception:  # pragma: no cover - toolchain always present in CI
+        return _FALLBACK_CCS
+
+
+def _format_ccs(ccs) -> str:
+    return ", ".join(f"{major}{minor}" for major, minor in ccs)
+
+
+_SM_PATTERN = re.compile(r"^(?:sm_|compute_|sm)?(\d+)(?:\.(\d+))?$")
+
+
+def parse_sm(value: Any) -> int:
+    """Normalise a target given as 86, "86", "8.6", "sm_86", (8, 6) to 86."""
+    if isinstance(value, bool):
+        raise _sm_error(value, "a bool is not a target")
+    if isinstance(value, tuple) or isinstance(value, list):
+        if len(value) < 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in value[:2]):
+            raise _sm_error(value, "a tuple target must be (major, minor)")
+        if len(value) > 2 and value[2] not in ("",):
+            raise _sm_error(value, "arch-specific targets (sm_90a) are not supported")
+        major, minor = value[0], value[1]
+    elif isinstance(value, int):
+        major, minor = divmod(value, 10)
+    elif isinstance(value, float):
+        return parse_sm(repr(value))
+    elif isinstance(value, str):
+        match = _SM_PATTERN.match(value.strip().lower())
+        if not match:
+            raise _sm_error(value, "not a compute capability")
+        whole, decimal = match.groups()
+        if decimal is not None:
+            major, minor = int(whole), int(decimal)
+        else:
+            major, minor = divmod(int(whole), 10)
+    else:
+        raise _sm_error(value, f"a {type(value).__name__} is not a target")
+    if (major, minor) not in supported_ccs():
+        raise _sm_error(value, "this toolchain cannot compile for it")
+    return major * 10 + minor
+
+
+def _sm_error(value, why):
+    return ConfigError(
+        f"sm={value!r} is invalid ({why}); use one of "
+        f"{_format_ccs(supported_ccs())}, written as 86, '8.6', 'sm_86' or (8, 6)"
+    )
+
+
+def _check_bool(name, value, optional=False):
+    if value is None and optional:
+        return
+    if not isinstance(value, bool):
+        allowed = "True, False or None (follow fastmath)" if optional else "True or False"
+        raise ConfigError(f"{name}={value!r} is invalid; use {allowed}")
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _normalise_launch_bounds(value):
+    if value is None:
+        return None
+    if _is_int(value):
+        value = (value,)
+    if (
+        isinstance(value, (tuple, list))
+        and 1 <= len(value) <= 3
+        and all(_is_int(v) and v > 0 for v in value)
+    ):
+        return tuple(value)
+    raise ConfigError(
+        f"launch_bounds={value!r} is invalid; use None, a positive int (max "
+        "threads per block) or a tuple (max_threads[, min_blocks[, max_cluster]]) "
+        "of positive ints"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileConfig:
+    """Everything that changes what a kernel compiles to.
+
+    Fields are validated and normalised on construction; a bad value raises
+    `ConfigError` (a `ValueError`) naming the field, the value and what is
+    allowed.  ``ftz``, ``prec_div``, ``prec_sqrt`` and ``fma`` default to None,
+    meaning "follow fastmath"; tokens use their effective values, so an unset
+    field and its default give the same token.
+    """
+
+    sm: Any = 86
+    opt: int = 3
+    fastmath: bool = False
+    ftz: Optional[bool] = None
+    prec_div: Optional[bool] = None
+    prec_sqrt: Optional[bool] = None
+    fma: Optional[bool] = None
+    debug: bool = False
+    lineinfo: bool = False
+    max_registers: Optional[int] = None
+    launch_bounds: Any = None
+    lto: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "sm", parse_sm(self.sm))
+        if not _is_int(self.opt) or not 0 <= self.opt <= 3:
+            raise ConfigError(f"opt={self.opt!r} is invalid; use an int from 0 to 3")
+        for name in ("fastmath", "debug", "lineinfo", "lto"):
+            _check_bool(name, getattr(self, name))
+        for name in ("ftz", "prec_div", "prec_sqrt", "fma"):
+            _check_bool(name, getattr(self, name), optional=True)
+        if self.max_registers is not None and (
+            not _is_int(self.max_registers) or not 1 <= self.max_registers <= 255
+        ):
+            raise ConfigError(
+                f"max_registers={self.max_registers!r} is invalid; use None or an int from 1 to 255"
+            )
+        object.__setattr__(self, "launch_bounds", _normalise_launch_bounds(self.launch_bounds))
+
+    # -- derived values -------------------------------------------------
+    @property
+    def cc(self) -> Tuple[int, int]:
+        """The target as numba's (major, minor) tuple."""
+        return divmod(self.sm, 10)
+
+    @property
+    def arch(self) -> str:
+        """libNVVM's -arch value, e.g. ``compute_86``."""
+        return f"compute_{self.sm}"
+
+    @property
+    def sm_name(self) -> str:
+        """nvJitLink's -arch value, e.g. ``sm_86``."""
+        return f"sm_{self.sm}"
+
+    def nvvm_math(self) -> dict:
+        """Effective libNVVM math options (the expansion numba uses for fastmath)."""
+        fast = self.fastmath
+        return {
+            "ftz": fast if self.ftz is None else self.ftz,
+            "prec_div": (not fast) if self.prec_div is None else self.prec_div,
+            "prec_sqrt": (not fast) if self.prec_sqrt is None else self.prec_sqrt,
+            "fma": True if self.fma is None else self.fma,
+        }
+
+    def normalised(self) -> dict:
+        """Every field at its effective value: the form tokens hash."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values.update(self.nvvm_math())
+        return values
+
+    def stage_fields(self, stage: str) -> dict:
+        """The normalised fields `stage` reads directly."""
+        values = self.normalised()
+        return {name: values[name] for name, stages in FIELD_STAGES.items() if stage in stages}
+
+    def replace(self, **changes) -> "CompileConfig":
+        """A copy with some fields changed (validated like the constructor)."""
+        return dataclasses.replace(self, **changes)
+
+    def diff(self, other: "CompileConfig") -> dict:
+        """Fields whose effective values differ: {name: (self's, other's)}."""
+        mine, theirs = self.normalised(), other.normalised()
+        return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
+
+    def summary(self) -> str:
+        """A short human-readable form: the fields that differ from the defaults."""
+        default = CompileConfig(sm=self.sm)
+        parts = [f"sm_{self.sm}"]
+        parts += [f"{k}={v[0]}" for k, v in self.diff(default).items()]
+        return " ".join(parts)

@@ -1,0 +1,32 @@
+"""Exceptions raised by gpucache_ext.
+
+Every error names the problem and, where there is one, the fix.  None of them
+leaves a partial cache entry behind: a stage stores its artifact only after it
+has fully succeeded.
+"""
+
+
+class GpuCacheError(Exception):
+    """Base class of every error raised by gpucache_ext."""
+
+
+class ConfigError(GpuCacheError, ValueError):
+    """A `CompileConfig` field was given a value it does not accept."""
+
+
+class CompileError(GpuCacheError):
+    """A stage failed to compile a kernel.
+
+    ``kernel`` is the kernel's qualified name, ``stage`` the failing stage.
+    The original exception (a numba typing error, an NVVM or nvJitLink log)
+    is chained as ``__cause__`` and summarised in the message.
+    """
+
+    def __init__(self, kernel, stage, message):
+        super().__init__(f"{kernel}: {stage} stage failed: {message}")
+        self.kernel = kernel
+        self.stage = stage
+
+
+class UnsupportedKernelError(GpuCacheError):
+    """The kernel uses a feature the staged pipeline cannot cache soundly."""

@@ -1,0 +1,591 @@
+"""The four compile stages, each callable on its own, all without a GPU.
+
+    typing  Python function + argument types -> typed numba IR   (numba-cuda)
+    llvm    typed IR + lowering fields      -> NVVM IR text     (numba-cuda)
+    ptx     NVVM IR + NVVM options + arch   -> PTX / LTO-IR     (libNVVM)
+    cubin   PTX + link options + sm         -> cubin            (nvJitLink)
+
+numba-cuda runs typing and lowering as one pipeline; here they are split, so a
+change of a lowering-only field lowers the cached typed IR again instead of
+re-typing.  The target is always passed explicitly.
+
+Two things numba-cuda would otherwise do behind the token's back are handled
+here:
+
+* Reads of the target.  Lowering reads the compute capability for a few
+  operations only.  `_TrackedFlags` records every read, so the pipeline knows
+  whether an artifact is valid for every target or only for the one it was
+  built for.
+* Device functions.  numba compiles a called ``@cuda.jit(device=True)``
+  function for the current GPU (failing without one) and caches it by argument
+  types alone.  `DeviceProxy` replaces it: it types the device function once
+  and lowers it for the calling kernel's own configuration and target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from numba.cuda import types as nbtypes
+from numba.cuda import typing as nbtyping
+from numba.cuda import utils as nbutils
+from numba.cuda.compiler import (
+    CUDACompiler,
+    CUDATranslateBytecode,
+    DefaultPassBuilder,
+    kernel_fixup,
+)
+from numba.cuda.core import config as nbconfig
+from numba.cuda.core import sigutils
+from numba.cuda.core.bytecode import FunctionIdentity
+from numba.cuda.core.compiler import _EarlyPipelineCompletion
+from numba.cuda.core.untyped_passes import ExtractByteCode
+from numba.cuda.core.compiler_lock import global_compiler_lock
+from numba.cuda.core.compiler_machinery import FunctionPass, PassManager, register_pass
+from numba.cuda.core.untyped_passes import TranslateByteCode
+from numba.cuda.cudadrv import nvvm
+from numba.cuda.descriptor import cuda_target
+from numba.cuda.dispatcher import CUDADispatcher
+from numba.cuda.flags import CUDAFlags
+
+from .config import CompileConfig
+from .errors import CompileError, UnsupportedKernelError
+
+# ---------------------------------------------------------------------------
+# Target-read tracking
+
+
+class _TargetReads(threading.local):
+    def __init__(self):
+        self.frames: List[Dict[str, bool]] = []
+
+
+_target_reads = _TargetReads()
+
+
+@contextlib.contextmanager
+def track_target_reads():
+    """Collect whether anything read the compute capability inside the block.
+
+    Yields a dict whose ``"read"`` is True afterwards if it was read.  Frames
+    nest: a read inside a device function's compile marks its caller too.
+    """
+    frame = {"read": False}
+    _target_reads.frames.append(frame)
+    try:
+        yield frame
+    finally:
+        _target_reads.frames.pop()
+
+
+def note_target_read():
+    """Mark every open frame as having read the target."""
+    for frame in _target_reads.frames:
+        frame["read"] = True
+
+
+class _TrackedFlags(CUDAFlags):
+    """CUDAFlags that record reads of compute_capability and keep it out of
+    numba's mangled names (so IR built for one target can serve another)."""
+
+    def values(self):
+        # numba logs every option before each pass: not a read by the compiler.
+        return {name: self._values.get(name, option.default) for name, option in self.options.items()}
+
+    def _summary_args(self):
+        return [
+            (name, value)
+            for name, value in sorted(self._values.items())
+            if name != "compute_capability" and self.options[name].default != value
+        ]
+
+
+def _read_cc(self):
+    note_target_read()
+    return self._values.get("compute_capability")
+
+
+def _write_cc(self, value):
+    self._values["compute_capability"] = tuple(value)
+
+
+_TrackedFlags.compute_capability = property(_read_cc, _write_cc)
+
+
+def _flags(config: CompileConfig) -> _TrackedFlags:
+    """numba flags for typing and lowering: only the fields lowering reads."""
+    flags = _TrackedFlags()
+    flags.no_compile = True
+    flags.no_cpython_wrapper = True
+    flags.no_cfunc_wrapper = True
+    flags.inline = "never"
+    if config.debug or config.lineinfo:
+        flags.debuginfo = True
+    if config.lineinfo:
+        flags.dbg_directives_only = True
+    if config.debug:
+        flags.error_model = "python"
+        flags.dbg_extend_lifetimes = True
+        flags.nvvm_options = {"g": None}
+    else:
+        flags.error_model = "numpy"
+    if config.fastmath:
+        flags.fastmath = True
+    flags.compute_capability = config.cc
+    return flags
+
+
+@contextlib.contextmanager
+def _numba_compiling():
+    """numba's global compiler lock, the CUDA target, and NRT forced off."""
+    with global_compiler_lock, nbutils.numba_target_override():
+        saved = getattr(nbconfig, "CUDA_ENABLE_NRT", False)
+        nbconfig.CUDA_ENABLE_NRT = False
+        try:
+            yield
+        finally:
+            nbconfig.CUDA_ENABLE_NRT = saved
+
+
+# ---------------------------------------------------------------------------
+# Pipelines
+
+
+@register_pass(mutates_CFG=False, analysis_only=True)
+class _StopAfterTyping(FunctionPass):
+    _name = "gpucache_stop_after_typing"
+
+    def __init__(self):
+        FunctionPass.__init__(self)
+
+    def run_pass(self, state):
+        raise _EarlyPipelineCompletion(
+            {
+                "func_id": state.func_id,
+                "func_ir": state.func_ir,
+                "typemap": state.typemap,
+                "calltypes": state.calltypes,
+                "return_type": state.return_type,
+                "args": tuple(state.args),
+                "metadata": dict(state.metadata or {}),
+            }
+        )
+
+
+class _TypingPipeline(CUDACompiler):
+    """numba-cuda's untyped and typed passes, stopping before lowering.
+
+    numba numbers every function it compiles from a process-global counter and
+    puts that number in the symbol name.  Here the number is derived from the
+    function's source identity instead, so the same inputs give the same NVVM
+    IR, PTX and cubin bytes in every compile and every process.
+    """
+
+    uid: Optional[int] = None
+
+    def compile_extra(self, func):
+        self.state.func_id = FunctionIdentity.from_function(func)
+        if self.uid is not None:
+            self.state.func_id.unique_id = self.uid
+            self.state.func_id.unique_name = f"{self.state.func_id.func_qualname}${self.uid}"
+        ExtractByteCode().run_pass(self.state)
+        self.state.lifted = ()
+        self.state.lifted_from = None
+        return self._compile_bytecode()
+
+    def define_pipelines(self):
+        pm = PassManager("gpucache_typing")
+        for impl, desc in DefaultPassBuilder.define_untyped_pipeline(self.state).passes:
+            pm.add_pass(CUDATranslateBytecode if impl is TranslateByteCode else impl, desc)
+        pm.passes.extend(DefaultPassBuilder.define_typed_pipeline(self.state).passes)
+        pm.add_pass(_StopAfterTyping, "stop after typing")
+        pm.finalize()
+        return [pm]
+
+
+class _LoweringPipeline(CUDACompiler):
+    """numba-cuda's lowering passes, run on typed IR from `_TypingPipeline`."""
+
+    def define_pipelines(self):
+        return [self.define_cuda_lowering_pipeline(self.state)]
+
+
+@dataclass
+class TypedFunction:
+    """Typed numba IR, reusable by any number of lowerings."""
+
+    qualname: str
+    state: Dict[str, Any]
+    reads_target: bool
+    proxies: Tuple[Any, ...] = ()  # device proxies the typed IR refers to (kept alive)
+
+    @property
+    def return_type(self):
+        return self.state["return_type"]
+
+    @property
+    def nbytes(self) -> int:
+        return 4096 + 256 * len(self.state["typemap"])
+
+
+def _compile_error(qualname, stage, exc):
+    message = str(exc).strip() or type(exc).__name__
+    return CompileError(qualname, stage, message)
+
+
+def symbol_uid(identity_digest: str) -> int:
+    """The number numba puts in symbol names, derived from the source identity."""
+    return int(identity_digest[:12], 16)
+
+
+def run_typing(pyfunc, argtypes, config: CompileConfig, *, kernel: bool, uid: Optional[int] = None,
+               qualname=None) -> TypedFunction:
+    """Type `pyfunc` for `argtypes`.  Kernels must return void."""
+    qualname = qualname or pyfunc.__qualname__
+    return_type = nbtypes.void if kernel else None
+    with _numba_compiling(), _compiling_for(config), track_target_reads() as reads:
+        try:
+            pipeline = _TypingPipeline(
+                cuda_target.typing_context, cuda_target.target_context, None,
+                tuple(argtypes), return_type, _flags(config), {},
+            )
+            pipeline.uid = uid
+            state = pipeline.compile_extra(pyfunc)
+        except (CompileError, UnsupportedKernelError):
+            raise
+        except Exception as exc:
+            raise _compile_error(qualname, "typing", exc) from exc
+    if kernel and state["return_type"] not in (nbtypes.void, nbtypes.none):
+        raise CompileError(qualname, "typing", "a CUDA kernel must not return a value")
+    if state["metadata"].get("launch_config_sensitive"):
+        raise UnsupportedKernelError(
+            f"{qualname} reads the launch configuration at compile time; "
+            "such kernels are compiled per launch and cannot be cached ahead of it"
+        )
+    return TypedFunction(qualname, state, reads["read"])
+
+
+def _lower(typed: TypedFunction, config: CompileConfig):
+    state = typed.state
+    pipeline = _LoweringPipeline(
+        cuda_target.typing_context, cuda_target.target_context, None,
+        state["args"], state["return_type"], _flags(config), {},
+    )
+    ps = pipeline.state
+    ps.func_id = state["func_id"]
+    # Lowering inserts ir.Del nodes into the blocks: give it its own copy.
+    ps.func_ir = state["func_ir"].copy()
+    ps.typemap = state["typemap"]
+    ps.calltypes = state["calltypes"]
+    ps.return_type = state["return_type"]
+    ps.metadata = dict(state["metadata"])
+    ps.lifted = ()
+    ps.lifted_from = None
+    cres = pipeline._compile_core()
+    cres.library.finalize()
+    return cres
+
+
+# ---------------------------------------------------------------------------
+# Device functions
+
+
+class _ActiveConfig(threading.local):
+    """The config of the kernel being typed or lowered on this thread."""
+
+    def __init__(self):
+        self.config: Optional[CompileConfig] = None
+
+
+_active = _ActiveConfig()
+
+
+@contextlib.contextmanager
+def _compiling_for(config: CompileConfig):
+    previous = _active.config
+    _active.config = config
+    try:
+        yield
+    finally:
+        _active.config = previous
+
+
+class _Overload:
+    """What numba's typing of a call needs from a compiled overload."""
+
+    objectmode = False
+    entry_point = None
+
+    def __init__(self, signature):
+        self.signature = signature
+
+
+class _TargetAwareMemo:
+    """A small LRU memo whose entries may be valid for one target only."""
+
+    def __init__(self, limit=64):
+        self.limit = limit
+        self.items: "OrderedDict[Any, Any]" = OrderedDict()
+
+    def get(self, key, cc):
+        value = self.items.get(key)
+        if value is _PER_TARGET:
+            key = (key, cc)
+            value = self.items.get(key)
+        if value is not None:
+            self.items.move_to_end(key)
+        return value
+
+    def put(self, key, cc, value, reads_target):
+        if reads_target:
+            self.items[key] = _PER_TARGET
+            key = (key, cc)
+        self.items[key] = value
+        self.items.move_to_end(key)
+        while len(self.items) > self.limit:
+            self.items.popitem(last=False)
+
+
+_PER_TARGET = object()
+
+
+class DeviceProxy(CUDADispatcher):
+    """Stands in for a ``@cuda.jit(device=True)`` function inside a kernel.
+
+    Typing a call types the device function (once per argument types, and per
+    target only if typing read it).  Lowering a call lowers it for the kernel
+    being lowered: the active `CompileConfig` comes from `_active`.
+    """
+
+    def __init__(self, original, pyfunc, identity_digest):
+        options = {"device": True, "debug": False, "lineinfo": False, "opt": True,
+                   "fastmath": False, "inline": "never", "forceinline": False}
+        super().__init__(pyfunc, targetoptions=options)
+        self.original = original
+        self.identity_digest = identity_digest
+        self._typed = _TargetAwareMemo()
+        self._lowered = _TargetAwareMemo()
+
+    def compile_device(self, args, return_type=None):
+        config = _active.config
+        if config is None:
+            raise UnsupportedKernelError(
+                f"device function {self.py_func.__qualname__} was called outside a gpucache_ext compile"
+            )
+        args = tuple(args)
+        typed = self._typed.get(args, config.cc)
+        if typed is None:
+            typed = run_typing(self.py_func, args, config, kernel=False,
+                               uid=symbol_uid(self.identity_digest),
+                               qualname=self.py_func.__qualname__)
+            self._typed.put(args, config.cc, typed, typed.reads_target)
+        elif typed.reads_target:
+            note_target_read()
+        if args not in self.overloads:
+            self.overloads[args] = _Overload(nbtyping.signature(typed.return_type, *args))
+        return self.overloads[args]
+
+    def get_overload(self, args):
+        """The implementation key for the call being lowered, for the active config."""
+        config = _active.config
+        args = tuple(args)
+        key = (args, _lowering_key(config))
+        found = self._lowered.get(key, config.cc)
+        if found is not None:
+            impl_key, reads = found
+            if reads:
+                note_target_read()
+            return impl_key
+        self.compile_device(args)
+        typed = self._typed.get(args, config.cc)
+        with track_target_reads() as reads:
+            try:
+                cres = _lower(typed, config)
+            except Exception as exc:
+                raise _compile_error(self.py_func.__qualname__, "llvm", exc) from exc
+        impl_key = _DeviceImplKey(self.py_func.__qualname__)
+        cres.target_context.insert_user_function(impl_key, cres.fndesc, [cres.library])
+        self._lowered.put(key, config.cc, (impl_key, reads["read"]), reads["read"] or typed.reads_target)
+        return impl_key
+
+
+class _DeviceImplKey:
+    """Key of one lowered device function in numba's target context."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"<lowered device function {self.name}>"
+
+
+def _lowering_key(config: CompileConfig):
+    return tuple(sorted(config.stage_fields("llvm").items()))
+
+
+# ---------------------------------------------------------------------------
+# Artifacts and the stages after typing
+
+
+@dataclass
+class LLVMArtifact:
+    """NVVM IR of a kernel and everything it links, after kernel fixup."""
+
+    modules: Tuple[str, ...]
+    entry_name: str
+    reads_target: bool
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(self.modules)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(m) for m in self.modules)
+
+
+def run_llvm(typed: TypedFunction, config: CompileConfig) -> LLVMArtifact:
+    """Lower typed IR for the lowering fields of `config` (and its target)."""
+    with _numba_compiling(), _compiling_for(config), track_target_reads() as reads:
+        try:
+            cres = _lower(typed, config)
+            library = cres.library
+            entry_name = cres.fndesc.llvm_func_name
+            kernel = library.get_function(entry_name)
+            kernel_fixup(kernel, config.debug)
+            nvvm.set_launch_bounds(kernel, config.launch_bounds)
+        except (CompileError, UnsupportedKernelError):
+            raise
+        except Exception as exc:
+            raise _compile_error(typed.qualname, "llvm", exc) from exc
+        _check_linkable(typed.qualname, library)
+        modules = tuple(str(module) for module in library.modules)
+    return LLVMArtifact(modules, entry_name, reads["read"] or typed.reads_target)
+
+
+def _check_linkable(qualname, library):
+    if library._linking_files:
+        raise UnsupportedKernelError(
+            f"{qualname} links external code ({len(library._linking_files)} file(s)); "
+            "kernels with link= files or declared external device functions are not cached yet"
+        )
+    if library.needs_cudadevrt or library.use_cooperative:
+        raise UnsupportedKernelError(
+            f"{qualname} uses grid synchronisation (cooperative launch), which needs "
+            "cudadevrt; such kernels are not cached yet"
+        )
+
+
+@dataclass
+class PTXArtifact:
+    """libNVVM's output: PTX modules, or one LTO-IR blob when lto is on."""
+
+    ptx: Tuple[str, ...]
+    ltoir: Optional[bytes]
+    entry_name: str
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(p) for p in self.ptx) + len(self.ltoir or b"")
+
+
+def nvvm_options(config: CompileConfig) -> dict:
+    """The libNVVM options for `config`, exactly as passed to compile_ir."""
+    options = {"arch": config.arch, "opt": config.opt}
+    options.update({k: int(v) for k, v in config.nvvm_math().items()})
+    if config.debug:
+        options["g"] = None
+    if config.lto:
+        options["gen-lto"] = None
+    return options
+
+
+def run_ptx(llvm: LLVMArtifact, config: CompileConfig, qualname="kernel") -> PTXArtifact:
+    """Compile NVVM IR with libNVVM for config.sm."""
+    options = nvvm_options(config)
+    try:
+        with global_compiler_lock:
+            if config.lto:
+                return PTXArtifact((), bytes(nvvm.compile_ir(list(llvm.modules), **options)),
+                                   llvm.entry_name)
+            if config.debug:
+                # As numba-cuda: with -g each module is compiled on its own.
+                outputs = [nvvm.compile_ir(m, **options) for m in llvm.modules]
+            else:
+                outputs = [nvvm.compile_ir(list(llvm.modules), **options)]
+    except Exception as exc:
+        raise _compile_error(qualname, "ptx", exc) from exc
+    ptx = tuple(out.decode().strip("\x00").strip() for out in outputs)
+    return PTXArtifact(ptx, None, llvm.entry_name)
+
+
+@dataclass
+class CubinArtifact:
+    """nvJitLink's output, its info log (resource usage) and, with LTO, the linked PTX."""
+
+    cubin: bytes
+    info_log: str
+    linked_ptx: Optional[str]
+    entry_name: str
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.cubin) + len(self.info_log) + len(self.linked_ptx or "")
+
+
+def _link(ptx: PTXArtifact, config: CompileConfig, output: str):
+    from cuda.core import Linker, LinkerOptions, ObjectCode
+
+    if ptx.ltoir is not None:
+        objects = [ObjectCode.from_ltoir(ptx.ltoir, name="kernel.ltoir")]
+    else:
+        objects = [ObjectCode.from_ptx(p.encode(), name=f"kernel{i}.ptx") for i, p in enumerate(ptx.ptx)]
+    options = LinkerOptions(
+        arch=config.sm_name,
+        max_register_count=config.max_registers,
+        link_time_optimization=True if ptx.ltoir is not None else None,
+        ptx=True if output == "ptx" else None,
+        verbose=True,
+    )
+    linker = Linker(*objects, options=options)
+    try:
+        code = linker.link(output).code
+        log = linker.get_info_log() or ""
+    finally:
+        linker.close()
+    return code, log
+
+
+def run_cubin(ptx: PTXArtifact, config: CompileConfig, qualname="kernel") -> CubinArtifact:
+    """Link PTX (or LTO-IR) into a cubin for config.sm with nvJitLink."""
+    try:
+        cubin, log = _link(ptx, config, "cubin")
+        linked_ptx = None
+        if ptx.ltoir is not None:
+            code, _ = _link(ptx, config, "ptx")
+            linked_ptx = code.decode() if isinstance(code, bytes) else str(code)
+    except Exception as exc:
+        raise _compile_error(qualname, "cubin", exc) from exc
+    return CubinArtifact(bytes(cubin), log, linked_ptx, ptx.entry_name)
+
+
+def normalize_signature(sig) -> Tuple[Any, ...]:
+    """Argument types of a signature string, numba signature or tuple of types."""
+    try:
+        args, return_type = sigutils.normalize_signature(sig)
+    except Exception as exc:
+        raise TypeError(f"invalid kernel signature {sig!r}: {exc}") from exc
+    if return_type not in (None, nbtypes.void, nbtypes.none):
+        raise TypeError(f"invalid kernel signature {sig!r}: a CUDA kernel must return void")
+    return tuple(args)
+
+
+def timed(fn, *args, **kwargs):
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - start

@@ -1,0 +1,117 @@
+"""Cache tokens: one hash over named components, in a fixed order.
+
+Like JAX's cache key, a token is built from small named parts (the upstream
+token, each config field the stage reads, the toolchain, the schema version),
+each hashed on its own, so that a miss can be explained part by part.  Values
+are serialised as sorted JSON, never with `repr` of arbitrary objects or
+pickle, so the same inputs give the same token in every process.  Tokens are
+computed from a stage's inputs only, never from its output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Tuple
+
+# Bump when the meaning of any token component changes.
+SCHEMA_VERSION = 1
+
+
+def _canonical(value: Any) -> Any:
+    """Map a value onto JSON with one spelling per value."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return {"int": str(value)}
+    if isinstance(value, float):
+        return {"float": value.hex()}
+    if isinstance(value, (tuple, list)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, Mapping):
+        return {"map": sorted([str(k), _canonical(v)] for k, v in value.items())}
+    if isinstance(value, bytes):
+        return {"bytes": hashlib.sha256(value).hexdigest()}
+    raise TypeError(f"cannot hash a {type(value).__name__} into a token: {value!r}")
+
+
+def digest(value: Any) -> str:
+    """Stable hex digest of a JSON-able value (ints, floats, str, tuples, dicts, bytes)."""
+    text = json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Component:
+    """One named input of a token: its digest, and a short form for people."""
+
+    digest: str
+    shown: str
+
+
+def component(value: Any, shown: str | None = None) -> Component:
+    """A component for a plain value; it is shown as itself unless told otherwise."""
+    return Component(digest(value), shown if shown is not None else _show(value))
+
+
+def _show(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@dataclass(frozen=True)
+class Token:
+    """A stage's cache token and the components it was built from."""
+
+    stage: str
+    hex: str
+    components: Dict[str, Component] = field(compare=False, hash=False)
+
+    @property
+    def short(self) -> str:
+        return self.hex[:12]
+
+    def __str__(self) -> str:
+        return self.hex
+
+
+def make_token(stage: str, components: Mapping[str, Component]) -> Token:
+    """Hash named components into a token for `stage`."""
+    parts = dict(components)
+    parts.setdefault("schema", component(SCHEMA_VERSION))
+    parts["stage"] = component(stage)
+    hasher = hashlib.sha256()
+    for name in sorted(parts):
+        hasher.update(name.encode())
+        hasher.update(b"\0")
+        hasher.update(parts[name].digest.encode())
+        hasher.update(b"\n")
+    return Token(stage, hasher.hexdigest(), parts)
+
+
+def extend_token(token: Token, extra: Mapping[str, Component]) -> Token:
+    """A token with more components (used when a stage turns out to read the target)."""
+    parts = dict(token.components)
+    parts.update(extra)
+    return make_token(token.stage, parts)
+
+
+def explain_difference(
+    wanted: Mapping[str, Component], nearest: Mapping[str, Component]
+) -> Tuple[str, ...]:
+    """Human-readable reasons, one per component that differs."""
+    reasons = []
+    for name in sorted(set(wanted) | set(nearest)):
+        new, old = wanted.get(name), nearest.get(name)
+        if new is not None and old is not None and new.digest == old.digest:
+            continue
+        if old is None:
+            reasons.append(f"{name} added ({new.shown})")
+        elif new is None:
+            reasons.append(f"{name} removed (was {old.shown})")
+        elif new.shown != old.shown:
+            reasons.append(f"{name} {old.shown} -> {new.shown}")
+        else:
+            reasons.append(f"{name} changed")
+    return tuple(reasons)

@@ -1,0 +1,106 @@
+"""The toolchain fingerprint each stage depends on, and numba's own settings.
+
+A stage's output depends on the versions of the tools that run it: Python and
+numba for typing (bytecode, type inference), llvmlite for lowering, libNVVM
+and libdevice for PTX, nvJitLink for the cubin.  Each stage token includes
+only its own part; the upstream token carries the rest.
+
+numba also reads environment variables (and `.numba_config.yaml`) at every
+compile.  Those that change output are either folded into the llvm token
+(`numba_settings`) or neutralised by the pipeline (see `NEUTRALISED_SETTINGS`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import platform
+from importlib import metadata
+
+from .tokens import Component, component
+
+# numba settings that change lowered code, and so enter the llvm token:
+#   OPT             debug info's isOptimized flag
+#   BOUNDSCHECK     bounds checks on array indexing
+#   FULL_TRACEBACKS debug printing in bounds-check failures
+SETTINGS_READ_BY_LOWERING = ("OPT", "BOUNDSCHECK", "FULL_TRACEBACKS")
+
+# Settings that would change output but that the pipeline makes irrelevant:
+#   CUDA_DEBUGINFO_DEFAULT, OPT (as defaults): debug and opt are always passed.
+#   FORCE_CUDA_CC, CUDA_DEFAULT_PTX_CC: the arch always comes from CompileConfig.sm.
+#   CUDA_ENABLE_NRT: forced off while compiling (kernels that need NRT fail
+#   with numba's own error).
+NEUTRALISED_SETTINGS = (
+    "CUDA_DEBUGINFO_DEFAULT", "FORCE_CUDA_CC", "CUDA_DEFAULT_PTX_CC", "CUDA_ENABLE_NRT",
+)
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+@functools.lru_cache(maxsize=1)
+def _libdevice_digest() -> str:
+    from numba.cuda.cudadrv import nvvm
+
+    return hashlib.sha256(nvvm.LibDevice().get()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _nvvm_version() -> str:
+    from cuda.bindings import nvvm
+
+    return ".".join(map(str, nvvm.version())) + "/ir" + ".".join(map(str, nvvm.ir_version()))
+
+
+@functools.lru_cache(maxsize=1)
+def _nvjitlink_version() -> str:
+    from cuda.bindings import nvjitlink
+
+    return ".".join(map(str, nvjitlink.version()))
+
+
+@functools.lru_cache(maxsize=None)
+def stage_toolchain(stage: str) -> dict:
+    """The tool versions `stage` runs with, as a dict (computed once per process)."""
+    if stage == "typing":
+        return {
+            "python": platform.python_implementation() + " " + platform.python_version(),
+            "numba": _version("numba"),
+            "numba-cuda": _version("numba-cuda"),
+            "numpy": _version("numpy"),
+        }
+    if stage == "llvm":
+        return {"llvmlite": _version("llvmlite"), "numba-cuda": _version("numba-cuda")}
+    if stage == "ptx":
+        return {"libnvvm": _nvvm_version(), "libdevice": _libdevice_digest()[:16],
+                "numba-cuda": _version("numba-cuda")}
+    if stage == "cubin":
+        return {"nvjitlink": _nvjitlink_version(), "cuda-core": _version("cuda-core")}
+    raise ValueError(f"unknown stage {stage!r}")
+
+
+def toolchain_component(stage: str) -> Component:
+    versions = stage_toolchain(stage)
+    return component(versions, " ".join(f"{k} {v}" for k, v in versions.items()))
+
+
+def numba_settings() -> dict:
+    """numba's current values of the settings that lowering reads.
+
+    Reloads numba's configuration first, exactly as each numba compile does,
+    so the values are the ones the next compile will use.
+    """
+    from numba.cuda.core import config
+
+    config.reload_config()
+    return {name: _plain(getattr(config, name, None)) for name in SETTINGS_READ_BY_LOWERING}
+
+
+def _plain(value):
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
