@@ -5,12 +5,13 @@ identity, signature, config, toolchain), then looks the stages up from the
 last one backwards and compiles only from the first missing stage on.  An
 exact repeat is answered from the tiers without compiling anything.
 
-Typing and lowering may read the target.  Their tokens do not include ``sm``
-unless they did: an entry built without reading the target serves every
-target, one that read it is filed under a token that adds ``sm`` (the generic
-token then holds a marker pointing there).  Downstream tokens hash the
-upstream *generic* token plus ``sm`` (ptx and cubin read it anyway), so every
-token stays a pure function of the inputs.
+Typing and lowering may read the target (see `targets`).  Their tokens do
+not include ``sm``: an entry built without asking about the target serves
+every target; one that asked is filed under the token plus the questions and
+answers (``cc>=(7, 5)``), and the generic token holds a marker listing those
+variants.  A lookup picks the variant whose answers hold for the requested
+target.  Downstream tokens hash the upstream *generic* token plus ``sm`` (ptx
+and cubin read it anyway), so every token stays a pure function of the inputs.
 
 Each miss is explained against the nearest earlier entry of the same kernel:
 which token components differ.
@@ -22,9 +23,9 @@ import threading
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from . import stages
+from . import stages, targets
 from .config import STAGES, CompileConfig
 from .sources import identify, python_function, rebind
 from .tokens import Component, Token, component, explain_difference, extend_token, make_token
@@ -45,7 +46,12 @@ class Entry:
     nbytes: int
     seconds: float
     created: float = field(default_factory=time.time)
-    per_target: bool = False  # a marker: look up token + sm instead
+    # A marker: the artifact is filed per target, under these variants.
+    variants: Optional[List[targets.TargetReads]] = None
+
+    @property
+    def is_marker(self) -> bool:
+        return self.variants is not None
 
 
 class MemoryTier:
@@ -86,7 +92,7 @@ class MemoryTier:
         self.bytes = 0
 
     def artifact_count(self) -> int:
-        return sum(1 for e in self.entries.values() if not e.per_target)
+        return sum(1 for e in self.entries.values() if not e.is_marker)
 
 
 @dataclass
@@ -213,6 +219,16 @@ class KernelCache:
         plan = _Plan(self, pyfunc, argtypes, config)
         return plan.run()
 
+    def tokens(self, func, sig, config: Optional[CompileConfig] = None) -> Dict[str, Token]:
+        """Each stage's token for these inputs, computed without compiling.
+
+        These are the generic tokens: where typing or lowering turn out to read
+        the target, the entry is filed under the token plus ``sm``.
+        """
+        config = CompileConfig() if config is None else config
+        plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config)
+        return dict(plan.tokens)
+
     def stats(self) -> Dict[str, Dict[str, int]]:
         """Per stage: hits, misses, entries, bytes (and evictions, compile seconds)."""
         with self._lock:
@@ -244,22 +260,31 @@ class KernelCache:
 
     # -- internals used by _Plan --------------------------------------------
     def _lookup(self, stage: str, token: Token, cc) -> Tuple[Optional[Entry], Token]:
-        """Find `token` (or its per-target form); returns the entry and effective token."""
+        """Find `token`, or the variant of it that holds for target `cc`."""
         with self._lock:
             tier = self._tiers[stage]
             entry = tier.get(token.hex)
-            if entry is not None and entry.per_target:
-                token = _with_target(token, cc)
-                entry = tier.get(token.hex)
-            return entry, token
+            if entry is None or not entry.is_marker:
+                return entry, token
+            for reads in entry.variants:
+                if targets.holds_for(reads, cc):
+                    variant = _with_reads(token, reads)
+                    found = tier.get(variant.hex)
+                    if found is not None:
+                        return found, variant
+            return None, token
 
-    def _store(self, stage, token: Token, kernel, artifact, nbytes, seconds, per_target, cc):
+    def _store(self, stage, token: Token, kernel, artifact, nbytes, seconds, reads):
         """File a fresh artifact; returns (effective token, reasons it missed)."""
         with self._lock:
             tier = self._tiers[stage]
-            if per_target:
-                tier.put(Entry(token.hex, kernel, None, token.components, 0, 0.0, per_target=True))
-                token = _with_target(token, cc)
+            if reads:
+                marker = tier.get(token.hex)
+                variants = list(marker.variants) if marker is not None and marker.is_marker else []
+                if reads not in variants:
+                    variants.append(reads)
+                tier.put(Entry(token.hex, kernel, None, token.components, 0, 0.0, variants=variants))
+                token = _with_reads(token, reads)
             reasons = self._explain(stage, token, kernel)
             tier.put(Entry(token.hex, kernel, artifact, token.components, nbytes, seconds))
             self._remember(stage, token, kernel)
@@ -313,8 +338,8 @@ class KernelCache:
             return proxy
 
 
-def _with_target(token: Token, cc) -> Token:
-    return extend_token(token, {"sm": component(cc[0] * 10 + cc[1])})
+def _with_reads(token: Token, reads: targets.TargetReads) -> Token:
+    return extend_token(token, {"target": component(targets.reads_key(reads), targets.describe(reads))})
 
 
 def _reasons(stage, wanted: Mapping[str, Component], old: Mapping[str, Component]):
@@ -437,8 +462,8 @@ class _Plan:
         start = time.perf_counter()
         artifact = fn(*args)
         seconds = time.perf_counter() - start
-        per_target = getattr(artifact, "reads_target", False)
+        reads = getattr(artifact, "target_reads", targets.NO_READS)
         token, reasons = self.cache._store(stage, generic, self.kernel, artifact, artifact.nbytes,
-                                           seconds, per_target, self.config.cc)
+                                           seconds, reads)
         self.layers[stage] = LayerResult(stage, token.hex, False, None, seconds, reasons, token.components)
         return artifact

@@ -81,10 +81,8 @@ def parse_sm(value: Any) -> int:
         major, minor = value[0], value[1]
     elif isinstance(value, int):
         major, minor = divmod(value, 10)
-    elif isinstance(value, float):
-        return parse_sm(repr(value))
-    elif isinstance(value, str):
-        match = _SM_PATTERN.match(value.strip().lower())
+    elif isinstance(value, (float, str)):
+        match = _SM_PATTERN.match(str(value).strip().lower())
         if not match:
             raise _sm_error(value, "not a compute capability")
         whole, decimal = match.groups()
@@ -121,14 +119,13 @@ def _is_int(value):
 def _normalise_launch_bounds(value):
     if value is None:
         return None
-    if _is_int(value):
-        value = (value,)
+    bounds = (value,) if _is_int(value) else value
     if (
-        isinstance(value, (tuple, list))
-        and 1 <= len(value) <= 3
-        and all(_is_int(v) and v > 0 for v in value)
+        isinstance(bounds, (tuple, list))
+        and 1 <= len(bounds) <= 3
+        and all(_is_int(v) and v > 0 for v in bounds)
     ):
-        return tuple(value)
+        return tuple(bounds)
     raise ConfigError(
         f"launch_bounds={value!r} is invalid; use None, a positive int (max "
         "threads per block) or a tuple (max_threads[, min_blocks[, max_cluster]]) "

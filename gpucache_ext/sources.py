@@ -19,6 +19,7 @@ ignores the caller's target and flags).
 from __future__ import annotations
 
 import builtins
+import dis
 import enum
 import functools
 import hashlib
@@ -79,12 +80,30 @@ def identify(func, with_location: bool) -> SourceIdentity:
     return _Walker(with_location).function(python_function(func))
 
 
-def _code_names(code) -> set:
-    names = set(code.co_names)
+_GLOBAL_OPS = {"LOAD_GLOBAL", "LOAD_NAME"}
+_ATTR_OPS = {"LOAD_ATTR", "LOAD_METHOD"}
+
+
+@functools.lru_cache(maxsize=4096)
+def _code_names(code) -> Tuple[frozenset, frozenset]:
+    """Names the code loads as globals, and names it loads as attributes."""
+    global_names, attr_names = set(), set()
+    for inst in dis.get_instructions(code):
+        if inst.opname in _GLOBAL_OPS:
+            global_names.add(inst.argval)
+        elif inst.opname in _ATTR_OPS:
+            attr_names.add(inst.argval)
     for const in code.co_consts:
         if isinstance(const, pytypes.CodeType):
-            names |= _code_names(const)
-    return names
+            inner_globals, inner_attrs = _code_names(const)
+            global_names |= inner_globals
+            attr_names |= inner_attrs
+    return frozenset(global_names), frozenset(attr_names)
+
+
+@functools.lru_cache(maxsize=4096)
+def _code_digest(code, with_location: bool) -> str:
+    return digest(_code_value(code, with_location))
 
 
 def _code_value(code, with_location):
@@ -128,6 +147,7 @@ def _distributions():
     return importlib.metadata.packages_distributions()
 
 
+@functools.lru_cache(maxsize=1024)
 def _library_version(module_name: str):
     """The distribution version of a library module, or None for user code."""
     top = module_name.split(".")[0]
@@ -175,7 +195,7 @@ class _Walker:
         ident = SourceIdentity(qualname, pyfunc, {})
         parts = ident.components
         parts["function"] = component(qualname)
-        parts["code"] = Component(digest(_code_value(code, self.with_location)), "bytecode")
+        parts["code"] = Component(_code_digest(code, self.with_location), "bytecode")
         if self.with_location:
             parts["location"] = component(
                 [code.co_filename, code.co_firstlineno],
@@ -185,13 +205,12 @@ class _Walker:
             parts["defaults"] = self.value(
                 (pyfunc.__defaults__, tuple(sorted((pyfunc.__kwdefaults__ or {}).items())))
             )
-        names = _code_names(code)
+        global_names, attr_names = _code_names(code)
         gvars = pyfunc.__globals__
-        for name in sorted(names):
+        for name in sorted(global_names):
             if name in gvars:
-                self._variable(ident, "global", name, gvars[name], names)
-            elif hasattr(builtins, name):
-                continue  # builtins are part of the Python version
+                self._variable(ident, "global", name, gvars[name], attr_names)
+            # else a builtin: part of the Python version in the toolchain
         for name, cell in zip(code.co_freevars, pyfunc.__closure__ or ()):
             try:
                 value = cell.cell_contents
@@ -199,7 +218,7 @@ class _Walker:
                 raise UnsupportedKernelError(
                     f"{qualname} reads closure variable {name!r} before it is assigned"
                 ) from None
-            self._variable(ident, "closure", name, value, names)
+            self._variable(ident, "closure", name, value, attr_names)
         return ident
 
     def _variable(self, ident, kind, name, value, names):

@@ -53,45 +53,18 @@ from numba.cuda.descriptor import cuda_target
 from numba.cuda.dispatcher import CUDADispatcher
 from numba.cuda.flags import CUDAFlags
 
+from . import targets
 from .config import CompileConfig
 from .errors import CompileError, UnsupportedKernelError
 
 # ---------------------------------------------------------------------------
-# Target-read tracking
-
-
-class _TargetReads(threading.local):
-    def __init__(self):
-        self.frames: List[Dict[str, bool]] = []
-
-
-_target_reads = _TargetReads()
-
-
-@contextlib.contextmanager
-def track_target_reads():
-    """Collect whether anything read the compute capability inside the block.
-
-    Yields a dict whose ``"read"`` is True afterwards if it was read.  Frames
-    nest: a read inside a device function's compile marks its caller too.
-    """
-    frame = {"read": False}
-    _target_reads.frames.append(frame)
-    try:
-        yield frame
-    finally:
-        _target_reads.frames.pop()
-
-
-def note_target_read():
-    """Mark every open frame as having read the target."""
-    for frame in _target_reads.frames:
-        frame["read"] = True
+# numba flags
 
 
 class _TrackedFlags(CUDAFlags):
-    """CUDAFlags that record reads of compute_capability and keep it out of
-    numba's mangled names (so IR built for one target can serve another)."""
+    """CUDAFlags whose compute_capability records what is asked of it (see
+    `targets`), and which keep it out of numba's mangled names (so IR built
+    for one target can serve another)."""
 
     def values(self):
         # numba logs every option before each pass: not a read by the compiler.
@@ -106,8 +79,8 @@ class _TrackedFlags(CUDAFlags):
 
 
 def _read_cc(self):
-    note_target_read()
-    return self._values.get("compute_capability")
+    value = self._values.get("compute_capability")
+    return None if value is None else targets.TrackedCC(value)
 
 
 def _write_cc(self, value):
@@ -221,7 +194,7 @@ class TypedFunction:
 
     qualname: str
     state: Dict[str, Any]
-    reads_target: bool
+    target_reads: targets.TargetReads
     proxies: Tuple[Any, ...] = ()  # device proxies the typed IR refers to (kept alive)
 
     @property
@@ -248,7 +221,7 @@ def run_typing(pyfunc, argtypes, config: CompileConfig, *, kernel: bool, uid: Op
     """Type `pyfunc` for `argtypes`.  Kernels must return void."""
     qualname = qualname or pyfunc.__qualname__
     return_type = nbtypes.void if kernel else None
-    with _numba_compiling(), _compiling_for(config), track_target_reads() as reads:
+    with _numba_compiling(), _compiling_for(config), targets.track() as reads:
         try:
             pipeline = _TypingPipeline(
                 cuda_target.typing_context, cuda_target.target_context, None,
@@ -267,7 +240,7 @@ def run_typing(pyfunc, argtypes, config: CompileConfig, *, kernel: bool, uid: Op
             f"{qualname} reads the launch configuration at compile time; "
             "such kernels are compiled per launch and cannot be cached ahead of it"
         )
-    return TypedFunction(qualname, state, reads["read"])
+    return TypedFunction(qualname, state, frozenset(reads))
 
 
 def _lower(typed: TypedFunction, config: CompileConfig):
@@ -325,35 +298,6 @@ class _Overload:
         self.signature = signature
 
 
-class _TargetAwareMemo:
-    """A small LRU memo whose entries may be valid for one target only."""
-
-    def __init__(self, limit=64):
-        self.limit = limit
-        self.items: "OrderedDict[Any, Any]" = OrderedDict()
-
-    def get(self, key, cc):
-        value = self.items.get(key)
-        if value is _PER_TARGET:
-            key = (key, cc)
-            value = self.items.get(key)
-        if value is not None:
-            self.items.move_to_end(key)
-        return value
-
-    def put(self, key, cc, value, reads_target):
-        if reads_target:
-            self.items[key] = _PER_TARGET
-            key = (key, cc)
-        self.items[key] = value
-        self.items.move_to_end(key)
-        while len(self.items) > self.limit:
-            self.items.popitem(last=False)
-
-
-_PER_TARGET = object()
-
-
 class DeviceProxy(CUDADispatcher):
     """Stands in for a ``@cuda.jit(device=True)`` function inside a kernel.
 
@@ -368,8 +312,8 @@ class DeviceProxy(CUDADispatcher):
         super().__init__(pyfunc, targetoptions=options)
         self.original = original
         self.identity_digest = identity_digest
-        self._typed = _TargetAwareMemo()
-        self._lowered = _TargetAwareMemo()
+        self._typed = targets.VariantMemo()
+        self._lowered = targets.VariantMemo()
 
     def compile_device(self, args, return_type=None):
         config = _active.config
@@ -383,9 +327,8 @@ class DeviceProxy(CUDADispatcher):
             typed = run_typing(self.py_func, args, config, kernel=False,
                                uid=symbol_uid(self.identity_digest),
                                qualname=self.py_func.__qualname__)
-            self._typed.put(args, config.cc, typed, typed.reads_target)
-        elif typed.reads_target:
-            note_target_read()
+            self._typed.put(args, typed.target_reads, typed)
+        targets.note(typed.target_reads)
         if args not in self.overloads:
             self.overloads[args] = _Overload(nbtyping.signature(typed.return_type, *args))
         return self.overloads[args]
@@ -398,19 +341,19 @@ class DeviceProxy(CUDADispatcher):
         found = self._lowered.get(key, config.cc)
         if found is not None:
             impl_key, reads = found
-            if reads:
-                note_target_read()
+            targets.note(reads)
             return impl_key
         self.compile_device(args)
         typed = self._typed.get(args, config.cc)
-        with track_target_reads() as reads:
+        with targets.track() as reads:
             try:
                 cres = _lower(typed, config)
             except Exception as exc:
                 raise _compile_error(self.py_func.__qualname__, "llvm", exc) from exc
+        reads = frozenset(reads) | typed.target_reads
         impl_key = _DeviceImplKey(self.py_func.__qualname__)
         cres.target_context.insert_user_function(impl_key, cres.fndesc, [cres.library])
-        self._lowered.put(key, config.cc, (impl_key, reads["read"]), reads["read"] or typed.reads_target)
+        self._lowered.put(key, reads, (impl_key, reads))
         return impl_key
 
 
@@ -438,7 +381,7 @@ class LLVMArtifact:
 
     modules: Tuple[str, ...]
     entry_name: str
-    reads_target: bool
+    target_reads: targets.TargetReads
 
     @property
     def text(self) -> str:
@@ -451,7 +394,7 @@ class LLVMArtifact:
 
 def run_llvm(typed: TypedFunction, config: CompileConfig) -> LLVMArtifact:
     """Lower typed IR for the lowering fields of `config` (and its target)."""
-    with _numba_compiling(), _compiling_for(config), track_target_reads() as reads:
+    with _numba_compiling(), _compiling_for(config), targets.track() as reads:
         try:
             cres = _lower(typed, config)
             library = cres.library
@@ -465,7 +408,7 @@ def run_llvm(typed: TypedFunction, config: CompileConfig) -> LLVMArtifact:
             raise _compile_error(typed.qualname, "llvm", exc) from exc
         _check_linkable(typed.qualname, library)
         modules = tuple(str(module) for module in library.modules)
-    return LLVMArtifact(modules, entry_name, reads["read"] or typed.reads_target)
+    return LLVMArtifact(modules, entry_name, frozenset(reads) | typed.target_reads)
 
 
 def _check_linkable(qualname, library):

@@ -52,7 +52,17 @@ class Component:
 
 def component(value: Any, shown: str | None = None) -> Component:
     """A component for a plain value; it is shown as itself unless told otherwise."""
-    return Component(digest(value), shown if shown is not None else _show(value))
+    if isinstance(value, (dict, list)) or len(_COMPONENT_MEMO) > 8192:
+        return Component(digest(value), shown if shown is not None else _show(value))
+    # Keyed by type and repr, so that 1, 1.0 and True (equal as dict keys) stay apart.
+    key = (type(value), repr(value), shown)
+    found = _COMPONENT_MEMO.get(key)
+    if found is None:
+        found = _COMPONENT_MEMO[key] = Component(digest(value), shown if shown is not None else _show(value))
+    return found
+
+
+_COMPONENT_MEMO: Dict[Any, Component] = {}
 
 
 def _show(value: Any) -> str:

@@ -83,6 +83,7 @@ def stage_toolchain(stage: str) -> dict:
     raise ValueError(f"unknown stage {stage!r}")
 
 
+@functools.lru_cache(maxsize=None)
 def toolchain_component(stage: str) -> Component:
     versions = stage_toolchain(stage)
     return component(versions, " ".join(f"{k} {v}" for k, v in versions.items()))

@@ -1,0 +1,310 @@
+"""KernelCache behaviour: hits, partial recompiles, globals and device
+functions from elsewhere, explanations, bounds, errors and threads."""
+
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+from gpucache_ext import CompileConfig, CompileError, KernelCache, UnsupportedKernelError
+
+from . import kernels
+
+
+def notebook_namespace():
+    """A fresh namespace standing in for a notebook's user namespace."""
+    from numba import cuda
+
+    return {"cuda": cuda, "__name__": "__main__"}
+
+
+def run_cell(namespace, source, filename="<cell>", first_line=1):
+    code = compile("\n" * (first_line - 1) + textwrap.dedent(source), filename, "exec")
+    exec(code, namespace)
+
+
+def missed(result):
+    return [s for s, layer in result.layers.items() if not layer.hit]
+
+
+def test_exact_repeat_compiles_nothing():
+    cache = KernelCache()
+    config = CompileConfig(sm=80)
+    first = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
+    assert missed(first) == ["typing", "llvm", "ptx", "cubin"]
+    before = cache.stats()
+    again = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
+    assert again.hit and missed(again) == []
+    assert all(layer.tier == "memory" for layer in again.layers.values())
+    after = cache.stats()
+    assert all(after[s]["misses"] == before[s]["misses"] for s in after)
+    assert all(after[s]["hits"] == before[s]["hits"] + 1 for s in after)
+    assert again.cubin == first.cubin and again.ptx == first.ptx and again.llvm_ir == first.llvm_ir
+    assert first.entry_name in first.ptx
+    assert first.cubin[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize(
+    "change, expect_missed",
+    [
+        (dict(sm=86), ["ptx", "cubin"]),
+        (dict(opt=0), ["ptx", "cubin"]),
+        (dict(max_registers=32), ["cubin"]),
+        (dict(fastmath=True), ["llvm", "ptx", "cubin"]),
+        (dict(launch_bounds=128), ["llvm", "ptx", "cubin"]),
+        (dict(ftz=True), ["ptx", "cubin"]),
+        (dict(lto=True), ["ptx", "cubin"]),
+    ],
+)
+def test_config_change_recompiles_only_the_stages_that_read_it(change, expect_missed):
+    cache = KernelCache()
+    base = CompileConfig(sm=80)
+    cache.compile(kernels.axpy, kernels.AXPY_SIG, base)
+    result = cache.compile(kernels.axpy, kernels.AXPY_SIG, base.replace(**change))
+    assert missed(result) == expect_missed
+    fresh = KernelCache().compile(kernels.axpy, kernels.AXPY_SIG, base.replace(**change))
+    assert result.cubin == fresh.cubin and result.ptx == fresh.ptx
+
+
+def test_miss_reasons_name_the_changed_field():
+    cache = KernelCache()
+    cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
+    result = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80, opt=1))
+    assert result.layers["ptx"].reasons == ("opt 3 -> 1",)
+    assert "ptx input changed" in result.layers["cubin"].reasons
+    assert "opt 3 -> 1" in result.explain()
+    assert cache.recent_misses()[-1]["stage"] == "cubin"
+    first = KernelCache().compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
+    assert first.layers["typing"].reasons == ("first compile of copy",)
+
+
+def test_changing_a_global_recompiles_and_restoring_it_hits(monkeypatch):
+    cache = KernelCache()
+    config = CompileConfig(sm=80)
+    first = cache.compile(kernels.copy, kernels.COPY_SIG, config)
+    monkeypatch.setattr(kernels, "OFFSETS", (5.0, 2.0))
+    changed = cache.compile(kernels.copy, kernels.COPY_SIG, config)
+    assert missed(changed) == ["typing", "llvm", "ptx", "cubin"]
+    assert any("global OFFSETS (1.0, 2.0) -> (5.0, 2.0)" in r for r in changed.layers["typing"].reasons)
+    assert changed.ptx != first.ptx  # the constant is frozen into the code
+    monkeypatch.setattr(kernels, "OFFSETS", (1.0, 2.0))
+    assert cache.compile(kernels.copy, kernels.COPY_SIG, config).hit
+
+
+def test_global_read_by_a_device_function_recompiles_its_caller(monkeypatch):
+    cache = KernelCache()
+    config = CompileConfig(sm=80)
+    first = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
+    monkeypatch.setattr(kernels, "SCALE", 3.0)
+    changed = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
+    assert "typing" in missed(changed)
+    assert any(r.startswith("device twice") for r in changed.layers["typing"].reasons)
+    assert changed.llvm_ir != first.llvm_ir
+    assert changed.llvm_ir == KernelCache().compile(kernels.axpy, kernels.AXPY_SIG, config).llvm_ir
+
+
+def test_device_function_edited_in_another_cell_recompiles_the_kernel():
+    ns = notebook_namespace()
+    run_cell(ns, """
+        @cuda.jit(device=True)
+        def helper(x):
+            return x + 1.0
+    """)
+    run_cell(ns, """
+        def kern(r, x):
+            i = cuda.grid(1)
+            if i < r.size:
+                r[i] = helper(x[i])
+    """)
+    cache = KernelCache()
+    config = CompileConfig(sm=86)
+    first = cache.compile(ns["kern"], "void(float32[:], float32[:])", config)
+    run_cell(ns, """
+        @cuda.jit(device=True)
+        def helper(x):
+            return x + 2.0
+    """)
+    second = cache.compile(ns["kern"], "void(float32[:], float32[:])", config)
+    assert missed(second) == ["typing", "llvm", "ptx", "cubin"]
+    assert any(r.startswith("device helper") for r in second.layers["typing"].reasons)
+    assert "2.0" in second.llvm_ir or "0x4000000000000000" in second.llvm_ir
+    assert second.llvm_ir != first.llvm_ir
+
+
+def test_device_functions_follow_the_kernels_config_and_target():
+    ns = notebook_namespace()
+    run_cell(ns, """
+        @cuda.jit(device=True)
+        def add(arr, v):
+            cuda.atomic.add(arr, 0, v)
+
+        def kern(r, x):
+            i = cuda.grid(1)
+            if i < x.size:
+                add(r, x[i])
+    """)
+    cache = KernelCache()
+    sig = "void(float64[:], float64[:])"
+    new = cache.compile(ns["kern"], sig, CompileConfig(sm=86))
+    old = cache.compile(ns["kern"], sig, CompileConfig(sm=52))
+    # float64 atomic add lowers to a CAS loop below sm_60, inside the device function
+    assert "___numba_atomic_double_add" in old.llvm_ir
+    assert "___numba_atomic_double_add" not in new.llvm_ir
+    assert not old.layers["llvm"].hit
+    assert old.cubin == KernelCache().compile(ns["kern"], sig, CompileConfig(sm=52)).cubin
+    fast = cache.compile(ns["kern"], sig, CompileConfig(sm=86, fastmath=True))
+    assert fast.llvm_ir != new.llvm_ir
+
+
+def test_closure_variables_enter_the_token():
+    ns = notebook_namespace()
+    run_cell(ns, """
+        def make(offset):
+            def kern(r, x):
+                i = cuda.grid(1)
+                if i < r.size:
+                    r[i] = x[i] + offset
+            return kern
+    """)
+    cache = KernelCache()
+    a = cache.compile(ns["make"](1.5), kernels.COPY_SIG, CompileConfig(sm=80))
+    b = cache.compile(ns["make"](2.5), kernels.COPY_SIG, CompileConfig(sm=80))
+    assert not b.layers["typing"].hit
+    assert any("closure offset 1.5 -> 2.5" in r for r in b.layers["typing"].reasons)
+    assert a.ptx != b.ptx
+    assert cache.compile(ns["make"](1.5), kernels.COPY_SIG, CompileConfig(sm=80)).hit
+
+
+def test_numpy_global_contents_enter_the_token():
+    ns = notebook_namespace()
+    ns["TABLE"] = np.arange(4, dtype=np.float32)
+    run_cell(ns, """
+        def kern(r, x):
+            i = cuda.grid(1)
+            if i < r.size:
+                r[i] = x[i] * TABLE[i % 4]
+    """)
+    cache = KernelCache()
+    cache.compile(ns["kern"], kernels.COPY_SIG, CompileConfig(sm=80))
+    ns["TABLE"] = np.arange(4, dtype=np.float32) * 2
+    again = cache.compile(ns["kern"], kernels.COPY_SIG, CompileConfig(sm=80))
+    assert not again.layers["typing"].hit
+
+
+def test_source_location_matters_only_with_debug_info():
+    source = """
+        def kern(r, x):
+            i = cuda.grid(1)
+            if i < r.size:
+                r[i] = x[i] * 3.0
+    """
+    results = {}
+    for line in (1, 40):
+        ns = notebook_namespace()
+        run_cell(ns, source, first_line=line)
+        for lineinfo in (False, True):
+            results[line, lineinfo] = KernelCache().compile(
+                ns["kern"], kernels.COPY_SIG, CompileConfig(sm=80, lineinfo=lineinfo))
+    plain_1, plain_40 = results[1, False], results[40, False]
+    assert plain_1.layers["typing"].token == plain_40.layers["typing"].token
+    assert plain_1.ptx == plain_40.ptx and plain_1.cubin == plain_40.cubin
+    info_1, info_40 = results[1, True], results[40, True]
+    assert info_1.layers["typing"].token != info_40.layers["typing"].token
+    assert info_1.ptx != info_40.ptx
+
+
+def test_numba_settings_enter_the_llvm_token(monkeypatch):
+    """NUMBA_OPT is read by lowering (debug info's isOptimized), so it is in the llvm token."""
+    cache = KernelCache()
+    config = CompileConfig(sm=80, debug=True, opt=0)
+    monkeypatch.setenv("NUMBA_OPT", "3")
+    before = cache.tokens(kernels.copy, kernels.COPY_SIG, config)
+    optimised = cache.compile(kernels.copy, kernels.COPY_SIG, config)
+    monkeypatch.setenv("NUMBA_OPT", "0")
+    after = cache.tokens(kernels.copy, kernels.COPY_SIG, config)
+    assert before["typing"].hex == after["typing"].hex
+    assert before["llvm"].hex != after["llvm"].hex
+    unoptimised = cache.compile(kernels.copy, kernels.COPY_SIG, config)
+    assert not unoptimised.layers["llvm"].hit
+    assert any(r.startswith("numba settings") for r in unoptimised.layers["llvm"].reasons)
+    assert "isOptimized: true" in optimised.llvm_ir
+    assert "isOptimized: false" in unoptimised.llvm_ir
+
+
+def test_typing_error_names_the_kernel_and_leaves_no_entry():
+    ns = notebook_namespace()
+    run_cell(ns, """
+        def broken(r, x):
+            i = cuda.grid(1)
+            r[i] = undefined_name + x[i]
+    """, filename="<cell-7>")
+    cache = KernelCache()
+    with pytest.raises(CompileError) as info:
+        cache.compile(ns["broken"], kernels.COPY_SIG, CompileConfig(sm=80))
+    assert info.value.stage == "typing" and info.value.kernel == "__main__.broken"
+    assert "undefined_name" in str(info.value)
+    assert all(v["entries"] == 0 for v in cache.stats().values())
+
+
+def test_bad_inputs_are_clear_errors():
+    cache = KernelCache()
+    with pytest.raises(TypeError, match="invalid kernel signature"):
+        cache.compile(kernels.copy, "void(notatype[:])")
+    with pytest.raises(TypeError, match="must return void"):
+        cache.compile(kernels.copy, "float32(float32[:], float32[:])")
+    with pytest.raises(TypeError, match="CompileConfig"):
+        cache.compile(kernels.copy, kernels.COPY_SIG, {"sm": 80})
+    with pytest.raises(TypeError, match="Python function"):
+        cache.compile(42, kernels.COPY_SIG)
+    ns = notebook_namespace()
+    ns["THING"] = object()
+    run_cell(ns, """
+        def kern(r, x):
+            r[0] = THING
+    """)
+    with pytest.raises(UnsupportedKernelError, match="pass it to the kernel as an argument"):
+        cache.compile(ns["kern"], kernels.COPY_SIG)
+    with pytest.raises(ValueError, match="unknown stage"):
+        cache.clear("sass")
+    with pytest.raises(ValueError, match="max_entries"):
+        KernelCache(max_entries={"cubn": 3})
+
+
+def test_memory_tiers_are_bounded_lru():
+    cache = KernelCache(max_entries=2)
+    for sm in (75, 80, 86):
+        cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=sm))
+    stats = cache.stats()
+    assert stats["cubin"]["entries"] == 2 and stats["cubin"]["evictions"] == 1
+    again = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=75))
+    assert not again.layers["cubin"].hit
+    assert again.layers["cubin"].reasons == ("entry was evicted or cleared",)
+    bytes_before = cache.stats()["ptx"]["bytes"]
+    assert bytes_before > 0
+    cache.clear("ptx")
+    assert cache.stats()["ptx"] == {**cache.stats()["ptx"], "entries": 0, "bytes": 0}
+    assert cache.stats()["cubin"]["entries"] == 2
+
+
+def test_concurrent_compiles_from_threads_match_serial_results():
+    configs = [CompileConfig(sm=sm, opt=opt) for sm in (75, 80, 86) for opt in (0, 3)]
+    expected = {c: KernelCache().compile(kernels.axpy, kernels.AXPY_SIG, c).cubin for c in configs}
+    cache = KernelCache()
+    results, errors = [], []
+
+    def worker(order):
+        try:
+            for config in order:
+                results.append((config, cache.compile(kernels.axpy, kernels.AXPY_SIG, config).cubin))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(configs[i:] + configs[:i],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 4 * len(configs)
+    assert all(cubin == expected[config] for config, cubin in results)

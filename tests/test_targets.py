@@ -1,0 +1,66 @@
+"""Target-read tracking: IR is shared across targets exactly where lowering
+asked nothing that the targets answer differently."""
+
+from gpucache_ext import CompileConfig, KernelCache
+from gpucache_ext.targets import TrackedCC, VariantMemo, describe, holds_for, track
+
+from . import kernels
+
+
+def test_comparisons_are_recorded_with_their_answers():
+    with track() as reads:
+        assert TrackedCC((8, 6)) >= (7, 5)
+        assert not TrackedCC((8, 6)) < (6, 0)
+        assert (6, 0) <= TrackedCC((8, 6))  # reflected comparison is seen too
+    assert reads == {(">=", (7, 5), True), ("<", (6, 0), False), (">=", (6, 0), True)}
+    assert holds_for(reads, (9, 0)) and holds_for(reads, (7, 5))
+    assert not holds_for(reads, (7, 0))
+    assert describe({(">=", (7, 5), False)}) == "not cc>=(7, 5)"
+
+
+def test_any_other_use_pins_the_exact_target():
+    with track() as reads:
+        major = TrackedCC((8, 6))[0]
+    assert major == 8
+    assert reads == {("==", (8, 6), True)}
+    assert holds_for(reads, (8, 6)) and not holds_for(reads, (8, 9))
+
+
+def test_reads_reach_every_open_frame():
+    with track() as outer:
+        with track() as inner:
+            TrackedCC((7, 0)) >= (6, 0)
+    assert outer == inner == {(">=", (6, 0), True)}
+
+
+def test_variant_memo_picks_the_variant_that_holds():
+    memo = VariantMemo()
+    memo.put("k", frozenset({(">=", (7, 5), True)}), "fast")
+    memo.put("k", frozenset({(">=", (7, 5), False)}), "slow")
+    assert memo.get("k", (8, 6)) == "fast"
+    assert memo.get("k", (7, 0)) == "slow"
+    assert memo.get("other", (8, 6)) is None
+
+
+def test_lowering_that_asks_about_the_target_is_shared_where_answers_agree():
+    cache = KernelCache()
+    sig = kernels.TANH_SIG
+    at_75 = cache.compile(kernels.tanh_kernel, sig, CompileConfig(sm=75, fastmath=True))
+    at_86 = cache.compile(kernels.tanh_kernel, sig, CompileConfig(sm=86, fastmath=True))
+    at_70 = cache.compile(kernels.tanh_kernel, sig, CompileConfig(sm=70, fastmath=True))
+    assert at_86.layers["llvm"].hit and at_86.llvm_ir == at_75.llvm_ir
+    assert not at_70.layers["llvm"].hit
+    assert "tanh.approx" in at_75.llvm_ir and "tanh.approx" not in at_70.llvm_ir
+    assert at_70.layers["llvm"].reasons == ("target cc>=(7, 5) -> not cc>=(7, 5)",)
+    # without fastmath lowering never asks: one IR for every target
+    plain = [cache.compile(kernels.tanh_kernel, sig, CompileConfig(sm=sm)) for sm in (52, 90)]
+    assert plain[1].layers["llvm"].hit
+
+
+def test_kernels_that_never_ask_share_ir_across_all_targets():
+    cache = KernelCache()
+    first = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=52))
+    for sm in (61, 75, 80, 86, 90):
+        result = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=sm))
+        assert result.layers["typing"].hit and result.layers["llvm"].hit
+        assert result.layers["llvm"].token == first.layers["llvm"].token

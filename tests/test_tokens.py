@@ -1,0 +1,110 @@
+"""Token stability (same inputs, same token, in every process) and
+sensitivity (each field changes exactly the tokens of the stages that read it)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpucache_ext import FIELD_STAGES, STAGES, CompileConfig, KernelCache
+from gpucache_ext.tokens import component, digest, explain_difference, make_token
+
+from . import kernels
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A second value for each field (the base config uses the defaults at sm 80).
+CHANGES = {
+    "sm": 86, "opt": 0, "fastmath": True, "ftz": True, "prec_div": False, "prec_sqrt": False,
+    "fma": False, "debug": True, "lineinfo": True, "max_registers": 32,
+    "launch_bounds": (128,), "lto": True,
+}
+
+
+def test_every_field_has_a_sensitivity_case():
+    assert set(CHANGES) == set(FIELD_STAGES)
+
+
+def tokens_of(config, func=kernels.axpy, sig=kernels.AXPY_SIG):
+    return {s: t.hex for s, t in KernelCache().tokens(func, sig, config).items()}
+
+
+@pytest.mark.parametrize("field", sorted(CHANGES))
+def test_field_changes_exactly_the_stages_that_read_it(field):
+    base = CompileConfig(sm=80)
+    changed = base.replace(**{field: CHANGES[field]})
+    before, after = tokens_of(base), tokens_of(changed)
+    first = min(STAGES.index(s) for s in FIELD_STAGES[field])
+    # debug and lineinfo also put source locations into the typing identity.
+    if field in ("debug", "lineinfo"):
+        first = 0
+    for index, stage in enumerate(STAGES):
+        if index >= first:
+            assert before[stage] != after[stage], f"{field} must change the {stage} token"
+        else:
+            assert before[stage] == after[stage], f"{field} must not change the {stage} token"
+
+
+def test_unset_and_default_give_the_same_tokens():
+    explicit = CompileConfig(sm=80, ftz=False, prec_div=True, prec_sqrt=True, fma=True)
+    assert tokens_of(CompileConfig(sm=80)) == tokens_of(explicit)
+    fast = CompileConfig(sm=80, fastmath=True)
+    assert tokens_of(fast) == tokens_of(fast.replace(ftz=True, prec_div=False, prec_sqrt=False))
+
+
+def test_sm_spelling_does_not_change_tokens():
+    assert tokens_of(CompileConfig(sm="8.6")) == tokens_of(CompileConfig(sm=(8, 6)))
+
+
+def test_signature_changes_every_token():
+    a = tokens_of(CompileConfig(), kernels.copy, "void(float32[:], float32[:])")
+    b = tokens_of(CompileConfig(), kernels.copy, "void(float64[:], float64[:])")
+    assert all(a[s] != b[s] for s in STAGES)
+
+
+def test_dispatcher_and_function_share_tokens():
+    config = CompileConfig(sm=80)
+    assert tokens_of(config, kernels.jitted_copy, kernels.COPY_SIG) == tokens_of(
+        config, kernels.jitted_copy.py_func, kernels.COPY_SIG)
+
+
+_SUBPROCESS = """
+import json, sys
+sys.path.insert(0, {root!r})
+from gpucache_ext import CompileConfig, KernelCache
+from tests import kernels
+out = {{}}
+for name, cfg in [("base", CompileConfig(sm=80)), ("fast", CompileConfig(sm=86, fastmath=True, lineinfo=True))]:
+    out[name] = {{s: t.hex for s, t in KernelCache().tokens(kernels.axpy, kernels.AXPY_SIG, cfg).items()}}
+print(json.dumps(out))
+"""
+
+
+def test_tokens_are_stable_across_processes():
+    script = _SUBPROCESS.format(root=str(ROOT))
+    runs = [
+        json.loads(subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
+                                  text=True, cwd=ROOT).stdout)
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1]
+    here = {"base": tokens_of(CompileConfig(sm=80)),
+            "fast": tokens_of(CompileConfig(sm=86, fastmath=True, lineinfo=True))}
+    assert runs[0] == here
+
+
+def test_digest_is_canonical():
+    assert digest({"b": 1, "a": (1, 2)}) == digest({"a": [1, 2], "b": 1})
+    assert digest(1) != digest(True) != digest("1")
+    assert digest(1.0) != digest(1)
+    with pytest.raises(TypeError):
+        digest(object())
+
+
+def test_token_components_explain_differences():
+    old = make_token("ptx", {"opt": component(3), "sm": component(80)})
+    new = make_token("ptx", {"opt": component(0), "sm": component(80)})
+    assert old.hex != new.hex
+    assert explain_difference(new.components, old.components) == ("opt 3 -> 0",)
