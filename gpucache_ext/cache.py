@@ -229,6 +229,20 @@ class KernelCache:
         plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config)
         return dict(plan.tokens)
 
+    def explain(self, func, sig, config: Optional[CompileConfig] = None) -> Dict[str, Tuple[str, ...]]:
+        """Why each stage would miss for these inputs, without compiling or counting.
+
+        Returns {stage: reasons}; an empty tuple means the stage would hit.
+        """
+        config = CompileConfig() if config is None else config
+        plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config)
+        reasons = {}
+        for stage in STAGES:
+            entry, token = self._lookup(stage, plan.tokens[stage], config.cc)
+            reasons[stage] = () if entry is not None else self._explain(stage, token, plan.kernel,
+                                                                        record=False)
+        return reasons
+
     def stats(self) -> Dict[str, Dict[str, int]]:
         """Per stage: hits, misses, entries, bytes (and evictions, compile seconds)."""
         with self._lock:
@@ -305,7 +319,7 @@ class KernelCache:
             else:
                 self._stats[stage].misses += 1
 
-    def _explain(self, stage, token: Token, kernel) -> Tuple[str, ...]:
+    def _explain(self, stage, token: Token, kernel, record=True) -> Tuple[str, ...]:
         with self._lock:
             best = None
             for old_token, (old_kernel, old_components) in self._history[stage].items():
@@ -320,8 +334,9 @@ class KernelCache:
                 reasons = ("entry was evicted or cleared",)
             else:
                 reasons = best
-            self._misses.append({"kernel": kernel, "stage": stage, "token": token.hex,
-                                 "reasons": reasons, "time": time.time()})
+            if record:
+                self._misses.append({"kernel": kernel, "stage": stage, "token": token.hex,
+                                     "reasons": reasons, "time": time.time()})
             return reasons
 
     def _proxy_for(self, dispatcher, identity):

@@ -16,6 +16,9 @@ here:
   operations only.  `_TrackedFlags` records every read, so the pipeline knows
   whether an artifact is valid for every target or only for the one it was
   built for.
+* Process-wide counters.  numba numbers functions and shared arrays from
+  global counters that end up in symbol names; here both are derived from the
+  source identity, so equal inputs give byte-identical outputs.
 * Device functions.  numba compiles a called ``@cuda.jit(device=True)``
   function for the current GPU (failing without one) and caches it by argument
   types alone.  `DeviceProxy` replaces it: it types the device function once
@@ -25,6 +28,7 @@ here:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from collections import OrderedDict
@@ -33,6 +37,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from numba.cuda import types as nbtypes
 from numba.cuda import typing as nbtyping
+from numba.cuda import cudaimpl
 from numba.cuda import utils as nbutils
 from numba.cuda.compiler import (
     CUDACompiler,
@@ -243,6 +248,25 @@ def run_typing(pyfunc, argtypes, config: CompileConfig, *, kernel: bool, uid: Op
     return TypedFunction(qualname, state, frozenset(reads))
 
 
+@contextlib.contextmanager
+def _stable_shared_memory_names(uid):
+    """Name shared arrays after the function being lowered, not a global counter.
+
+    numba-cuda names each ``cuda.shared.array`` ``_cudapy_smem_<N>`` from a
+    process-wide counter (the names must be unique across everything linked
+    together, an NVVM limitation).  Prefixing the function's symbol uid and
+    counting per lowering keeps them unique and makes them the same in every
+    compile and process.  Nested lowerings (device functions) get their own.
+    """
+    counter = itertools.count(1)
+    saved = cudaimpl._get_unique_smem_id
+    cudaimpl._get_unique_smem_id = lambda prefix: f"{prefix}_{uid}_{next(counter)}"
+    try:
+        yield
+    finally:
+        cudaimpl._get_unique_smem_id = saved
+
+
 def _lower(typed: TypedFunction, config: CompileConfig):
     state = typed.state
     pipeline = _LoweringPipeline(
@@ -259,7 +283,8 @@ def _lower(typed: TypedFunction, config: CompileConfig):
     ps.metadata = dict(state["metadata"])
     ps.lifted = ()
     ps.lifted_from = None
-    cres = pipeline._compile_core()
+    with _stable_shared_memory_names(state["func_id"].unique_id):
+        cres = pipeline._compile_core()
     cres.library.finalize()
     return cres
 

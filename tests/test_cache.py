@@ -308,3 +308,16 @@ def test_concurrent_compiles_from_threads_match_serial_results():
     assert not errors
     assert len(results) == 4 * len(configs)
     assert all(cubin == expected[config] for config, cubin in results)
+
+
+def test_explain_predicts_misses_without_compiling():
+    cache = KernelCache()
+    cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
+    before = cache.stats()
+    predicted = cache.explain(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80, max_registers=64))
+    assert predicted == {"typing": (), "llvm": (), "ptx": (), "cubin": ("max_registers None -> 64",)}
+    assert cache.explain(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80)) == dict.fromkeys(
+        ("typing", "llvm", "ptx", "cubin"), ())
+    assert cache.stats() == before
+    assert cache.explain(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))["typing"] == (
+        "first compile of copy",)
