@@ -69,7 +69,7 @@ def main():
         print(f"  {stage:<6} hits {numbers['hits']:>2}  misses {numbers['misses']:>2}  "
               f"entries {numbers['entries']:>2}  {numbers['bytes'] / 1024:7.1f} KiB")
     print(f"\nentry {result.entry_name[:60]}...")
-    print("nvJitLink:", " | ".join(line.strip() for line in result.link_log.splitlines()[-2:]))
+    print("nvJitLink:", result.link_log.splitlines()[-1].strip())
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import contextlib
 import itertools
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -95,13 +96,21 @@ def _write_cc(self, value):
 _TrackedFlags.compute_capability = property(_read_cc, _write_cc)
 
 
-def _flags(config: CompileConfig) -> _TrackedFlags:
-    """numba flags for typing and lowering: only the fields lowering reads."""
+def _typing_flags(config: CompileConfig) -> _TrackedFlags:
+    """numba flags for typing: the target only (typed IR serves every config)."""
     flags = _TrackedFlags()
     flags.no_compile = True
     flags.no_cpython_wrapper = True
     flags.no_cfunc_wrapper = True
     flags.inline = "never"
+    flags.error_model = "numpy"
+    flags.compute_capability = config.cc
+    return flags
+
+
+def _lowering_flags(config: CompileConfig) -> _TrackedFlags:
+    """numba flags for lowering: the target and the fields lowering reads."""
+    flags = _typing_flags(config)
     if config.debug or config.lineinfo:
         flags.debuginfo = True
     if config.lineinfo:
@@ -110,11 +119,8 @@ def _flags(config: CompileConfig) -> _TrackedFlags:
         flags.error_model = "python"
         flags.dbg_extend_lifetimes = True
         flags.nvvm_options = {"g": None}
-    else:
-        flags.error_model = "numpy"
     if config.fastmath:
         flags.fastmath = True
-    flags.compute_capability = config.cc
     return flags
 
 
@@ -230,7 +236,7 @@ def run_typing(pyfunc, argtypes, config: CompileConfig, *, kernel: bool, uid: Op
         try:
             pipeline = _TypingPipeline(
                 cuda_target.typing_context, cuda_target.target_context, None,
-                tuple(argtypes), return_type, _flags(config), {},
+                tuple(argtypes), return_type, _typing_flags(config), {},
             )
             pipeline.uid = uid
             state = pipeline.compile_extra(pyfunc)
@@ -271,7 +277,7 @@ def _lower(typed: TypedFunction, config: CompileConfig):
     state = typed.state
     pipeline = _LoweringPipeline(
         cuda_target.typing_context, cuda_target.target_context, None,
-        state["args"], state["return_type"], _flags(config), {},
+        state["args"], state["return_type"], _lowering_flags(config), {},
     )
     ps = pipeline.state
     ps.func_id = state["func_id"]
@@ -338,7 +344,12 @@ class DeviceProxy(CUDADispatcher):
         self.original = original
         self.identity_digest = identity_digest
         self._typed = targets.VariantMemo()
-        self._lowered = targets.VariantMemo()
+        # Lowered device functions are registered in numba's (process-wide)
+        # target context; unregister them when dropped, or when the proxy goes.
+        live_keys = set()
+        self._live_keys = live_keys
+        self._lowered = targets.VariantMemo(on_evict=lambda found: _unregister(live_keys, found[0]))
+        weakref.finalize(self, _unregister_all, live_keys)
 
     def compile_device(self, args, return_type=None):
         config = _active.config
@@ -377,9 +388,21 @@ class DeviceProxy(CUDADispatcher):
                 raise _compile_error(self.py_func.__qualname__, "llvm", exc) from exc
         reads = frozenset(reads) | typed.target_reads
         impl_key = _DeviceImplKey(self.py_func.__qualname__)
-        cres.target_context.insert_user_function(impl_key, cres.fndesc, [cres.library])
+        cuda_target.target_context.insert_user_function(impl_key, cres.fndesc, [cres.library])
+        self._live_keys.add(impl_key)
         self._lowered.put(key, reads, (impl_key, reads))
         return impl_key
+
+
+def _unregister(live_keys, impl_key):
+    if impl_key in live_keys:
+        live_keys.discard(impl_key)
+        cuda_target.target_context.remove_user_function(impl_key)
+
+
+def _unregister_all(live_keys):
+    for impl_key in list(live_keys):
+        _unregister(live_keys, impl_key)
 
 
 class _DeviceImplKey:
@@ -523,7 +546,7 @@ def _link(ptx: PTXArtifact, config: CompileConfig, output: str):
     linker = Linker(*objects, options=options)
     try:
         code = linker.link(output).code
-        log = linker.get_info_log() or ""
+        log = (linker.get_info_log() or "").replace("\x00", "").strip()
     finally:
         linker.close()
     return code, log

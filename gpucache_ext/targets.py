@@ -149,8 +149,9 @@ class VariantMemo:
     whose reads hold for the asked target.
     """
 
-    def __init__(self, limit: int = 64):
+    def __init__(self, limit: int = 64, on_evict=None):
         self.limit = limit
+        self.on_evict = on_evict  # called with each value dropped
         self.items: "OrderedDict[Any, list]" = OrderedDict()
 
     def get(self, key, cc):
@@ -165,7 +166,11 @@ class VariantMemo:
 
     def put(self, key, reads: TargetReads, value) -> None:
         variants = self.items.setdefault(key, [])
+        dropped = [v for r, v in variants if r == reads]
         variants[:] = [(r, v) for r, v in variants if r != reads] + [(reads, value)]
         self.items.move_to_end(key)
         while len(self.items) > self.limit:
-            self.items.popitem(last=False)
+            dropped += [v for _, v in self.items.popitem(last=False)[1]]
+        if self.on_evict is not None:
+            for old in dropped:
+                self.on_evict(old)

@@ -1,6 +1,7 @@
 """KernelCache behaviour: hits, partial recompiles, globals and device
 functions from elsewhere, explanations, bounds, errors and threads."""
 
+import gc
 import textwrap
 import threading
 
@@ -192,6 +193,7 @@ def test_numpy_global_contents_enter_the_token():
     assert not again.layers["typing"].hit
 
 
+@pytest.mark.filterwarnings("ignore::numba.cuda.core.errors.NumbaDebugInfoWarning")
 def test_source_location_matters_only_with_debug_info():
     source = """
         def kern(r, x):
@@ -321,3 +323,22 @@ def test_explain_predicts_misses_without_compiling():
     assert cache.stats() == before
     assert cache.explain(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))["typing"] == (
         "first compile of copy",)
+
+
+def test_lowered_device_functions_are_unregistered_when_dropped():
+    from numba.cuda.descriptor import cuda_target
+
+    from gpucache_ext.stages import _DeviceImplKey
+
+    def registered():
+        return sum(isinstance(k, _DeviceImplKey) for k in cuda_target.target_context._defns)
+
+    gc.collect()
+    start = registered()
+    cache = KernelCache()
+    for fastmath in (False, True):
+        cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80, fastmath=fastmath))
+    assert registered() == start + 2
+    del cache
+    gc.collect()
+    assert registered() == start

@@ -64,3 +64,13 @@ def test_kernels_that_never_ask_share_ir_across_all_targets():
         result = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=sm))
         assert result.layers["typing"].hit and result.layers["llvm"].hit
         assert result.layers["llvm"].token == first.layers["llvm"].token
+
+
+def test_variant_memo_reports_what_it_drops():
+    dropped = []
+    memo = VariantMemo(limit=2, on_evict=dropped.append)
+    for key in "abc":
+        memo.put(key, frozenset(), key.upper())
+    memo.put("c", frozenset(), "C2")  # replacing a variant drops the old value
+    assert dropped == ["A", "C"]
+    assert memo.get("a", (8, 6)) is None and memo.get("c", (8, 6)) == "C2"
