@@ -342,3 +342,14 @@ def test_lowered_device_functions_are_unregistered_when_dropped():
     del cache
     gc.collect()
     assert registered() == start
+
+
+def test_forced_cc_environment_has_no_effect(monkeypatch):
+    """NUMBA_FORCE_CUDA_CC would change numba's arch; the config's sm decides here."""
+    plain = KernelCache().compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    monkeypatch.setenv("NUMBA_FORCE_CUDA_CC", "7.0")
+    monkeypatch.setenv("NUMBA_CUDA_DEFAULT_PTX_CC", "7.0")
+    forced = KernelCache().compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    assert ".target sm_86" in forced.ptx
+    assert forced.ptx == plain.ptx and forced.cubin == plain.cubin
+    assert forced.layers["cubin"].token == plain.layers["cubin"].token
