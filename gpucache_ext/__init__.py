@@ -14,9 +14,35 @@ cubin), `cache` (the per-stage tiers and miss explanations).
 from .config import FIELD_STAGES, STAGES, CompileConfig
 from .errors import CompileError, ConfigError, GpuCacheError, UnsupportedKernelError
 from .cache import CompileResult, KernelCache, LayerResult
+from .kernel import Kernel, LaunchError
+
+_default_cache = None
+
+
+def default_cache() -> KernelCache:
+    """The process-wide `KernelCache` that the %%gpukernel magic uses."""
+    global _default_cache
+    if _default_cache is None:
+        _default_cache = KernelCache()
+    return _default_cache
+
+def load_ipython_extension(ipython):
+    """``%load_ext gpucache_ext``: registers %%gpukernel and %gpucache."""
+    from .magic import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython):
+    """``%unload_ext gpucache_ext``: removes what loading registered."""
+    from .magic import unload
+
+    unload(ipython)
+
 
 __all__ = [
-    "CompileConfig", "KernelCache", "CompileResult", "LayerResult",
+    "CompileConfig", "KernelCache", "CompileResult", "LayerResult", "Kernel", "LaunchError",
+    "default_cache",
     "FIELD_STAGES", "STAGES",
     "GpuCacheError", "ConfigError", "CompileError", "UnsupportedKernelError",
 ]

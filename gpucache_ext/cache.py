@@ -19,6 +19,7 @@ which token components differ.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import OrderedDict, deque
@@ -103,8 +104,9 @@ class LayerResult:
     token: str
     hit: bool
     tier: Optional[str]  # "memory", ...; None when compiled; "skipped" when not needed
-    seconds: float
-    reasons: Tuple[str, ...] = ()
+    seconds: float  # spent here: the lookup on a hit, the compile on a miss
+    reasons: Tuple[str, ...] = ()  # why it missed
+    saved_seconds: float = 0.0  # on a hit: what compiling the entry took
     components: Dict[str, Component] = field(default_factory=dict, repr=False)
 
     @property
@@ -156,6 +158,26 @@ class CompileResult:
         return self._cubin.entry_name
 
     @property
+    def call_helper(self):
+        """numba's exception table for debug launches (None if not in memory)."""
+        return self._llvm.call_helper
+
+    @property
+    def resources(self) -> Dict[str, int]:
+        """Registers, shared/local/constant bytes, stack, spills, from nvJitLink's log."""
+        return parse_resources(self._cubin.info_log)
+
+    @property
+    def seconds(self) -> float:
+        """Time this compile spent in the stages (lookups and compiles)."""
+        return sum(layer.seconds for layer in self.layers.values())
+
+    @property
+    def saved_seconds(self) -> float:
+        """Compile time the hits saved (what those entries took to build)."""
+        return sum(layer.saved_seconds for layer in self.layers.values())
+
+    @property
     def hit(self) -> bool:
         """True when no stage had to compile."""
         return all(layer.hit for layer in self.layers.values())
@@ -175,6 +197,32 @@ class CompileResult:
     @property
     def signature_text(self) -> str:
         return "(" + ", ".join(str(t) for t in self.signature) + ")"
+
+
+def parse_resources(log: str) -> Dict[str, int]:
+    """Resource usage from nvJitLink's verbose info log.
+
+    The summary line reads "used 38 registers, used 1 barriers, 0 stack,
+    2048 bytes smem, 568 bytes cmem[0], 8 bytes cmem[2], 0 bytes lmem"; spills
+    come from ptxas' "N bytes spill stores, N bytes spill loads".
+    """
+    summaries = [line for line in log.splitlines() if re.search(r"used \d+ registers", line)]
+    summary = summaries[-1] if summaries else ""
+
+    def number(pattern, text):
+        match = re.search(pattern, text)
+        return int(match.group(1)) if match else 0
+
+    return {
+        "registers": number(r"used (\d+) registers", summary),
+        "barriers": number(r"used (\d+) barriers", summary),
+        "stack_bytes": number(r"(\d+) stack", summary),
+        "shared_bytes": number(r"(\d+) bytes smem", summary),
+        "constant_bytes": sum(int(n) for n in re.findall(r"(\d+) bytes cmem\[\d+\]", summary)),
+        "local_bytes": number(r"(\d+) bytes lmem", summary),
+        "spill_stores": number(r"(\d+) bytes spill stores", log),
+        "spill_loads": number(r"(\d+) bytes spill loads", log),
+    }
 
 
 class _LayerStats:
@@ -205,11 +253,13 @@ class KernelCache:
         self._lock = threading.RLock()
 
     # -- public API --------------------------------------------------------
-    def compile(self, func, sig, config: Optional[CompileConfig] = None) -> CompileResult:
+    def compile(self, func, sig, config: Optional[CompileConfig] = None, *,
+                force: bool = False) -> CompileResult:
         """Compile `func` (a Python function or numba.cuda.jit dispatcher) for
         the argument types `sig` and `config`, reusing every cached stage.
 
-        The dispatcher's own options are not read: `config` decides.
+        The dispatcher's own options are not read: `config` decides.  With
+        ``force``, every stage is compiled again and its entry replaced.
         """
         config = CompileConfig() if config is None else config
         if not isinstance(config, CompileConfig):
@@ -217,7 +267,7 @@ class KernelCache:
         pyfunc = python_function(func)
         argtypes = stages.normalize_signature(sig)
         plan = _Plan(self, pyfunc, argtypes, config)
-        return plan.run()
+        return plan.run(force)
 
     def tokens(self, func, sig, config: Optional[CompileConfig] = None) -> Dict[str, Token]:
         """Each stage's token for these inputs, computed without compiling.
@@ -420,10 +470,11 @@ class _Plan:
             tokens[stage] = upstream = make_token(stage, parts)
         return tokens
 
-    def run(self) -> CompileResult:
-        found = {stage: self._lookup(stage) for stage in ("cubin", "ptx", "llvm")}
+    def run(self, force=False) -> CompileResult:
+        self.forced = force
+        found = {stage: None if force else self._lookup(stage) for stage in ("cubin", "ptx", "llvm")}
         if found["llvm"] is None:
-            typed = self._lookup("typing")
+            typed = None if force else self._lookup("typing")
             if typed is None:
                 typed = self._compile("typing", self._run_typing)
             found["llvm"] = self._compile("llvm", stages.run_llvm, typed, self.config)
@@ -457,8 +508,8 @@ class _Plan:
         if entry is None:
             return None
         self.cache._count(stage, True)
-        self.layers[stage] = LayerResult(stage, token.hex, True, "memory",
-                                         time.perf_counter() - start, (), token.components)
+        self.layers[stage] = LayerResult(stage, token.hex, True, "memory", time.perf_counter() - start,
+                                         components=token.components, saved_seconds=entry.seconds)
         return entry.artifact
 
     def _peek_typing(self):
@@ -466,10 +517,11 @@ class _Plan:
         entry, token = self.cache._lookup("typing", self.tokens["typing"], self.config.cc)
         if entry is not None:
             self.cache._count("typing", True)
-            tier = "memory"
+            tier, saved = "memory", entry.seconds
         else:
-            tier = "skipped"
-        self.layers["typing"] = LayerResult("typing", token.hex, True, tier, 0.0, (), token.components)
+            tier, saved = "skipped", 0.0
+        self.layers["typing"] = LayerResult("typing", token.hex, True, tier, 0.0,
+                                            components=token.components, saved_seconds=saved)
 
     def _compile(self, stage, fn, *args):
         generic = self.tokens[stage]
@@ -480,5 +532,8 @@ class _Plan:
         reads = getattr(artifact, "target_reads", targets.NO_READS)
         token, reasons = self.cache._store(stage, generic, self.kernel, artifact, artifact.nbytes,
                                            seconds, reads)
-        self.layers[stage] = LayerResult(stage, token.hex, False, None, seconds, reasons, token.components)
+        if self.forced:
+            reasons = ("forced recompile",)
+        self.layers[stage] = LayerResult(stage, token.hex, False, None, seconds, reasons,
+                                         components=token.components)
         return artifact

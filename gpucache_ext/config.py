@@ -100,7 +100,8 @@ def parse_sm(value: Any) -> int:
 def _sm_error(value, why):
     return ConfigError(
         f"sm={value!r} is invalid ({why}); use one of "
-        f"{_format_ccs(supported_ccs())}, written as 86, '8.6', 'sm_86' or (8, 6)"
+        f"{_format_ccs(supported_ccs())}, written as 86, '8.6', 'sm_86' or (8, 6)",
+        field="sm",
     )
 
 
@@ -109,7 +110,7 @@ def _check_bool(name, value, optional=False):
         return
     if not isinstance(value, bool):
         allowed = "True, False or None (follow fastmath)" if optional else "True or False"
-        raise ConfigError(f"{name}={value!r} is invalid; use {allowed}")
+        raise ConfigError(f"{name}={value!r} is invalid; use {allowed}", field=name)
 
 
 def _is_int(value):
@@ -129,7 +130,8 @@ def _normalise_launch_bounds(value):
     raise ConfigError(
         f"launch_bounds={value!r} is invalid; use None, a positive int (max "
         "threads per block) or a tuple (max_threads[, min_blocks[, max_cluster]]) "
-        "of positive ints"
+        "of positive ints",
+        field="launch_bounds",
     )
 
 
@@ -160,7 +162,7 @@ class CompileConfig:
     def __post_init__(self):
         object.__setattr__(self, "sm", parse_sm(self.sm))
         if not _is_int(self.opt) or not 0 <= self.opt <= 3:
-            raise ConfigError(f"opt={self.opt!r} is invalid; use an int from 0 to 3")
+            raise ConfigError(f"opt={self.opt!r} is invalid; use an int from 0 to 3", field="opt")
         for name in ("fastmath", "debug", "lineinfo", "lto"):
             _check_bool(name, getattr(self, name))
         for name in ("ftz", "prec_div", "prec_sqrt", "fma"):
@@ -169,7 +171,8 @@ class CompileConfig:
             not _is_int(self.max_registers) or not 1 <= self.max_registers <= 255
         ):
             raise ConfigError(
-                f"max_registers={self.max_registers!r} is invalid; use None or an int from 1 to 255"
+                f"max_registers={self.max_registers!r} is invalid; use None or an int from 1 to 255",
+                field="max_registers",
             )
         object.__setattr__(self, "launch_bounds", _normalise_launch_bounds(self.launch_bounds))
 

@@ -11,7 +11,14 @@ class GpuCacheError(Exception):
 
 
 class ConfigError(GpuCacheError, ValueError):
-    """A `CompileConfig` field was given a value it does not accept."""
+    """A `CompileConfig` field was given a value it does not accept.
+
+    ``field`` names the field (``"sm"``, ``"max_registers"``...).
+    """
+
+    def __init__(self, message, field=None):
+        super().__init__(message)
+        self.field = field
 
 
 class CompileError(GpuCacheError):

@@ -195,7 +195,7 @@ class _Walker:
         ident = SourceIdentity(qualname, pyfunc, {})
         parts = ident.components
         parts["function"] = component(qualname)
-        parts["code"] = Component(_code_digest(code, self.with_location), "bytecode")
+        parts["code"] = Component(_code_digest(code, self.with_location), "code")
         if self.with_location:
             parts["location"] = component(
                 [code.co_filename, code.co_firstlineno],
@@ -225,7 +225,7 @@ class _Walker:
         if is_device_dispatcher(value):
             dev = self.function(value.py_func)
             ident.devices[name] = (value, dev)
-            ident.components[f"device {name}"] = Component(dev.digest, _short(dev.digest, 12))
+            ident.components[f"device function {name}"] = Component(dev.digest, "device function")
             return
         if isinstance(value, pytypes.ModuleType):
             self._module(ident, kind, name, value, names)
@@ -255,7 +255,7 @@ class _Walker:
                 attrs[attr] = self.value(value)
         ident.components[f"{kind} {name}"] = Component(
             digest(["user module", module.__name__, {k: v.digest for k, v in attrs.items()}]),
-            f"module {module.__name__}",
+            f"module {module.__name__}",  # an edit shows as "global NAME changed"
         )
 
     def value(self, value) -> Component:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import linecache
 import threading
 import time
 import weakref
@@ -217,9 +218,25 @@ class TypedFunction:
         return 4096 + 256 * len(self.state["typemap"])
 
 
-def _compile_error(qualname, stage, exc):
+def _compile_error(qualname, stage, exc, pyfunc=None):
+    """A CompileError naming the kernel and, where known, the source line."""
     message = str(exc).strip() or type(exc).__name__
+    loc = getattr(exc, "loc", None)
+    filename, line = getattr(loc, "filename", None), getattr(loc, "line", None)
+    if (filename is None or line is None) and pyfunc is not None:
+        filename, line = pyfunc.__code__.co_filename, _def_line(pyfunc.__code__)
+    if filename is not None and line is not None and f"line {line}" not in message:
+        source = linecache.getline(filename, line).strip()
+        message += f'\n  File "{filename}", line {line}' + (f"\n    {source}" if source else "")
     return CompileError(qualname, stage, message)
+
+
+def _def_line(code) -> int:
+    """The line of ``def`` itself (co_firstlineno is the first decorator's)."""
+    for line in range(code.co_firstlineno, code.co_firstlineno + 20):
+        if linecache.getline(code.co_filename, line).lstrip().startswith(("def ", "async def ")):
+            return line
+    return code.co_firstlineno
 
 
 def symbol_uid(identity_digest: str) -> int:
@@ -243,7 +260,7 @@ def run_typing(pyfunc, argtypes, config: CompileConfig, *, kernel: bool, uid: Op
         except (CompileError, UnsupportedKernelError):
             raise
         except Exception as exc:
-            raise _compile_error(qualname, "typing", exc) from exc
+            raise _compile_error(qualname, "typing", exc, pyfunc) from exc
     if kernel and state["return_type"] not in (nbtypes.void, nbtypes.none):
         raise CompileError(qualname, "typing", "a CUDA kernel must not return a value")
     if state["metadata"].get("launch_config_sensitive"):
@@ -385,7 +402,7 @@ class DeviceProxy(CUDADispatcher):
             try:
                 cres = _lower(typed, config)
             except Exception as exc:
-                raise _compile_error(self.py_func.__qualname__, "llvm", exc) from exc
+                raise _compile_error(self.py_func.__qualname__, "llvm", exc, self.py_func) from exc
         reads = frozenset(reads) | typed.target_reads
         impl_key = _DeviceImplKey(self.py_func.__qualname__)
         cuda_target.target_context.insert_user_function(impl_key, cres.fndesc, [cres.library])
@@ -430,6 +447,9 @@ class LLVMArtifact:
     modules: Tuple[str, ...]
     entry_name: str
     target_reads: targets.TargetReads
+    # numba's exception table for the kernel (raises in debug launches);
+    # in memory only, not part of the artifact's bytes.
+    call_helper: Any = field(default=None, repr=False, compare=False)
 
     @property
     def text(self) -> str:
@@ -456,7 +476,7 @@ def run_llvm(typed: TypedFunction, config: CompileConfig) -> LLVMArtifact:
             raise _compile_error(typed.qualname, "llvm", exc) from exc
         _check_linkable(typed.qualname, library)
         modules = tuple(str(module) for module in library.modules)
-    return LLVMArtifact(modules, entry_name, frozenset(reads) | typed.target_reads)
+    return LLVMArtifact(modules, entry_name, frozenset(reads) | typed.target_reads, cres.call_helper)
 
 
 def _check_linkable(qualname, library):

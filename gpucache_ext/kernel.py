@@ -1,0 +1,352 @@
+"""Launchable kernels: compiled through a `KernelCache`, launched on a GPU or
+on numba's CUDA simulator.
+
+A `Kernel` is launched like a numba kernel, ``k[blocks, threads](args)``
+(also ``[blocks, threads, stream, shared_bytes]``).  Kernels with signatures
+are compiled up front; others are compiled at their first launch for the
+argument types, once per distinct signature.
+
+On a GPU the cached cubin is loaded and launched through numba-cuda's own
+launch path (cuda.core underneath), which marshals numpy arrays (copied in
+and out), device arrays, objects with ``__cuda_array_interface__`` and
+scalars.  When the compiled target cannot run on the present GPU, the PTX is
+given to the driver to JIT if that is valid, else the launch fails with the
+``--sm`` to use.  Without a GPU, or with ``simulate=True``, launches run on
+numba's CUDA simulator; the artifacts are still compiled, cached and
+inspectable.
+
+Globals and device functions are re-checked at a kernel's first launch after
+`refresh_all()` (the magic calls it after every cell), so an edit in another
+cell recompiles what uses it; between refreshes launches cost no lookup.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from .cache import CompileResult, KernelCache
+from .config import CompileConfig
+from .errors import GpuCacheError, UnsupportedKernelError
+from .sources import identify, python_function, rebind
+from .stages import normalize_signature
+
+_generation = 0
+
+
+def refresh_all() -> None:
+    """Make every kernel re-check its inputs (globals, device functions) at its next launch."""
+    global _generation
+    _generation += 1
+
+
+class LaunchError(GpuCacheError):
+    """A kernel cannot be launched as asked (no matching signature, wrong target)."""
+
+
+# Decorator options that map onto CompileConfig fields.
+def config_with_options(config: CompileConfig, options: Dict[str, Any]) -> CompileConfig:
+    """`config` overridden by a ``@cuda.jit(...)`` decorator's options."""
+    changes = {}
+    for name in ("fastmath", "debug", "lineinfo", "max_registers", "launch_bounds", "lto"):
+        if options.get(name) is not None:
+            changes[name] = options[name]
+    opt = options.get("opt")
+    if opt is not None:
+        changes["opt"] = (config.opt or 3) if opt is True else 0 if opt is False else opt
+    for name in ("link", "extensions"):
+        if options.get(name):
+            raise UnsupportedKernelError(
+                f"@cuda.jit({name}=...) is not supported by gpucache_ext yet; "
+                "define the kernel without it"
+            )
+    if options.get("shared_memory_carveout") is not None:
+        raise UnsupportedKernelError("@cuda.jit(shared_memory_carveout=...) is not supported yet")
+    return config.replace(**changes) if changes else config
+
+
+def _typeof_argument(value):
+    from numba.cuda.typing.typeof import Purpose, typeof
+
+    try:
+        ty = typeof(value, Purpose.argument)
+    except Exception as exc:
+        raise LaunchError(f"cannot pass a {type(value).__name__} to a kernel: {exc}") from None
+    if ty is None:
+        raise LaunchError(f"cannot pass a {type(value).__name__} to a kernel")
+    return ty
+
+
+def _accepts(declared: Tuple, actual: Tuple) -> bool:
+    from numba.cuda.descriptor import cuda_target
+
+    if len(declared) != len(actual):
+        return False
+    context = cuda_target.typing_context
+    return all(d == a or context.can_convert(a, d) is not None for d, a in zip(declared, actual))
+
+
+class Kernel:
+    """A kernel compiled through a `KernelCache` and launched like numba's."""
+
+    def __init__(self, func, signatures: Sequence = (), config: Optional[CompileConfig] = None,
+                 cache: Optional[KernelCache] = None, options: Optional[Dict[str, Any]] = None,
+                 simulate: bool = False, on_compile: Optional[Callable[[CompileResult], None]] = None,
+                 force: bool = False):
+        self.py_func = python_function(func)
+        functools.update_wrapper(self, self.py_func)
+        self.options = dict(options or {})
+        self.config = config_with_options(config or CompileConfig(), self.options)
+        self.cache = cache if cache is not None else _default_cache()
+        self.simulate = simulate
+        self.on_compile = on_compile
+        self.force = force  # recompile every stage at each signature's first compile
+        self.declared = tuple(normalize_signature(sig) for sig in signatures)
+        self.results: Dict[Tuple, CompileResult] = {}
+        self._checked: Dict[Tuple, int] = {}
+        self._loaded: Dict[Tuple, Any] = {}
+        self._simulated = None
+        self._lock = threading.RLock()
+
+    # -- compiling -------------------------------------------------------------
+    def compile(self, sig, force: bool = False) -> CompileResult:
+        """Compile (or find in the cache) this kernel for one signature."""
+        argtypes = normalize_signature(sig)
+        return self._compile(argtypes, force)
+
+    def compile_declared(self, force: bool = False):
+        """Compile every signature given to the decorator (or with ``--sig``),
+        except those already compiled since the last `refresh_all`."""
+        results = []
+        for argtypes in self.declared:
+            with self._lock:
+                current = self._checked.get(argtypes) == _generation and not force
+            results.append(self.results[argtypes] if current else self._compile(argtypes, force))
+        return results
+
+    def _compile(self, argtypes, force=False) -> CompileResult:
+        force = force or (self.force and argtypes not in self.results)
+        result = self.cache.compile(self.py_func, argtypes, self.config, force=force)
+        with self._lock:
+            self.results[argtypes] = result
+            self._checked[argtypes] = _generation
+        if self.on_compile is not None:
+            self.on_compile(result)
+        return result
+
+    def _result_for(self, args) -> CompileResult:
+        actual = tuple(_typeof_argument(a) for a in args)
+        argtypes = actual
+        if self.declared:
+            matches = [d for d in self.declared if _accepts(d, actual)]
+            if not matches:
+                shown = ", ".join(map(str, actual))
+                raise LaunchError(
+                    f"{self.__name__}: no signature accepts ({shown}); declared: "
+                    + "; ".join("(" + ", ".join(map(str, d)) + ")" for d in self.declared)
+                )
+            argtypes = matches[0]
+        with self._lock:
+            result = self.results.get(argtypes)
+            if result is not None and self._checked.get(argtypes) == _generation:
+                return result
+        return self._compile(argtypes)
+
+    # -- launching -------------------------------------------------------------
+    def __getitem__(self, launch):
+        if not isinstance(launch, tuple) or not 2 <= len(launch) <= 4:
+            raise LaunchError(
+                f"launch {self.__name__} as kernel[blocks, threads] or "
+                "kernel[blocks, threads, stream, shared_bytes]"
+            )
+        return functools.partial(self.launch, griddim=launch[0], blockdim=launch[1],
+                                 stream=launch[2] if len(launch) > 2 else 0,
+                                 sharedmem=launch[3] if len(launch) > 3 else 0)
+
+    def __call__(self, *args, **kwargs):
+        raise LaunchError(f"launch {self.__name__} with a configuration: {self.__name__}[blocks, threads](...)")
+
+    def launch(self, *args, griddim, blockdim, stream=0, sharedmem=0):
+        """Compile for the arguments' types if needed, then run the kernel."""
+        result = self._result_for(args)
+        if self.simulate or not gpu_available():
+            _notice_simulator(self.simulate)
+            self._simulator()[griddim, blockdim, stream, sharedmem](*args)
+            return
+        from numba.cuda.errors import normalize_kernel_dimensions
+        from numba.cuda.cudadrv import driver
+
+        griddim, blockdim = normalize_kernel_dimensions(griddim, blockdim)
+        loaded = self._gpu_kernel(result)
+        loaded.launch(args, griddim, blockdim, driver._to_core_stream(stream), sharedmem)
+
+    def _gpu_kernel(self, result: CompileResult):
+        key = (result.signature, result.layers["cubin"].token)
+        with self._lock:
+            loaded = self._loaded.get(key)
+            if loaded is None:
+                loaded = self._loaded[key] = load_on_gpu(result)
+            return loaded
+
+    def _simulator(self):
+        with self._lock:
+            if self._simulated is None or self._simulated[0] != _generation:
+                self._simulated = (_generation, simulated_kernel(self.py_func, self.config))
+            return self._simulated[1]
+
+    # -- inspecting --------------------------------------------------------------
+    @property
+    def signatures(self):
+        return list(self.results)
+
+    @property
+    def last(self) -> CompileResult:
+        """The most recently compiled signature's result."""
+        if not self.results:
+            raise LaunchError(
+                f"{self.__name__} has not been compiled yet: launch it, or give it a signature "
+                "(@cuda.jit('void(float32[:])') or %%gpukernel --sig ...)"
+            )
+        return next(reversed(self.results.values()))
+
+    @property
+    def ptx(self) -> str:
+        return self.last.ptx
+
+    @property
+    def llvm_ir(self) -> str:
+        return self.last.llvm_ir
+
+    @property
+    def cubin(self) -> bytes:
+        return self.last.cubin
+
+    @property
+    def resources(self) -> Dict[str, int]:
+        return self.last.resources
+
+    def inspect(self) -> str:
+        """Config, per-stage tokens and hits, resources and PTX size, per signature."""
+        lines = [f"{self.__name__}: {self.config.summary()}"]
+        for result in self.results.values():
+            lines.append(result.explain())
+            res = result.resources
+            lines.append(
+                f"  resources: {res['registers']} registers, {res['shared_bytes']} B shared, "
+                f"{res['local_bytes']} B local, {res['constant_bytes']} B constant, "
+                f"spills {res['spill_stores']}/{res['spill_loads']} B"
+            )
+            lines.append(f"  ptx: {len(result.ptx.splitlines())} lines, cubin: {len(result.cubin)} bytes")
+        if not self.results:
+            lines.append("  (not compiled yet)")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        sigs = ", ".join("(" + ", ".join(map(str, s)) + ")" for s in self.results) or "not compiled"
+        return f"<gpucache_ext.Kernel {self.__name__} [{self.config.summary()}] {sigs}>"
+
+
+def _default_cache():
+    from . import default_cache
+
+    return default_cache()
+
+
+# ---------------------------------------------------------------------------
+# GPU
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_available() -> bool:
+    """True when a CUDA driver and at least one GPU are present."""
+    try:
+        from numba import cuda
+
+        return bool(cuda.is_available())
+    except Exception:
+        return False
+
+
+def device_cc() -> Tuple[int, int]:
+    from numba import cuda
+
+    return tuple(cuda.get_current_device().compute_capability)
+
+
+def choose_image(result: CompileResult, cc: Tuple[int, int]) -> bytes:
+    """The cubin if it runs on a GPU of `cc`, else PTX for the driver to JIT.
+
+    A cubin for sm_XY runs on sm_XZ with Z >= Y; PTX for compute_XY runs on
+    any GPU of cc >= XY.
+    """
+    compiled = result.config.cc
+    if compiled[0] == cc[0] and compiled[1] <= cc[1]:
+        return result.cubin
+    if compiled <= cc:
+        return result.ptx.encode() + b"\x00"
+    raise LaunchError(
+        f"{result.kernel.rsplit('.', 1)[-1]} was compiled for sm_{compiled[0]}{compiled[1]}, "
+        f"which this GPU (sm_{cc[0]}{cc[1]}) cannot run; use --sm {cc[0]}{cc[1]} "
+        f"(or CompileConfig(sm={cc[0]}{cc[1]}))"
+    )
+
+
+def load_on_gpu(result: CompileResult):
+    """A numba launchable for the cached artifact, loaded through cuda.core."""
+    from numba.cuda import types as nbtypes
+    from numba.cuda import typing as nbtyping
+    from numba.cuda.codegen import CUDACodeLibrary
+    from numba.cuda.descriptor import cuda_target
+    from numba.cuda.dispatcher import _Kernel
+
+    cc = device_cc()
+    image = choose_image(result, cc)
+    # numba-cuda's own cache-loading path: a code library holding the binary
+    # under the device's cc, and a kernel around it.
+    device_key = (cc[0], cc[1], "a" if cc >= (9, 0) else "")
+    library = CUDACodeLibrary._rebuild(
+        cuda_target.target_context.codegen(), result.kernel, result.entry_name,
+        llvm_strs=None, ptx_cache={}, cubin_cache={device_key: image}, linkerinfo_cache={},
+        max_registers=result.config.max_registers, nvvm_options={}, needs_cudadevrt=False,
+        nrt=False, use_cooperative=False, lto=False,
+    )
+    if result.config.debug and result.call_helper is None:
+        raise LaunchError(f"{result.kernel}: a debug launch needs the kernel's exception table; "
+                          "recompile it in this process (force=True)")
+    return _Kernel._rebuild(
+        cooperative=False, name=result.entry_name,
+        signature=nbtyping.signature(nbtypes.void, *result.signature),
+        codelibrary=library, debug=result.config.debug, lineinfo=result.config.lineinfo,
+        call_helper=result.call_helper, extensions=[],
+    )
+
+
+# ---------------------------------------------------------------------------
+# Simulator
+
+_notice_shown = False
+
+
+def _notice_simulator(asked: bool) -> None:
+    global _notice_shown
+    if not _notice_shown and not asked:
+        print("gpucache_ext: no GPU found, kernels run on numba's CUDA simulator "
+              "(compiled artifacts are still cached and inspectable)", file=sys.stderr)
+    _notice_shown = True
+
+
+def simulated_kernel(pyfunc, config: CompileConfig):
+    """numba's simulator kernel for `pyfunc`, its device functions replaced by simulator twins."""
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    def twin(dispatcher, identity):
+        return FakeCUDAKernel(rebind(identity, twin), device=True, fastmath=config.fastmath)
+
+    identity = identify(pyfunc, with_location=False)
+    return FakeCUDAKernel(rebind(identity, twin), device=False, fastmath=config.fastmath,
+                          debug=config.debug)
+
+
+__all__ = ["Kernel", "LaunchError", "refresh_all", "gpu_available", "config_with_options"]

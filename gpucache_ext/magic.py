@@ -1,0 +1,358 @@
+"""The IPython layer: ``%%gpukernel`` and ``%gpucache``.
+
+``%%gpukernel`` runs its cell as ordinary numba-cuda code in the user's
+namespace, with ``cuda.jit`` standing in for numba's during the cell: kernels
+become `Kernel` objects compiled through the shared `KernelCache` with the
+magic's flags (a decorator's own options override them for that kernel);
+device functions stay lazy numba dispatchers, lowered later for each calling
+kernel.  After the cell, kernels with signatures are compiled and a report
+says, per stage, what hit and what missed and why.
+
+Bad flags raise `UsageError` before anything runs.  A failing cell (an
+exception in the body, or a kernel that does not compile) fails the cell and
+puts back the names it had bound to kernels, so earlier kernels stay usable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import linecache
+import os
+from typing import List
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+from traitlets import Bool, Unicode, default
+
+from . import default_cache
+from .cache import CompileResult
+from .config import STAGES, CompileConfig, parse_sm
+from .errors import ConfigError, GpuCacheError
+from .kernel import Kernel, gpu_available, refresh_all
+from .report import CellReport, StatsTable
+from .stages import normalize_signature
+
+DEFAULT_SM = 86
+
+_FLAG_OF_FIELD = {
+    "sm": "--sm", "opt": "--opt", "fastmath": "--fastmath", "ftz": "--ftz",
+    "prec_div": "--prec-div", "prec_sqrt": "--prec-sqrt", "fma": "--fma", "debug": "--debug",
+    "lineinfo": "--lineinfo", "max_registers": "--max-registers",
+    "launch_bounds": "--launch-bounds", "lto": "--lto",
+}
+
+
+def _parse_launch_bounds(text):
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(
+            f"--launch-bounds {text}: use T[,B[,C]] (max threads per block, min blocks "
+            "per SM, max blocks per cluster), e.g. --launch-bounds 256,2"
+        ) from None
+
+
+@magics_class
+class GpuCacheMagics(Magics):
+    """The ``%%gpukernel`` cell magic and the ``%gpucache`` line magic.
+
+    Configure with ``c.GpuCacheMagics.<trait>`` in an IPython profile, or with
+    the environment variables named in each trait's help.
+    """
+
+    default_sm = Unicode(
+        help="Target used when a cell gives no --sm (env GPUCACHE_SM). Empty: the "
+             "current GPU's compute capability, else sm_86.",
+    ).tag(config=True)
+    cache_dir = Unicode(
+        help="Directory of the persistent cache tier (env GPUCACHE_DIR); "
+             "empty: memory tiers only.",
+    ).tag(config=True)
+    quiet = Bool(help="Do not show the per-cell report (env GPUCACHE_QUIET=1).").tag(config=True)
+
+    @default("default_sm")
+    def _default_sm(self):
+        return os.environ.get("GPUCACHE_SM", "")
+
+    @default("cache_dir")
+    def _default_cache_dir(self):
+        return os.environ.get("GPUCACHE_DIR", "")
+
+    @default("quiet")
+    def _default_quiet(self):
+        return os.environ.get("GPUCACHE_QUIET", "").lower() in ("1", "true", "yes")
+
+    # -- %%gpukernel -------------------------------------------------------------
+    @magic_arguments()
+    @argument("--sm", help="target: 86, 8.6 or sm_86 (default: the current GPU's, else "
+                           "GPUCACHE_SM, else 86)")
+    @argument("--opt", type=int, choices=[0, 1, 2, 3], default=None,
+              help="libNVVM optimisation level (default 3)")
+    @argument("--fastmath", action="store_true", help="fast math in lowering and libNVVM")
+    @argument("--ftz", action=argparse.BooleanOptionalAction, default=None,
+              help="flush denormals to zero (default: follow --fastmath)")
+    @argument("--prec-div", action=argparse.BooleanOptionalAction, default=None,
+              help="IEEE division (default: follow --fastmath)")
+    @argument("--prec-sqrt", action=argparse.BooleanOptionalAction, default=None,
+              help="IEEE square root (default: follow --fastmath)")
+    @argument("--fma", action=argparse.BooleanOptionalAction, default=None,
+              help="contract multiply-add (default: on)")
+    @argument("--lineinfo", action="store_true", help="line information for profilers")
+    @argument("--debug", action="store_true", help="full debug information (use with --opt 0)")
+    @argument("--max-registers", type=int, metavar="N", help="register limit per thread (1-255)")
+    @argument("--launch-bounds", metavar="T[,B[,C]]",
+              help="max threads per block[, min blocks per SM[, max blocks per cluster]]")
+    @argument("--lto", action="store_true", help="link-time optimisation (LTO-IR through nvJitLink)")
+    @argument("--sig", action="append", default=[], metavar="SIG",
+              help="signature for kernels without one, e.g. 'void(float32[:])'; repeatable")
+    @argument("--force", action="store_true", help="recompile every stage and store the results")
+    @argument("--explain", action="store_true", help="show every stage's token components")
+    @argument("--simulate", action="store_true", help="run launches on numba's CUDA simulator")
+    @argument("--quiet", action="store_true", help="no per-cell report")
+    @cell_magic
+    def gpukernel(self, line, cell):
+        """Compile the numba-cuda kernels of this cell through gpucache_ext's staged cache.
+
+        The cell is ordinary numba-cuda code: @cuda.jit kernels and
+        @cuda.jit(device=True) functions, plus any other Python.  Kernels are
+        bound to objects launched like numba's (k[blocks, threads](args)) that
+        also expose .ptx, .llvm_ir, .cubin, .resources and .inspect().
+        """
+        args = parse_argstring(self.gpukernel, line)
+        if not cell.strip():
+            raise UsageError("%%gpukernel needs a cell of numba-cuda code below the magic line")
+        config = self._config(args)
+        signatures = self._signatures(args.sig)
+        report = _run_cell(self.shell, cell, config, signatures, args)
+        if report is not None and not (args.quiet or self.quiet):
+            display(report)
+
+    def _config(self, args) -> CompileConfig:
+        try:
+            sm = args.sm if args.sm is not None else self.resolved_default_sm()
+            return CompileConfig(
+                sm=sm, opt=3 if args.opt is None else args.opt, fastmath=args.fastmath,
+                ftz=args.ftz, prec_div=args.prec_div, prec_sqrt=args.prec_sqrt, fma=args.fma,
+                debug=args.debug, lineinfo=args.lineinfo, max_registers=args.max_registers,
+                launch_bounds=_parse_launch_bounds(args.launch_bounds), lto=args.lto,
+            )
+        except ConfigError as exc:
+            flag = _FLAG_OF_FIELD.get(exc.field, exc.field)
+            given = getattr(args, (exc.field or "").replace("-", "_"), None)
+            if exc.field == "sm" and args.sm is None:
+                raise UsageError(f"default target {sm!r} (GpuCacheMagics.default_sm or "
+                                 f"GPUCACHE_SM): {exc}") from None
+            raise UsageError(f"{flag} {given}: {exc}") from None
+
+    def resolved_default_sm(self):
+        """The target for cells without --sm: configured, else this GPU's, else 86."""
+        if self.default_sm:
+            return self.default_sm
+        if gpu_available():
+            from .kernel import device_cc
+
+            major, minor = device_cc()
+            try:
+                return parse_sm((major, minor))
+            except ConfigError:
+                pass
+        return DEFAULT_SM
+
+    @staticmethod
+    def _signatures(sigs):
+        parsed = []
+        for sig in sigs:
+            if len(sig) > 1 and sig[0] == sig[-1] and sig[0] in "'\"":
+                sig = sig[1:-1]  # IPython's argument splitting keeps quotes
+            try:
+                normalize_signature(sig)
+            except TypeError as exc:
+                raise UsageError(f"--sig {sig!r}: {exc}") from None
+            parsed.append(sig)
+        return parsed
+
+    # -- %gpucache ----------------------------------------------------------------
+    @line_magic
+    def gpucache(self, line):
+        """Inspect the kernel cache.
+
+        %gpucache                 per-stage hits, misses, entries and bytes
+        %gpucache stats           the same counters
+        %gpucache clear [STAGE]   drop every entry, or one stage's (typing, llvm, ptx, cubin)
+        %gpucache explain NAME    how kernel NAME was compiled, and what would miss now
+        """
+        words = line.split()
+        cache = default_cache()
+        if not words or words[0] == "stats":
+            if len(words) > 1:
+                raise UsageError("%gpucache stats takes no arguments")
+            return StatsTable(cache.stats())
+        command, rest = words[0], words[1:]
+        if command == "clear":
+            if len(rest) > 1 or (rest and rest[0] not in STAGES):
+                raise UsageError(f"%gpucache clear [STAGE]: STAGE is one of {', '.join(STAGES)}")
+            cache.clear(rest[0] if rest else None)
+            print(f"cleared {rest[0] if rest else 'every'} stage")
+            return None
+        if command == "explain":
+            if len(rest) != 1:
+                raise UsageError("%gpucache explain NAME: NAME is a kernel bound by %%gpukernel")
+            kernel = self.shell.user_ns.get(rest[0])
+            if not isinstance(kernel, Kernel):
+                raise UsageError(f"%gpucache explain {rest[0]}: no %%gpukernel kernel of that name")
+            print(explain_kernel(kernel))
+            return None
+        raise UsageError(f"%gpucache {command}: unknown command; use stats, clear [STAGE] or explain NAME")
+
+
+def explain_kernel(kernel: Kernel) -> str:
+    """The last compile of each signature, and what would miss if compiled now."""
+    if not kernel.results:
+        return f"{kernel.__name__} has not been compiled yet"
+    lines = [kernel.inspect(), "", "if compiled now:"]
+    for argtypes, result in kernel.results.items():
+        predicted = kernel.cache.explain(kernel.py_func, argtypes, kernel.config)
+        misses = {s: r for s, r in predicted.items() if r}
+        shown = ", ".join(map(str, argtypes))
+        if not misses:
+            lines.append(f"  ({shown}): every stage hits")
+        for stage, reasons in misses.items():
+            lines.append(f"  ({shown}): {stage} misses: {'; '.join(reasons)}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Running a cell
+
+
+class _CellJit:
+    """Stands in for numba.cuda.jit while a %%gpukernel cell runs."""
+
+    def __init__(self, real_jit, config, signatures, args, collect):
+        self.real_jit = real_jit
+        self.config = config
+        self.signatures = signatures
+        self.args = args
+        self.collect = collect
+        self.kernels: List[Kernel] = []
+
+    def __call__(self, func_or_sig=None, device=False, **options):
+        from numba.cuda.core.sigutils import is_signature
+
+        if func_or_sig is None or is_signature(func_or_sig) or isinstance(func_or_sig, list):
+            sigs = [] if func_or_sig is None else (
+                list(func_or_sig) if isinstance(func_or_sig, list) else [func_or_sig])
+            return lambda func: self._make(func, sigs, device, options)
+        return self._make(func_or_sig, [], device, options)
+
+    def _make(self, func, sigs, device, options):
+        if device:
+            # A lazy dispatcher: gpucache_ext types and lowers it per calling
+            # kernel (a signature here would make numba compile it now, for the
+            # current GPU).
+            return self.real_jit(device=True)(func)
+        kernel = Kernel(func, sigs or self.signatures, self.config, default_cache(), options,
+                        simulate=self.args.simulate, on_compile=self.collect, force=self.args.force)
+        self.kernels.append(kernel)
+        return kernel
+
+
+@contextlib.contextmanager
+def _jit_replaced(stand_in):
+    import numba.cuda
+
+    real = numba.cuda.jit
+    numba.cuda.jit = stand_in
+    try:
+        yield
+    finally:
+        numba.cuda.jit = real
+
+
+def _cell_filename(cell: str) -> str:
+    """A name derived from the cell's text, so an unchanged cell keeps its name
+    (and its line-number-dependent debug info keeps hitting) across runs."""
+    return f"<gpukernel-{hashlib.sha1(cell.encode()).hexdigest()[:12]}>"
+
+
+def _run_cell(shell, cell, config, signatures, args):
+    import numba.cuda
+
+    source = shell.transform_cell(cell)
+    filename = _cell_filename(source)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    code = compile(source, filename, "exec")
+
+    results: List[CompileResult] = []
+    collecting = [True]
+
+    def collect(result):
+        if collecting[0]:
+            results.append(result)
+
+    namespace = shell.user_ns
+    before = dict(namespace)
+    stand_in = _CellJit(numba.cuda.jit, config, signatures, args, collect)
+    try:
+        with _jit_replaced(stand_in):
+            exec(code, namespace)
+        for kernel in stand_in.kernels:
+            kernel.compile_declared()
+    except BaseException as exc:
+        _restore_kernel_names(namespace, before, stand_in.kernels)
+        if isinstance(exc, GpuCacheError):
+            raise exc.with_traceback(None) from None
+        raise exc.with_traceback(_cell_frames(exc.__traceback__, filename))
+    finally:
+        collecting[0] = False
+    return CellReport(results, explain=args.explain)
+
+
+def _restore_kernel_names(namespace, before, kernels):
+    made = {id(k) for k in kernels}
+    for name, value in list(namespace.items()):
+        if id(value) in made:
+            if name in before:
+                namespace[name] = before[name]
+            else:
+                del namespace[name]
+
+
+def _cell_frames(tb, filename):
+    """The traceback from the cell's own frame on (drops this module's frames)."""
+    start = tb
+    while start is not None and start.tb_frame.f_code.co_filename != filename:
+        start = start.tb_next
+    return start or tb
+
+
+_magics = None
+
+
+def _refresh_after_cell(*_):
+    refresh_all()
+
+
+def load(shell):
+    """Register the magics and the post-cell refresh on `shell`."""
+    global _magics
+    _magics = GpuCacheMagics(shell=shell)
+    shell.register_magics(_magics)
+    shell.events.register("post_run_cell", _refresh_after_cell)
+
+
+def unload(shell):
+    """Remove what `load` registered."""
+    global _magics
+    with contextlib.suppress(ValueError):
+        shell.events.unregister("post_run_cell", _refresh_after_cell)
+    magics = shell.magics_manager.magics
+    magics["cell"].pop("gpukernel", None)
+    magics["line"].pop("gpucache", None)
+    _magics = None

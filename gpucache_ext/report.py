@@ -1,0 +1,170 @@
+"""What a %%gpukernel cell reports: per kernel and signature, per stage, hit
+or miss (and from which tier), time spent, time saved, and why it missed.
+
+A `CellReport` shows as a small HTML table in notebooks and as plain text in a
+terminal (or any frontend without HTML).  `StatsTable` is the same for the
+cache's per-stage counters.  Nothing here imports IPython: display happens
+through the ``_repr_*_`` protocol.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Dict, Iterable, List
+
+from .cache import CompileResult
+from .config import STAGES
+
+_STYLE = (
+    "<style>"
+    ".gpucache-report{border-collapse:collapse;font-family:var(--jp-code-font-family,monospace);"
+    "font-size:12px;color:inherit}"
+    ".gpucache-report th,.gpucache-report td{padding:2px 8px;text-align:left;"
+    "border-bottom:1px solid rgba(128,128,128,.3)}"
+    ".gpucache-hit{color:#2e7d32}.gpucache-miss{color:#c62828;font-weight:bold}"
+    ".gpucache-why{opacity:.85}"
+    "</style>"
+)
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.2f} ms" if ms < 10 else f"{ms:.0f} ms"
+
+
+def _stage_cell(layer) -> str:
+    if layer.hit:
+        return "hit" if layer.tier in ("memory", None) else f"hit:{layer.tier}"
+    return "MISS"
+
+
+def _short_reason(result: CompileResult) -> str:
+    for stage in STAGES:
+        layer = result.layers[stage]
+        if not layer.hit and layer.reasons:
+            return "; ".join(layer.reasons[:2])
+    return ""
+
+
+def short_type(ty) -> str:
+    """numba's signature spelling of a type: float32[::1] rather than array(float32, 1d, C)."""
+    ndim, layout, dtype = getattr(ty, "ndim", None), getattr(ty, "layout", None), getattr(ty, "dtype", None)
+    if ndim is None or dtype is None or layout not in ("A", "C", "F"):
+        return str(ty)
+    dims = [":"] * ndim
+    if ndim and layout == "C":
+        dims[-1] = "::1"
+    elif ndim and layout == "F":
+        dims[0] = "::1"
+    return f"{dtype}[{', '.join(dims)}]"
+
+
+def short_signature(argtypes) -> str:
+    return "(" + ", ".join(short_type(t) for t in argtypes) + ")"
+
+
+def _kernel_name(result: CompileResult) -> str:
+    return result.kernel.rsplit(".", 1)[-1]
+
+
+class CellReport:
+    """One row per kernel and signature compiled (or found) in a cell."""
+
+    def __init__(self, results: Iterable[CompileResult], explain: bool = False):
+        self.results: List[CompileResult] = list(results)
+        self.explain = explain
+
+    def rows(self) -> List[Dict[str, str]]:
+        rows = []
+        for result in self.results:
+            row = {"kernel": _kernel_name(result), "signature": short_signature(result.signature),
+                   "config": result.config.summary()}
+            for stage in STAGES:
+                row[stage] = _stage_cell(result.layers[stage])
+            row["time"] = _ms(result.seconds)
+            row["saved"] = _ms(result.saved_seconds)
+            row["why"] = _short_reason(result)
+            rows.append(row)
+        return rows
+
+    def _columns(self):
+        return ["kernel", "signature", "config", *STAGES, "time", "saved", "why"]
+
+    def __repr__(self) -> str:
+        rows = self.rows()
+        if not rows:
+            return "gpukernel: no kernel compiled in this cell"
+        columns = self._columns()
+        widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+        lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
+        lines += ["  ".join(r[c].ljust(widths[c]) for c in columns).rstrip() for r in rows]
+        if self.explain:
+            lines += ["", *self._explanations_text()]
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer, cycle):
+        printer.text(repr(self))
+
+    def _explanations_text(self) -> List[str]:
+        lines = []
+        for result in self.results:
+            lines.append(result.explain())
+            for stage in STAGES:
+                layer = result.layers[stage]
+                lines.append(f"  {stage} token {layer.token}")
+                for name, part in sorted(layer.components.items()):
+                    lines.append(f"    {name:<28} {part.digest[:12]}  {part.shown}")
+        return lines
+
+    def _repr_html_(self) -> str:
+        rows = self.rows()
+        if not rows:
+            return "<p>gpukernel: no kernel compiled in this cell</p>"
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self._columns())
+        body = []
+        for row in rows:
+            cells = []
+            for column in self._columns():
+                text = html.escape(row[column])
+                if column in STAGES:
+                    cls = "gpucache-hit" if not row[column].startswith("MISS") else "gpucache-miss"
+                    cells.append(f'<td class="{cls}">{text}</td>')
+                elif column == "why":
+                    cells.append(f'<td class="gpucache-why">{text}</td>')
+                else:
+                    cells.append(f"<td>{text}</td>")
+            body.append("<tr>" + "".join(cells) + "</tr>")
+        table = (f'{_STYLE}<table class="gpucache-report"><thead><tr>{head}</tr></thead>'
+                 f'<tbody>{"".join(body)}</tbody></table>')
+        if self.explain:
+            table += "<pre>" + html.escape("\n".join(self._explanations_text())) + "</pre>"
+        return table
+
+
+class StatsTable:
+    """The per-stage counters of a cache (`KernelCache.stats()`), for display."""
+
+    columns = ("hits", "misses", "entries", "bytes", "evictions", "compile_seconds")
+
+    def __init__(self, stats: Dict[str, Dict[str, float]]):
+        self.stats = stats
+
+    def __repr__(self) -> str:
+        header = "stage   " + "".join(f"{c:>16}" for c in self.columns)
+        lines = [header]
+        for stage in STAGES:
+            values = self.stats[stage]
+            lines.append(f"{stage:<8}" + "".join(f"{values[c]:>16}" for c in self.columns))
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer, cycle):
+        printer.text(repr(self))
+
+    def _repr_html_(self) -> str:
+        head = "<th>stage</th>" + "".join(f"<th>{c}</th>" for c in self.columns)
+        body = "".join(
+            f"<tr><td>{stage}</td>" + "".join(f"<td>{self.stats[stage][c]}</td>" for c in self.columns)
+            + "</tr>"
+            for stage in STAGES
+        )
+        return f'{_STYLE}<table class="gpucache-report"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'

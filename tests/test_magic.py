@@ -1,0 +1,399 @@
+"""%%gpukernel and %gpucache in a real in-process IPython shell (CPU only:
+launches run on numba's CUDA simulator)."""
+
+import numpy as np
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.testing.globalipapp import start_ipython
+
+import gpucache_ext
+from gpucache_ext import Kernel
+
+AXPY = '''
+from numba import cuda
+import numpy as np
+
+@cuda.jit("void(float32[:], float32, float32[:], float32[:])")
+def axpy(r, a, x, y):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = a * x[i] + y[i]
+'''
+
+
+@pytest.fixture
+def ip():
+    start_ipython()  # once per process; later calls return None
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "gpucache_ext")
+    shell.reset(new_session=False)
+    gpucache_ext._default_cache = None
+    yield shell
+    shell.reset(new_session=False)
+    shell.run_line_magic("unload_ext", "gpucache_ext")
+    gpucache_ext._default_cache = None
+
+
+def run(ip, source):
+    """Run a cell; return IPython's ExecutionResult, failing the test on surprise errors."""
+    return ip.run_cell(source)
+
+
+def cell(ip, line, body):
+    result = ip.run_cell(f"%%gpukernel {line}\n{body}")
+    if not result.success:
+        raise result.error_in_exec
+    return ip.user_ns
+
+
+def stage_hits(kernel):
+    result = kernel.last
+    return {s: layer.hit for s, layer in result.layers.items()}
+
+
+def test_identical_rerun_hits_every_stage(ip, capsys):
+    cell(ip, "--sm 80", AXPY)
+    first = ip.user_ns["axpy"]
+    assert isinstance(first, Kernel)
+    assert stage_hits(first) == dict.fromkeys(("typing", "llvm", "ptx", "cubin"), False)
+    cell(ip, "--sm 80", AXPY)
+    assert stage_hits(ip.user_ns["axpy"]) == dict.fromkeys(("typing", "llvm", "ptx", "cubin"), True)
+    out = capsys.readouterr().out
+    assert "first compile of axpy" in out
+    assert out.count("axpy") >= 2 and "hit" in out
+
+
+@pytest.mark.parametrize(
+    "flags, recompiled",
+    [
+        ("--sm 86", {"ptx", "cubin"}),
+        ("--sm 80 --opt 0", {"ptx", "cubin"}),
+        ("--sm 80 --max-registers 32", {"cubin"}),
+        ("--sm 80 --fastmath", {"llvm", "ptx", "cubin"}),
+        ("--sm 80 --no-fma", {"ptx", "cubin"}),
+        ("--sm 80 --lineinfo", {"typing", "llvm", "ptx", "cubin"}),
+        ("--sm 80 --launch-bounds 256,2", {"llvm", "ptx", "cubin"}),
+        ("--sm 80 --lto", {"ptx", "cubin"}),
+    ],
+)
+def test_flag_changes_recompile_only_the_stages_that_read_them(ip, flags, recompiled):
+    cell(ip, "--sm 80 --quiet", AXPY)
+    cell(ip, flags + " --quiet", AXPY)
+    hits = stage_hits(ip.user_ns["axpy"])
+    assert {s for s, hit in hits.items() if not hit} == recompiled
+
+
+def test_every_flag_maps_onto_the_config(ip):
+    cell(ip, "--sm 8.6 --opt 1 --fastmath --no-ftz --prec-div --no-prec-sqrt --no-fma --lineinfo "
+             "--max-registers 40 --launch-bounds 128,2 --lto --quiet", AXPY)
+    config = ip.user_ns["axpy"].config
+    assert (config.sm, config.opt, config.fastmath, config.ftz, config.prec_div, config.prec_sqrt,
+            config.fma, config.lineinfo, config.max_registers, config.launch_bounds, config.lto) == (
+        86, 1, True, False, True, False, False, True, 40, (128, 2), True)
+
+
+def test_decorator_options_override_the_magic_and_enter_the_tokens(ip):
+    body = AXPY.replace('@cuda.jit("void(float32[:], float32, float32[:], float32[:])")',
+                        '@cuda.jit("void(float32[:], float32, float32[:], float32[:])", fastmath=True, max_registers=48)')
+    cell(ip, "--sm 80 --quiet", body)
+    kernel = ip.user_ns["axpy"]
+    assert kernel.config.fastmath and kernel.config.max_registers == 48
+    cell(ip, "--sm 80 --quiet", AXPY)
+    assert not ip.user_ns["axpy"].last.layers["llvm"].hit  # fastmath differs: not a stale hit
+
+
+def test_global_edited_in_another_cell_recompiles(ip):
+    ip.run_cell("SCALE = 2.0")
+    body = '''
+from numba import cuda
+@cuda.jit("void(float32[:], float32[:])")
+def scale(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = x[i] * SCALE
+'''
+    cell(ip, "--sm 80 --quiet", body)
+    ip.run_cell("SCALE = 3.0")
+    cell(ip, "--sm 80", body)
+    result = ip.user_ns["scale"].last
+    assert not result.layers["typing"].hit
+    assert "global SCALE 2.0 -> 3.0" in result.layers["typing"].reasons
+
+
+def test_device_function_edited_in_another_cell_recompiles_and_launches_right(ip, capsys):
+    cell(ip, "--sm 80 --quiet", '''
+from numba import cuda
+@cuda.jit(device=True)
+def bump(v):
+    return v + 1.0
+''')
+    cell(ip, "--sm 80 --quiet", '''
+import numpy as np
+@cuda.jit
+def apply(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = bump(x[i])
+''')
+    ip.run_cell("x = np.arange(8, dtype=np.float32); out = np.zeros(8, np.float32); apply[1, 8](out, x)")
+    np.testing.assert_allclose(ip.user_ns["out"], np.arange(8) + 1.0)
+    cell(ip, "--sm 80 --quiet", '''
+@cuda.jit(device=True)
+def bump(v):
+    return v + 10.0
+''')
+    ip.run_cell("apply[1, 8](out, x)")
+    np.testing.assert_allclose(ip.user_ns["out"], np.arange(8) + 10.0)
+    result = ip.user_ns["apply"].last
+    assert "device function bump changed" in result.layers["typing"].reasons
+
+
+def test_kernel_without_signature_compiles_at_first_launch_once_per_signature(ip):
+    cell(ip, "--sm 80 --quiet", '''
+from numba import cuda
+import numpy as np
+@cuda.jit
+def double(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = 2 * x[i]
+''')
+    kernel = ip.user_ns["double"]
+    assert kernel.results == {}
+    with pytest.raises(gpucache_ext.LaunchError, match="not been compiled yet"):
+        kernel.ptx
+    ip.run_cell("a = np.arange(4, dtype=np.float32); b = np.zeros(4, np.float32); double[1, 4](b, a)")
+    np.testing.assert_allclose(ip.user_ns["b"], 2 * np.arange(4))
+    ip.run_cell("double[1, 4](b, a)")
+    ip.run_cell("c = np.arange(4, dtype=np.float64); d = np.zeros(4); double[1, 4](d, c)")
+    assert len(kernel.results) == 2
+    assert gpucache_ext.default_cache().stats()["typing"]["misses"] == 2
+    assert ".entry" in kernel.ptx and kernel.cubin[:4] == b"\x7fELF"
+
+
+def test_sig_flag_gives_signatures_to_kernels_without_one(ip):
+    cell(ip, "--sm 80 --quiet --sig 'void(float32[:], float32[:])' --sig 'void(float64[:], float64[:])'", '''
+from numba import cuda
+@cuda.jit
+def copy(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = x[i]
+''')
+    assert len(ip.user_ns["copy"].results) == 2
+
+
+def test_kernel_inspection(ip):
+    cell(ip, "--sm 80 --quiet", AXPY)
+    kernel = ip.user_ns["axpy"]
+    assert kernel.last.entry_name in kernel.ptx
+    assert ".target sm_80" in kernel.ptx
+    assert "define" in kernel.llvm_ir
+    assert kernel.resources["registers"] > 0
+    assert "resources:" in kernel.inspect() and "sm_80" in kernel.inspect()
+    assert kernel.config.sm == 80
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("--sm 99", "--sm 99"),
+        ("--sm abc", "--sm abc"),
+        ("--opt 7", "invalid choice: 7"),
+        ("--max-registers 0", "--max-registers 0"),
+        ("--launch-bounds 12x", "--launch-bounds 12x"),
+        ("--sig 'void(nonsense[:])'", "--sig"),
+        ("--bogus", "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_flags_raise_usage_error_and_change_nothing(ip, line, message):
+    cell(ip, "--sm 80 --quiet", AXPY)
+    kernel = ip.user_ns["axpy"]
+    names = set(ip.user_ns)
+    stats = gpucache_ext.default_cache().stats()
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        ip.run_cell_magic("gpukernel", line, "ran = True\n" + AXPY)
+    assert "ran" not in ip.user_ns and set(ip.user_ns) == names
+    assert ip.user_ns["axpy"] is kernel
+    assert gpucache_ext.default_cache().stats() == stats
+
+
+def test_empty_cell_is_a_usage_error(ip):
+    with pytest.raises(UsageError, match="needs a cell"):
+        ip.run_cell_magic("gpukernel", "--sm 80", "   \n")
+
+
+def test_exception_in_the_cell_fails_it_and_keeps_earlier_kernels(ip):
+    cell(ip, "--sm 80 --quiet", AXPY)
+    kernel = ip.user_ns["axpy"]
+    result = ip.run_cell("%%gpukernel --sm 86\n" + AXPY + "\nraise RuntimeError('boom')\n")
+    assert not result.success and isinstance(result.error_in_exec, RuntimeError)
+    assert ip.user_ns["axpy"] is kernel
+
+
+def test_typing_error_names_the_kernel_and_the_cell_line(ip):
+    cell(ip, "--sm 80 --quiet", AXPY)
+    kernel = ip.user_ns["axpy"]
+    stats = gpucache_ext.default_cache().stats()
+    result = ip.run_cell('''%%gpukernel --sm 80
+from numba import cuda
+@cuda.jit("void(float32[:])")
+def broken(r):
+    r[0] = not_defined_anywhere
+axpy = None
+''')
+    error = result.error_in_exec
+    assert isinstance(error, gpucache_ext.CompileError)
+    assert "broken" in str(error) and "not_defined_anywhere" in str(error)
+    assert "line 3" in str(error) and "def broken(r):" in str(error)
+    assert "broken" not in ip.user_ns
+    after = gpucache_ext.default_cache().stats()
+    assert all(after[s]["entries"] == stats[s]["entries"] for s in after)
+
+
+def test_force_recompiles_every_stage(ip):
+    cell(ip, "--sm 80 --quiet", AXPY)
+    cell(ip, "--sm 80 --quiet --force", AXPY)
+    result = ip.user_ns["axpy"].last
+    assert all(not layer.hit for layer in result.layers.values())
+    assert result.layers["cubin"].reasons == ("forced recompile",)
+
+
+def test_explain_shows_token_components(ip, capsys):
+    cell(ip, "--sm 80 --explain", AXPY)
+    out = capsys.readouterr().out
+    assert "typing token" in out and "signature" in out and "max_registers" in out
+
+
+def test_report_has_text_and_html_forms(ip):
+    from gpucache_ext.report import CellReport
+
+    cell(ip, "--sm 80 --quiet", AXPY)
+    report = CellReport(ip.user_ns["axpy"].results.values())
+    text, page = repr(report), report._repr_html_()
+    assert "axpy" in text and "MISS" in text and "first compile of axpy" in text
+    assert "<table" in page and "gpucache-miss" in page and "<script" not in page
+
+
+def test_gpucache_line_magic(ip, capsys):
+    cell(ip, "--sm 80 --quiet", AXPY)
+    table = ip.run_line_magic("gpucache", "")
+    assert "typing" in repr(table) and "misses" in repr(table)
+    assert ip.run_line_magic("gpucache", "stats").stats == gpucache_ext.default_cache().stats()
+    ip.run_line_magic("gpucache", "explain axpy")
+    assert "every stage hits" in capsys.readouterr().out
+    ip.run_line_magic("gpucache", "clear ptx")
+    assert gpucache_ext.default_cache().stats()["ptx"]["entries"] == 0
+    ip.run_line_magic("gpucache", "explain axpy")
+    assert "ptx misses: entry was evicted or cleared" in capsys.readouterr().out
+    ip.run_line_magic("gpucache", "clear")
+    assert all(v["entries"] == 0 for v in gpucache_ext.default_cache().stats().values())
+    for bad in ("clear sass", "explain", "explain nothing_here", "frobnicate"):
+        with pytest.raises(UsageError):
+            ip.run_line_magic("gpucache", bad)
+
+
+def test_help_lists_the_flags(ip):
+    doc = ip.find_cell_magic("gpukernel").__doc__
+    for flag in ("--sm", "--opt", "--fastmath", "--no-ftz", "--max-registers", "--launch-bounds",
+                 "--sig", "--force", "--explain", "--simulate", "--quiet"):
+        assert flag in doc
+
+
+def test_reload_and_unload(ip):
+    ip.run_line_magic("reload_ext", "gpucache_ext")
+    assert ip.find_cell_magic("gpukernel") is not None
+    ip.run_line_magic("unload_ext", "gpucache_ext")
+    assert ip.find_cell_magic("gpukernel") is None and ip.find_line_magic("gpucache") is None
+    ip.run_line_magic("load_ext", "gpucache_ext")
+    assert ip.find_cell_magic("gpukernel") is not None
+
+
+def test_configuration_from_environment(ip, monkeypatch):
+    from gpucache_ext.magic import GpuCacheMagics
+
+    monkeypatch.setenv("GPUCACHE_SM", "75")
+    monkeypatch.setenv("GPUCACHE_QUIET", "1")
+    magics = GpuCacheMagics(shell=ip)
+    assert magics.default_sm == "75" and magics.quiet is True
+    assert magics.resolved_default_sm() == "75"
+    monkeypatch.delenv("GPUCACHE_SM")
+    if not gpucache_ext.kernel.gpu_available():
+        assert GpuCacheMagics(shell=ip).resolved_default_sm() == 86
+    monkeypatch.setenv("GPUCACHE_SM", "sm_99")
+    ip.run_line_magic("reload_ext", "gpucache_ext")  # settings are read when the magics are made
+    with pytest.raises(UsageError, match="GPUCACHE_SM"):
+        ip.run_cell_magic("gpukernel", "", AXPY)
+
+
+# -- simulator launches against numpy -------------------------------------------
+
+MATMUL = '''
+from numba import cuda, float32
+import numpy as np
+TPB = 4
+
+@cuda.jit("void(float32[:, :], float32[:, :], float32[:, :])")
+def matmul(A, B, C):
+    sA = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
+    sB = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
+    x, y = cuda.grid(2)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    acc = float32(0.0)
+    for i in range((A.shape[1] + TPB - 1) // TPB):
+        sA[ty, tx] = A[y, tx + i * TPB] if y < A.shape[0] and tx + i * TPB < A.shape[1] else 0
+        sB[ty, tx] = B[ty + i * TPB, x] if x < B.shape[1] and ty + i * TPB < B.shape[0] else 0
+        cuda.syncthreads()
+        for j in range(TPB):
+            acc += sA[ty, j] * sB[j, tx]
+        cuda.syncthreads()
+    if y < C.shape[0] and x < C.shape[1]:
+        C[y, x] = acc
+'''
+
+REDUCE = '''
+from numba import cuda
+@cuda.jit("void(float64[:], float64[:])")
+def total(acc, x):
+    i = cuda.grid(1)
+    if i < x.size:
+        cuda.atomic.add(acc, 0, x[i])
+'''
+
+
+def test_simulated_axpy_matches_numpy(ip):
+    cell(ip, "--sm 80 --simulate --quiet", AXPY)
+    rng = np.random.default_rng(0)
+    x, y = rng.random(37, dtype=np.float32), rng.random(37, dtype=np.float32)
+    r = np.zeros_like(x)
+    ip.user_ns["axpy"][2, 32](r, np.float32(1.5), x, y)
+    np.testing.assert_allclose(r, 1.5 * x + y, rtol=1e-6)
+
+
+def test_simulated_tiled_matmul_matches_numpy(ip):
+    cell(ip, "--sm 86 --simulate --quiet", MATMUL)
+    rng = np.random.default_rng(1)
+    a, b = rng.random((6, 5), dtype=np.float32), rng.random((5, 7), dtype=np.float32)
+    c = np.zeros((6, 7), np.float32)
+    ip.user_ns["matmul"][(2, 2), (4, 4)](a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    assert ip.user_ns["matmul"].resources["shared_bytes"] == 2 * 4 * 4 * 4
+
+
+def test_simulated_atomic_reduction_matches_numpy(ip):
+    cell(ip, "--sm 61 --simulate --quiet", REDUCE)
+    x = np.arange(50, dtype=np.float64)
+    acc = np.zeros(1)
+    ip.user_ns["total"][2, 32](acc, x)
+    assert acc[0] == x.sum()
+    assert "___numba_atomic_double_add" not in ip.user_ns["total"].llvm_ir  # sm_61 has native f64 add
+
+
+def test_launch_errors_are_clear(ip):
+    cell(ip, "--sm 80 --quiet", AXPY)
+    kernel = ip.user_ns["axpy"]
+    with pytest.raises(gpucache_ext.LaunchError, match="axpy\\[blocks, threads\\]"):
+        kernel(1, 2)
+    with pytest.raises(gpucache_ext.LaunchError, match="no signature accepts"):
+        kernel[1, 4](np.zeros(4, np.int32))
