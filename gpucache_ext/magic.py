@@ -16,6 +16,7 @@ puts back the names it had bound to kernels, so earlier kernels stay usable.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import hashlib
 import linecache
@@ -281,13 +282,80 @@ def _cell_filename(cell: str) -> str:
     return f"<gpukernel-{hashlib.sha1(cell.encode()).hexdigest()[:12]}>"
 
 
+class _ImportsAsAssignments(ast.NodeTransformer):
+    """Turn the cell's module-level imports into plain assignments.
+
+    CPython compiles ``cuda.grid(1)`` differently when ``cuda`` was imported in
+    the same compilation unit (LOAD_ATTR instead of LOAD_METHOD), so a kernel's
+    bytecode, and with it its token, would depend on which cell holds the
+    imports.  Written as assignments, imports bind the same names to the same
+    modules and kernels compile to the same bytecode wherever the imports are.
+    """
+
+    def visit_FunctionDef(self, node):  # only module-level imports matter
+        return node
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+    def visit_Import(self, node):
+        assigns = []
+        for alias in node.names:
+            if alias.asname:  # import a.b as c: c is the submodule
+                target, value = alias.asname, _call("__import__", alias.name, fromlist=["_"])
+            else:  # import a.b: binds a, the top package
+                target, value = alias.name.split(".")[0], _call("__import__", alias.name)
+            assigns.append(_assign(target, value, node))
+        return assigns
+
+    def visit_ImportFrom(self, node):
+        if node.level or any(alias.name == "*" for alias in node.names):
+            return node  # relative and star imports stay as written
+        fromlist = [a.name for a in node.names]
+        return [_imported_name(node, alias, fromlist) for alias in node.names]
+
+
+def _call(func, *args, fromlist=None):
+    keywords = []
+    if fromlist is not None:
+        keywords.append(ast.keyword(arg="fromlist", value=ast.Tuple(
+            elts=[ast.Constant(name) for name in fromlist], ctx=ast.Load())))
+    return ast.Call(func=ast.Name(id=func, ctx=ast.Load()),
+                    args=[ast.Constant(a) for a in args], keywords=keywords)
+
+
+def _imported_name(node, alias, fromlist):
+    """``name = __import__(module, fromlist=...).name``, raising ImportError (as
+    ``from module import name`` does) when the module has no such name."""
+    module = _call("__import__", node.module, fromlist=fromlist)
+    assign = _assign(alias.asname or alias.name,
+                     ast.Attribute(value=module, attr=alias.name, ctx=ast.Load()), node)
+    message = f"cannot import name {alias.name!r} from {node.module!r}"
+    raise_error = ast.Raise(exc=ast.Call(func=ast.Name(id="ImportError", ctx=ast.Load()),
+                                         args=[ast.Constant(message)], keywords=[]),
+                            cause=ast.Constant(None))
+    handler = ast.ExceptHandler(type=ast.Name(id="AttributeError", ctx=ast.Load()), name=None,
+                                body=[raise_error])
+    guarded = ast.Try(body=[assign], handlers=[handler], orelse=[], finalbody=[])
+    return ast.fix_missing_locations(ast.copy_location(guarded, node))
+
+
+def _assign(target, value, node):
+    assign = ast.Assign(targets=[ast.Name(id=target, ctx=ast.Store())], value=value)
+    return ast.fix_missing_locations(ast.copy_location(assign, node))
+
+
+def _compile_cell(source: str, filename: str):
+    tree = _ImportsAsAssignments().visit(ast.parse(source, filename, "exec"))
+    return compile(ast.fix_missing_locations(tree), filename, "exec")
+
+
 def _run_cell(shell, cell, config, signatures, args):
     import numba.cuda
 
     source = shell.transform_cell(cell)
     filename = _cell_filename(source)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    code = compile(source, filename, "exec")
+    code = _compile_cell(source, filename)
 
     results: List[CompileResult] = []
     collecting = [True]

@@ -397,3 +397,42 @@ def test_launch_errors_are_clear(ip):
         kernel(1, 2)
     with pytest.raises(gpucache_ext.LaunchError, match="no signature accepts"):
         kernel[1, 4](np.zeros(4, np.int32))
+
+
+def test_kernels_compile_the_same_whether_imports_share_their_cell(ip):
+    cell(ip, "--sm 80 --quiet", AXPY)  # imports and kernel in one cell
+    together = ip.user_ns["axpy"].last.layers["typing"].token
+    body = AXPY.split("\n", 3)[3]  # the kernel alone; the imports came from the cell before
+    assert "import" not in body
+    cell(ip, "--sm 80 --quiet", body)
+    apart = ip.user_ns["axpy"].last
+    assert apart.layers["typing"].token == together and apart.hit
+
+
+def test_imports_in_a_cell_bind_what_python_binds(ip):
+    cell(ip, "--quiet", '''
+import os.path
+import numpy as np
+import xml.etree.ElementTree as ET
+from math import sqrt as root, pi
+from numba import cuda, float32
+
+def inner():
+    import json
+    return json
+''')
+    import math
+    import os
+    import xml.etree.ElementTree
+
+    import numba.cuda
+
+    ns = ip.user_ns
+    assert ns["os"] is os and ns["np"] is np and ns["ET"] is xml.etree.ElementTree
+    assert ns["root"] is math.sqrt and ns["pi"] == math.pi and ns["float32"] is numba.float32
+    assert ns["cuda"] is numba.cuda and ns["inner"]().__name__ == "json"
+    result = ip.run_cell("%%gpukernel --quiet\nfrom math import no_such_name\n")
+    assert isinstance(result.error_in_exec, ImportError)
+    assert "cannot import name 'no_such_name' from 'math'" in str(result.error_in_exec)
+    cell(ip, "--quiet", "try:\n    from math import nothing_here\nexcept ImportError:\n    fallback = 1\n")
+    assert ip.user_ns["fallback"] == 1

@@ -1,0 +1,169 @@
+"""GPU check for gpucache_ext: run once on a machine with an NVIDIA GPU.
+
+    python scripts/gpu_check.py [--out docs/gpu-check.md]
+
+1. compiles axpy, a 16x16 tiled matmul and a float64 atomic reduction for this
+   GPU's sm through the staged cache, launches them on the GPU and compares
+   with numpy;
+2. checks the PTX fallback: axpy compiled for an older major sm runs through
+   the driver's JIT, and a target newer than the GPU is refused with the --sm
+   to use;
+3. times a launch whose kernel is already cached against a cold one.
+
+Prints a Markdown report (and writes it with --out); exits 1 if a check fails.
+"""
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from numba import cuda, float32
+
+from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError
+from gpucache_ext.kernel import device_cc, gpu_available
+
+TPB = 16
+
+
+@cuda.jit(device=True)
+def fused(a, x, y):
+    return a * x + y
+
+
+def axpy(r, a, x, y):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = fused(a, x[i], y[i])
+
+
+def matmul(A, B, C):
+    sA = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
+    sB = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
+    x, y = cuda.grid(2)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    acc = float32(0.0)
+    for i in range((A.shape[1] + TPB - 1) // TPB):
+        sA[ty, tx] = A[y, tx + i * TPB] if y < A.shape[0] and tx + i * TPB < A.shape[1] else 0
+        sB[ty, tx] = B[ty + i * TPB, x] if x < B.shape[1] and ty + i * TPB < B.shape[0] else 0
+        cuda.syncthreads()
+        for j in range(TPB):
+            acc += sA[ty, j] * sB[j, tx]
+        cuda.syncthreads()
+    if y < C.shape[0] and x < C.shape[1]:
+        C[y, x] = acc
+
+
+def total(acc, x):
+    i = cuda.grid(1)
+    if i < x.size:
+        cuda.atomic.add(acc, 0, x[i])
+
+
+AXPY_SIG = "void(float32[::1], float32, float32[::1], float32[::1])"
+
+
+def check_kernels(sm, lines):
+    ok = True
+    rng = np.random.default_rng(0)
+    cache = KernelCache()
+    config = CompileConfig(sm=sm)
+
+    x, y = rng.random(100_000, dtype=np.float32), rng.random(100_000, dtype=np.float32)
+    r = np.zeros_like(x)
+    Kernel(axpy, [AXPY_SIG], config, cache)[(x.size + 255) // 256, 256](r, np.float32(3.0), x, y)
+    ok &= _report(lines, "axpy", np.allclose(r, 3 * x + y, rtol=1e-6))
+
+    a, b = rng.random((300, 200), dtype=np.float32), rng.random((200, 250), dtype=np.float32)
+    c = np.zeros((300, 250), np.float32)
+    grid = ((250 + TPB - 1) // TPB, (300 + TPB - 1) // TPB)
+    Kernel(matmul, config=config, cache=cache)[grid, (TPB, TPB)](a, b, c)
+    ok &= _report(lines, "tiled matmul 16x16", np.allclose(c, a @ b, rtol=1e-4, atol=1e-3))
+
+    v = rng.random(1_000_000)
+    acc = np.zeros(1)
+    Kernel(total, config=config, cache=cache)[(v.size + 255) // 256, 256](acc, v)
+    ok &= _report(lines, "float64 atomic reduction", np.isclose(acc[0], v.sum(), rtol=1e-9))
+    return ok
+
+
+def check_fallbacks(device, lines):
+    ok = True
+    older = 80 if device[0] > 8 else 75 if device[0] > 7 else None
+    if older is not None:
+        x = np.arange(4096, dtype=np.float32)
+        r = np.zeros_like(x)
+        kernel = Kernel(axpy, [AXPY_SIG], CompileConfig(sm=older), KernelCache())
+        kernel[16, 256](r, np.float32(2.0), x, x)
+        ok &= _report(lines, f"sm_{older} PTX JIT-compiled by the driver on sm_{device[0]}{device[1]}",
+                      np.allclose(r, 3 * x))
+    newer = 120 if device < (12, 0) else None
+    if newer is not None:
+        kernel = Kernel(axpy, [AXPY_SIG], CompileConfig(sm=newer), KernelCache())
+        try:
+            kernel[1, 32](np.zeros(32, np.float32), np.float32(1), np.zeros(32, np.float32),
+                          np.zeros(32, np.float32))
+            ok &= _report(lines, f"sm_{newer} refused on this GPU", False)
+        except LaunchError as exc:
+            ok &= _report(lines, f"sm_{newer} refused with the --sm to use ({exc})",
+                          f"--sm {device[0]}{device[1]}" in str(exc))
+    return ok
+
+
+def time_launches(sm, lines, runs=5):
+    x = np.arange(1 << 20, dtype=np.float32)
+    r = np.zeros_like(x)
+    args = (r, np.float32(2.0), x, x)
+    cold, warm = [], []
+    cache = KernelCache()
+    for run in range(runs):
+        start = time.perf_counter()
+        Kernel(axpy, [AXPY_SIG], CompileConfig(sm=sm), KernelCache())[4096, 256](*args)
+        cuda.synchronize()
+        cold.append(time.perf_counter() - start)
+        Kernel(axpy, [AXPY_SIG], CompileConfig(sm=sm), cache)[4096, 256](*args)  # warm the cache
+        start = time.perf_counter()
+        Kernel(axpy, [AXPY_SIG], CompileConfig(sm=sm), cache)[4096, 256](*args)
+        cuda.synchronize()
+        warm.append(time.perf_counter() - start)
+    cold_ms, warm_ms = statistics.median(cold) * 1e3, statistics.median(warm) * 1e3
+    lines.append(f"| first launch, cold compile | {cold_ms:.1f} ms |")
+    lines.append(f"| first launch of a cached kernel (new Kernel object) | {warm_ms:.1f} ms |")
+    lines.append(f"| ratio | {cold_ms / warm_ms:.1f}x |")
+
+
+def _report(lines, name, passed):
+    lines.append(f"- {'PASS' if passed else 'FAIL'}: {name}")
+    return bool(passed)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="also write the report here")
+    args = parser.parse_args()
+    if not gpu_available():
+        print("no NVIDIA GPU or driver found: nothing to check", file=sys.stderr)
+        return 2
+    device = device_cc()
+    sm = device[0] * 10 + device[1]
+    name = cuda.get_current_device().name
+    name = name.decode() if isinstance(name, bytes) else name
+    lines = ["# GPU check", "", f"GPU: {name} (sm_{sm}); Python {platform.python_version()}", "",
+             "## Kernels against numpy", ""]
+    ok = check_kernels(sm, lines)
+    lines += ["", "## Targets other than this GPU's", ""]
+    ok &= check_fallbacks(device, lines)
+    lines += ["", "## Launch time (median of 5)", "", "| launch | time |", "|---|---|"]
+    time_launches(sm, lines)
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.out:
+        args.out.write_text(report)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

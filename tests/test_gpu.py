@@ -1,0 +1,48 @@
+"""Checks that need a real NVIDIA GPU (marked `gpu`; skipped without one)."""
+
+import numpy as np
+import pytest
+
+from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError
+from gpucache_ext.kernel import device_cc
+
+from . import kernels
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def sm():
+    major, minor = device_cc()
+    return major * 10 + minor
+
+
+def test_cached_cubin_launches_and_matches_numpy(sm):
+    cache = KernelCache()
+    kernel = Kernel(kernels.axpy, [kernels.AXPY_SIG], CompileConfig(sm=sm), cache)
+    x = np.arange(1000, dtype=np.float32)
+    y = np.ones_like(x)
+    r = np.zeros_like(x)
+    kernel[4, 256](r, np.float32(2.0), x, y)
+    np.testing.assert_allclose(r, 2 * (x * kernels.SCALE) + y)
+    again = Kernel(kernels.axpy, [kernels.AXPY_SIG], CompileConfig(sm=sm), cache)
+    again.compile_declared()
+    assert again.last.hit
+
+
+def test_device_arrays_are_passed_without_copies(sm):
+    from numba import cuda
+
+    kernel = Kernel(kernels.copy, config=CompileConfig(sm=sm), cache=KernelCache())
+    x = cuda.to_device(np.arange(64, dtype=np.float32))
+    r = cuda.device_array(64, np.float32)
+    kernel[1, 64](r, x)
+    np.testing.assert_allclose(r.copy_to_host(), np.arange(64) + kernels.OFFSETS[0])
+
+
+def test_target_newer_than_the_gpu_is_refused_with_the_sm_to_use(sm):
+    if sm >= 120:
+        pytest.skip("no newer target to try")
+    kernel = Kernel(kernels.copy, [kernels.COPY_SIG], CompileConfig(sm=120), KernelCache())
+    with pytest.raises(LaunchError, match=f"--sm {sm}"):
+        kernel[1, 32](np.zeros(32, np.float32), np.zeros(32, np.float32))
