@@ -223,8 +223,10 @@ class CompileConfig:
         return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
 
     def summary(self) -> str:
-        """A short human-readable form: the fields that differ from the defaults."""
-        default = CompileConfig(sm=self.sm)
+        """A short human-readable form: sm_XY and the fields set away from their defaults."""
         parts = [f"sm_{self.sm}"]
-        parts += [f"{k}={v[0]}" for k, v in self.diff(default).items()]
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name != "sm" and value != f.default:
+                parts.append(f"{f.name}={value}")
         return " ".join(parts)
