@@ -19,210 +19,22 @@ which token components differ.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
+import weakref
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import stages, targets
 from .config import STAGES, CompileConfig
+from .results import CompileResult, LayerResult, parse_resources  # noqa: F401  (re-exported)
+from .tiers import Entry, MemoryTier, Tier
 from .sources import identify, python_function, rebind
 from .tokens import Component, Token, component, explain_difference, extend_token, make_token
 from .toolchain import numba_settings, toolchain_component
 
 DEFAULT_MAX_ENTRIES = {"typing": 256, "llvm": 512, "ptx": 1024, "cubin": 1024}
 _HISTORY_LIMIT = 4096
-
-
-@dataclass
-class Entry:
-    """One cached artifact (or a marker saying the artifact is per target)."""
-
-    token: str
-    kernel: str
-    artifact: Any
-    components: Dict[str, Component]
-    nbytes: int
-    seconds: float
-    created: float = field(default_factory=time.time)
-    # A marker: the artifact is filed per target, under these variants.
-    variants: Optional[List[targets.TargetReads]] = None
-
-    @property
-    def is_marker(self) -> bool:
-        return self.variants is not None
-
-
-class MemoryTier:
-    """A bounded LRU map from token to `Entry` for one stage."""
-
-    name = "memory"
-
-    def __init__(self, max_entries: int, max_bytes: Optional[int] = None):
-        if max_entries < 1:
-            raise ValueError(f"max_entries={max_entries!r} is invalid; use an int >= 1")
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self.entries: "OrderedDict[str, Entry]" = OrderedDict()
-        self.bytes = 0
-        self.evictions = 0
-
-    def get(self, token: str) -> Optional[Entry]:
-        entry = self.entries.get(token)
-        if entry is not None:
-            self.entries.move_to_end(token)
-        return entry
-
-    def put(self, entry: Entry) -> None:
-        old = self.entries.pop(entry.token, None)
-        if old is not None:
-            self.bytes -= old.nbytes
-        self.entries[entry.token] = entry
-        self.bytes += entry.nbytes
-        while len(self.entries) > self.max_entries or (
-            self.max_bytes is not None and self.bytes > self.max_bytes and len(self.entries) > 1
-        ):
-            _, evicted = self.entries.popitem(last=False)
-            self.bytes -= evicted.nbytes
-            self.evictions += 1
-
-    def clear(self) -> None:
-        self.entries.clear()
-        self.bytes = 0
-
-    def artifact_count(self) -> int:
-        return sum(1 for e in self.entries.values() if not e.is_marker)
-
-
-@dataclass
-class LayerResult:
-    """What happened at one stage of one compile."""
-
-    stage: str
-    token: str
-    hit: bool
-    tier: Optional[str]  # "memory", ...; None when compiled; "skipped" when not needed
-    seconds: float  # spent here: the lookup on a hit, the compile on a miss
-    reasons: Tuple[str, ...] = ()  # why it missed
-    saved_seconds: float = 0.0  # on a hit: what compiling the entry took
-    components: Dict[str, Component] = field(default_factory=dict, repr=False)
-
-    @property
-    def short_token(self) -> str:
-        return self.token[:12]
-
-
-@dataclass
-class CompileResult:
-    """The artifacts of one kernel for one signature and config, and how they were found."""
-
-    kernel: str
-    signature: Tuple[Any, ...]
-    config: CompileConfig
-    layers: Dict[str, LayerResult]
-    _llvm: stages.LLVMArtifact = field(repr=False)
-    _ptx: stages.PTXArtifact = field(repr=False)
-    _cubin: stages.CubinArtifact = field(repr=False)
-
-    @property
-    def llvm_ir(self) -> str:
-        """The NVVM IR given to libNVVM (kernel plus linked device functions)."""
-        return self._llvm.text
-
-    @property
-    def ptx(self) -> str:
-        """The PTX; with lto, the PTX nvJitLink produced after link-time optimisation."""
-        if self._ptx.ltoir is not None:
-            return self._cubin.linked_ptx or ""
-        return "\n".join(self._ptx.ptx)
-
-    @property
-    def ltoir(self) -> Optional[bytes]:
-        """libNVVM's LTO-IR when config.lto is on, else None."""
-        return self._ptx.ltoir
-
-    @property
-    def cubin(self) -> bytes:
-        return self._cubin.cubin
-
-    @property
-    def link_log(self) -> str:
-        """nvJitLink's info log: registers, spills, shared/local/constant memory."""
-        return self._cubin.info_log
-
-    @property
-    def entry_name(self) -> str:
-        """The kernel's symbol in the PTX and cubin."""
-        return self._cubin.entry_name
-
-    @property
-    def call_helper(self):
-        """numba's exception table for debug launches (None if not in memory)."""
-        return self._llvm.call_helper
-
-    @property
-    def resources(self) -> Dict[str, int]:
-        """Registers, shared/local/constant bytes, stack, spills, from nvJitLink's log."""
-        return parse_resources(self._cubin.info_log)
-
-    @property
-    def seconds(self) -> float:
-        """Time this compile spent in the stages (lookups and compiles)."""
-        return sum(layer.seconds for layer in self.layers.values())
-
-    @property
-    def saved_seconds(self) -> float:
-        """Compile time the hits saved (what those entries took to build)."""
-        return sum(layer.saved_seconds for layer in self.layers.values())
-
-    @property
-    def hit(self) -> bool:
-        """True when no stage had to compile."""
-        return all(layer.hit for layer in self.layers.values())
-
-    def explain(self) -> str:
-        """One line per stage: hit or miss, tier, time, and why it missed."""
-        lines = [f"{self.kernel} {self.signature_text} [{self.config.summary()}]"]
-        for stage in STAGES:
-            layer = self.layers[stage]
-            state = f"hit ({layer.tier})" if layer.hit else "miss"
-            line = f"  {stage:<6} {state:<16} {layer.seconds * 1e3:8.2f} ms  {layer.short_token}"
-            if layer.reasons:
-                line += "  " + "; ".join(layer.reasons)
-            lines.append(line)
-        return "\n".join(lines)
-
-    @property
-    def signature_text(self) -> str:
-        return "(" + ", ".join(str(t) for t in self.signature) + ")"
-
-
-def parse_resources(log: str) -> Dict[str, int]:
-    """Resource usage from nvJitLink's verbose info log.
-
-    The summary line reads "used 38 registers, used 1 barriers, 0 stack,
-    2048 bytes smem, 568 bytes cmem[0], 8 bytes cmem[2], 0 bytes lmem"; spills
-    come from ptxas' "N bytes spill stores, N bytes spill loads".
-    """
-    summaries = [line for line in log.splitlines() if re.search(r"used \d+ registers", line)]
-    summary = summaries[-1] if summaries else ""
-
-    def number(pattern, text):
-        match = re.search(pattern, text)
-        return int(match.group(1)) if match else 0
-
-    return {
-        "registers": number(r"used (\d+) registers", summary),
-        "barriers": number(r"used (\d+) barriers", summary),
-        "stack_bytes": number(r"(\d+) stack", summary),
-        "shared_bytes": number(r"(\d+) bytes smem", summary),
-        "constant_bytes": sum(int(n) for n in re.findall(r"(\d+) bytes cmem\[\d+\]", summary)),
-        "local_bytes": number(r"(\d+) bytes lmem", summary),
-        "spill_stores": number(r"(\d+) bytes spill stores", log),
-        "spill_loads": number(r"(\d+) bytes spill loads", log),
-    }
 
 
 class _LayerStats:
@@ -235,19 +47,24 @@ class _LayerStats:
 
 
 class KernelCache:
-    """A staged kernel cache with one memory tier per stage.
+    """A staged kernel cache: a memory tier per stage, then any persistent tiers.
 
-    ``max_entries`` bounds each stage's tier: an int for all stages or a dict
-    ``{stage: int}``; ``max_bytes`` likewise bounds their sizes (None: no
-    byte bound).  Safe to use from several threads.
+    ``max_entries`` bounds each stage's memory tier: an int for all stages or
+    a dict ``{stage: int}``; ``max_bytes`` likewise bounds their sizes (None:
+    no byte bound).  ``tiers`` are persistent tiers (disk, shared) searched in
+    order after memory for the stages they hold; a hit in a lower tier fills
+    the ones above it.  Safe to use from several threads.
     """
 
-    def __init__(self, max_entries=None, max_bytes=None):
+    def __init__(self, max_entries=None, max_bytes=None, tiers: Sequence[Tier] = ()):
         limits = _per_stage(max_entries, DEFAULT_MAX_ENTRIES, "max_entries")
         byte_limits = _per_stage(max_bytes, dict.fromkeys(STAGES), "max_bytes")
-        self._tiers = {s: MemoryTier(limits[s], byte_limits[s]) for s in STAGES}
+        self._memory = {s: MemoryTier(limits[s], byte_limits[s]) for s in STAGES}
+        self.tiers: List[Tier] = list(tiers)
         self._stats = {s: _LayerStats() for s in STAGES}
+        self._tier_hits = {s: {} for s in STAGES}
         self._history = {s: OrderedDict() for s in STAGES}  # token -> (kernel, components)
+        self._origins: "OrderedDict[str, tuple]" = OrderedDict()  # cubin token -> inputs
         self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
         self._misses = deque(maxlen=256)
         self._lock = threading.RLock()
@@ -266,8 +83,14 @@ class KernelCache:
             raise TypeError(f"config must be a CompileConfig, got {type(config).__name__}")
         pyfunc = python_function(func)
         argtypes = stages.normalize_signature(sig)
-        plan = _Plan(self, pyfunc, argtypes, config)
-        return plan.run(force)
+        result = _Plan(self, pyfunc, argtypes, config).run(force)
+        with self._lock:
+            for layer in result.layers.values():
+                self._origins[layer.token] = (weakref.ref(pyfunc), argtypes, config)
+                self._origins.move_to_end(layer.token)
+            while len(self._origins) > _HISTORY_LIMIT:
+                self._origins.popitem(last=False)
+        return result
 
     def tokens(self, func, sig, config: Optional[CompileConfig] = None) -> Dict[str, Token]:
         """Each stage's token for these inputs, computed without compiling.
@@ -288,32 +111,92 @@ class KernelCache:
         plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config)
         reasons = {}
         for stage in STAGES:
-            entry, token = self._lookup(stage, plan.tokens[stage], config.cc)
+            entry, token, _ = self._lookup(stage, plan.tokens[stage], config.cc)
             reasons[stage] = () if entry is not None else self._explain(stage, token, plan.kernel,
                                                                         record=False)
         return reasons
 
-    def stats(self) -> Dict[str, Dict[str, int]]:
-        """Per stage: hits, misses, entries, bytes (and evictions, compile seconds)."""
+    def stats(self) -> Dict[str, Dict[str, Any]]:
+        """Per stage: hits, misses, entries, bytes, evictions, compile seconds,
+        and per tier ``tiers[name]``: hits, entries, bytes."""
         with self._lock:
-            return {
-                stage: {
+            result = {}
+            for stage in STAGES:
+                memory = self._memory[stage]
+                tiers = {"memory": {"hits": self._tier_hits[stage].get("memory", 0),
+                                    "entries": memory.artifact_count(), "bytes": memory.bytes}}
+                for tier in self._tiers_for(stage):
+                    tiers[tier.name] = {"hits": self._tier_hits[stage].get(tier.name, 0),
+                                        **tier.stats(stage)}
+                result[stage] = {
                     "hits": self._stats[stage].hits,
                     "misses": self._stats[stage].misses,
-                    "entries": self._tiers[stage].artifact_count(),
-                    "bytes": self._tiers[stage].bytes,
-                    "evictions": self._tiers[stage].evictions,
+                    "entries": memory.artifact_count(),
+                    "bytes": memory.bytes,
+                    "evictions": memory.evictions,
                     "compile_seconds": round(self._stats[stage].compile_seconds, 6),
+                    "tiers": tiers,
                 }
-                for stage in STAGES
-            }
+            return result
+
+    def entries(self, stage: Optional[str] = None, kernel: Optional[str] = None) -> List[Dict[str, Any]]:
+        """What is cached: one dict per artifact (markers excluded), newest first.
+
+        Keys: stage, token, kernel, signature, config, tiers (where it is),
+        bytes, created, seconds (compile time), reasons (why it was built).
+        Filter by `stage` and by `kernel` (a qualified name or its last part).
+        """
+        wanted = STAGES if stage is None else (_check_stage(stage),)
+        rows: Dict[Tuple[str, str], Dict[str, Any]] = {}
+        with self._lock:
+            for s in wanted:
+                sources = [("memory", self._memory[s].entries.values())]
+                sources += [(tier.name, tier.entries(s)) for tier in self._tiers_for(s)]
+                for tier_name, entries in sources:
+                    for entry in entries:
+                        if entry.is_marker or not _kernel_matches(entry.kernel, kernel):
+                            continue
+                        row = rows.setdefault((s, entry.token), _entry_row(s, entry))
+                        if tier_name not in row["tiers"]:
+                            row["tiers"].append(tier_name)
+        return sorted(rows.values(), key=lambda row: row["created"], reverse=True)
+
+    def entry(self, stage: str, token: str) -> Optional[Entry]:
+        """The entry (with its artifact and token components) for one token, from any tier."""
+        with self._lock:
+            entry, _ = self._find(_check_stage(stage), token, fill=False)
+            return entry
+
+    def evict(self, stage: str, token: str) -> bool:
+        """Remove one entry from every tier; True if it was anywhere."""
+        stage = _check_stage(stage)
+        with self._lock:
+            found = self._memory[stage].delete(token)
+            for tier in self._tiers_for(stage):
+                found = tier.delete(stage, token) or found
+            return found
+
+    def recompile(self, token: str) -> CompileResult:
+        """Compile again, from scratch, the kernel that produced `token` (any
+        stage's), with the same signature and config; its entries are replaced."""
+        with self._lock:
+            origin = self._origins.get(token)
+        pyfunc = origin[0]() if origin else None
+        if pyfunc is None:
+            raise KeyError(
+                f"no record of the compile that produced {token[:12]} in this process "
+                "(it was made by another process, or its function is gone); compile it again instead"
+            )
+        return self.compile(pyfunc, origin[1], origin[2], force=True)
 
     def clear(self, stage: Optional[str] = None) -> None:
-        """Drop the entries of one stage, or of all stages (counters are kept)."""
+        """Drop the entries of one stage, or of all stages, in every tier (counters are kept)."""
         stages_to_clear = STAGES if stage is None else (_check_stage(stage),)
         with self._lock:
             for s in stages_to_clear:
-                self._tiers[s].clear()
+                self._memory[s].clear()
+                for tier in self._tiers_for(s):
+                    tier.clear(s)
             if stage is None:
                 self._proxies.clear()
 
@@ -322,35 +205,65 @@ class KernelCache:
         with self._lock:
             return list(self._misses)
 
+    # -- tiers -------------------------------------------------------------
+    def _tiers_for(self, stage):
+        return [tier for tier in self.tiers if stage in tier.stages]
+
+    def _find(self, stage, token_hex, fill=True) -> Tuple[Optional[Entry], Optional[str]]:
+        """Search memory, then each persistent tier; a lower hit fills the tiers above."""
+        entry = self._memory[stage].get(token_hex)
+        if entry is not None:
+            return entry, "memory"
+        above = []
+        for tier in self._tiers_for(stage):
+            entry = tier.get(stage, token_hex)
+            if entry is not None:
+                if fill:
+                    self._memory[stage].put(entry)
+                    for upper in above:
+                        upper.put(stage, entry)
+                return entry, tier.name
+            above.append(tier)
+        return None, None
+
+    def _put(self, stage, entry: Entry):
+        self._memory[stage].put(entry)
+        for tier in self._tiers_for(stage):
+            tier.put(stage, entry)
+
     # -- internals used by _Plan --------------------------------------------
-    def _lookup(self, stage: str, token: Token, cc) -> Tuple[Optional[Entry], Token]:
-        """Find `token`, or the variant of it that holds for target `cc`."""
+    def _lookup(self, stage: str, token: Token, cc) -> Tuple[Optional[Entry], Token, Optional[str]]:
+        """Find `token`, or the variant of it that holds for target `cc`.
+
+        Returns (entry or None, effective token, tier it came from)."""
         with self._lock:
-            tier = self._tiers[stage]
-            entry = tier.get(token.hex)
+            entry, tier = self._find(stage, token.hex)
             if entry is None or not entry.is_marker:
-                return entry, token
+                return entry, token, tier
             for reads in entry.variants:
                 if targets.holds_for(reads, cc):
                     variant = _with_reads(token, reads)
-                    found = tier.get(variant.hex)
+                    found, tier = self._find(stage, variant.hex)
                     if found is not None:
-                        return found, variant
-            return None, token
+                        return found, variant, tier
+            return None, token, None
 
-    def _store(self, stage, token: Token, kernel, artifact, nbytes, seconds, reads):
+    def _store(self, stage, token: Token, plan: "_Plan", artifact, seconds, reads):
         """File a fresh artifact; returns (effective token, reasons it missed)."""
         with self._lock:
-            tier = self._tiers[stage]
+            kernel = plan.kernel
             if reads:
-                marker = tier.get(token.hex)
+                marker, _ = self._find(stage, token.hex, fill=False)
                 variants = list(marker.variants) if marker is not None and marker.is_marker else []
                 if reads not in variants:
                     variants.append(reads)
-                tier.put(Entry(token.hex, kernel, None, token.components, 0, 0.0, variants=variants))
+                self._put(stage, Entry(token.hex, kernel, None, token.components, 0, 0.0,
+                                       variants=variants))
                 token = _with_reads(token, reads)
             reasons = self._explain(stage, token, kernel)
-            tier.put(Entry(token.hex, kernel, artifact, token.components, nbytes, seconds))
+            self._put(stage, Entry(token.hex, kernel, artifact, token.components, artifact.nbytes,
+                                   seconds, signature=plan.signature_text,
+                                   config=plan.config.summary(), reasons=reasons))
             self._remember(stage, token, kernel)
             self._stats[stage].compile_seconds += seconds
             return token, reasons
@@ -362,10 +275,12 @@ class KernelCache:
         while len(history) > _HISTORY_LIMIT:
             history.popitem(last=False)
 
-    def _count(self, stage, hit):
+    def _count(self, stage, hit, tier=None):
         with self._lock:
             if hit:
                 self._stats[stage].hits += 1
+                if tier is not None:
+                    self._tier_hits[stage][tier] = self._tier_hits[stage].get(tier, 0) + 1
             else:
                 self._stats[stage].misses += 1
 
@@ -398,9 +313,20 @@ class KernelCache:
                 proxy = stages.DeviceProxy(dispatcher, pyfunc, key)
                 self._proxies[key] = proxy
             self._proxies.move_to_end(key)
-            while len(self._proxies) > 4 * self._tiers["typing"].max_entries:
+            while len(self._proxies) > 4 * self._memory["typing"].max_entries:
                 self._proxies.popitem(last=False)
             return proxy
+
+
+def _kernel_matches(qualname: str, wanted: Optional[str]) -> bool:
+    return wanted is None or qualname == wanted or qualname.rsplit(".", 1)[-1] == wanted
+
+
+def _entry_row(stage, entry: Entry) -> Dict[str, Any]:
+    return {"stage": stage, "token": entry.token, "kernel": entry.kernel,
+            "signature": entry.signature, "config": entry.config, "tiers": [],
+            "bytes": entry.nbytes, "created": entry.created, "seconds": entry.seconds,
+            "reasons": tuple(entry.reasons)}
 
 
 def _with_reads(token: Token, reads: targets.TargetReads) -> Token:
@@ -451,6 +377,7 @@ class _Plan:
         self.kernel = self.identity.qualname
         self.tokens = self._tokens()
         self.layers: Dict[str, LayerResult] = {}
+        self.signature_text = "(" + ", ".join(map(str, argtypes)) + ")"
 
     def _tokens(self) -> Dict[str, Token]:
         config = self.config
@@ -504,20 +431,20 @@ class _Plan:
 
     def _lookup(self, stage):
         start = time.perf_counter()
-        entry, token = self.cache._lookup(stage, self.tokens[stage], self.config.cc)
+        entry, token, tier = self.cache._lookup(stage, self.tokens[stage], self.config.cc)
         if entry is None:
             return None
-        self.cache._count(stage, True)
-        self.layers[stage] = LayerResult(stage, token.hex, True, "memory", time.perf_counter() - start,
+        self.cache._count(stage, True, tier)
+        self.layers[stage] = LayerResult(stage, token.hex, True, tier, time.perf_counter() - start,
                                          components=token.components, saved_seconds=entry.seconds)
         return entry.artifact
 
     def _peek_typing(self):
         """Report typing when a later stage hit: a hit if still cached, else not needed."""
-        entry, token = self.cache._lookup("typing", self.tokens["typing"], self.config.cc)
+        entry, token, tier = self.cache._lookup("typing", self.tokens["typing"], self.config.cc)
         if entry is not None:
-            self.cache._count("typing", True)
-            tier, saved = "memory", entry.seconds
+            self.cache._count("typing", True, tier)
+            saved = entry.seconds
         else:
             tier, saved = "skipped", 0.0
         self.layers["typing"] = LayerResult("typing", token.hex, True, tier, 0.0,
@@ -530,8 +457,7 @@ class _Plan:
         artifact = fn(*args)
         seconds = time.perf_counter() - start
         reads = getattr(artifact, "target_reads", targets.NO_READS)
-        token, reasons = self.cache._store(stage, generic, self.kernel, artifact, artifact.nbytes,
-                                           seconds, reads)
+        token, reasons = self.cache._store(stage, generic, self, artifact, seconds, reads)
         if self.forced:
             reasons = ("forced recompile",)
         self.layers[stage] = LayerResult(stage, token.hex, False, None, seconds, reasons,

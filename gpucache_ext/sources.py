@@ -18,7 +18,6 @@ ignores the caller's target and flags).
 
 from __future__ import annotations
 
-import builtins
 import dis
 import enum
 import functools

@@ -33,9 +33,8 @@ import linecache
 import threading
 import time
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from numba.cuda import types as nbtypes
 from numba.cuda import typing as nbtyping

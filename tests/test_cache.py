@@ -353,3 +353,38 @@ def test_forced_cc_environment_has_no_effect(monkeypatch):
     assert ".target sm_86" in forced.ptx
     assert forced.ptx == plain.ptx and forced.cubin == plain.cubin
     assert forced.layers["cubin"].token == plain.layers["cubin"].token
+
+
+def test_entries_evict_and_recompile():
+    cache = KernelCache()
+    first = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
+    cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86, opt=1))
+    rows = cache.entries()
+    assert len(rows) == 8 and {r["stage"] for r in rows} == {"typing", "llvm", "ptx", "cubin"}
+    cubins = cache.entries(stage="cubin", kernel="axpy")
+    assert len(cubins) == 1
+    row = cubins[0]
+    assert row["token"] == first.layers["cubin"].token and row["tiers"] == ["memory"]
+    assert row["config"] == "sm_80" and "float32" in row["signature"]
+    assert row["reasons"] == ("first compile of axpy",) and row["bytes"] > 0 and row["seconds"] > 0
+    assert cache.entries(kernel="tests.kernels.copy")[0]["config"] == "sm_86 opt=1"
+    assert cache.entry("cubin", row["token"]).artifact.cubin == first.cubin
+
+    assert cache.evict("cubin", row["token"]) and not cache.evict("cubin", row["token"])
+    assert cache.entries(stage="cubin", kernel="axpy") == []
+    again = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
+    assert [s for s, layer in again.layers.items() if not layer.hit] == ["cubin"]
+
+    redone = cache.recompile(first.layers["ptx"].token)
+    assert all(not layer.hit for layer in redone.layers.values())
+    assert redone.cubin == first.cubin
+    with pytest.raises(KeyError, match="no record"):
+        cache.recompile("0" * 64)
+
+
+def test_stats_have_per_tier_counters():
+    cache = KernelCache()
+    cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
+    cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
+    tiers = cache.stats()["cubin"]["tiers"]
+    assert tiers == {"memory": {"hits": 1, "entries": 1, "bytes": cache.stats()["cubin"]["bytes"]}}

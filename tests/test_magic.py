@@ -241,13 +241,12 @@ from numba import cuda
 @cuda.jit("void(float32[:])")
 def broken(r):
     r[0] = not_defined_anywhere
-axpy = None
 ''')
     error = result.error_in_exec
     assert isinstance(error, gpucache_ext.CompileError)
     assert "broken" in str(error) and "not_defined_anywhere" in str(error)
     assert "line 3" in str(error) and "def broken(r):" in str(error)
-    assert "broken" not in ip.user_ns
+    assert "broken" not in ip.user_ns and ip.user_ns["axpy"] is kernel
     after = gpucache_ext.default_cache().stats()
     assert all(after[s]["entries"] == stats[s]["entries"] for s in after)
 

@@ -1,0 +1,140 @@
+"""What a compile returns: per stage, how it went, and the artifacts."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+from . import stages
+from .config import STAGES, CompileConfig
+from .tokens import Component
+
+
+@dataclass
+class LayerResult:
+    """What happened at one stage of one compile."""
+
+    stage: str
+    token: str
+    hit: bool
+    tier: Optional[str]  # "memory", ...; None when compiled; "skipped" when not needed
+    seconds: float  # spent here: the lookup on a hit, the compile on a miss
+    reasons: Tuple[str, ...] = ()  # why it missed
+    saved_seconds: float = 0.0  # on a hit: what compiling the entry took
+    components: Dict[str, Component] = field(default_factory=dict, repr=False)
+
+    @property
+    def short_token(self) -> str:
+        return self.token[:12]
+
+
+@dataclass
+class CompileResult:
+    """The artifacts of one kernel for one signature and config, and how they were found."""
+
+    kernel: str
+    signature: Tuple[Any, ...]
+    config: CompileConfig
+    layers: Dict[str, LayerResult]
+    _llvm: stages.LLVMArtifact = field(repr=False)
+    _ptx: stages.PTXArtifact = field(repr=False)
+    _cubin: stages.CubinArtifact = field(repr=False)
+
+    @property
+    def llvm_ir(self) -> str:
+        """The NVVM IR given to libNVVM (kernel plus linked device functions)."""
+        return self._llvm.text
+
+    @property
+    def ptx(self) -> str:
+        """The PTX; with lto, the PTX nvJitLink produced after link-time optimisation."""
+        if self._ptx.ltoir is not None:
+            return self._cubin.linked_ptx or ""
+        return "\n".join(self._ptx.ptx)
+
+    @property
+    def ltoir(self) -> Optional[bytes]:
+        """libNVVM's LTO-IR when config.lto is on, else None."""
+        return self._ptx.ltoir
+
+    @property
+    def cubin(self) -> bytes:
+        return self._cubin.cubin
+
+    @property
+    def link_log(self) -> str:
+        """nvJitLink's info log: registers, spills, shared/local/constant memory."""
+        return self._cubin.info_log
+
+    @property
+    def entry_name(self) -> str:
+        """The kernel's symbol in the PTX and cubin."""
+        return self._cubin.entry_name
+
+    @property
+    def call_helper(self):
+        """numba's exception table for debug launches (None if not in memory)."""
+        return self._llvm.call_helper
+
+    @property
+    def resources(self) -> Dict[str, int]:
+        """Registers, shared/local/constant bytes, stack, spills, from nvJitLink's log."""
+        return parse_resources(self._cubin.info_log)
+
+    @property
+    def seconds(self) -> float:
+        """Time this compile spent in the stages (lookups and compiles)."""
+        return sum(layer.seconds for layer in self.layers.values())
+
+    @property
+    def saved_seconds(self) -> float:
+        """Compile time the hits saved (what those entries took to build)."""
+        return sum(layer.saved_seconds for layer in self.layers.values())
+
+    @property
+    def hit(self) -> bool:
+        """True when no stage had to compile."""
+        return all(layer.hit for layer in self.layers.values())
+
+    def explain(self) -> str:
+        """One line per stage: hit or miss, tier, time, and why it missed."""
+        lines = [f"{self.kernel} {self.signature_text} [{self.config.summary()}]"]
+        for stage in STAGES:
+            layer = self.layers[stage]
+            state = f"hit ({layer.tier})" if layer.hit else "miss"
+            line = f"  {stage:<6} {state:<16} {layer.seconds * 1e3:8.2f} ms  {layer.short_token}"
+            if layer.reasons:
+                line += "  " + "; ".join(layer.reasons)
+            lines.append(line)
+        return "\n".join(lines)
+
+    @property
+    def signature_text(self) -> str:
+        return "(" + ", ".join(str(t) for t in self.signature) + ")"
+
+
+def parse_resources(log: str) -> Dict[str, int]:
+    """Resource usage from nvJitLink's verbose info log.
+
+    The summary line reads "used 38 registers, used 1 barriers, 0 stack,
+    2048 bytes smem, 568 bytes cmem[0], 8 bytes cmem[2], 0 bytes lmem"; spills
+    come from ptxas' "N bytes spill stores, N bytes spill loads".
+    """
+    summaries = [line for line in log.splitlines() if re.search(r"used \d+ registers", line)]
+    summary = summaries[-1] if summaries else ""
+
+    def number(pattern, text):
+        match = re.search(pattern, text)
+        return int(match.group(1)) if match else 0
+
+    return {
+        "registers": number(r"used (\d+) registers", summary),
+        "barriers": number(r"used (\d+) barriers", summary),
+        "stack_bytes": number(r"(\d+) stack", summary),
+        "shared_bytes": number(r"(\d+) bytes smem", summary),
+        "constant_bytes": sum(int(n) for n in re.findall(r"(\d+) bytes cmem\[\d+\]", summary)),
+        "local_bytes": number(r"(\d+) bytes lmem", summary),
+        "spill_stores": number(r"(\d+) bytes spill stores", log),
+        "spill_loads": number(r"(\d+) bytes spill loads", log),
+    }

@@ -1,0 +1,121 @@
+"""Cache tiers: where entries live.
+
+An `Entry` is one stage's artifact under its token, with the token's
+components (to explain later misses), the kernel and signature it belongs to,
+and what compiling it took.  A marker entry holds no artifact: it says the
+artifact is filed per target (see `targets`).
+
+`MemoryTier` is a bounded LRU map per stage.  The persistent tiers (disk,
+shared) share the `Tier` interface.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from . import targets
+from .tokens import Component
+
+
+@dataclass
+class Entry:
+    """One cached artifact (or a marker saying the artifact is per target)."""
+
+    token: str
+    kernel: str
+    artifact: Any
+    components: Dict[str, Component]
+    nbytes: int
+    seconds: float  # what compiling it took
+    created: float = field(default_factory=time.time)
+    signature: str = ""
+    config: str = ""  # the config's summary
+    reasons: tuple = ()  # why it was compiled (the miss explanation)
+    # A marker: the artifact is filed per target, under these variants.
+    variants: Optional[List[targets.TargetReads]] = None
+
+    @property
+    def is_marker(self) -> bool:
+        return self.variants is not None
+
+
+class MemoryTier:
+    """A bounded LRU map from token to `Entry` for one stage."""
+
+    name = "memory"
+
+    def __init__(self, max_entries: int, max_bytes: Optional[int] = None):
+        if max_entries < 1:
+            raise ValueError(f"max_entries={max_entries!r} is invalid; use an int >= 1")
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.entries: "OrderedDict[str, Entry]" = OrderedDict()
+        self.bytes = 0
+        self.evictions = 0
+
+    def get(self, token: str) -> Optional[Entry]:
+        entry = self.entries.get(token)
+        if entry is not None:
+            self.entries.move_to_end(token)
+        return entry
+
+    def put(self, entry: Entry) -> None:
+        old = self.entries.pop(entry.token, None)
+        if old is not None:
+            self.bytes -= old.nbytes
+        self.entries[entry.token] = entry
+        self.bytes += entry.nbytes
+        while len(self.entries) > self.max_entries or (
+            self.max_bytes is not None and self.bytes > self.max_bytes and len(self.entries) > 1
+        ):
+            _, evicted = self.entries.popitem(last=False)
+            self.bytes -= evicted.nbytes
+            self.evictions += 1
+
+    def delete(self, token: str) -> bool:
+        entry = self.entries.pop(token, None)
+        if entry is not None:
+            self.bytes -= entry.nbytes
+        return entry is not None
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.bytes = 0
+
+    def artifact_count(self) -> int:
+        return sum(1 for e in self.entries.values() if not e.is_marker)
+
+
+class Tier:
+    """A persistent tier (disk, shared store): holds some stages' entries by token.
+
+    Implementations never raise to the caller for a storage problem: a
+    corrupt or unreadable entry is a miss, a failed write is dropped (with one
+    warning), so compiling always goes on.
+    """
+
+    name: str = "tier"
+    stages: Tuple[str, ...] = ()
+
+    def get(self, stage: str, token: str) -> Optional[Entry]:
+        raise NotImplementedError
+
+    def put(self, stage: str, entry: Entry) -> None:
+        raise NotImplementedError
+
+    def delete(self, stage: str, token: str) -> bool:
+        raise NotImplementedError
+
+    def clear(self, stage: str) -> None:
+        raise NotImplementedError
+
+    def entries(self, stage: str) -> Iterable[Entry]:
+        """Every entry of `stage` (their artifacts may be left unloaded: None)."""
+        raise NotImplementedError
+
+    def stats(self, stage: str) -> Dict[str, int]:
+        """{"entries": int, "bytes": int} for `stage`."""
+        raise NotImplementedError
