@@ -19,6 +19,7 @@ which token components differ.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -27,13 +28,17 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import stages, targets
 from .config import STAGES, CompileConfig
-from .results import CompileResult, LayerResult, parse_resources  # noqa: F401  (re-exported)
+from .results import CompileResult, LayerResult, parse_resources, short_signature  # noqa: F401
+from .disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
+from .disk import DiskTier, default_directory
+from .shared import RedisTier
 from .tiers import Entry, MemoryTier, Tier
 from .sources import identify, python_function, rebind
 from .tokens import Component, Token, component, explain_difference, extend_token, make_token
 from .toolchain import numba_settings, toolchain_component
 
 DEFAULT_MAX_ENTRIES = {"typing": 256, "llvm": 512, "ptx": 1024, "cubin": 1024}
+_OFF = ("", "off", "none", "0", "false", "no")
 _HISTORY_LIMIT = 4096
 
 
@@ -47,20 +52,33 @@ class _LayerStats:
 
 
 class KernelCache:
-    """A staged kernel cache: a memory tier per stage, then any persistent tiers.
+    """A staged kernel cache: a memory tier per stage, then persistent tiers.
 
     ``max_entries`` bounds each stage's memory tier: an int for all stages or
     a dict ``{stage: int}``; ``max_bytes`` likewise bounds their sizes (None:
-    no byte bound).  ``tiers`` are persistent tiers (disk, shared) searched in
-    order after memory for the stages they hold; a hit in a lower tier fills
-    the ones above it.  Safe to use from several threads.
+    no byte bound).
+
+    Persistent tiers hold the llvm, ptx and cubin stages and are searched in
+    order after memory; a hit in a lower tier fills the ones above it:
+    ``directory`` adds a disk tier there (capped at ``max_disk_bytes``),
+    ``redis_url`` a shared Redis tier (entries signed with ``secret`` when
+    given), ``tiers`` any others.  `KernelCache.from_environment` builds one
+    from the ``GPUCACHE_*`` variables.  Safe to use from several threads and,
+    through the disk tier, from several processes.
     """
 
-    def __init__(self, max_entries=None, max_bytes=None, tiers: Sequence[Tier] = ()):
+    def __init__(self, max_entries=None, max_bytes=None, *, directory=None,
+                 max_disk_bytes: Optional[int] = DEFAULT_DISK_BYTES, redis_url: Optional[str] = None,
+                 secret: Optional[str] = None, tiers: Sequence[Tier] = ()):
         limits = _per_stage(max_entries, DEFAULT_MAX_ENTRIES, "max_entries")
         byte_limits = _per_stage(max_bytes, dict.fromkeys(STAGES), "max_bytes")
         self._memory = {s: MemoryTier(limits[s], byte_limits[s]) for s in STAGES}
-        self.tiers: List[Tier] = list(tiers)
+        self.tiers: List[Tier] = []
+        if directory is not None:
+            self.tiers.append(DiskTier(directory, max_disk_bytes))
+        if redis_url:
+            self.tiers.append(RedisTier(redis_url, secret=secret))
+        self.tiers.extend(tiers)
         self._stats = {s: _LayerStats() for s in STAGES}
         self._tier_hits = {s: {} for s in STAGES}
         self._history = {s: OrderedDict() for s in STAGES}  # token -> (kernel, components)
@@ -68,6 +86,30 @@ class KernelCache:
         self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
         self._misses = deque(maxlen=256)
         self._lock = threading.RLock()
+
+    @classmethod
+    def from_environment(cls, directory=None, **kwargs) -> "KernelCache":
+        """A cache configured by the environment (the magic's default cache).
+
+        ``GPUCACHE_DIR``: the disk tier's directory (default: the platform's
+        user cache folder; ``off`` for none), overridden by `directory`.
+        ``GPUCACHE_MAX_BYTES``: the disk tier's cap (default 1 GiB).
+        ``GPUCACHE_REDIS_URL``: a shared Redis tier.  ``GPUCACHE_SECRET``:
+        sign and check the shared tier's entries.
+        """
+        env = os.environ
+        if directory is None:
+            directory = env.get("GPUCACHE_DIR") or default_directory()
+        if str(directory).strip().lower() in _OFF:
+            directory = None
+        max_disk = env.get("GPUCACHE_MAX_BYTES")
+        try:
+            max_disk_bytes = int(max_disk) if max_disk else DEFAULT_DISK_BYTES
+        except ValueError:
+            raise ValueError(f"GPUCACHE_MAX_BYTES={max_disk!r} is invalid; use a number of bytes") from None
+        return cls(directory=directory, max_disk_bytes=max_disk_bytes,
+                   redis_url=env.get("GPUCACHE_REDIS_URL") or None,
+                   secret=env.get("GPUCACHE_SECRET") or None, **kwargs)
 
     # -- public API --------------------------------------------------------
     def compile(self, func, sig, config: Optional[CompileConfig] = None, *,
@@ -377,7 +419,7 @@ class _Plan:
         self.kernel = self.identity.qualname
         self.tokens = self._tokens()
         self.layers: Dict[str, LayerResult] = {}
-        self.signature_text = "(" + ", ".join(map(str, argtypes)) + ")"
+        self.signature_text = short_signature(argtypes)
 
     def _tokens(self) -> Dict[str, Token]:
         config = self.config

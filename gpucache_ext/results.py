@@ -111,7 +111,7 @@ class CompileResult:
 
     @property
     def signature_text(self) -> str:
-        return "(" + ", ".join(str(t) for t in self.signature) + ")"
+        return short_signature(self.signature)
 
 
 def parse_resources(log: str) -> Dict[str, int]:
@@ -138,3 +138,20 @@ def parse_resources(log: str) -> Dict[str, int]:
         "spill_stores": number(r"(\d+) bytes spill stores", log),
         "spill_loads": number(r"(\d+) bytes spill loads", log),
     }
+
+
+def short_type(ty) -> str:
+    """numba's signature spelling of a type: float32[::1] rather than array(float32, 1d, C)."""
+    ndim, layout, dtype = getattr(ty, "ndim", None), getattr(ty, "layout", None), getattr(ty, "dtype", None)
+    if ndim is None or dtype is None or layout not in ("A", "C", "F"):
+        return str(ty)
+    dims = [":"] * ndim
+    if ndim and layout == "C":
+        dims[-1] = "::1"
+    elif ndim and layout == "F":
+        dims[0] = "::1"
+    return f"{dtype}[{', '.join(dims)}]"
+
+
+def short_signature(argtypes) -> str:
+    return "(" + ", ".join(short_type(t) for t in argtypes) + ")"

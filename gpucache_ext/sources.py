@@ -23,7 +23,9 @@ import enum
 import functools
 import hashlib
 import importlib.metadata
+import os
 import sys
+import sysconfig
 import types as pytypes
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Tuple
@@ -142,23 +144,38 @@ def _const_value(value):
 
 
 @functools.lru_cache(maxsize=1)
-def _distributions():
-    return importlib.metadata.packages_distributions()
+def _installed_roots() -> Tuple[str, ...]:
+    """Folders of the standard library and of installed packages."""
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    roots |= {p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))}
+    return tuple(os.path.realpath(r) + os.sep for r in roots)
 
 
 @functools.lru_cache(maxsize=1024)
 def _library_version(module_name: str):
-    """The distribution version of a library module, or None for user code."""
+    """A version string for an installed (library) module, or None for user code.
+
+    A module is a library when it is built in or lives in the standard
+    library's or site-packages' folders; its version is its top package's
+    ``__version__`` or its distribution's (a library's contents change only
+    with its version).  Anything else is user code, whose attributes count.
+    """
     top = module_name.split(".")[0]
     if top in sys.stdlib_module_names or top == "builtins":
         return "stdlib"
-    dists = _distributions().get(top)
-    if not dists:
+    module = sys.modules.get(module_name) or sys.modules.get(top)
+    files = [getattr(module, "__file__", None)] + list(getattr(module, "__path__", []) or [])
+    files = [os.path.realpath(f) for f in files if f]
+    if files and not any(f.startswith(_installed_roots()) for f in files):
         return None
+    version = getattr(sys.modules.get(top), "__version__", None)
+    if isinstance(version, str):
+        return version
     try:
-        return importlib.metadata.version(dists[0])
-    except importlib.metadata.PackageNotFoundError:
-        return None
+        return importlib.metadata.version(top)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return "installed" if files else None
 
 
 def _short(text: str, limit: int = 40) -> str:

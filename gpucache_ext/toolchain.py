@@ -13,6 +13,7 @@ compile.  Those that change output are either folded into the llvm token
 from __future__ import annotations
 
 import functools
+import importlib
 import hashlib
 import platform
 from importlib import metadata
@@ -35,7 +36,20 @@ NEUTRALISED_SETTINGS = (
 )
 
 
+# Where each distribution keeps its version at run time (cheaper than metadata).
+_VERSION_MODULES = {"numba": "numba", "numpy": "numpy", "llvmlite": "llvmlite",
+                    "numba-cuda": "numba_cuda", "cuda-core": "cuda.core"}
+
+
 def _version(dist: str) -> str:
+    module = _VERSION_MODULES.get(dist)
+    if module is not None:
+        try:
+            version = getattr(importlib.import_module(module), "__version__", None)
+        except ImportError:
+            version = None
+        if isinstance(version, str):
+            return version
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

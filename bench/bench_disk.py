@@ -1,0 +1,147 @@
+"""Benchmark of the persistent disk tier, as ratios measured in one run.
+
+    python bench/bench_disk.py [--runs 5] [--json PATH] [--check]
+
+1. A new process's first compile of a kernel that is on disk, against a cold
+   compile of it in a new process with an empty cache (imports and the
+   CompileConfig are made before the timer in both).  Target >= 20x.
+2. Lookup time with 10,000 entries on disk against 100 entries: a new
+   KernelCache (empty memory) compiling a kernel whose artifacts are on disk,
+   and a raw DiskTier.get of random stored tokens.  Target within 1.5x.
+"""
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CHILD = """
+import sys, time
+from numba import cuda, float32
+from gpucache_ext import CompileConfig, KernelCache
+TPB = 16
+def matmul(A, B, C):
+    sA = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
+    sB = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
+    x, y = cuda.grid(2)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    acc = float32(0.0)
+    for i in range((A.shape[1] + TPB - 1) // TPB):
+        sA[ty, tx] = A[y, tx + i * TPB] if y < A.shape[0] and tx + i * TPB < A.shape[1] else 0
+        sB[ty, tx] = B[ty + i * TPB, x] if x < B.shape[1] and ty + i * TPB < B.shape[0] else 0
+        cuda.syncthreads()
+        for j in range(TPB):
+            acc += sA[ty, j] * sB[j, tx]
+        cuda.syncthreads()
+    if y < C.shape[0] and x < C.shape[1]:
+        C[y, x] = acc
+config = CompileConfig(sm=86)
+cache = KernelCache(directory=sys.argv[1])
+start = time.perf_counter()
+result = cache.compile(matmul, "void(float32[:,:], float32[:,:], float32[:,:])", config)
+elapsed = time.perf_counter() - start
+print(elapsed, "".join("h" if result.layers[s].hit else "m" for s in ("typing", "llvm", "ptx", "cubin")))
+"""
+
+
+def child(directory):
+    out = subprocess.run([sys.executable, "-c", CHILD, str(directory)], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.split()
+    return float(out[0]), out[1]
+
+
+def new_process(runs):
+    cold, warm = [], []
+    with tempfile.TemporaryDirectory() as warm_dir:
+        child(warm_dir)  # fill the warm directory once
+        for _ in range(runs):
+            with tempfile.TemporaryDirectory() as empty:
+                seconds, hits = child(empty)
+                assert hits == "mmmm", hits
+                cold.append(seconds)
+            seconds, hits = child(warm_dir)
+            assert hits == "hhhh", hits
+            warm.append(seconds)
+    return statistics.median(cold), statistics.median(warm)
+
+
+def fill(directory, count, size=8192):
+    from gpucache_ext.disk import DiskTier
+    from gpucache_ext.stages import CubinArtifact
+    from gpucache_ext.tiers import Entry
+    from gpucache_ext.tokens import component, make_token
+
+    tier = DiskTier(directory, max_bytes=None)
+    blob = random.Random(0).randbytes(size)
+    tokens = []
+    for i in range(count):
+        token = make_token("cubin", {"n": component(i)})
+        tier.put("cubin", Entry(token.hex, "filler", CubinArtifact(blob, "", None, "k"),
+                                token.components, size, 0.01))
+        tokens.append(token.hex)
+    return tier, tokens
+
+
+def lookups(count, runs):
+    from gpucache_ext import CompileConfig, KernelCache
+    from tests import kernels
+
+    with tempfile.TemporaryDirectory() as directory:
+        tier, tokens = fill(directory, count)
+        KernelCache(directory=directory).compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
+        rng = random.Random(1)
+        raw = []
+        for _ in range(runs * 200):
+            token = rng.choice(tokens)
+            start = time.perf_counter()
+            assert tier.get("cubin", token) is not None
+            raw.append(time.perf_counter() - start)
+        through_cache = []
+        config = CompileConfig(sm=86)
+        for _ in range(runs * 20):
+            cache = KernelCache(directory=directory)
+            start = time.perf_counter()
+            result = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
+            through_cache.append(time.perf_counter() - start)
+            assert result.layers["cubin"].tier == "disk"
+        return statistics.median(raw), statistics.median(through_cache)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    args = parser.parse_args()
+
+    cold, warm = new_process(args.runs)
+    raw_100, cache_100 = lookups(100, args.runs)
+    raw_10k, cache_10k = lookups(10_000, args.runs)
+    rows = [
+        ("new process, kernel on disk vs cold", cold, warm, cold / warm, ">= 20x", cold / warm >= 20),
+        ("DiskTier.get, 10,000 vs 100 entries", raw_10k, raw_100, raw_10k / raw_100, "<= 1.5x",
+         raw_10k / raw_100 <= 1.5),
+        ("compile from disk, 10,000 vs 100 entries", cache_10k, cache_100, cache_10k / cache_100, "<= 1.5x",
+         cache_10k / cache_100 <= 1.5),
+    ]
+    print(f"disk tier benchmark, medians of {args.runs} runs (16x16 tiled matmul, sm_86)\n")
+    print(f"{'measure':<42}{'a (ms)':>10}{'b (ms)':>10}{'a/b':>9}  target    result")
+    for name, a, b, ratio, target, ok in rows:
+        print(f"{name:<42}{a * 1e3:>10.3f}{b * 1e3:>10.3f}{ratio:>8.2f}x  {target:<8}  {'PASS' if ok else 'FAIL'}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps([dict(zip(("measure", "a_s", "b_s", "ratio", "target", "pass"), r))
+                                         for r in rows], indent=2))
+    return 1 if args.check and not all(r[-1] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,295 @@
+"""The ``gpucache`` command (also ``python -m gpucache_ext``): look after the disk cache.
+
+    gpucache stats                          entries and bytes per layer
+    gpucache ls [--kernel K] [--layer L] [--older-than 2d] [--newer-than 1h]
+    gpucache show TOKEN [--out FILE]        an entry's header and artifact
+    gpucache clear [--layer L]              delete entries
+    gpucache prune --max-bytes 500M         evict least recently used entries
+    gpucache verify [--fix]                 check every entry's key and checksum
+
+``--dir`` picks the cache directory (default: ``GPUCACHE_DIR``, else the
+platform's user cache folder); ``--json`` prints machine-readable output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from .codec import PERSISTENT_STAGES, BadEntry, decode, read_header
+from .disk import DiskTier, default_directory
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_AGES = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class CommandError(Exception):
+    """A problem with the command's input; printed without a traceback."""
+
+
+def parse_bytes(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text.lower())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size; use e.g. 1000000, 500M or 2G")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def parse_age(text: str) -> float:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text.lower())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an age; use e.g. 30m, 12h or 7d")
+    return float(match.group(1)) * _AGES[match.group(2)]
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+class Progress:
+    """A progress bar on stderr for long operations (only on a terminal)."""
+
+    def __init__(self, label: str, enabled: bool):
+        self.label = label
+        self.enabled = enabled and sys.stderr.isatty()
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or (time.monotonic() - self._last < 0.1 and done < total):
+            return
+        self._last = time.monotonic()
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _rows(tier: DiskTier, layers, kernel=None, older=None, newer=None, progress=None):
+    now = time.time()
+    files = [item for item in tier.scan() if item[0] in layers]
+    rows = []
+    for done, (stage, path, st) in enumerate(files, 1):
+        if progress:
+            progress(done, len(files))
+        try:
+            header, _ = read_header(_head(path))
+        except (OSError, BadEntry):
+            continue
+        if header.get("marker"):
+            continue
+        short = header["kernel"].rsplit(".", 1)[-1]
+        if kernel and kernel not in (header["kernel"], short):
+            continue
+        age = now - float(header["created"])
+        if (older is not None and age < older) or (newer is not None and age > newer):
+            continue
+        rows.append({"layer": stage, "token": header["token"], "kernel": header["kernel"],
+                     "signature": header["signature"], "config": header["config"],
+                     "bytes": st.st_size, "created": header["created"], "age_seconds": round(age, 1),
+                     "last_used": st.st_mtime})
+    return sorted(rows, key=lambda r: r["created"], reverse=True)
+
+
+def _head(path: Path) -> bytes:
+    from .disk import _read_head
+
+    return _read_head(path)
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def cmd_stats(tier, args, out):
+    stats = {stage: tier.stats(stage) for stage in PERSISTENT_STAGES}
+    if args.json:
+        out({"directory": str(tier.directory), "layers": stats,
+             "bytes": sum(s["bytes"] for s in stats.values())})
+        return 0
+    out(f"cache directory: {tier.directory}")
+    out(f"{'layer':<7}{'entries':>10}{'size':>14}")
+    for stage, s in stats.items():
+        out(f"{stage:<7}{s['entries']:>10}{_size(s['bytes']):>14}")
+    out(f"{'total':<7}{sum(s['entries'] for s in stats.values()):>10}"
+        f"{_size(sum(s['bytes'] for s in stats.values())):>14}")
+    return 0
+
+
+def cmd_ls(tier, args, out):
+    layers = (args.layer,) if args.layer else PERSISTENT_STAGES
+    rows = _rows(tier, layers, args.kernel, args.older_than, args.newer_than,
+                 Progress("reading", not args.json))
+    if args.json:
+        out(rows)
+        return 0
+    if not rows:
+        out("no entries")
+        return 0
+    out(f"{'layer':<6} {'token':<12} {'kernel':<20} {'config':<24} {'size':>10} {'age':>5}  signature")
+    for r in rows:
+        out(f"{r['layer']:<6} {r['token'][:12]:<12} {r['kernel'].rsplit('.', 1)[-1][:20]:<20} "
+            f"{r['config'][:24]:<24} {_size(r['bytes']):>10} {_age(r['age_seconds']):>5}  {r['signature']}")
+    return 0
+
+
+def _find(tier: DiskTier, token: str, layer: Optional[str]):
+    token = token.lower()
+    if not re.fullmatch(r"[0-9a-f]{6,64}", token):
+        raise CommandError(f"{token!r} is not a token; give at least 6 hex digits")
+    matches = [(stage, path) for stage, path, _ in tier.scan(layer)
+               if path.name.startswith(token)]
+    if not matches:
+        raise CommandError(f"no entry with a token starting {token} in {tier.directory}")
+    if len(matches) > 1:
+        listed = ", ".join(f"{stage}:{path.name[:16]}" for stage, path in matches[:8])
+        raise CommandError(f"{token} is ambiguous ({len(matches)} entries: {listed}); give more digits")
+    return matches[0]
+
+
+def cmd_show(tier, args, out):
+    stage, path = _find(tier, args.token, args.layer)
+    full_token = path.name[: -len(".entry")]
+    data = path.read_bytes()
+    header, _ = read_header(data)
+    try:
+        entry = decode(data, stage, full_token)
+        problem = None
+    except BadEntry as exc:
+        entry, problem = None, str(exc)
+    artifact = entry.artifact if entry is not None else None
+    if args.out:
+        if artifact is None:
+            raise CommandError(f"the entry is damaged ({problem}); nothing to write")
+        args.out.write_bytes(_raw(stage, artifact))
+    if args.json:
+        out({"layer": stage, "path": str(path), "header": header, "valid": problem is None,
+             "problem": problem})
+        return 0 if problem is None else 1
+    out(f"layer     {stage}\ntoken     {full_token}\nkernel    {header['kernel']}\n"
+        f"signature {header['signature']}\nconfig    {header['config']}\n"
+        f"created   {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(header['created']))}\n"
+        f"size      {_size(header['size'])} (compile took {header['seconds'] * 1e3:.1f} ms)\n"
+        f"built     {'; '.join(header['reasons']) or '-'}\n"
+        f"valid     {'yes' if problem is None else 'NO: ' + problem}")
+    out("components:")
+    for name, (digest, shown) in sorted(header["components"].items()):
+        out(f"  {name:<28} {digest[:12]}  {shown}")
+    if artifact is not None:
+        out("")
+        out(_text(stage, artifact, args.out))
+    return 0 if problem is None else 1
+
+
+def _raw(stage, artifact) -> bytes:
+    if stage == "cubin":
+        return artifact.cubin
+    if stage == "ptx":
+        return artifact.ltoir if artifact.ltoir is not None else "\n".join(artifact.ptx).encode()
+    return artifact.text.encode()
+
+
+def _text(stage, artifact, written) -> str:
+    if stage == "cubin":
+        note = f"written to {written}" if written else "use --out FILE to save it"
+        return f"{artifact.info_log}\ncubin: {len(artifact.cubin)} bytes ({note})"
+    if stage == "ptx" and artifact.ltoir is not None:
+        return f"LTO-IR: {len(artifact.ltoir)} bytes"
+    return artifact.text if stage == "llvm" else "\n".join(artifact.ptx)
+
+
+def cmd_clear(tier, args, out):
+    layers = (args.layer,) if args.layer else PERSISTENT_STAGES
+    before = {stage: tier.stats(stage)["entries"] for stage in layers}
+    for stage in layers:
+        tier.clear(stage)
+    removed = sum(before.values())
+    if args.json:
+        out({"removed": removed, "layers": list(layers)})
+    else:
+        out(f"removed {removed} entries ({', '.join(layers)})")
+    return 0
+
+
+def cmd_prune(tier, args, out):
+    removed, freed = tier.prune(args.max_bytes, Progress("pruning", not args.json))
+    total = sum(tier.stats(s)["bytes"] for s in PERSISTENT_STAGES)
+    if args.json:
+        out({"removed": removed, "freed_bytes": freed, "bytes": total})
+    else:
+        out(f"removed {removed} entries, freed {_size(freed)}; the cache holds {_size(total)}")
+    return 0
+
+
+def cmd_verify(tier, args, out):
+    checked = len(tier.scan())
+    bad = tier.verify(fix=args.fix, progress=Progress("verifying", not args.json))
+    if args.json:
+        out({"checked": checked, "bad": [{"layer": s, "path": str(p), "problem": why} for s, p, why in bad],
+             "fixed": args.fix})
+    else:
+        for stage, path, why in bad:
+            out(f"BAD {stage} {path.name[:16]}: {why}{' (removed)' if args.fix else ''}")
+        out(f"checked {checked} entries: {len(bad)} bad" + (", removed" if args.fix and bad else ""))
+    return 1 if bad and not args.fix else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpucache", description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, help="cache directory (default: GPUCACHE_DIR, else "
+                                                 f"{default_directory()})")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("stats", help="entries and bytes per layer")
+    ls = sub.add_parser("ls", help="list entries")
+    ls.add_argument("--kernel", help="only this kernel (name or qualified name)")
+    ls.add_argument("--layer", choices=PERSISTENT_STAGES)
+    ls.add_argument("--older-than", type=parse_age, metavar="AGE", help="e.g. 7d")
+    ls.add_argument("--newer-than", type=parse_age, metavar="AGE", help="e.g. 12h")
+    show = sub.add_parser("show", help="an entry's header and artifact")
+    show.add_argument("token", help="the token or its first 6+ hex digits")
+    show.add_argument("--layer", choices=PERSISTENT_STAGES)
+    show.add_argument("--out", type=Path, help="write the artifact (IR, PTX or cubin) here")
+    clear = sub.add_parser("clear", help="delete entries")
+    clear.add_argument("--layer", choices=PERSISTENT_STAGES)
+    prune = sub.add_parser("prune", help="evict least recently used entries down to a size")
+    prune.add_argument("--max-bytes", type=parse_bytes, required=True, metavar="N", help="e.g. 500M")
+    verify = sub.add_parser("verify", help="check every entry's key and checksum")
+    verify.add_argument("--fix", action="store_true", help="remove bad entries")
+    return parser
+
+
+COMMANDS = {"stats": cmd_stats, "ls": cmd_ls, "show": cmd_show, "clear": cmd_clear,
+            "prune": cmd_prune, "verify": cmd_verify}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    directory = args.dir or os.environ.get("GPUCACHE_DIR") or default_directory()
+    tier = DiskTier(directory, max_bytes=None)
+
+    def out(value):
+        print(json.dumps(value, indent=2, default=str) if args.json else value)
+
+    try:
+        return COMMANDS[args.command](tier, args, out)
+    except CommandError as exc:
+        print(f"gpucache {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

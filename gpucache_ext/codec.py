@@ -1,0 +1,202 @@
+"""Entries as bytes, for the disk and shared tiers: no pickle, nothing executable.
+
+    b"GPUCACHE" | SHA-256 of the rest (32 bytes) | header length (4 bytes) | header (JSON) | payload
+
+The header holds the format version, the stage, the token and every token
+component (so the key can be checked on load, and misses explained in another
+process), the kernel, signature and config summary, the stage's toolchain,
+when it was made, the payload's size, and how the payload splits into the
+artifact's parts.  The checksum covers header and payload: any flipped bit
+or missing byte is caught.  A shared store adds an HMAC-SHA256 over all of it
+when a secret is set:
+
+    b"GPUCSIG1" | HMAC (32 bytes) | entry
+
+`decode` refuses anything that does not check out (`BadEntry`); callers treat
+that as a miss, never as an error for the user.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import struct
+from typing import Dict, List, Optional, Tuple
+
+from . import stages, targets
+from .tiers import Entry
+from .tokens import Component, make_token
+from .toolchain import stage_toolchain
+
+MAGIC = b"GPUCACHE"
+SIGNED_MAGIC = b"GPUCSIG1"
+FORMAT_VERSION = 1
+PERSISTENT_STAGES = ("llvm", "ptx", "cubin")  # typed IR is not portable
+_HEADER_LIMIT = 16 << 20
+
+
+class BadEntry(ValueError):
+    """Stored bytes that are not a valid entry for the requested key."""
+
+
+def _reads_from_json(value) -> targets.TargetReads:
+    return frozenset((op, tuple(operand), bool(answer)) for op, operand, answer in value)
+
+
+def _parts(stage: str, artifact) -> Tuple[Dict, List[bytes]]:
+    """(metadata, payload parts) of an artifact."""
+    if stage == "llvm":
+        return ({"entry_name": artifact.entry_name,
+                 "target_reads": targets.reads_key(artifact.target_reads)},
+                [m.encode() for m in artifact.modules])
+    if stage == "ptx":
+        parts = [p.encode() for p in artifact.ptx]
+        if artifact.ltoir is not None:
+            parts.append(artifact.ltoir)
+        return {"entry_name": artifact.entry_name, "ptx_count": len(artifact.ptx),
+                "ltoir": artifact.ltoir is not None}, parts
+    if stage == "cubin":
+        parts = [artifact.cubin, artifact.info_log.encode()]
+        if artifact.linked_ptx is not None:
+            parts.append(artifact.linked_ptx.encode())
+        return {"entry_name": artifact.entry_name, "linked_ptx": artifact.linked_ptx is not None}, parts
+    raise ValueError(f"stage {stage!r} is not stored outside memory")
+
+
+def _artifact(stage: str, meta: Dict, parts: List[bytes]):
+    if stage == "llvm":
+        return stages.LLVMArtifact(tuple(p.decode() for p in parts), meta["entry_name"],
+                                   _reads_from_json(meta["target_reads"]))
+    if stage == "ptx":
+        count = meta["ptx_count"]
+        ltoir = parts[count] if meta["ltoir"] else None
+        return stages.PTXArtifact(tuple(p.decode() for p in parts[:count]), ltoir, meta["entry_name"])
+    if stage == "cubin":
+        linked = parts[2].decode() if meta["linked_ptx"] else None
+        return stages.CubinArtifact(parts[0], parts[1].decode(), linked, meta["entry_name"])
+    raise BadEntry(f"unknown stage {stage!r}")
+
+
+def encode(stage: str, entry: Entry) -> bytes:
+    """The bytes of `entry` (an artifact or a marker) for `stage`."""
+    if entry.is_marker:
+        meta, parts = {"variants": [targets.reads_key(r) for r in entry.variants]}, []
+    else:
+        meta, parts = _parts(stage, entry.artifact)
+    payload = b"".join(parts)
+    header = {
+        "format": FORMAT_VERSION,
+        "stage": stage,
+        "token": entry.token,
+        "components": {name: [c.digest, c.shown] for name, c in entry.components.items()},
+        "kernel": entry.kernel,
+        "signature": entry.signature,
+        "config": entry.config,
+        "reasons": list(entry.reasons),
+        "toolchain": stage_toolchain(stage),
+        "created": entry.created,
+        "seconds": entry.seconds,
+        "marker": entry.is_marker,
+        "meta": meta,
+        "parts": [len(p) for p in parts],
+        "size": len(payload),
+    }
+    head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    body = struct.pack(">I", len(head)) + head + payload
+    return MAGIC + hashlib.sha256(body).digest() + body
+
+
+_PREFIX = len(MAGIC) + 32 + 4  # magic, checksum, header length
+
+
+def read_header(data: bytes) -> Tuple[Dict, int]:
+    """The header of an entry (and where its payload starts), checked for shape only."""
+    if data[:8] != MAGIC or len(data) < _PREFIX:
+        raise BadEntry("not a gpucache entry")
+    (length,) = struct.unpack(">I", data[40:44])
+    if length > _HEADER_LIMIT or len(data) < _PREFIX + length:
+        raise BadEntry("truncated header")
+    try:
+        header = json.loads(data[_PREFIX:_PREFIX + length])
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadEntry(f"unreadable header: {exc}") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
+        raise BadEntry("other format version")
+    return header, _PREFIX + length
+
+
+def check_sum(data: bytes) -> None:
+    """Raise BadEntry unless the entry's checksum matches its contents."""
+    if data[:8] != MAGIC or len(data) < _PREFIX:
+        raise BadEntry("not a gpucache entry")
+    if hashlib.sha256(data[40:]).digest() != data[8:40]:
+        raise BadEntry("checksum mismatch")
+
+
+def decode(data: bytes, stage: str, token: str) -> Entry:
+    """The entry stored as `data`, checked against the key it was looked up by."""
+    check_sum(data)
+    header, start = read_header(data)
+    try:
+        if header["stage"] != stage or header["token"] != token:
+            raise BadEntry("stored under another key")
+        components = {name: Component(d, shown) for name, (d, shown) in header["components"].items()}
+        # The token must be the hash of the components it was filed with.
+        if make_token(stage, {k: v for k, v in components.items() if k != "stage"}).hex != token:
+            raise BadEntry("components do not hash to the token")
+        if header["toolchain"] != stage_toolchain(stage):
+            raise BadEntry("built by another toolchain")
+        payload = data[start:]
+        if len(payload) != header["size"] or sum(header["parts"]) != header["size"]:
+            raise BadEntry("truncated payload")
+        parts, offset = [], 0
+        for length in header["parts"]:
+            parts.append(payload[offset:offset + length])
+            offset += length
+        meta = header["meta"]
+        if header["marker"]:
+            variants = [_reads_from_json(v) for v in meta["variants"]]
+            return Entry(token, header["kernel"], None, components, 0, 0.0, header["created"],
+                         variants=variants)
+        artifact = _artifact(stage, meta, parts)
+        return Entry(token, header["kernel"], artifact, components, artifact.nbytes,
+                     float(header["seconds"]), float(header["created"]), header["signature"],
+                     header["config"], tuple(header["reasons"]))
+    except BadEntry:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
+        raise BadEntry(f"malformed entry: {type(exc).__name__}: {exc}") from None
+
+
+def header_entry(data: bytes) -> Entry:
+    """An entry with its metadata only (no artifact), for listings."""
+    header, _ = read_header(data)
+    try:
+        components = {name: Component(d, shown) for name, (d, shown) in header["components"].items()}
+        variants = ([_reads_from_json(v) for v in header["meta"]["variants"]]
+                    if header["marker"] else None)
+        return Entry(header["token"], header["kernel"], None, components, int(header["size"]),
+                     float(header["seconds"]), float(header["created"]), header["signature"],
+                     header["config"], tuple(header["reasons"]), variants=variants)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadEntry(f"malformed header: {exc}") from None
+
+
+def sign(data: bytes, secret: Optional[bytes]) -> bytes:
+    """`data` prefixed with its HMAC when a secret is set, else unchanged."""
+    if not secret:
+        return data
+    return SIGNED_MAGIC + hmac.new(secret, data, hashlib.sha256).digest() + data
+
+
+def verify(data: bytes, secret: Optional[bytes]) -> bytes:
+    """The entry inside `data`; with a secret, only if signed with that secret."""
+    if secret:
+        if data[:8] != SIGNED_MAGIC or len(data) < 40:
+            raise BadEntry("unsigned entry in a signed store")
+        mac, body = data[8:40], data[40:]
+        if not hmac.compare_digest(mac, hmac.new(secret, body, hashlib.sha256).digest()):
+            raise BadEntry("bad signature")
+        return body
+    return data[40:] if data[:8] == SIGNED_MAGIC else data

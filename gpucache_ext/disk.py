@@ -1,0 +1,270 @@
+"""The disk tier: llvm, ptx and cubin entries that survive kernel restarts.
+
+    <directory>/v1/<stage>/<token[:2]>/<token>.entry
+
+The token names the file; the file's header repeats the full key, which is
+checked on load with the payload's checksum (see `codec`).  Anything that
+does not check out (truncated, flipped bits, garbage, another key or
+toolchain) is a miss, counted as ``corrupt``, deleted and rewritten by the
+compile that follows; it never reaches the user as an exception.
+
+Writes go to a temporary file in the same folder, then `os.replace`: readers
+see the old entry or the new one, never a torn one, even if the writer is
+killed mid-write.  A size cap (default 1 GiB) is kept by evicting the least
+recently used entries (hits refresh an entry's mtime) under a file lock, so
+several processes can share one directory.  If the directory cannot be
+written (read-only, disk full), the tier warns once and goes on read-only:
+the notebook keeps working from memory.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+from filelock import FileLock, Timeout
+
+from .codec import FORMAT_VERSION, PERSISTENT_STAGES, BadEntry, decode, encode, header_entry
+from .tiers import Entry, Tier
+
+DEFAULT_MAX_BYTES = 1 << 30
+_SUFFIX = ".entry"
+_TEMP_PREFIX = ".tmp-"
+_STALE_TEMP_SECONDS = 3600
+
+
+def default_directory() -> Path:
+    """The platform's user cache folder for gpucache_ext (platformdirs)."""
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("gpucache_ext", appauthor=False))
+
+
+class DiskTier(Tier):
+    """Entries of the llvm, ptx and cubin stages as files under one directory."""
+
+    name = "disk"
+    stages = PERSISTENT_STAGES
+
+    def __init__(self, directory, max_bytes: Optional[int] = DEFAULT_MAX_BYTES):
+        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 1):
+            raise ValueError(f"max_bytes={max_bytes!r} is invalid; use None or a positive int")
+        self.directory = Path(directory).expanduser()
+        self.root = self.directory / f"v{FORMAT_VERSION}"
+        self.max_bytes = max_bytes
+        self.writable = True
+        self.corrupt: Counter = Counter()
+        self._sizes: Optional[Dict[str, List[int]]] = None  # stage -> [count, bytes]
+        self._lock = threading.Lock()
+
+    def __repr__(self):
+        return f"<DiskTier {self.directory} max_bytes={self.max_bytes}>"
+
+    # -- paths -------------------------------------------------------------
+    def path(self, stage: str, token: str) -> Path:
+        return self.root / stage / token[:2] / f"{token}{_SUFFIX}"
+
+    def _files(self, stage: str) -> Iterator[Path]:
+        base = self.root / stage
+        try:
+            shards = list(os.scandir(base))
+        except OSError:
+            return
+        for shard in shards:
+            try:
+                names = list(os.scandir(shard.path))
+            except OSError:
+                continue
+            for item in names:
+                if item.name.endswith(_SUFFIX) and not item.name.startswith(_TEMP_PREFIX):
+                    yield Path(item.path)
+
+    # -- Tier interface ------------------------------------------------------
+    def get(self, stage: str, token: str) -> Optional[Entry]:
+        path = self.path(stage, token)
+        try:
+            data = path.read_bytes()
+        except OSError:  # absent, vanished, unreadable: a miss
+            return None
+        try:
+            entry = decode(data, stage, token)
+        except BadEntry:
+            self.corrupt[stage] += 1
+            self._remove(stage, path)
+            return None
+        try:
+            os.utime(path)  # least recently used is evicted first
+        except OSError:
+            pass
+        return entry
+
+    def put(self, stage: str, entry: Entry) -> None:
+        if not self.writable:
+            return
+        data = encode(stage, entry)
+        path = self.path(stage, entry.token)
+        self._sizes_by_stage()  # count what was there before this write
+        temp = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(dir=path.parent, prefix=_TEMP_PREFIX, suffix=".part")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            existed = path.exists()
+            os.replace(temp, path)
+            temp = None
+        except OSError as exc:
+            self._stop_writing(exc)
+            return
+        finally:
+            if temp is not None:
+                try:
+                    os.unlink(temp)
+                except OSError:
+                    pass
+        self._account(stage, 0 if existed else 1, len(data))
+        if self.max_bytes is not None and self._total_bytes() > self.max_bytes:
+            self.prune(int(self.max_bytes * 0.9))
+
+    def delete(self, stage: str, token: str) -> bool:
+        return self._remove(stage, self.path(stage, token))
+
+    def clear(self, stage: str) -> None:
+        for path in list(self._files(stage)):
+            self._remove(stage, path)
+
+    def entries(self, stage: str) -> Iterator[Entry]:
+        for path in self._files(stage):
+            try:
+                yield header_entry(_read_head(path))
+            except (OSError, BadEntry):
+                continue
+
+    def stats(self, stage: str) -> Dict[str, int]:
+        count, size = self._sizes_by_stage()[stage]
+        return {"entries": count, "bytes": size, "corrupt": self.corrupt[stage]}
+
+    # -- maintenance ---------------------------------------------------------
+    def scan(self, stage: Optional[str] = None) -> List[Tuple[str, Path, os.stat_result]]:
+        """(stage, path, stat) of every entry file, for one stage or all."""
+        found = []
+        for s in (self.stages if stage is None else (stage,)):
+            for path in self._files(s):
+                try:
+                    found.append((s, path, path.stat()))
+                except OSError:
+                    continue
+        return found
+
+    def prune(self, max_bytes: int, progress: Optional[Callable[[int, int], None]] = None) -> Tuple[int, int]:
+        """Evict least recently used entries until the tier holds at most
+        `max_bytes`; returns (entries removed, bytes freed).  Takes the
+        directory's lock, so concurrent prunes do not fight."""
+        removed = freed = 0
+        try:
+            with FileLock(str(self.root / ".lock"), timeout=30):
+                files = sorted(self.scan(), key=lambda item: item[2].st_mtime)
+                total = sum(st.st_size for _, _, st in files)
+                for done, (stage, path, st) in enumerate(files, 1):
+                    if total <= max_bytes:
+                        break
+                    if self._remove(stage, path):
+                        removed += 1
+                        freed += st.st_size
+                    total -= st.st_size
+                    if progress:
+                        progress(done, len(files))
+                self._clean_temporaries()
+        except (Timeout, OSError) as exc:
+            warnings.warn(f"gpucache_ext: could not prune the disk cache at {self.directory}: {exc}",
+                          RuntimeWarning, stacklevel=2)
+        self._sizes = None
+        return removed, freed
+
+    def verify(self, fix: bool = False, progress: Optional[Callable[[int, int], None]] = None):
+        """Check every entry's key and checksum; with `fix`, delete the bad ones.
+
+        Returns a list of (stage, path, reason) for the bad entries."""
+        bad = []
+        files = self.scan()
+        for done, (stage, path, _) in enumerate(files, 1):
+            token = path.name[: -len(_SUFFIX)]
+            try:
+                decode(path.read_bytes(), stage, token)
+            except BadEntry as exc:
+                bad.append((stage, path, str(exc)))
+                if fix:
+                    self._remove(stage, path)
+            except OSError:
+                pass
+            if progress:
+                progress(done, len(files))
+        if fix:
+            self._clean_temporaries(max_age=0)
+        return bad
+
+    # -- internals -----------------------------------------------------------
+    def _remove(self, stage, path: Path) -> bool:
+        self._sizes_by_stage()  # count what was there before this removal
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except OSError:
+            return False
+        self._account(stage, -1, -size)
+        return True
+
+    def _stop_writing(self, exc: OSError) -> None:
+        self.writable = False
+        warnings.warn(
+            f"gpucache_ext: cannot write to the disk cache at {self.directory} ({exc.strerror or exc}); "
+            "going on with the memory cache only. Free space, fix permissions or set GPUCACHE_DIR.",
+            RuntimeWarning, stacklevel=3)
+
+    def _sizes_by_stage(self) -> Dict[str, List[int]]:
+        with self._lock:
+            if self._sizes is None:
+                sizes = {s: [0, 0] for s in self.stages}
+                for stage, _, st in self.scan():
+                    sizes[stage][0] += 1
+                    sizes[stage][1] += st.st_size
+                self._sizes = sizes
+            return self._sizes
+
+    def _account(self, stage, count, size) -> None:
+        sizes = self._sizes_by_stage()
+        with self._lock:
+            sizes[stage][0] = max(0, sizes[stage][0] + count)
+            sizes[stage][1] = max(0, sizes[stage][1] + size)
+
+    def _total_bytes(self) -> int:
+        return sum(size for _, size in self._sizes_by_stage().values())
+
+    def _clean_temporaries(self, max_age=_STALE_TEMP_SECONDS) -> None:
+        """Remove temp files left by writers that died mid-write."""
+        now = time.time()
+        for stage in self.stages:
+            base = self.root / stage
+            for temp in base.glob(f"*/{_TEMP_PREFIX}*"):
+                try:
+                    if now - temp.stat().st_mtime >= max_age:
+                        temp.unlink()
+                except OSError:
+                    continue
+
+
+def _read_head(path: Path) -> bytes:
+    """The first bytes of an entry file: enough for its header."""
+    with open(path, "rb") as handle:
+        start = handle.read(65536)
+        if len(start) >= 44:
+            length = int.from_bytes(start[40:44], "big")
+            if 44 + length > len(start):
+                start += handle.read(44 + length - len(start))
+        return start

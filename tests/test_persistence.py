@@ -1,0 +1,291 @@
+"""The disk tier, with real files and real processes: persistence across
+processes, corruption, kills mid-write, concurrent writers, read-only and
+full disks."""
+
+import errno
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from gpucache_ext import CompileConfig, KernelCache
+from gpucache_ext.codec import decode
+from gpucache_ext.disk import DiskTier
+
+from . import kernels
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_python(code, *args, timeout=300):
+    """Run `code` in a fresh interpreter (the project root importable); return stdout."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def sha(data) -> str:
+    return hashlib.sha256(data if isinstance(data, bytes) else data.encode()).hexdigest()
+
+
+def fingerprint(result):
+    return {"llvm": sha(result.llvm_ir), "ptx": sha(result.ptx), "cubin": sha(result.cubin)}
+
+
+def entry_files(directory):
+    return sorted(Path(directory).glob("v1/*/*/*.entry"))
+
+
+COMPILE_IN_NEW_PROCESS = """
+import json, sys, hashlib
+from gpucache_ext import CompileConfig, KernelCache
+from tests import kernels
+cache = KernelCache(directory=sys.argv[1])
+result = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=int(sys.argv[2])))
+print(json.dumps({
+    "layers": {s: [l.hit, l.tier] for s, l in result.layers.items()},
+    "cubin": hashlib.sha256(result.cubin).hexdigest(),
+}))
+"""
+
+
+def test_a_new_process_finds_the_entries_of_an_earlier_one(tmp_path):
+    first = json.loads(run_python(COMPILE_IN_NEW_PROCESS, tmp_path, 86))
+    assert first["layers"]["cubin"] == [False, None]
+    second = json.loads(run_python(COMPILE_IN_NEW_PROCESS, tmp_path, 86))
+    assert second["layers"] == {"typing": [True, "skipped"], "llvm": [True, "disk"],
+                                "ptx": [True, "disk"], "cubin": [True, "disk"]}
+    assert second["cubin"] == first["cubin"]
+    # another target in a third process reuses the stored NVVM IR
+    third = json.loads(run_python(COMPILE_IN_NEW_PROCESS, tmp_path, 80))
+    assert third["layers"]["llvm"] == [True, "disk"] and third["layers"]["ptx"][0] is False
+
+
+def test_hits_fill_memory_and_entries_list_their_tiers(tmp_path):
+    KernelCache(directory=tmp_path).compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
+    cache = KernelCache(directory=tmp_path)
+    cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
+    again = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
+    assert again.layers["cubin"].tier == "memory"
+    stats = cache.stats()["cubin"]["tiers"]
+    assert stats["disk"]["hits"] == 1 and stats["memory"]["hits"] == 1 and stats["disk"]["entries"] == 1
+    row = cache.entries(stage="cubin")[0]
+    assert set(row["tiers"]) == {"memory", "disk"} and row["kernel"] == "tests.kernels.copy"
+    assert cache.evict("cubin", row["token"])
+    assert entry_files(tmp_path) and not list(Path(tmp_path).glob(f"v1/cubin/*/{row['token']}.entry"))
+
+
+def _many_kernels(count):
+    """`count` distinct kernels (different constants), as a notebook would make them."""
+    made = []
+    for i in range(count):
+        namespace = {"__name__": "__main__"}
+        exec(textwrap.dedent(f"""
+            from numba import cuda
+            def k{i}(r, x):
+                j = cuda.grid(1)
+                if j < r.size:
+                    r[j] = x[j] * {i + 1}.0
+        """), namespace)
+        made.append(namespace[f"k{i}"])
+    return made
+
+
+def test_corrupted_entries_are_misses_recompiled_and_rewritten(tmp_path):
+    funcs = _many_kernels(100)
+    config = CompileConfig(sm=86)
+    writer = KernelCache(directory=tmp_path)
+    expected = [fingerprint(writer.compile(f, kernels.COPY_SIG, config)) for f in funcs]
+    files = entry_files(tmp_path)
+    assert len(files) == 300
+    rng = random.Random(7)
+    damage = {}
+    for index, path in enumerate(files):
+        data = bytearray(path.read_bytes())
+        kind = ("truncate", "flip", "garbage")[index % 3]
+        if kind == "truncate":
+            data = data[: rng.randrange(0, len(data))]
+        elif kind == "flip":
+            bit = rng.randrange(len(data) * 8)
+            data[bit // 8] ^= 1 << (bit % 8)
+        else:
+            data = bytearray(rng.randbytes(rng.randrange(1, 4096)))
+        path.write_bytes(bytes(data))
+        damage[path] = kind
+
+    reader = KernelCache(directory=tmp_path)
+    results = [fingerprint(reader.compile(f, kernels.COPY_SIG, config)) for f in funcs]
+    assert results == expected
+    corrupt = sum(reader.stats()[s]["tiers"]["disk"]["corrupt"] for s in ("llvm", "ptx", "cubin"))
+    assert corrupt == 300  # every damaged file was detected ...
+    assert DiskTier(tmp_path).verify() == []  # ... and rewritten whole
+    again = KernelCache(directory=tmp_path)
+    assert all(again.compile(f, kernels.COPY_SIG, config).hit for f in funcs[:5])
+
+
+WRITE_FOREVER = """
+import sys, time
+from gpucache_ext import CompileConfig, KernelCache
+from gpucache_ext.disk import DiskTier
+from gpucache_ext.stages import CubinArtifact
+from gpucache_ext.tiers import Entry
+from gpucache_ext.tokens import component, make_token
+tier = DiskTier(sys.argv[1], max_bytes=None)
+blob = bytes(range(256)) * (64 * 1024)   # 16 MiB: long enough to be killed mid-write
+i = 0
+print("ready", flush=True)
+while True:
+    token = make_token("cubin", {"n": component(i)})
+    entry = Entry(token.hex, "k", CubinArtifact(blob, "log", None, "k"), token.components, len(blob), 0.1)
+    tier.put("cubin", entry)
+    i += 1
+"""
+
+
+def test_killing_a_writer_never_leaves_a_torn_entry(tmp_path):
+    rng = random.Random(3)
+    for _ in range(15):
+        proc = subprocess.Popen([sys.executable, "-c", WRITE_FOREVER, str(tmp_path)], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.0, 0.3))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    files = entry_files(tmp_path)
+    assert files, "the writer never finished an entry"
+    for path in files:  # every visible entry is whole
+        decode(path.read_bytes(), "cubin", path.name[:-len(".entry")])
+    tier = DiskTier(tmp_path)
+    assert tier.verify(fix=True) == []
+    assert not list(Path(tmp_path).glob("v1/*/*/.tmp-*"))  # leftovers of killed writers removed
+
+
+CONCURRENT_WORKER = """
+import json, sys, hashlib
+from gpucache_ext import CompileConfig, KernelCache
+from tests import kernels
+order = json.loads(sys.argv[2])
+cache = KernelCache(directory=sys.argv[1])
+out = {}
+for name, sm, opt in order:
+    result = cache.compile(getattr(kernels, name), getattr(kernels, name.upper() + "_SIG"),
+                           CompileConfig(sm=sm, opt=opt))
+    out[f"{name}-{sm}-{opt}"] = {s: hashlib.sha256(x if isinstance(x, bytes) else x.encode()).hexdigest()
+                                 for s, x in (("llvm", result.llvm_ir), ("ptx", result.ptx), ("cubin", result.cubin))}
+print(json.dumps(out))
+"""
+
+
+def test_four_processes_share_one_directory(tmp_path):
+    jobs = [(name, sm, opt) for name in ("axpy", "copy") for sm in (75, 80, 86) for opt in (0, 3)]
+    expected = {f"{n}-{sm}-{opt}": fingerprint(KernelCache().compile(
+        getattr(kernels, n), getattr(kernels, n.upper() + "_SIG"), CompileConfig(sm=sm, opt=opt)))
+        for n, sm, opt in jobs}
+    procs = []
+    for worker in range(4):
+        order = jobs[worker * 3:] + jobs[:worker * 3]
+        procs.append(subprocess.Popen([sys.executable, "-c", CONCURRENT_WORKER, str(tmp_path),
+                                       json.dumps(order)], cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+        assert json.loads(out) == expected
+    assert DiskTier(tmp_path).verify() == []
+
+
+@pytest.fixture
+def small_mount(tmp_path):
+    """A 64 KiB tmpfs where the machine allows mounting one, else None."""
+    mount_point = tmp_path / "mnt"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                          capture_output=True)
+    if done.returncode != 0:
+        yield None
+        return
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+
+
+def _inject_write_error(monkeypatch, code):
+    import gpucache_ext.disk as disk
+
+    def failing(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(disk.tempfile, "mkstemp", failing)
+
+
+def _compiles_keep_working(directory):
+    cache = KernelCache(directory=directory)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = [cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=sm, opt=opt))
+                   for sm in (75, 80, 86) for opt in (0, 3)]
+        again = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
+    fresh = KernelCache().compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
+    assert again.hit and again.cubin == fresh.cubin == results[-1].cubin
+    messages = [str(w.message) for w in caught if "cannot write to the disk cache" in str(w.message)]
+    assert len(messages) == 1, messages  # one warning, then memory only
+    return messages[0]
+
+
+def test_a_full_disk_warns_once_and_goes_on_in_memory(small_mount, monkeypatch):
+    if small_mount is None:  # no tmpfs here: inject the error a full disk gives
+        _inject_write_error(monkeypatch, errno.ENOSPC)
+        directory = Path("/nonexistent-but-unused")
+    else:
+        directory = small_mount
+    message = _compiles_keep_working(directory)
+    assert "No space left on device" in message or "ENOSPC" in message
+
+
+def test_a_read_only_directory_warns_once_and_goes_on_in_memory(small_mount, monkeypatch):
+    if small_mount is None:
+        _inject_write_error(monkeypatch, errno.EROFS)
+        directory = Path("/nonexistent-but-unused")
+    else:
+        subprocess.run(["mount", "-o", "remount,ro", str(small_mount)], check=True)
+        directory = small_mount
+    message = _compiles_keep_working(directory)
+    assert "Read-only file system" in message
+
+
+def test_size_cap_evicts_least_recently_used(tmp_path):
+    funcs = _many_kernels(12)
+    cache = KernelCache(directory=tmp_path, max_disk_bytes=60_000)
+    for f in funcs:
+        cache.compile(f, kernels.COPY_SIG, CompileConfig(sm=86))
+    total = sum(p.stat().st_size for p in entry_files(tmp_path))
+    assert total <= 60_000
+    assert len(entry_files(tmp_path)) < 36
+    # the newest kernel survived the evictions
+    newest = KernelCache(directory=tmp_path).compile(funcs[-1], kernels.COPY_SIG, CompileConfig(sm=86))
+    assert newest.layers["cubin"].tier == "disk"
+
+
+def test_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCACHE_DIR", str(tmp_path / "env-dir"))
+    monkeypatch.setenv("GPUCACHE_MAX_BYTES", "123456")
+    cache = KernelCache.from_environment()
+    assert [t.name for t in cache.tiers] == ["disk"]
+    assert cache.tiers[0].directory == tmp_path / "env-dir" and cache.tiers[0].max_bytes == 123456
+    assert KernelCache.from_environment(directory=tmp_path / "given").tiers[0].directory == tmp_path / "given"
+    monkeypatch.setenv("GPUCACHE_DIR", "off")
+    assert KernelCache.from_environment().tiers == []
+    monkeypatch.setenv("GPUCACHE_MAX_BYTES", "lots")
+    with pytest.raises(ValueError, match="GPUCACHE_MAX_BYTES"):
+        KernelCache.from_environment()

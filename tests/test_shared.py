@@ -1,0 +1,155 @@
+"""The shared tier against a real redis-server that the tests start on loopback."""
+
+import shutil
+import socket
+import subprocess
+import time
+import warnings
+
+import pytest
+
+from gpucache_ext import CompileConfig, KernelCache
+from gpucache_ext.shared import RedisTier
+
+from . import kernels
+
+REDIS = shutil.which("redis-server")
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RedisServer:
+    def __init__(self, directory):
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = subprocess.Popen(
+            [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(directory), "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import redis
+
+        client = redis.Redis.from_url(self.url, socket_timeout=1)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    raise RuntimeError("redis-server did not start")
+                time.sleep(0.05)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    if REDIS is None:
+        pytest.fail("redis-server is not installed (apt-get install redis-server); .ci/run installs it")
+    server = RedisServer(tmp_path)
+    yield server
+    server.stop()
+
+
+def test_entries_are_shared_between_caches(redis_server):
+    config = CompileConfig(sm=86)
+    first = KernelCache(redis_url=redis_server.url).compile(kernels.axpy, kernels.AXPY_SIG, config)
+    other = KernelCache(redis_url=redis_server.url)  # another user: empty memory
+    result = other.compile(kernels.axpy, kernels.AXPY_SIG, config)
+    assert [result.layers[s].tier for s in ("llvm", "ptx", "cubin")] == ["shared"] * 3
+    assert result.cubin == first.cubin
+    assert other.stats()["cubin"]["tiers"]["shared"]["entries"] == 1
+    assert {row["kernel"] for row in other.entries(stage="cubin")} == {"tests.kernels.axpy"}
+
+
+def test_a_shared_hit_fills_the_disk_and_memory_tiers(redis_server, tmp_path):
+    config = CompileConfig(sm=80)
+    KernelCache(redis_url=redis_server.url).compile(kernels.copy, kernels.COPY_SIG, config)
+    cache = KernelCache(directory=tmp_path / "disk", redis_url=redis_server.url)
+    assert cache.compile(kernels.copy, kernels.COPY_SIG, config).layers["cubin"].tier == "shared"
+    assert cache.stats()["cubin"]["tiers"]["disk"]["entries"] == 1
+    alone = KernelCache(directory=tmp_path / "disk")  # the disk copy serves without Redis
+    assert alone.compile(kernels.copy, kernels.COPY_SIG, config).layers["cubin"].tier == "disk"
+
+
+def test_redis_stopped_mid_session_warns_once_and_local_tiers_go_on(redis_server, tmp_path):
+    cache = KernelCache(directory=tmp_path, redis_url=redis_server.url)
+    cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
+    redis_server.stop()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        start = time.monotonic()
+        results = [cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=sm))
+                   for sm in (75, 86, 90)]
+        elapsed = time.monotonic() - start
+        again = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
+    messages = [str(w.message) for w in caught if "shared cache" in str(w.message)]
+    assert len(messages) == 1 and "not answering" in messages[0]
+    assert again.hit and all(r.cubin for r in results)
+    assert elapsed < 20  # bounded timeouts, then the tier stays out of the way
+    fresh = KernelCache().compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=90))
+    assert results[-1].cubin == fresh.cubin
+
+
+def test_signed_entries_reject_a_wrong_or_missing_signature(redis_server):
+    config = CompileConfig(sm=86)
+    KernelCache(redis_url=redis_server.url, secret="team-secret").compile(kernels.copy, kernels.COPY_SIG, config)
+
+    trusted = KernelCache(redis_url=redis_server.url, secret="team-secret")
+    assert trusted.compile(kernels.copy, kernels.COPY_SIG, config).layers["cubin"].tier == "shared"
+
+    stranger = KernelCache(redis_url=redis_server.url, secret="another-secret")
+    result = stranger.compile(kernels.copy, kernels.COPY_SIG, config)
+    assert not result.layers["cubin"].hit
+    assert stranger.stats()["cubin"]["tiers"]["shared"]["rejected"] >= 1
+
+    # an unsigned entry planted in a signed store is refused too
+    other_config = CompileConfig(sm=80)
+    KernelCache(redis_url=redis_server.url).compile(kernels.copy, kernels.COPY_SIG, other_config)
+    checked = KernelCache(redis_url=redis_server.url, secret="team-secret")
+    planted = checked.compile(kernels.copy, kernels.COPY_SIG, other_config)
+    assert not planted.layers["cubin"].hit
+    assert checked.stats()["cubin"]["tiers"]["shared"]["rejected"] >= 1
+
+
+def test_tampered_entry_is_refused(redis_server):
+    import redis
+
+    config = CompileConfig(sm=86)
+    first = KernelCache(redis_url=redis_server.url, secret="s").compile(kernels.copy, kernels.COPY_SIG, config)
+    client = redis.Redis.from_url(redis_server.url)
+    key = RedisTier(redis_server.url).key("cubin", first.layers["cubin"].token)
+    data = bytearray(client.get(key))
+    data[-10] ^= 0xFF  # flip bits inside the cubin
+    client.set(key, bytes(data))
+    result = KernelCache(redis_url=redis_server.url, secret="s").compile(kernels.copy, kernels.COPY_SIG, config)
+    assert not result.layers["cubin"].hit and result.cubin == first.cubin
+
+
+def test_clear_and_evict_reach_redis(redis_server):
+    cache = KernelCache(redis_url=redis_server.url)
+    result = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    assert cache.evict("cubin", result.layers["cubin"].token)
+    assert cache.stats()["cubin"]["tiers"]["shared"]["entries"] == 0
+    cache.clear()
+    assert all(cache.stats()[s]["tiers"]["shared"]["entries"] == 0 for s in ("llvm", "ptx"))
+
+
+def test_redis_url_from_environment(redis_server, monkeypatch):
+    monkeypatch.setenv("GPUCACHE_DIR", "off")
+    monkeypatch.setenv("GPUCACHE_REDIS_URL", redis_server.url)
+    monkeypatch.setenv("GPUCACHE_SECRET", "x")
+    cache = KernelCache.from_environment()
+    assert [t.name for t in cache.tiers] == ["shared"] and cache.tiers[0].secret == b"x"
