@@ -289,3 +289,15 @@ def test_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUCACHE_MAX_BYTES", "lots")
     with pytest.raises(ValueError, match="GPUCACHE_MAX_BYTES"):
         KernelCache.from_environment()
+
+
+def test_per_target_variants_survive_on_disk(tmp_path):
+    sig = kernels.TANH_SIG
+    KernelCache(directory=tmp_path).compile(kernels.tanh_kernel, sig, CompileConfig(sm=75, fastmath=True))
+    later = KernelCache(directory=tmp_path)  # empty memory: everything comes from disk
+    same_answers = later.compile(kernels.tanh_kernel, sig, CompileConfig(sm=86, fastmath=True))
+    assert same_answers.layers["llvm"].tier == "disk" and "tanh.approx" in same_answers.llvm_ir
+    older = later.compile(kernels.tanh_kernel, sig, CompileConfig(sm=70, fastmath=True))
+    assert not older.layers["llvm"].hit and "tanh.approx" not in older.llvm_ir
+    fresh = KernelCache().compile(kernels.tanh_kernel, sig, CompileConfig(sm=70, fastmath=True))
+    assert older.llvm_ir == fresh.llvm_ir
