@@ -43,12 +43,13 @@ _HISTORY_LIMIT = 4096
 
 
 class _LayerStats:
-    __slots__ = ("hits", "misses", "compile_seconds")
+    __slots__ = ("hits", "misses", "compile_seconds", "saved_seconds")
 
     def __init__(self):
         self.hits = 0
         self.misses = 0
         self.compile_seconds = 0.0
+        self.saved_seconds = 0.0  # what the entries that hit took to compile
 
 
 class KernelCache:
@@ -159,16 +160,21 @@ class KernelCache:
         return reasons
 
     def stats(self) -> Dict[str, Dict[str, Any]]:
-        """Per stage: hits, misses, entries, bytes, evictions, compile seconds,
-        and per tier ``tiers[name]``: hits, entries, bytes."""
+        """Per stage: hits, misses, entries, bytes, evictions, compile seconds
+        (spent on misses), saved seconds (what the hits' entries took to
+        compile), and per tier ``tiers[name]``: hits, saved seconds, entries,
+        bytes (and ``corrupt``, ``rejected`` for persistent tiers)."""
         with self._lock:
             result = {}
             for stage in STAGES:
                 memory = self._memory[stage]
-                tiers = {"memory": {"hits": self._tier_hits[stage].get("memory", 0),
+                hits = self._tier_hits[stage]
+                tiers = {"memory": {"hits": hits.get("memory", (0, 0.0))[0],
+                                    "saved_seconds": round(hits.get("memory", (0, 0.0))[1], 6),
                                     "entries": memory.artifact_count(), "bytes": memory.bytes}}
                 for tier in self._tiers_for(stage):
-                    tiers[tier.name] = {"hits": self._tier_hits[stage].get(tier.name, 0),
+                    count, saved = hits.get(tier.name, (0, 0.0))
+                    tiers[tier.name] = {"hits": count, "saved_seconds": round(saved, 6),
                                         **tier.stats(stage)}
                 result[stage] = {
                     "hits": self._stats[stage].hits,
@@ -177,6 +183,7 @@ class KernelCache:
                     "bytes": memory.bytes,
                     "evictions": memory.evictions,
                     "compile_seconds": round(self._stats[stage].compile_seconds, 6),
+                    "saved_seconds": round(self._stats[stage].saved_seconds, 6),
                     "tiers": tiers,
                 }
             return result
@@ -184,8 +191,9 @@ class KernelCache:
     def entries(self, stage: Optional[str] = None, kernel: Optional[str] = None) -> List[Dict[str, Any]]:
         """What is cached: one dict per artifact (markers excluded), newest first.
 
-        Keys: stage, token, kernel, signature, config, tiers (where it is),
-        bytes, created, seconds (compile time), reasons (why it was built).
+        Keys: stage, token, kernel, signature, config (a summary),
+        config_fields (every field), tiers (where it is), bytes, created,
+        seconds (compile time), reasons (why it was built).
         Filter by `stage` and by `kernel` (a qualified name or its last part).
         """
         wanted = STAGES if stage is None else (_check_stage(stage),)
@@ -305,7 +313,8 @@ class KernelCache:
             reasons = self._explain(stage, token, kernel)
             self._put(stage, Entry(token.hex, kernel, artifact, token.components, artifact.nbytes,
                                    seconds, signature=plan.signature_text,
-                                   config=plan.config.summary(), reasons=reasons))
+                                   config=plan.config.summary(), reasons=reasons,
+                                   config_fields=plan.config.fields()))
             self._remember(stage, token, kernel)
             self._stats[stage].compile_seconds += seconds
             return token, reasons
@@ -317,12 +326,14 @@ class KernelCache:
         while len(history) > _HISTORY_LIMIT:
             history.popitem(last=False)
 
-    def _count(self, stage, hit, tier=None):
+    def _count(self, stage, hit, tier=None, saved=0.0):
         with self._lock:
             if hit:
                 self._stats[stage].hits += 1
+                self._stats[stage].saved_seconds += saved
                 if tier is not None:
-                    self._tier_hits[stage][tier] = self._tier_hits[stage].get(tier, 0) + 1
+                    count, total = self._tier_hits[stage].get(tier, (0, 0.0))
+                    self._tier_hits[stage][tier] = (count + 1, total + saved)
             else:
                 self._stats[stage].misses += 1
 
@@ -366,7 +377,8 @@ def _kernel_matches(qualname: str, wanted: Optional[str]) -> bool:
 
 def _entry_row(stage, entry: Entry) -> Dict[str, Any]:
     return {"stage": stage, "token": entry.token, "kernel": entry.kernel,
-            "signature": entry.signature, "config": entry.config, "tiers": [],
+            "signature": entry.signature, "config": entry.config,
+            "config_fields": dict(entry.config_fields or {}), "tiers": [],
             "bytes": entry.nbytes, "created": entry.created, "seconds": entry.seconds,
             "reasons": tuple(entry.reasons)}
 
@@ -476,7 +488,7 @@ class _Plan:
         entry, token, tier = self.cache._lookup(stage, self.tokens[stage], self.config.cc)
         if entry is None:
             return None
-        self.cache._count(stage, True, tier)
+        self.cache._count(stage, True, tier, entry.seconds)
         self.layers[stage] = LayerResult(stage, token.hex, True, tier, time.perf_counter() - start,
                                          components=token.components, saved_seconds=entry.seconds)
         return entry.artifact
@@ -485,8 +497,8 @@ class _Plan:
         """Report typing when a later stage hit: a hit if still cached, else not needed."""
         entry, token, tier = self.cache._lookup("typing", self.tokens["typing"], self.config.cc)
         if entry is not None:
-            self.cache._count("typing", True, tier)
             saved = entry.seconds
+            self.cache._count("typing", True, tier, saved)
         else:
             tier, saved = "skipped", 0.0
         self.layers["typing"] = LayerResult("typing", token.hex, True, tier, 0.0,

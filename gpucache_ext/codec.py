@@ -93,6 +93,7 @@ def encode(stage: str, entry: Entry) -> bytes:
         "kernel": entry.kernel,
         "signature": entry.signature,
         "config": entry.config,
+        "config_fields": entry.config_fields,
         "reasons": list(entry.reasons),
         "toolchain": stage_toolchain(stage),
         "created": entry.created,
@@ -162,7 +163,7 @@ def decode(data: bytes, stage: str, token: str) -> Entry:
         artifact = _artifact(stage, meta, parts)
         return Entry(token, header["kernel"], artifact, components, artifact.nbytes,
                      float(header["seconds"]), float(header["created"]), header["signature"],
-                     header["config"], tuple(header["reasons"]))
+                     header["config"], tuple(header["reasons"]), header.get("config_fields"))
     except BadEntry:
         raise
     except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
@@ -178,7 +179,8 @@ def header_entry(data: bytes) -> Entry:
                     if header["marker"] else None)
         return Entry(header["token"], header["kernel"], None, components, int(header["size"]),
                      float(header["seconds"]), float(header["created"]), header["signature"],
-                     header["config"], tuple(header["reasons"]), variants=variants)
+                     header["config"], tuple(header["reasons"]), header.get("config_fields"),
+                     variants=variants)
     except (KeyError, TypeError, ValueError) as exc:
         raise BadEntry(f"malformed header: {exc}") from None
 

@@ -202,6 +202,10 @@ class CompileConfig:
             "fma": True if self.fma is None else self.fma,
         }
 
+    def fields(self) -> dict:
+        """Every field as given (JSON-able: tuples become lists in JSON)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
     def normalised(self) -> dict:
         """Every field at its effective value: the form tokens hash."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

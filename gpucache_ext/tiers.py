@@ -34,6 +34,7 @@ class Entry:
     signature: str = ""
     config: str = ""  # the config's summary
     reasons: tuple = ()  # why it was compiled (the miss explanation)
+    config_fields: Optional[Dict[str, Any]] = None  # every field of the config it was built with
     # A marker: the artifact is filed per target, under these variants.
     variants: Optional[List[targets.TargetReads]] = None
 

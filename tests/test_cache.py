@@ -382,9 +382,14 @@ def test_entries_evict_and_recompile():
         cache.recompile("0" * 64)
 
 
-def test_stats_have_per_tier_counters():
+def test_stats_have_per_tier_counters_and_saved_time():
     cache = KernelCache()
+    first = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
     cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
-    cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
-    tiers = cache.stats()["cubin"]["tiers"]
-    assert tiers == {"memory": {"hits": 1, "entries": 1, "bytes": cache.stats()["cubin"]["bytes"]}}
+    stats = cache.stats()["cubin"]
+    built = first.layers["cubin"].seconds
+    assert stats["tiers"] == {"memory": {"hits": 1, "saved_seconds": round(built, 6), "entries": 1,
+                                         "bytes": stats["bytes"]}}
+    assert stats["saved_seconds"] == round(built, 6) and stats["compile_seconds"] == round(built, 6)
+    row = cache.entries(stage="cubin")[0]
+    assert row["config_fields"] == CompileConfig(sm=80).fields()
