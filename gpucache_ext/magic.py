@@ -72,8 +72,8 @@ class GpuCacheMagics(Magics):
              "current GPU's compute capability, else sm_86.",
     ).tag(config=True)
     cache_dir = Unicode(
-        help="Directory of the persistent cache tier (env GPUCACHE_DIR); "
-             "empty: memory tiers only.",
+        help="Directory of the disk cache tier (env GPUCACHE_DIR; 'off' for none). "
+             "Empty: the platform's user cache folder.",
     ).tag(config=True)
     quiet = Bool(help="Do not show the per-cell report (env GPUCACHE_QUIET=1).").tag(config=True)
 
@@ -183,14 +183,19 @@ class GpuCacheMagics(Magics):
     def gpucache(self, line):
         """Inspect the kernel cache.
 
-        %gpucache                 per-stage hits, misses, entries and bytes
-        %gpucache stats           the same counters
+        %gpucache                 the live inspector: per-stage numbers, a chart of hits and
+                                  misses per cell, the entries and why they were built, actions
+        %gpucache stats           per-stage hits, misses, entries and bytes
         %gpucache clear [STAGE]   drop every entry, or one stage's (typing, llvm, ptx, cubin)
         %gpucache explain NAME    how kernel NAME was compiled, and what would miss now
         """
         words = line.split()
         cache = default_cache()
-        if not words or words[0] == "stats":
+        if not words:
+            from .widgets import inspector
+
+            return inspector(cache)
+        if words[0] == "stats":
             if len(words) > 1:
                 raise UsageError("%gpucache stats takes no arguments")
             return StatsTable(cache.stats())
@@ -411,8 +416,15 @@ def load(shell):
     """Register the magics and the post-cell refresh on `shell`."""
     global _magics
     _magics = GpuCacheMagics(shell=shell)
+    if _magics.cache_dir and _magics.cache_dir != os.environ.get("GPUCACHE_DIR", ""):
+        import gpucache_ext
+
+        gpucache_ext.set_default_cache_directory(_magics.cache_dir)
     shell.register_magics(_magics)
     shell.events.register("post_run_cell", _refresh_after_cell)
+    from . import widgets  # after the refresh: the inspectors see the cell's compiles
+
+    widgets.install(shell)
 
 
 def unload(shell):
@@ -420,6 +432,9 @@ def unload(shell):
     global _magics
     with contextlib.suppress(ValueError):
         shell.events.unregister("post_run_cell", _refresh_after_cell)
+    from . import widgets
+
+    widgets.uninstall(shell)
     magics = shell.magics_manager.magics
     magics["cell"].pop("gpukernel", None)
     magics["line"].pop("gpucache", None)

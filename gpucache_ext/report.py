@@ -13,6 +13,7 @@ import html
 from typing import Dict, Iterable, List
 
 from .cache import CompileResult
+from .results import short_signature  # noqa: F401  (re-exported)
 from .config import STAGES
 
 _STYLE = (
@@ -20,8 +21,10 @@ _STYLE = (
     ".gpucache-report{border-collapse:collapse;font-family:var(--jp-code-font-family,monospace);"
     "font-size:12px;color:inherit}"
     ".gpucache-report th,.gpucache-report td{padding:2px 8px;text-align:left;"
-    "border-bottom:1px solid rgba(128,128,128,.3)}"
-    ".gpucache-hit{color:#2e7d32}.gpucache-miss{color:#c62828;font-weight:bold}"
+    "border-bottom:1px solid var(--jp-border-color2,rgba(128,128,128,.3))}"
+    ".gpucache-report thead th{border-bottom-color:var(--jp-border-color1,rgba(128,128,128,.6))}"
+    ".gpucache-hit{color:var(--jp-success-color1,#2e7d32)}"
+    ".gpucache-miss{color:var(--jp-error-color1,#c62828);font-weight:bold}"
     ".gpucache-why{opacity:.85}"
     "</style>"
 )
@@ -44,23 +47,6 @@ def _short_reason(result: CompileResult) -> str:
         if not layer.hit and layer.reasons:
             return "; ".join(layer.reasons[:2])
     return ""
-
-
-def short_type(ty) -> str:
-    """numba's signature spelling of a type: float32[::1] rather than array(float32, 1d, C)."""
-    ndim, layout, dtype = getattr(ty, "ndim", None), getattr(ty, "layout", None), getattr(ty, "dtype", None)
-    if ndim is None or dtype is None or layout not in ("A", "C", "F"):
-        return str(ty)
-    dims = [":"] * ndim
-    if ndim and layout == "C":
-        dims[-1] = "::1"
-    elif ndim and layout == "F":
-        dims[0] = "::1"
-    return f"{dtype}[{', '.join(dims)}]"
-
-
-def short_signature(argtypes) -> str:
-    return "(" + ", ".join(short_type(t) for t in argtypes) + ")"
 
 
 def _kernel_name(result: CompileResult) -> str:
@@ -116,6 +102,11 @@ class CellReport:
                     lines.append(f"    {name:<28} {part.digest[:12]}  {part.shown}")
         return lines
 
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        """Plain text and static HTML: a terminal, an exported notebook or any
+        frontend shows the same numbers."""
+        return {"text/plain": repr(self), "text/html": self._repr_html_()}
+
     def _repr_html_(self) -> str:
         rows = self.rows()
         if not rows:
@@ -159,6 +150,9 @@ class StatsTable:
 
     def _repr_pretty_(self, printer, cycle):
         printer.text(repr(self))
+
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        return {"text/plain": repr(self), "text/html": self._repr_html_()}
 
     def _repr_html_(self) -> str:
         head = "<th>stage</th>" + "".join(f"<th>{c}</th>" for c in self.columns)

@@ -1,6 +1,17 @@
-"""Shared test setup: `gpu`-marked tests skip cleanly on machines without a GPU."""
+"""Shared test setup.
+
+- `gpu`-marked tests skip cleanly on machines without a GPU.
+- The magic's default cache keeps no disk tier during the tests (each test
+  that wants one makes it in a temporary folder), so runs do not see each
+  other's entries or the user's cache.
+"""
+
+import os
 
 import pytest
+
+os.environ["GPUCACHE_DIR"] = "off"
+os.environ.pop("GPUCACHE_REDIS_URL", None)
 
 
 def _have_gpu() -> bool:

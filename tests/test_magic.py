@@ -435,3 +435,28 @@ def inner():
     assert "cannot import name 'no_such_name' from 'math'" in str(result.error_in_exec)
     cell(ip, "--quiet", "try:\n    from math import nothing_here\nexcept ImportError:\n    fallback = 1\n")
     assert ip.user_ns["fallback"] == 1
+
+
+def test_the_magics_cache_uses_the_configured_directory(tmp_path, monkeypatch):
+    from traitlets.config import Config
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("unload_ext", "gpucache_ext")
+    config = Config()
+    config.GpuCacheMagics.cache_dir = str(tmp_path / "from-profile")
+    monkeypatch.setattr(shell, "config", config)
+    try:
+        shell.run_line_magic("load_ext", "gpucache_ext")
+        cache = gpucache_ext.default_cache()
+        assert [t.directory for t in cache.tiers] == [tmp_path / "from-profile"]
+    finally:
+        gpucache_ext.set_default_cache_directory(None)
+        shell.run_line_magic("unload_ext", "gpucache_ext")
+        monkeypatch.undo()
+        shell.run_line_magic("load_ext", "gpucache_ext")
+    monkeypatch.setenv("GPUCACHE_DIR", str(tmp_path / "from-env"))
+    gpucache_ext._default_cache = None
+    assert gpucache_ext.default_cache().tiers[0].directory == tmp_path / "from-env"
+    monkeypatch.setenv("GPUCACHE_DIR", "off")
+    gpucache_ext._default_cache = None
+    assert gpucache_ext.default_cache().tiers == []

@@ -1,0 +1,356 @@
+"""The inspector in a real browser: JupyterLab on loopback, Debian's Chromium
+driven by playwright, notebooks/quickstart.ipynb run top to bottom.
+
+Skips only when /usr/bin/chromium is missing and CI is not set; in CI a missing
+browser (or playwright, or jupyterlab) fails the test.  Browsers are never
+downloaded: install Chromium with ``apt-get install -y chromium``.
+
+The test starts JupyterLab (127.0.0.1, a free port, a token, a temporary root
+with a copy of the notebook, temporary settings) and the browser, and stops
+both, and the kernel, however it ends.  Every wait has a timeout.  Screenshots
+go to the test's tmp_path; their paths are printed.
+"""
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "notebooks" / "quickstart.ipynb"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+SERVER_START_S = 90
+PAGE_S = 90
+RUN_ALL_S = 240
+ACTION_S = 60
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _require_chromium():
+    if CHROMIUM.exists():
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set and {CHROMIUM} is missing: install it with apt-get install -y chromium")
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium); this test runs in CI")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _children(pid: int):
+    """Pids of the direct children of `pid` (the kernels JupyterLab started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover
+        return True
+    try:  # a zombie is not alive
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class JupyterLab:
+    """A JupyterLab server of our own, on loopback, in a temporary root."""
+
+    def __init__(self, workdir: Path):
+        self.root = workdir / "root"
+        self.root.mkdir()
+        shutil.copy(NOTEBOOK, self.root / NOTEBOOK.name)
+        settings = workdir / "settings"
+        self._settings(settings)
+        self.port = _free_port()
+        self.token = secrets.token_hex(16)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "jupyterlab.log"
+        env = dict(os.environ)
+        env.update({
+            "JUPYTER_CONFIG_DIR": str(workdir / "config"),
+            "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),
+            "JUPYTER_DATA_DIR": str(workdir / "data"),  # (labextensions still come from sys.prefix)
+            "IPYTHONDIR": str(workdir / "ipython"),
+            "GPUCACHE_DIR": str(workdir / "gpucache"),  # a fresh persistent tier, if any
+            "JUPYTER_PLATFORM_DIRS": "1",
+        })
+        env.pop("JUPYTER_TOKEN", None)
+        command = [
+            sys.executable, "-m", "jupyterlab", "--no-browser",
+            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
+            "--ServerApp.open_browser=False", "--LabApp.expose_app_in_browser=True",
+            f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={workdir / 'workspaces'}",
+            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly", "--ServerApp.terminals_enabled=False",
+        ]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI runners
+            command.append("--allow-root")
+        self.log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(command, cwd=self.root, env=env, stdout=self.log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        self.kernels = set()
+
+    @staticmethod
+    def _settings(settings: Path):
+        """Every cell rendered (no windowing), no news or update checks."""
+        tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+        tracker.parent.mkdir(parents=True)
+        tracker.write_text(json.dumps({"windowingMode": "none"}))
+        notification = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+        notification.parent.mkdir(parents=True)
+        notification.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+
+    def request(self, path, method="GET", timeout=10):
+        request = urllib.request.Request(f"{self.url}{path}", method=method,
+                                         headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+
+    def wait_ready(self):
+        deadline = time.monotonic() + SERVER_START_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"JupyterLab exited ({self.process.returncode}):\n{self.log_text()}")
+            try:
+                status, _ = self.request("/api/status", timeout=5)
+                if status == 200:
+                    return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"JupyterLab did not answer within {SERVER_START_S} s:\n{self.log_text()}")
+
+    def note_kernels(self):
+        if self.process.poll() is None:
+            self.kernels.update(_children(self.process.pid))
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except OSError:  # pragma: no cover
+            return ""
+
+    def stop(self):
+        """Shut the server down (it stops its kernels); force whatever is left."""
+        self.note_kernels()
+        if self.process.poll() is None:
+            try:
+                self.request("/api/shutdown", method="POST", timeout=5)
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+            if self.process.poll() is not None:
+                break
+            try:
+                os.killpg(self.process.pid, sig)  # the group we started: server and helpers
+            except ProcessLookupError:
+                break
+            try:
+                self.process.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                pass
+        deadline = time.monotonic() + 10
+        for pid in self.kernels:  # kernels run in their own sessions
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if _alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.log.close()
+        return self.process.returncode
+
+
+# JavaScript run in the page (playwright's evaluate; nothing is put into the notebook)
+KERNEL_IDLE = """() => {
+  const app = window.jupyterapp; const w = app && app.shell.currentWidget;
+  const s = w && w.sessionContext;
+  return !!(w && w.content && w.content.widgets && s && s.isReady && s.session && s.session.kernel
+            && s.session.kernel.status === 'idle');
+}"""
+RUN_ALL = """() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); return true; }"""
+ALL_RAN = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const cells = w.content.widgets.filter(c => c.model.type === 'code');
+  const s = w.sessionContext.session;
+  return cells.length > 0 && cells.every(c => Number.isInteger(c.model.executionCount))
+         && !!s && s.kernel.status === 'idle';
+}"""
+INSPECTOR_NUMBERS = """() => Array.from(document.querySelectorAll(
+    '.gpucache-inspector .gpucache-summary td[data-field]')).map(td => ({
+  stage: td.dataset.stage, tier: td.dataset.tier || null, field: td.dataset.field,
+  value: td.dataset.value, text: td.textContent.trim()}))"""
+STATS_TABLE = """() => {
+  for (const table of document.querySelectorAll('table.gpucache-report')) {
+    const head = Array.from(table.querySelectorAll('thead th')).map(th => th.textContent.trim());
+    if (head[0] !== 'stage') continue;
+    const rows = {};
+    for (const tr of table.querySelectorAll('tbody tr')) {
+      const cells = Array.from(tr.querySelectorAll('td')).map(td => td.textContent.trim());
+      rows[cells[0]] = Object.fromEntries(head.slice(1).map((h, i) => [h, cells[i + 1]]));
+    }
+    return rows;
+  }
+  return null;
+}"""
+ERRORS = """() => Array.from(document.querySelectorAll(
+  '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'))
+  .map(e => e.textContent).filter(t => /Traceback|Error/.test(t))"""
+CONTRAST = """() => {
+  const lum = (c) => {
+    const m = c.match(/[\\d.]+/g).map(Number);
+    const lin = m.slice(0, 3).map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2];
+  };
+  const box = document.querySelector('.gpucache-inspector');
+  const cell = box.querySelector('.gpucache-summary td[data-stage="ptx"][data-field="entries"]');
+  const fg = getComputedStyle(cell).color, bg = getComputedStyle(box).backgroundColor;
+  const [a, b] = [lum(fg), lum(bg)].sort((x, y) => y - x);
+  return {fg, bg, ratio: (a + 0.05) / (b + 0.05), bgLuminance: lum(bg),
+          light: document.body.dataset.jpThemeLight};
+}"""
+
+
+def _numbers(rows):
+    return {(r["stage"], r["tier"], r["field"]): r for r in rows}
+
+
+def test_inspector_renders_in_jupyterlab_with_the_kernels_numbers(tmp_path, capsys):
+    _require_chromium()
+    from playwright.sync_api import sync_playwright  # a test dependency: missing it fails
+
+    started = time.monotonic()
+    server = JupyterLab(tmp_path)
+    try:
+        server.wait_ready()
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                                 args=CHROMIUM_ARGS, timeout=60_000)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 4200})
+                page.set_default_timeout(PAGE_S * 1000)
+                page.goto(f"{server.url}/lab/tree/{NOTEBOOK.name}?token={server.token}",
+                          wait_until="domcontentloaded", timeout=PAGE_S * 1000)
+                page.wait_for_function(KERNEL_IDLE, timeout=PAGE_S * 1000, polling=250)
+                server.note_kernels()
+                page.evaluate(RUN_ALL)
+                page.wait_for_function(ALL_RAN, timeout=RUN_ALL_S * 1000, polling=500)
+                assert page.evaluate(ERRORS) == []
+
+                inspector = page.locator(".gpucache-inspector").first
+                inspector.wait_for(state="visible", timeout=ACTION_S * 1000)
+                page.wait_for_selector('.gpucache-inspector td[data-stage="cubin"][data-field="misses"]',
+                                       timeout=ACTION_S * 1000)
+                shown = _numbers(page.evaluate(INSPECTOR_NUMBERS))
+                reported = page.evaluate(STATS_TABLE)  # what `%gpucache stats` printed
+                assert reported is not None, "the %gpucache stats table is not on the page"
+                for stage in ("typing", "llvm", "ptx", "cubin"):
+                    for field in ("hits", "misses", "entries", "bytes"):
+                        cell = shown[(stage, None, field)]
+                        assert cell["value"] == reported[stage][field], (stage, field)
+                    for field in ("hits", "misses", "entries"):  # the numbers people read
+                        assert shown[(stage, None, field)]["text"] == reported[stage][field]
+                    assert (stage, "memory", "hits") in shown
+                # the notebook's cells: one first compile, sm 80 -> 86 misses ptx and cubin again
+                assert {s: shown[(s, None, "misses")]["text"] for s in ("typing", "llvm", "ptx", "cubin")} \
+                    == {"typing": "1", "llvm": "1", "ptx": "2", "cubin": "2"}
+                assert page.locator(".gpucache-inspector svg.gpucache-chart rect.gpucache-bar-miss").count() >= 4
+                assert page.locator(".gpucache-inspector svg.gpucache-chart rect.gpucache-bar-hit").count() >= 4
+
+                # the entries, and one entry's explanation
+                options = page.locator(".gpucache-inspector .gpucache-entries select option")
+                assert options.count() == 6
+                labels = [t.replace("\u00a0", " ") for t in options.all_inner_texts()]
+                # the ptx entry built for sm_86: layer column, then its token
+                index = next(i for i, t in enumerate(labels)
+                             if re.search(r" ptx +[0-9a-f]{8} ", t) and "sm_86" in t)
+                page.locator(".gpucache-inspector .gpucache-entries select").select_option(index=index)
+                view = page.locator(".gpucache-inspector .gpucache-entry-view")
+                view.locator('.gpucache-entry[data-stage="ptx"]').wait_for(timeout=ACTION_S * 1000)
+                view.get_by_text("sm 80 -> 86").first.wait_for(timeout=ACTION_S * 1000)
+                assert view.locator("table.gpucache-diff tr[data-component='sm']").count() == 1
+                light = page.evaluate(CONTRAST)
+                assert light["light"] == "true" and light["ratio"] >= 4.5, light
+
+                shot = tmp_path / "inspector.png"
+                inspector.screenshot(path=str(shot), timeout=ACTION_S * 1000)
+                page_shot = tmp_path / "notebook.png"
+                page.screenshot(path=str(page_shot), full_page=True, timeout=ACTION_S * 1000)
+
+                # act: evict that entry; the view updates at once
+                page.locator(".gpucache-inspector button", has_text="Evict entry").click()
+                page.wait_for_selector('.gpucache-inspector td[data-stage="ptx"][data-field="entries"]'
+                                       '[data-value="1"]', timeout=ACTION_S * 1000)
+                assert options.count() == 5
+                page.locator(".gpucache-inspector .gpucache-status").get_by_text(
+                    "evicted ptx entry").wait_for(timeout=ACTION_S * 1000)
+
+                # the dark theme: still readable, from JupyterLab's variables
+                page.evaluate("() => { window.jupyterapp.commands.execute('apputils:change-theme', "
+                              "{theme: 'JupyterLab Dark'}); return true; }")
+                page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'",
+                                       timeout=ACTION_S * 1000)
+                page.wait_for_function("() => { const b = document.querySelector('.gpucache-inspector'); "
+                                       "const m = getComputedStyle(b).backgroundColor.match(/\\d+/g); "
+                                       "return m && Number(m[0]) < 100; }", timeout=ACTION_S * 1000)
+                dark = page.evaluate(CONTRAST)
+                assert dark["bgLuminance"] < 0.1 and dark["ratio"] >= 4.5, dark
+                dark_shot = tmp_path / "inspector-dark.png"
+                inspector.screenshot(path=str(dark_shot), timeout=ACTION_S * 1000)
+            except BaseException:
+                failure = tmp_path / "failure.png"
+                try:
+                    page.screenshot(path=str(failure), full_page=True, timeout=20_000)
+                    with capsys.disabled():
+                        print(f"\nbrowser test failed; screenshot: {failure}\nJupyterLab log: "
+                              f"{server.log_path}")
+                except Exception:
+                    pass
+                raise
+            finally:
+                browser.close()
+    finally:
+        server.stop()
+    assert server.process.poll() is not None
+    assert not any(_alive(pid) for pid in server.kernels)
+    with capsys.disabled():
+        print(f"\nbrowser test: {time.monotonic() - started:.1f} s; screenshots: {shot}, "
+              f"{dark_shot}, {page_shot}")

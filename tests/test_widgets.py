@@ -1,0 +1,513 @@
+"""The cache inspector widget, headless: drive cells in an in-process IPython
+shell, read the widget tree's state (what a frontend would render), check the
+numbers against `cache.stats()`, and press the buttons."""
+
+import re
+import stat
+from html.parser import HTMLParser
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.testing.globalipapp import start_ipython
+
+import gpucache_ext
+from gpucache_ext import KernelCache, widgets
+from gpucache_ext.config import STAGES
+from gpucache_ext.results import parse_resources
+from gpucache_ext.tiers import Tier
+
+AXPY = '''
+from numba import cuda
+
+@cuda.jit("void(float32[:], float32, float32[:], float32[:])")
+def axpy(r, a, x, y):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = a * x[i] + y[i]
+'''
+
+SCALE = '''
+from numba import cuda
+
+@cuda.jit("void(float32[:], float32[:])")
+def scale(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = 2 * x[i]
+'''
+
+
+@pytest.fixture
+def ip():
+    start_ipython()  # once per process; later calls return None
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "gpucache_ext")
+    shell.reset(new_session=False)
+    gpucache_ext._default_cache = KernelCache()  # memory only, fresh for each test
+    yield shell
+    for widget in list(widgets._live):
+        widget.close()
+    shell.reset(new_session=False)
+    shell.run_line_magic("unload_ext", "gpucache_ext")
+    gpucache_ext._default_cache = None
+
+
+def cell(ip, line, body):
+    result = ip.run_cell(f"%%gpukernel {line} --quiet\n{body}", store_history=True)
+    if not result.success:
+        raise result.error_in_exec
+    return result
+
+
+# -- reading the widget tree ----------------------------------------------------
+
+
+def walk(widget):
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from walk(child)
+
+
+def part(inspector, dom_class):
+    """The widget of the tree carrying `dom_class`, as a frontend would find it."""
+    found = [w for w in walk(inspector) if dom_class in w.get_state().get("_dom_classes", ())]
+    assert len(found) == 1, dom_class
+    return found[0]
+
+
+class _Cells(HTMLParser):
+    """Collects the attributes of elements with data-* attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.elements = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if any(k.startswith("data-") for k in attrs):
+            self.elements.append((tag, attrs))
+
+
+def data_elements(page):
+    parser = _Cells()
+    parser.feed(page)
+    return parser.elements
+
+
+def summary_numbers(inspector):
+    """{(stage, tier or None, field): value string} from the summary table's state."""
+    page = part(inspector, "gpucache-summary").get_state()["value"]
+    numbers = {}
+    for tag, attrs in data_elements(page):
+        if tag == "td" and "data-field" in attrs:
+            numbers[(attrs["data-stage"], attrs.get("data-tier"), attrs["data-field"])] = attrs["data-value"]
+    return numbers
+
+
+def assert_summary_matches(inspector, cache):
+    stats = cache.stats()
+    numbers = summary_numbers(inspector)
+    for stage in STAGES:
+        for field in ("hits", "misses", "entries", "bytes", "evictions"):
+            assert int(numbers[(stage, None, field)]) == stats[stage][field], (stage, field)
+        assert float(numbers[(stage, None, "compile_seconds")]) == pytest.approx(
+            stats[stage]["compile_seconds"], abs=1e-6)
+        for tier, values in stats[stage]["tiers"].items():
+            for field in ("hits", "entries", "bytes"):
+                assert int(numbers[(stage, tier, field)]) == values[field], (stage, tier, field)
+        hits, misses = stats[stage]["hits"], stats[stage]["misses"]
+        expected = f"{100 * hits / (hits + misses):.0f}%" if hits + misses else "-"
+        assert numbers[(stage, None, "hit_rate")] == expected
+    assert int(numbers[("all", None, "hits")]) == sum(stats[s]["hits"] for s in STAGES)
+    assert int(numbers[("all", None, "misses")]) == sum(stats[s]["misses"] for s in STAGES)
+
+
+def chart_points(inspector):
+    page = part(inspector, "gpucache-chart-box").get_state()["value"]
+    points = {}
+    for tag, attrs in data_elements(page):
+        if tag == "g":
+            points.setdefault(attrs["data-cell"], {})[attrs["data-stage"]] = (
+                int(attrs["data-hits"]), int(attrs["data-misses"]))
+    return points
+
+
+def listed(inspector):
+    """The entries list as the frontend gets it: labels and (stage, token) values."""
+    select = part(inspector, "gpucache-entries")
+    labels = list(select.get_state()["_options_labels"])
+    return labels, list(select._options_values)
+
+
+def all_html(inspector):
+    return [w.get_state()["value"] for w in walk(inspector) if "value" in w.keys
+            and isinstance(w.get_state()["value"], str) and "<" in w.get_state()["value"]]
+
+
+# -- tests ------------------------------------------------------------------------
+
+
+def test_magic_shows_the_inspector_and_it_updates_after_every_cell(ip):
+    cell(ip, "--sm 80", AXPY)
+    inspector = ip.run_line_magic("gpucache", "")
+    assert isinstance(inspector, widgets.Inspector)
+    assert "gpucache-inspector" in inspector.get_state()["_dom_classes"]
+    cache = gpucache_ext.default_cache()
+    assert_summary_matches(inspector, cache)
+    assert summary_numbers(inspector)[("ptx", None, "misses")] == "1"
+
+    cell(ip, "--sm 80", AXPY)  # every stage hits
+    assert_summary_matches(inspector, cache)
+    assert summary_numbers(inspector)[("cubin", None, "hits")] == "1"
+
+    cell(ip, "--sm 86 --max-registers 32", AXPY)  # ptx and cubin miss
+    assert_summary_matches(inspector, cache)
+    numbers = summary_numbers(inspector)
+    assert (numbers[("ptx", None, "misses")], numbers[("cubin", None, "entries")]) == ("2", "2")
+    assert numbers[("ptx", None, "hit_rate")] == "33%"
+
+    # one model for every place it is shown: all of them update together
+    assert ip.run_line_magic("gpucache", "") is inspector
+    assert gpucache_ext.inspector() is inspector
+    other = KernelCache()
+    assert gpucache_ext.inspector(other) is not inspector
+
+
+def test_compile_time_saved_is_what_the_hits_saved(ip):
+    cell(ip, "--sm 80", AXPY)
+    inspector = gpucache_ext.inspector()
+    assert all(float(summary_numbers(inspector)[(s, None, "saved_seconds")]) == 0 for s in STAGES)
+    cell(ip, "--sm 80", AXPY)
+    hit = ip.user_ns["axpy"].last
+    numbers = summary_numbers(inspector)
+    for stage in STAGES:
+        saved = hit.layers[stage].saved_seconds
+        assert saved > 0
+        # stats() rounds seconds to the microsecond
+        assert float(numbers[(stage, None, "saved_seconds")]) == pytest.approx(saved, abs=2e-6)
+        assert float(numbers[(stage, "memory", "saved_seconds")]) == pytest.approx(saved, abs=2e-6)
+    ip.run_cell("x = 1", store_history=True)  # no compile: nothing counted twice
+    assert float(summary_numbers(inspector)[("typing", None, "saved_seconds")]) == pytest.approx(
+        hit.layers["typing"].saved_seconds, abs=2e-6)
+
+
+def test_chart_has_hits_and_misses_per_layer_per_cell(ip):
+    first = cell(ip, "--sm 80", AXPY)
+    second = cell(ip, "--sm 80", AXPY)
+    ip.run_cell("y = 2", store_history=True)  # no cache activity: no column
+    third = cell(ip, "--sm 86", AXPY)
+    inspector = gpucache_ext.inspector()
+    points = chart_points(inspector)
+    labels = [f"[{r.execution_count}]" for r in (first, second, third)]
+    assert list(points) == labels
+    assert points[labels[0]] == dict.fromkeys(STAGES, (0, 1))
+    assert points[labels[1]] == dict.fromkeys(STAGES, (1, 0))
+    assert points[labels[2]] == {"typing": (1, 0), "llvm": (1, 0), "ptx": (0, 1), "cubin": (0, 1)}
+    svg = part(inspector, "gpucache-chart-box").get_state()["value"]
+    assert 'role="img"' in svg and "<title" in svg and "<desc" in svg
+    # the chart's totals equal the counters
+    stats = gpucache_ext.default_cache().stats()
+    for stage in STAGES:
+        assert sum(p[stage][0] for p in points.values()) == stats[stage]["hits"]
+        assert sum(p[stage][1] for p in points.values()) == stats[stage]["misses"]
+
+
+def test_entries_table_lists_every_entry_and_filters(ip):
+    cell(ip, "--sm 80", AXPY)
+    cell(ip, "--sm 80", SCALE)
+    inspector = gpucache_ext.inspector()
+    cache = gpucache_ext.default_cache()
+    labels, values = listed(inspector)
+    rows = cache.entries()
+    assert values == [(r["stage"], r["token"]) for r in rows]
+    for label, row in zip(labels, rows):
+        words = label.split()
+        assert words[0] == row["kernel"].rsplit(".", 1)[-1]
+        assert row["token"][:8] in words and row["stage"] in words and "memory" in words
+        assert "first compile of" in label and "sm_80" in label
+    head = part(inspector, "gpucache-entries-head-box").get_state()["value"]
+    for column in ("kernel", "signature", "config", "layer", "token", "tier", "size", "age", "why built"):
+        assert column in head
+
+    kernels = part(inspector, "gpucache-kernel-filter")
+    names = dict(zip(kernels.get_state()["_options_labels"], kernels._options_values))
+    assert {"axpy", "scale"} <= set(names)
+    kernels.value = names["scale"]
+    _, values = listed(inspector)
+    assert values == [(r["stage"], r["token"]) for r in cache.entries(kernel="scale")] and len(values) == 4
+    part(inspector, "gpucache-layer-filter").value = "ptx"
+    _, values = listed(inspector)
+    assert values == [(r["stage"], r["token"]) for r in cache.entries(stage="ptx", kernel="scale")]
+    kernels.value = ""
+    _, values = listed(inspector)
+    assert values == [(r["stage"], r["token"]) for r in cache.entries(stage="ptx")] and len(values) == 2
+
+
+def test_entry_view_shows_config_components_artifacts_resources_and_the_diff(ip):
+    cell(ip, "--sm 80", AXPY)
+    cell(ip, "--sm 86 --max-registers 32", AXPY)
+    inspector = gpucache_ext.inspector()
+    cache = gpucache_ext.default_cache()
+    result = ip.user_ns["axpy"].last
+    token = result.layers["cubin"].token
+    part(inspector, "gpucache-entries").value = ("cubin", token)  # what a click does
+    assert inspector.selected == ("cubin", token)
+    page = part(inspector, "gpucache-entry-view").get_state()["value"]
+    entry = cache.entry("cubin", token)
+
+    assert "Why it was built" in page
+    for reason in entry.reasons:
+        assert reason.replace(">", "&gt;") in page
+    assert "max_registers None -&gt; 32" in page
+    # side by side with the nearest other cubin entry (the sm_80 one)
+    diff = page[page.index('gpucache-diff'):page.index("</table>", page.index('gpucache-diff'))]
+    rows = dict(re.findall(r'<tr data-component="([^"]+)">.*?</th><td[^>]*>([^<]*)</td>', diff))
+    assert set(rows) == {"max_registers", "sm", "ptx"}
+    assert rows["max_registers"] == "32" and rows["sm"] == "86"
+    assert re.search(r'data-component="max_registers">.*?<td[^>]*>32</td><td[^>]*>None</td>', diff)
+    assert re.search(r'data-component="sm">.*?<td[^>]*>86</td><td[^>]*>80</td>', diff)
+    # config: every field, the stages that read it
+    for field in ("sm", "opt", "fastmath", "max_registers", "launch_bounds", "lto"):
+        assert f'<tr data-field="{field}">' in page
+    config = page[page.index("gpucache-config"):]
+    assert re.search(r'data-field="max_registers">.*?<td[^>]*>32</td>.*?cubin</span>', config)
+    # token components and resources
+    for name, component in entry.components.items():
+        assert f'data-component="{name}"' in page and component.digest[:12] in page
+    registers = parse_resources(entry.artifact.info_log)["registers"]
+    assert f'data-resource="registers">{registers}<' in page
+    assert "link log" in page and ("SASS" in page)
+
+    # the other layers' artifacts
+    views = {}
+    for stage in ("typing", "llvm", "ptx"):
+        inspector.select(stage, result.layers[stage].token)
+        views[stage] = part(inspector, "gpucache-entry-view").get_state()["value"]
+    assert "variable types" in views["typing"] and "typed IR" in views["typing"]
+    assert "NVVM IR" in views["llvm"] and "define" in views["llvm"]
+    assert ".target sm_86" in views["ptx"] and "PTX" in views["ptx"]
+    assert "sm 80 -&gt; 86" in views["ptx"]
+    assert "cubins built from this entry" in views["ptx"]  # resources of the downstream cubin
+    assert "<script" not in "".join(views.values())
+
+
+def test_evict_recompile_and_clear_act_on_the_cache_and_update_at_once(ip):
+    cell(ip, "--sm 80", AXPY)
+    cell(ip, "--sm 86", AXPY)
+    inspector = gpucache_ext.inspector()
+    cache = gpucache_ext.default_cache()
+    result = ip.user_ns["axpy"].last
+
+    # evict the selected entry
+    token = result.layers["ptx"].token
+    part(inspector, "gpucache-entries").value = ("ptx", token)
+    part(inspector, "gpucache-evict").click()
+    assert cache.entry("ptx", token) is None
+    assert cache.stats()["ptx"]["entries"] == 1
+    assert_summary_matches(inspector, cache)
+    assert ("ptx", token) not in listed(inspector)[1]
+    assert "evicted ptx entry" in part(inspector, "gpucache-status").get_state()["value"]
+
+    # recompile an entry: every stage compiled again, the entry is back
+    cubin = result.layers["cubin"].token
+    inspector.select("cubin", cubin)
+    before = cache.stats()
+    part(inspector, "gpucache-recompile").click()
+    after = cache.stats()
+    assert all(after[s]["misses"] == before[s]["misses"] + 1 for s in STAGES)
+    assert cache.entry("ptx", token) is not None
+    assert inspector.selected == ("cubin", cubin)
+    assert_summary_matches(inspector, cache)
+    assert "recompiled axpy" in part(inspector, "gpucache-status").get_state()["value"]
+    assert chart_points(inspector)["recompile"] == dict.fromkeys(STAGES, (0, 1))
+
+    # clear one layer, then every layer
+    part(inspector, "gpucache-clear-layer").value = "ptx"
+    part(inspector, "gpucache-clear").click()
+    assert cache.stats()["ptx"]["entries"] == 0 and cache.stats()["cubin"]["entries"] == 2
+    assert summary_numbers(inspector)[("ptx", None, "entries")] == "0"
+    assert all(stage != "ptx" for stage, _ in listed(inspector)[1])
+    assert "cleared ptx: 2 entries dropped" in part(inspector, "gpucache-status").get_state()["value"]
+    part(inspector, "gpucache-clear-layer").value = "all"
+    part(inspector, "gpucache-clear").click()
+    assert all(cache.stats()[s]["entries"] == 0 for s in STAGES)
+    assert listed(inspector) == ([], [])
+    assert part(inspector, "gpucache-evict").disabled and part(inspector, "gpucache-recompile").disabled
+    assert_summary_matches(inspector, cache)
+
+
+def test_actions_update_every_inspector_of_the_cache(ip):
+    cell(ip, "--sm 80", AXPY)
+    first = gpucache_ext.inspector()
+    second = widgets.Inspector(gpucache_ext.default_cache())  # another, separate widget
+    widgets._live.add(second)
+    first.clear("cubin")
+    assert summary_numbers(second)[("cubin", None, "entries")] == "0"
+
+
+def test_recompile_without_a_record_explains_in_the_status(ip, monkeypatch):
+    cell(ip, "--sm 80", AXPY)
+    inspector = gpucache_ext.inspector()
+    cache = gpucache_ext.default_cache()
+
+    def unknown(token):
+        raise KeyError(f"no record of the compile that produced {token[:12]} in this process")
+
+    monkeypatch.setattr(cache, "recompile", unknown)
+    part(inspector, "gpucache-recompile").click()
+    status = part(inspector, "gpucache-status").get_state()["value"]
+    assert "cannot recompile: no record of the compile" in status and "gpucache-status-error" in status
+
+
+def test_an_inspector_of_another_cache_is_live_too(ip):
+    other = KernelCache()
+    ip.user_ns["other"] = other
+    inspector = gpucache_ext.inspector(other)
+    ip.run_cell('''
+from numba import cuda
+def double(r):
+    r[0] = 2 * r[0]
+other.compile(double, "void(float32[:])")
+''', store_history=True)
+    assert_summary_matches(inspector, other)
+    assert summary_numbers(inspector)[("cubin", None, "misses")] == "1"
+    assert len(chart_points(inspector)) == 1
+
+
+def test_activity_before_the_inspector_is_one_earlier_column(ip):
+    other = KernelCache()
+
+    def triple(r):
+        r[0] = 3 * r[0]
+
+    other.compile(triple, "void(float32[:])")
+    inspector = gpucache_ext.inspector(other)
+    assert chart_points(inspector) == {"earlier": dict.fromkeys(STAGES, (0, 1))}
+    assert_summary_matches(inspector, other)
+
+
+class _SharedTier(Tier):
+    """A persistent tier in a dict, named like the shared one."""
+
+    name = "shared"
+    stages = ("llvm", "ptx", "cubin")
+
+    def __init__(self):
+        self.store = {}
+
+    def get(self, stage, token):
+        return self.store.get((stage, token))
+
+    def put(self, stage, entry):
+        self.store[(stage, entry.token)] = entry
+
+    def delete(self, stage, token):
+        return self.store.pop((stage, token), None) is not None
+
+    def clear(self, stage):
+        for key in [k for k in self.store if k[0] == stage]:
+            del self.store[key]
+
+    def entries(self, stage):
+        return [e for (s, _), e in self.store.items() if s == stage]
+
+    def stats(self, stage):
+        entries = self.entries(stage)
+        return {"entries": len(entries), "bytes": sum(e.nbytes for e in entries)}
+
+
+def test_every_tier_gets_its_rows_whatever_its_name(ip):
+    shared = _SharedTier()
+    first, second = KernelCache(tiers=[shared]), KernelCache(tiers=[shared])
+    ip.user_ns.update(first=first, second=second)
+    source = AXPY.replace('@cuda.jit("void(float32[:], float32, float32[:], float32[:])")', "")
+    ip.run_cell(source + '\nfirst.compile(axpy, "void(float32[:], float32, float32[:], float32[:])")',
+                store_history=True)
+    inspector = gpucache_ext.inspector(second)
+    ip.run_cell('second.compile(axpy, "void(float32[:], float32, float32[:], float32[:])")',
+                store_history=True)
+    stats = second.stats()
+    assert stats["cubin"]["tiers"]["shared"]["hits"] == 1
+    assert_summary_matches(inspector, second)  # memory and shared rows, from stats()
+    numbers = summary_numbers(inspector)
+    assert ("typing", "shared", "hits") not in numbers  # typing is not in that tier
+    labels, values = listed(inspector)
+    assert all("memory,shared" in label for label in labels) and len(values) == 3
+
+
+def test_plain_text_and_static_html_fallbacks(ip):
+    from gpucache_ext.report import CellReport, StatsTable
+
+    cell(ip, "--sm 80", AXPY)
+    cell(ip, "--sm 86", AXPY)
+    inspector = gpucache_ext.inspector()
+    stats = gpucache_ext.default_cache().stats()
+    data, _ = ip.display_formatter.format(inspector)
+    assert {"text/plain", "text/html", "application/vnd.jupyter.widget-view+json"} <= set(data)
+    text, page = data["text/plain"], data["text/html"]
+    # the text form has the numbers a terminal needs
+    summary = text.split("\n\n")[0].splitlines()
+    lines = {line.split()[0]: line.split() for line in summary[1:]}
+    for stage in STAGES:
+        assert lines[stage][1:3] == [str(stats[stage]["hits"]), str(stats[stage]["misses"])]
+    assert "hits/misses per cell" in text and "why built" in text and "sm 80 -> 86" in text
+    # the static HTML form too, with the chart, and no scripts
+    numbers = {(a["data-stage"], a.get("data-tier"), a["data-field"]): a["data-value"]
+               for tag, a in data_elements(page) if tag == "td" and "data-field" in a}
+    for stage in STAGES:
+        assert int(numbers[(stage, None, "misses")]) == stats[stage]["misses"]
+    assert "<svg" in page and "gpucache-entries-table" in page and "<script" not in page.lower()
+
+    report = CellReport(ip.user_ns["axpy"].results.values())
+    bundle = report._repr_mimebundle_()
+    assert set(bundle) == {"text/plain", "text/html"} and "gpucache-report" in bundle["text/html"]
+    assert "MISS" in bundle["text/plain"]
+    formatted, _ = ip.display_formatter.format(StatsTable(stats))
+    assert {"text/plain", "text/html"} <= set(formatted)
+
+
+def test_themable_with_jupyterlab_variables_and_no_scripts(ip):
+    cell(ip, "--sm 80", AXPY)
+    inspector = gpucache_ext.inspector()
+    pages = all_html(inspector) + [inspector._repr_mimebundle_()["text/html"]]
+    style = part(inspector, "gpucache-header").get_state()["value"]
+    for variable in ("--jp-ui-font-color1", "--jp-layout-color1", "--jp-border-color2"):
+        assert f"var({variable}," in style
+    for page in pages:
+        assert "<script" not in page.lower()
+        assert not re.search(r"\son[a-z]+\s*=", page)  # no inline event handlers
+        assert "javascript:" not in page.lower()
+        # every variable has a fallback for frontends that are not JupyterLab
+        assert not re.search(r"var\(--jp-[\w-]+\)", page)
+
+
+def test_sass_through_nvdisasm_when_found(ip, tmp_path, monkeypatch):
+    import cuda.pathfinder
+
+    cell(ip, "--sm 80", AXPY)
+    inspector = gpucache_ext.inspector()
+    token = ip.user_ns["axpy"].last.layers["cubin"].token
+    fake = tmp_path / "nvdisasm"
+    fake.write_text('#!/bin/sh\necho "FAKE SASS: $@ $(wc -c < "$2") bytes"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(cuda.pathfinder, "find_nvidia_binary_utility", lambda name: str(fake))
+    widgets._sass_cache.clear()
+    inspector.select("cubin", token)
+    page = part(inspector, "gpucache-entry-view").get_state()["value"]
+    size = len(ip.user_ns["axpy"].last.cubin)
+    assert "SASS (nvdisasm)" in page and "FAKE SASS: -c " in page and f"{size} bytes" in page
+
+    monkeypatch.setattr(cuda.pathfinder, "find_nvidia_binary_utility", lambda name: None)
+    widgets._sass_cache.clear()
+    inspector.refresh()
+    page = part(inspector, "gpucache-entry-view").get_state()["value"]
+    assert "nvdisasm was not found" in page
+    widgets._sass_cache.clear()
+
+
+def test_unload_removes_the_post_cell_hook(ip):
+    assert widgets.after_cell in ip.events.callbacks["post_run_cell"]
+    ip.run_line_magic("unload_ext", "gpucache_ext")
+    assert widgets.after_cell not in ip.events.callbacks["post_run_cell"]
+    ip.run_line_magic("load_ext", "gpucache_ext")
+    assert ip.events.callbacks["post_run_cell"].count(widgets.after_cell) == 1
