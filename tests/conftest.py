@@ -34,3 +34,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def ip():
+    """An in-process IPython shell with gpucache_ext loaded, a fresh namespace
+    and a fresh (memory-only) default cache; cleaned up afterwards."""
+    import sys
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.testing.globalipapp import start_ipython
+
+    import gpucache_ext
+
+    start_ipython()  # once per process; later calls return None
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "gpucache_ext")
+    shell.reset(new_session=False)
+    gpucache_ext._default_cache = None
+    yield shell
+    widgets = sys.modules.get("gpucache_ext.widgets")
+    for widget in list(getattr(widgets, "_live", ())):
+        widget.close()
+    shell.reset(new_session=False)
+    shell.run_line_magic("unload_ext", "gpucache_ext")
+    gpucache_ext._default_cache = None

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.testing.globalipapp import start_ipython
 
 import gpucache_ext
 from gpucache_ext import Kernel
@@ -20,24 +19,6 @@ def axpy(r, a, x, y):
     if i < r.size:
         r[i] = a * x[i] + y[i]
 '''
-
-
-@pytest.fixture
-def ip():
-    start_ipython()  # once per process; later calls return None
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "gpucache_ext")
-    shell.reset(new_session=False)
-    gpucache_ext._default_cache = None
-    yield shell
-    shell.reset(new_session=False)
-    shell.run_line_magic("unload_ext", "gpucache_ext")
-    gpucache_ext._default_cache = None
-
-
-def run(ip, source):
-    """Run a cell; return IPython's ExecutionResult, failing the test on surprise errors."""
-    return ip.run_cell(source)
 
 
 def cell(ip, line, body):

@@ -7,8 +7,6 @@ import stat
 from html.parser import HTMLParser
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
-from IPython.testing.globalipapp import start_ipython
 
 import gpucache_ext
 from gpucache_ext import KernelCache, widgets
@@ -35,21 +33,6 @@ def scale(r, x):
     if i < r.size:
         r[i] = 2 * x[i]
 '''
-
-
-@pytest.fixture
-def ip():
-    start_ipython()  # once per process; later calls return None
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "gpucache_ext")
-    shell.reset(new_session=False)
-    gpucache_ext._default_cache = KernelCache()  # memory only, fresh for each test
-    yield shell
-    for widget in list(widgets._live):
-        widget.close()
-    shell.reset(new_session=False)
-    shell.run_line_magic("unload_ext", "gpucache_ext")
-    gpucache_ext._default_cache = None
 
 
 def cell(ip, line, body):
