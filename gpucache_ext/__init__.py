@@ -17,7 +17,7 @@ from .cache import CompileResult, KernelCache, LayerResult
 from .kernel import Kernel, LaunchError
 
 _default_cache = None
-_default_directory = None
+_default_settings = {}
 
 
 def default_cache() -> KernelCache:
@@ -25,19 +25,22 @@ def default_cache() -> KernelCache:
 
     Made on first use by `KernelCache.from_environment`: a disk tier in
     ``GPUCACHE_DIR`` (default: the platform's user cache folder; ``off`` for
-    none, or the magic's ``cache_dir`` setting), and a shared Redis tier when
-    ``GPUCACHE_REDIS_URL`` is set.
+    none), and a shared Redis tier when ``GPUCACHE_REDIS_URL`` is set; the
+    magic's ``cache_dir`` and ``redis_url`` settings override those.
     """
     global _default_cache
     if _default_cache is None:
-        _default_cache = KernelCache.from_environment(directory=_default_directory)
+        _default_cache = KernelCache.from_environment(**_default_settings)
     return _default_cache
 
 
-def set_default_cache_directory(directory) -> None:
-    """Use `directory` for the default cache's disk tier (from the next `default_cache()`)."""
-    global _default_cache, _default_directory
-    _default_directory = directory
+def configure_default_cache(directory=None, redis_url=None) -> None:
+    """Override the environment for the default cache (from the next `default_cache()`):
+    the disk tier's `directory` and the shared tier's `redis_url` (None: as the environment says)."""
+    global _default_cache
+    _default_settings.clear()
+    _default_settings.update({k: v for k, v in (("directory", directory), ("redis_url", redis_url))
+                              if v is not None})
     _default_cache = None
 
 
@@ -69,7 +72,7 @@ def unload_ipython_extension(ipython):
 
 __all__ = [
     "CompileConfig", "KernelCache", "CompileResult", "LayerResult", "Kernel", "LaunchError",
-    "default_cache", "set_default_cache_directory", "inspector",
+    "default_cache", "configure_default_cache", "inspector",
     "FIELD_STAGES", "STAGES",
     "GpuCacheError", "ConfigError", "CompileError", "UnsupportedKernelError",
 ]

@@ -89,14 +89,15 @@ class KernelCache:
         self._lock = threading.RLock()
 
     @classmethod
-    def from_environment(cls, directory=None, **kwargs) -> "KernelCache":
+    def from_environment(cls, directory=None, redis_url=None, **kwargs) -> "KernelCache":
         """A cache configured by the environment (the magic's default cache).
 
         ``GPUCACHE_DIR``: the disk tier's directory (default: the platform's
         user cache folder; ``off`` for none), overridden by `directory`.
         ``GPUCACHE_MAX_BYTES``: the disk tier's cap (default 1 GiB).
-        ``GPUCACHE_REDIS_URL``: a shared Redis tier.  ``GPUCACHE_SECRET``:
-        sign and check the shared tier's entries.
+        ``GPUCACHE_REDIS_URL``: a shared Redis tier, overridden by
+        `redis_url`.  ``GPUCACHE_SECRET``: sign and check the shared tier's
+        entries.
         """
         env = os.environ
         if directory is None:
@@ -109,7 +110,7 @@ class KernelCache:
         except ValueError:
             raise ValueError(f"GPUCACHE_MAX_BYTES={max_disk!r} is invalid; use a number of bytes") from None
         return cls(directory=directory, max_disk_bytes=max_disk_bytes,
-                   redis_url=env.get("GPUCACHE_REDIS_URL") or None,
+                   redis_url=redis_url or env.get("GPUCACHE_REDIS_URL") or None,
                    secret=env.get("GPUCACHE_SECRET") or None, **kwargs)
 
     # -- public API --------------------------------------------------------

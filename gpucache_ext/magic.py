@@ -75,6 +75,10 @@ class GpuCacheMagics(Magics):
         help="Directory of the disk cache tier (env GPUCACHE_DIR; 'off' for none). "
              "Empty: the platform's user cache folder.",
     ).tag(config=True)
+    redis_url = Unicode(
+        help="Redis URL of the shared cache tier (env GPUCACHE_REDIS_URL); empty: none. "
+             "Set GPUCACHE_SECRET to sign its entries.",
+    ).tag(config=True)
     quiet = Bool(help="Do not show the per-cell report (env GPUCACHE_QUIET=1).").tag(config=True)
 
     @default("default_sm")
@@ -84,6 +88,10 @@ class GpuCacheMagics(Magics):
     @default("cache_dir")
     def _default_cache_dir(self):
         return os.environ.get("GPUCACHE_DIR", "")
+
+    @default("redis_url")
+    def _default_redis_url(self):
+        return os.environ.get("GPUCACHE_REDIS_URL", "")
 
     @default("quiet")
     def _default_quiet(self):
@@ -416,10 +424,12 @@ def load(shell):
     """Register the magics and the post-cell refresh on `shell`."""
     global _magics
     _magics = GpuCacheMagics(shell=shell)
-    if _magics.cache_dir and _magics.cache_dir != os.environ.get("GPUCACHE_DIR", ""):
-        import gpucache_ext
+    import gpucache_ext
 
-        gpucache_ext.set_default_cache_directory(_magics.cache_dir)
+    if (_magics.cache_dir, _magics.redis_url) != (os.environ.get("GPUCACHE_DIR", ""),
+                                                  os.environ.get("GPUCACHE_REDIS_URL", "")):
+        gpucache_ext.configure_default_cache(directory=_magics.cache_dir or None,
+                                             redis_url=_magics.redis_url or None)
     shell.register_magics(_magics)
     shell.events.register("post_run_cell", _refresh_after_cell)
     from . import widgets  # after the refresh: the inspectors see the cell's compiles

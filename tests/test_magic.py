@@ -425,13 +425,16 @@ def test_the_magics_cache_uses_the_configured_directory(tmp_path, monkeypatch):
     shell.run_line_magic("unload_ext", "gpucache_ext")
     config = Config()
     config.GpuCacheMagics.cache_dir = str(tmp_path / "from-profile")
+    config.GpuCacheMagics.redis_url = "redis://127.0.0.1:1/0"  # nothing listens: never contacted here
     monkeypatch.setattr(shell, "config", config)
     try:
         shell.run_line_magic("load_ext", "gpucache_ext")
         cache = gpucache_ext.default_cache()
-        assert [t.directory for t in cache.tiers] == [tmp_path / "from-profile"]
+        assert [t.name for t in cache.tiers] == ["disk", "shared"]
+        assert cache.tiers[0].directory == tmp_path / "from-profile"
+        assert cache.tiers[1].url == "redis://127.0.0.1:1/0"
     finally:
-        gpucache_ext.set_default_cache_directory(None)
+        gpucache_ext.configure_default_cache()
         shell.run_line_magic("unload_ext", "gpucache_ext")
         monkeypatch.undo()
         shell.run_line_magic("load_ext", "gpucache_ext")
