@@ -24,6 +24,7 @@ from typing import List, Optional
 
 from .codec import PERSISTENT_STAGES, BadEntry, decode, read_header
 from .disk import DiskTier, default_directory
+from .report import format_age, format_bytes
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _AGES = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -45,14 +46,6 @@ def parse_age(text: str) -> float:
     if not match:
         raise argparse.ArgumentTypeError(f"{text!r} is not an age; use e.g. 30m, 12h or 7d")
     return float(match.group(1)) * _AGES[match.group(2)]
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 class Progress:
@@ -107,13 +100,6 @@ def _head(path: Path) -> bytes:
     return _read_head(path)
 
 
-def _age(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit}"
-    return f"{seconds:.0f}s"
-
-
 def cmd_stats(tier, args, out):
     stats = {stage: tier.stats(stage) for stage in PERSISTENT_STAGES}
     if args.json:
@@ -123,9 +109,9 @@ def cmd_stats(tier, args, out):
     out(f"cache directory: {tier.directory}")
     out(f"{'layer':<7}{'entries':>10}{'size':>14}")
     for stage, s in stats.items():
-        out(f"{stage:<7}{s['entries']:>10}{_size(s['bytes']):>14}")
+        out(f"{stage:<7}{s['entries']:>10}{format_bytes(s['bytes']):>14}")
     out(f"{'total':<7}{sum(s['entries'] for s in stats.values()):>10}"
-        f"{_size(sum(s['bytes'] for s in stats.values())):>14}")
+        f"{format_bytes(sum(s['bytes'] for s in stats.values())):>14}")
     return 0
 
 
@@ -142,7 +128,7 @@ def cmd_ls(tier, args, out):
     out(f"{'layer':<6} {'token':<12} {'kernel':<20} {'config':<24} {'size':>10} {'age':>5}  signature")
     for r in rows:
         out(f"{r['layer']:<6} {r['token'][:12]:<12} {r['kernel'].rsplit('.', 1)[-1][:20]:<20} "
-            f"{r['config'][:24]:<24} {_size(r['bytes']):>10} {_age(r['age_seconds']):>5}  {r['signature']}")
+            f"{r['config'][:24]:<24} {format_bytes(r['bytes']):>10} {format_age(r['age_seconds']):>5}  {r['signature']}")
     return 0
 
 
@@ -182,7 +168,7 @@ def cmd_show(tier, args, out):
     out(f"layer     {stage}\ntoken     {full_token}\nkernel    {header['kernel']}\n"
         f"signature {header['signature']}\nconfig    {header['config']}\n"
         f"created   {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(header['created']))}\n"
-        f"size      {_size(header['size'])} (compile took {header['seconds'] * 1e3:.1f} ms)\n"
+        f"size      {format_bytes(header['size'])} (compile took {header['seconds'] * 1e3:.1f} ms)\n"
         f"built     {'; '.join(header['reasons']) or '-'}\n"
         f"valid     {'yes' if problem is None else 'NO: ' + problem}")
     out("components:")
@@ -230,7 +216,7 @@ def cmd_prune(tier, args, out):
     if args.json:
         out({"removed": removed, "freed_bytes": freed, "bytes": total})
     else:
-        out(f"removed {removed} entries, freed {_size(freed)}; the cache holds {_size(total)}")
+        out(f"removed {removed} entries, freed {format_bytes(freed)}; the cache holds {format_bytes(total)}")
     return 0
 
 

@@ -40,6 +40,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import ipywidgets as W
 
 from .config import FIELD_STAGES, STAGES, CompileConfig
+from .report import format_age, format_bytes, format_seconds
 from .results import parse_resources
 
 __all__ = ["inspector", "Inspector", "CacheSnapshot", "after_cell", "install", "uninstall"]
@@ -143,37 +144,6 @@ _HISTORY_POINTS = 500
 
 def _esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
-
-
-def _bytes(n: float) -> str:
-    n = float(n or 0)
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"  # pragma: no cover
-
-
-def _seconds(s: float) -> str:
-    s = float(s or 0.0)
-    if s == 0:
-        return "0 ms"
-    if s < 0.01:
-        return f"{s * 1e3:.2f} ms"
-    if s < 10:
-        return f"{s * 1e3:.0f} ms"
-    return f"{s:.1f} s"
-
-
-def _age(created: float, now: float) -> str:
-    age = max(0.0, now - float(created or now))
-    if age < 60:
-        return f"{age:.0f}s"
-    if age < 3600:
-        return f"{age / 60:.0f}m"
-    if age < 86400:
-        return f"{age / 3600:.0f}h"
-    return f"{age / 86400:.0f}d"
 
 
 def _rate(hits: int, misses: int) -> str:
@@ -399,9 +369,9 @@ def _shown(field: str, value: Any) -> str:
     if value is None:
         return ""
     if field == "bytes":
-        return _bytes(value)
+        return format_bytes(value)
     if field in ("compile_seconds", "saved_seconds"):
-        return _seconds(value)
+        return format_seconds(value)
     return str(value)
 
 
@@ -541,8 +511,8 @@ def entry_cells(row: Dict[str, Any], now: float) -> Dict[str, str]:
         "layer": row["stage"],
         "token": row["token"][:_TOKEN_SHORT],
         "tier": ",".join(row.get("tiers", ())),
-        "size": _bytes(row.get("bytes", 0)),
-        "age": _age(row.get("created", now), now),
+        "size": format_bytes(row.get("bytes", 0)),
+        "age": format_age(now - row.get("created", now)),
         "why built": "; ".join(row.get("reasons", ())),
     }
 
@@ -647,7 +617,7 @@ def artifacts_html(stage: str, entry) -> str:
             parts.append(_pre("\n".join(ptx), "PTX"))
         ltoir = getattr(artifact, "ltoir", None)
         if ltoir is not None:
-            parts.append(f'<p>LTO-IR: {_esc(_bytes(len(ltoir)))} (binary; the PTX after link-time '
+            parts.append(f'<p>LTO-IR: {_esc(format_bytes(len(ltoir)))} (binary; the PTX after link-time '
                          'optimisation is in the cubin entries built from it)</p>')
     elif stage == "cubin":
         cubin = getattr(artifact, "cubin", b"") or b""
@@ -659,7 +629,7 @@ def artifacts_html(stage: str, entry) -> str:
         if getattr(artifact, "linked_ptx", None):
             parts.append(_pre(artifact.linked_ptx, "PTX after link-time optimisation"))
         parts.append(_pre(getattr(artifact, "info_log", ""), "link log (nvJitLink)"))
-        parts.append(f'<p class="gpucache-muted gpucache-wrap">cubin: {_esc(_bytes(len(cubin)))}, '
+        parts.append(f'<p class="gpucache-muted gpucache-wrap">cubin: {_esc(format_bytes(len(cubin)))}, '
                      f'entry {_esc(getattr(artifact, "entry_name", ""))}</p>')
     return "".join(parts)
 
@@ -668,13 +638,13 @@ def _resources_html(cache, stage: str, entry) -> str:
     if stage == "cubin" and entry.artifact is not None:
         res = parse_resources(getattr(entry.artifact, "info_log", "") or "")
         rows = [("registers", res["registers"], ""), ("barriers", res["barriers"], ""),
-                ("shared memory", _bytes(res["shared_bytes"]), ""),
-                ("local memory", _bytes(res["local_bytes"]), ""),
-                ("constant memory", _bytes(res["constant_bytes"]), ""),
-                ("stack", _bytes(res["stack_bytes"]), ""),
-                ("spill stores", _bytes(res["spill_stores"]),
+                ("shared memory", format_bytes(res["shared_bytes"]), ""),
+                ("local memory", format_bytes(res["local_bytes"]), ""),
+                ("constant memory", format_bytes(res["constant_bytes"]), ""),
+                ("stack", format_bytes(res["stack_bytes"]), ""),
+                ("spill stores", format_bytes(res["spill_stores"]),
                  "gpucache-warn" if res["spill_stores"] else ""),
-                ("spill loads", _bytes(res["spill_loads"]),
+                ("spill loads", format_bytes(res["spill_loads"]),
                  "gpucache-warn" if res["spill_loads"] else "")]
         body = "".join(f'<tr><th scope="row">{name}</th><td class="{cls}" data-resource="{name}">'
                        f'{_esc(value)}</td></tr>' for name, value, cls in rows)
@@ -688,7 +658,7 @@ def _resources_html(cache, stage: str, entry) -> str:
     for row, res in downstream:
         items.append(f'<li><span class="gpucache-code">{_esc(row["token"][:12])}</span> '
                      f'[{_esc(row["config"])}]: {res["registers"]} registers, '
-                     f'{_esc(_bytes(res["shared_bytes"]))} shared, spills '
+                     f'{_esc(format_bytes(res["shared_bytes"]))} shared, spills '
                      f'{res["spill_stores"]}/{res["spill_loads"]} B</li>')
     return ('<p>Measured on the cubins built from this entry:</p><ul>' + "".join(items) + "</ul>")
 
@@ -796,8 +766,8 @@ def entry_html(cache, stage: str, token: str, now: Optional[float] = None) -> st
     row = rows.get((stage, token), {})
     tiers = ", ".join(row.get("tiers", ())) or "-"
     meta = (f'{_esc(stage)} entry <span class="gpucache-code">{_esc(token[:12])}</span> in '
-            f'{_esc(tiers)}, {_esc(_bytes(entry.nbytes))}, built {_esc(_age(entry.created, now))} ago '
-            f'in {_esc(_seconds(entry.seconds))}')
+            f'{_esc(tiers)}, {_esc(format_bytes(entry.nbytes))}, built {_esc(format_age(now - entry.created))} ago '
+            f'in {_esc(format_seconds(entry.seconds))}')
     return "".join([
         f'<div class="gpucache-entry" data-stage="{_esc(stage)}" data-token="{_esc(token)}">',
         f'<h4>{_esc(_short_kernel(entry.kernel))} <span class="gpucache-code">'
@@ -966,7 +936,7 @@ class Inspector(W.VBox):
         self.header.value = (
             f'{STYLE}<h3>gpucache inspector</h3><p class="gpucache-muted">{len(rows)} entries of '
             f'{kernels} kernel{"s" if kernels != 1 else ""}, '
-            f'{_esc(_bytes(sum(stats[s]["bytes"] for s in STAGES if s in stats)))}; updated '
+            f'{_esc(format_bytes(sum(stats[s]["bytes"] for s in STAGES if s in stats)))}; updated '
             f'{time.strftime("%H:%M:%S")}{" after cell " + _esc(points[-1]["label"]) if points else ""}</p>')
         self.summary.value = summary_html(stats, saved)
         self.chart.value = chart_svg(points)
@@ -1078,7 +1048,7 @@ class Inspector(W.VBox):
             self._selected = (stage, layer.token)
         _refresh_inspectors(self.cache)
         self._set_status(f"recompiled {_short_kernel(result.kernel)} {result.signature_text} "
-                         f"[{result.config.summary()}] in {_seconds(result.seconds)}")
+                         f"[{result.config.summary()}] in {format_seconds(result.seconds)}")
         return result
 
     def clear(self, stage: Optional[str] = None) -> None:
