@@ -593,9 +593,3 @@ def normalize_signature(sig) -> Tuple[Any, ...]:
     if return_type not in (None, nbtypes.void, nbtypes.none):
         raise TypeError(f"invalid kernel signature {sig!r}: a CUDA kernel must return void")
     return tuple(args)
-
-
-def timed(fn, *args, **kwargs):
-    start = time.perf_counter()
-    result = fn(*args, **kwargs)
-    return result, time.perf_counter() - start
