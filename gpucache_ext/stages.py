@@ -31,7 +31,6 @@ import contextlib
 import itertools
 import linecache
 import threading
-import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
