@@ -473,8 +473,37 @@ def run_llvm(typed: TypedFunction, config: CompileConfig) -> LLVMArtifact:
         except Exception as exc:
             raise _compile_error(typed.qualname, "llvm", exc) from exc
         _check_linkable(typed.qualname, library)
-        modules = tuple(str(module) for module in library.modules)
+        modules = canonical_modules(library)
     return LLVMArtifact(modules, entry_name, frozenset(reads) | typed.target_reads, cres.call_helper)
+
+
+def canonical_modules(library) -> Tuple[str, ...]:
+    """The NVVM IR modules of `library` and everything it links, in a canonical order.
+
+    numba keeps a library's linked libraries in a set, so their order (and
+    with it libNVVM's output) follows memory addresses and differs between
+    processes.  Here each library's linked libraries are visited sorted by
+    their text.  The walk stays depth-first, callers before callees, as
+    numba's own: libNVVM links a ``linkonce_odr`` function only when a module
+    linked before it refers to it.
+    """
+    return tuple(_library_modules(library))
+
+
+def _library_modules(library):
+    own = [str(module) for module in _own_modules(library)]
+    linked = sorted((_library_modules(lib) for lib in getattr(library, "_linking_libraries", ())))
+    return own + [text for texts in linked for text in texts]
+
+
+def _own_modules(library):
+    module = getattr(library, "_module", None)
+    if module is None or not hasattr(library, "_linking_libraries"):
+        raise UnsupportedKernelError(
+            f"cannot order the modules of a {type(library).__name__}; this numba-cuda "
+            "version's code libraries are not supported"
+        )
+    return [module]
 
 
 def _check_linkable(qualname, library):
