@@ -475,14 +475,12 @@ class _Plan:
         typed = stages.run_typing(pyfunc, self.argtypes, self.config, kernel=True,
                                   uid=stages.symbol_uid(self.identity.digest), qualname=self.kernel)
         typed.proxies = tuple(self._proxies_of(self.identity))
+        typed.snapshot_bytes = self.identity.snapshot_bytes
         return typed
 
     def _proxies_of(self, identity):
-        for dispatcher, dev in identity.devices.values():
+        for dispatcher, dev in identity.devices:
             yield self.cache._proxy_for(dispatcher, dev)
-        for attrs in identity.module_devices.values():
-            for dispatcher, dev in attrs.values():
-                yield self.cache._proxy_for(dispatcher, dev)
 
     def _lookup(self, stage):
         start = time.perf_counter()

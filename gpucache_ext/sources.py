@@ -1,19 +1,36 @@
-"""The identity of a kernel's source: what the typing token hashes.
+"""The identity of a kernel's source: what the typing token hashes, and the
+snapshot the kernel is typed and lowered from.
 
 numba freezes into a kernel everything the kernel reads at compile time: its
-bytecode, the values of the globals and closure variables it names, and the
-device functions it calls (with, transitively, what those read).  `identify`
-walks all of that and gives one named component per input, so a miss can say
-"global OFFSET changed" or "device function helper changed".
+bytecode, the values of the globals and closure variables it names, the
+attributes it reads through modules, and the device functions it calls (with,
+transitively, what those read).  `identify` walks all of that and gives one
+named component per input, so a miss can say "global OFFSET changed",
+"global cfg.sub.K 3 -> 5" or "device function helper changed".
+
+What is read, precisely:
+
+* Globals and closure variables by the names the bytecode loads.  Attribute
+  chains that start at a module (``pkg.sub.K``) are followed through every
+  module, and only the attributes the code reads count.  A module is a library
+  or user code by where its file lives (the standard library's folder,
+  site-packages), never by its name: a library is keyed by its version, user
+  code by the attributes read.
+* Values by content: numbers, strings, tuples, enum classes and members (every
+  member), named-tuple classes (fields and defaults), numpy arrays (contents,
+  full dtype description, shape, strides and flags), numpy scalars, numba
+  types.  A value whose changes could not be detected is refused with
+  `UnsupportedKernelError` rather than guessed at.
 
 Line numbers and file names reach the output only through debug information,
 so they enter the identity only when debug info (``debug`` or ``lineinfo``)
 is requested.
 
-`rebind` returns a copy of the function whose device functions are replaced by
-the pipeline's own proxies, so that device functions are typed and lowered for
-the kernel's configuration instead of numba's per-dispatcher cache (which
-ignores the caller's target and flags).
+What is hashed is also what is compiled: arrays are copied when hashed, and
+`rebind` returns a copy of the function that reads those copies (and module
+clones holding them), with its device functions replaced by the pipeline's
+proxies.  Typed IR cached from it therefore never sees a later edit of the
+original objects.
 """
 
 from __future__ import annotations
@@ -24,82 +41,62 @@ import functools
 import hashlib
 import importlib.metadata
 import os
+import site
 import sys
 import sysconfig
 import types as pytypes
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from .errors import UnsupportedKernelError
 from .tokens import Component, component, digest
 
+# ---------------------------------------------------------------------------
+# What a function's bytecode reads
 
-@dataclass
-class SourceIdentity:
-    """What a function's typed IR depends on, as named components."""
+_GLOBAL_LOADS = {"LOAD_GLOBAL", "LOAD_NAME"}
+_DEREF_LOADS = {"LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF"}
+_ATTR_LOADS = {"LOAD_ATTR", "LOAD_METHOD"}
+_TRANSPARENT = {"EXTENDED_ARG", "CACHE"}
 
-    qualname: str
-    pyfunc: Callable
-    components: Dict[str, Component]
-    # name in the function's globals/closure -> (dispatcher, its identity)
-    devices: Dict[str, Tuple[object, "SourceIdentity"]] = field(default_factory=dict)
-    # module global name -> {attribute: (dispatcher, identity)} for device functions
-    # reached as module attributes (helpers.clamp)
-    module_devices: Dict[str, Dict[str, Tuple[object, "SourceIdentity"]]] = field(default_factory=dict)
-
-    @property
-    def digest(self) -> str:
-        return digest({k: v.digest for k, v in self.components.items()})
+Chain = Tuple[str, ...]  # attribute names read after loading a variable; () = the value itself
 
 
-def is_device_dispatcher(value) -> bool:
-    from numba.cuda.dispatcher import CUDADispatcher
+@dataclass(frozen=True)
+class CodeReads:
+    """The variables a code object (and the code nested in it) loads, with
+    the attribute chains read from each."""
 
-    return isinstance(value, CUDADispatcher) and bool(value.targetoptions.get("device"))
-
-
-def _is_dispatcher(value) -> bool:
-    from numba.cuda.dispatcher import CUDADispatcher
-
-    return isinstance(value, CUDADispatcher)
-
-
-def python_function(func) -> Callable:
-    """The plain Python function behind a function or a numba dispatcher."""
-    if isinstance(func, pytypes.FunctionType):
-        return func
-    pyfunc = getattr(func, "py_func", None)
-    if isinstance(pyfunc, pytypes.FunctionType):
-        return pyfunc
-    raise TypeError(
-        f"expected a Python function or a numba.cuda.jit dispatcher, got {type(func).__name__}"
-    )
-
-
-def identify(func, with_location: bool) -> SourceIdentity:
-    """The identity of `func` (a Python function or dispatcher)."""
-    return _Walker(with_location).function(python_function(func))
-
-
-_GLOBAL_OPS = {"LOAD_GLOBAL", "LOAD_NAME"}
-_ATTR_OPS = {"LOAD_ATTR", "LOAD_METHOD"}
+    globals: Dict[str, FrozenSet[Chain]]
+    derefs: Dict[str, FrozenSet[Chain]]
 
 
 @functools.lru_cache(maxsize=4096)
-def _code_names(code) -> Tuple[frozenset, frozenset]:
-    """Names the code loads as globals, and names it loads as attributes."""
-    global_names, attr_names = set(), set()
-    for inst in dis.get_instructions(code):
-        if inst.opname in _GLOBAL_OPS:
-            global_names.add(inst.argval)
-        elif inst.opname in _ATTR_OPS:
-            attr_names.add(inst.argval)
+def code_reads(code) -> CodeReads:
+    found = {"global": {}, "deref": {}}
+    _collect_reads(code, found)
+    return CodeReads({k: frozenset(v) for k, v in found["global"].items()},
+                     {k: frozenset(v) for k, v in found["deref"].items()})
+
+
+def _collect_reads(code, found):
+    instructions = [i for i in dis.get_instructions(code) if i.opname not in _TRANSPARENT]
+    for index, inst in enumerate(instructions):
+        if inst.opname in _GLOBAL_LOADS:
+            kind = "global"
+        elif inst.opname in _DEREF_LOADS:
+            kind = "deref"
+        else:
+            continue
+        chain = []
+        for following in instructions[index + 1:]:
+            if following.opname not in _ATTR_LOADS:
+                break
+            chain.append(following.argval)
+        found[kind].setdefault(inst.argval, set()).add(tuple(chain))
     for const in code.co_consts:
         if isinstance(const, pytypes.CodeType):
-            inner_globals, inner_attrs = _code_names(const)
-            global_names |= inner_globals
-            attr_names |= inner_attrs
-    return frozenset(global_names), frozenset(attr_names)
+            _collect_reads(const, found)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -143,39 +140,196 @@ def _const_value(value):
     return ["repr", repr(value)]
 
 
+# ---------------------------------------------------------------------------
+# Libraries and user code
+
+
 @functools.lru_cache(maxsize=1)
-def _installed_roots() -> Tuple[str, ...]:
-    """Folders of the standard library and of installed packages."""
+def _folders() -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+    """(installed-package folders, standard-library folders), each ending in a separator."""
     paths = sysconfig.get_paths()
-    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    roots |= {p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))}
-    return tuple(os.path.realpath(r) + os.sep for r in roots)
+    packages = {paths[k] for k in ("purelib", "platlib") if k in paths}
+    packages |= {p for p in sys.path if os.path.basename(p.rstrip(os.sep)) in ("site-packages", "dist-packages")}
+    try:
+        packages |= set(site.getsitepackages()) | {site.getusersitepackages()}
+    except AttributeError:  # pragma: no cover - virtualenv's old site module
+        pass
+    stdlib = {paths[k] for k in ("stdlib", "platstdlib") if k in paths}
+
+    def norm(folders):
+        return tuple(sorted({os.path.realpath(f) + os.sep for f in folders if f}))
+
+    return norm(packages), norm(stdlib)
+
+
+def _module_files(module) -> List[str]:
+    files = [getattr(module, "__file__", None)] + list(getattr(module, "__path__", None) or [])
+    return [os.path.realpath(f) for f in files if isinstance(f, str)]
+
+
+@functools.lru_cache(maxsize=2048)
+def _file_origin(path: str) -> Optional[str]:
+    """'installed', 'stdlib' or None (user code) for a source file."""
+    if not os.path.isabs(path):  # "<cell>", "<string>": code typed by the user
+        return None
+    packages, stdlib = _folders()
+    path = os.path.realpath(path)
+    if path.startswith(packages):  # checked first: site-packages may lie inside the stdlib folder
+        return "installed"
+    if path.startswith(stdlib):
+        return "stdlib"
+    return None
+
+
+def library_version(module) -> Optional[str]:
+    """A version string when `module` is a library, None when it is user code.
+
+    A module is a library when it is built in, or when its files live in the
+    standard library's folder or in an installed-package folder; where it
+    lives decides, not its name (a ``sched.py`` beside the notebook is user
+    code).  An installed package is keyed by its distribution's version (its
+    contents change only with its version), the standard library by Python's
+    (in the typing toolchain).
+    """
+    name = getattr(module, "__name__", "")
+    files = _module_files(module)
+    if not files:
+        if name in sys.builtin_module_names or getattr(module, "__spec__", None) is not None and \
+                getattr(module.__spec__, "origin", None) in ("built-in", "frozen"):
+            return "stdlib"
+        return None
+    origins = {_file_origin(f) for f in files}
+    if None in origins:
+        return None
+    if origins == {"stdlib"}:
+        return "stdlib"
+    return _distribution_version(name.split(".")[0])
 
 
 @functools.lru_cache(maxsize=1024)
-def _library_version(module_name: str):
-    """A version string for an installed (library) module, or None for user code.
-
-    A module is a library when it is built in or lives in the standard
-    library's or site-packages' folders; its version is its top package's
-    ``__version__`` or its distribution's (a library's contents change only
-    with its version).  Anything else is user code, whose attributes count.
-    """
-    top = module_name.split(".")[0]
-    if top in sys.stdlib_module_names or top == "builtins":
-        return "stdlib"
-    module = sys.modules.get(module_name) or sys.modules.get(top)
-    files = [getattr(module, "__file__", None)] + list(getattr(module, "__path__", []) or [])
-    files = [os.path.realpath(f) for f in files if f]
-    if files and not any(f.startswith(_installed_roots()) for f in files):
-        return None
+def _distribution_version(top: str) -> str:
     version = getattr(sys.modules.get(top), "__version__", None)
     if isinstance(version, str):
         return version
-    try:
-        return importlib.metadata.version(top)
-    except (importlib.metadata.PackageNotFoundError, ValueError):
-        return "installed" if files else None
+    for dist in importlib.metadata.packages_distributions().get(top, ()) or (top,):
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except (importlib.metadata.PackageNotFoundError, ValueError):
+            continue
+    return "installed"
+
+
+def _class_version(cls) -> Optional[str]:
+    """The version of the library that defines `cls` (a class or function), or
+    None for user code.  ``__main__`` is always the user's, wherever its file
+    lies (under pytest or ``python -m`` it is a library's script)."""
+    name = getattr(cls, "__module__", None) or ""
+    if name == "__main__":
+        return None
+    module = sys.modules.get(name)
+    if module is None:
+        return "stdlib" if name == "builtins" else None
+    return library_version(module)
+
+
+# ---------------------------------------------------------------------------
+# What rebinding substitutes
+
+
+class _Plan:
+    """How one variable is bound in the rebound function."""
+
+    def materialize(self, proxy_for):
+        raise NotImplementedError
+
+
+@dataclass
+class _Snapshot(_Plan):
+    value: Any
+
+    def materialize(self, proxy_for):
+        return self.value
+
+
+@dataclass
+class _Device(_Plan):
+    dispatcher: Any
+    identity: "SourceIdentity"
+
+    def materialize(self, proxy_for):
+        return proxy_for(self.dispatcher, self.identity)
+
+
+@dataclass
+class _Tuple(_Plan):
+    original: tuple
+    items: List[Optional[_Plan]]
+
+    def materialize(self, proxy_for):
+        values = [old if plan is None else plan.materialize(proxy_for)
+                  for old, plan in zip(self.original, self.items)]
+        cls = type(self.original)
+        return cls._make(values) if hasattr(cls, "_make") else cls(values)
+
+
+@dataclass
+class _ModuleClone(_Plan):
+    module: pytypes.ModuleType
+    attrs: Dict[str, _Plan]
+
+    def materialize(self, proxy_for):
+        clone = pytypes.ModuleType(self.module.__name__, self.module.__doc__)
+        clone.__dict__.update(self.module.__dict__)
+        for attr, plan in self.attrs.items():
+            setattr(clone, attr, plan.materialize(proxy_for))
+        return clone
+
+
+@dataclass
+class SourceIdentity:
+    """What a function's typed IR depends on, as named components."""
+
+    qualname: str
+    pyfunc: Callable
+    components: Dict[str, Component]
+    # ("global" | "closure", name) -> what the rebound function reads instead
+    bindings: Dict[Tuple[str, str], _Plan] = field(default_factory=dict)
+    # every device function this function calls directly: (dispatcher, identity)
+    devices: List[Tuple[object, "SourceIdentity"]] = field(default_factory=list)
+    snapshot_bytes: int = 0  # size of the array copies the bindings hold
+
+    @property
+    def digest(self) -> str:
+        return digest({k: v.digest for k, v in self.components.items()})
+
+
+def is_device_dispatcher(value) -> bool:
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    return isinstance(value, CUDADispatcher) and bool(value.targetoptions.get("device"))
+
+
+def _is_dispatcher(value) -> bool:
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    return isinstance(value, CUDADispatcher)
+
+
+def python_function(func) -> Callable:
+    """The plain Python function behind a function or a numba dispatcher."""
+    if isinstance(func, pytypes.FunctionType):
+        return func
+    pyfunc = getattr(func, "py_func", None)
+    if isinstance(pyfunc, pytypes.FunctionType):
+        return pyfunc
+    raise TypeError(
+        f"expected a Python function or a numba.cuda.jit dispatcher, got {type(func).__name__}"
+    )
+
+
+def identify(func, with_location: bool) -> SourceIdentity:
+    """The identity of `func` (a Python function or dispatcher)."""
+    return _Walker(with_location).function(python_function(func))
 
 
 def _short(text: str, limit: int = 40) -> str:
@@ -218,14 +372,14 @@ class _Walker:
                 f"{_short(code.co_filename)}:{code.co_firstlineno}",
             )
         if pyfunc.__defaults__ or pyfunc.__kwdefaults__:
-            parts["defaults"] = self.value(
-                (pyfunc.__defaults__, tuple(sorted((pyfunc.__kwdefaults__ or {}).items())))
-            )
-        global_names, attr_names = _code_names(code)
+            parts["defaults"] = Component(digest(self._data(
+                (pyfunc.__defaults__, tuple(sorted((pyfunc.__kwdefaults__ or {}).items()))), ident)[0]),
+                "defaults")
+        reads = code_reads(code)
         gvars = pyfunc.__globals__
-        for name in sorted(global_names):
+        for name in sorted(reads.globals):
             if name in gvars:
-                self._variable(ident, "global", name, gvars[name], attr_names)
+                self._variable(ident, "global", name, gvars[name], reads.globals[name])
             # else a builtin: part of the Python version in the toolchain
         for name, cell in zip(code.co_freevars, pyfunc.__closure__ or ()):
             try:
@@ -234,112 +388,256 @@ class _Walker:
                 raise UnsupportedKernelError(
                     f"{qualname} reads closure variable {name!r} before it is assigned"
                 ) from None
-            self._variable(ident, "closure", name, value, attr_names)
+            self._variable(ident, "closure", name, value, reads.derefs.get(name, frozenset({()})))
         return ident
 
-    def _variable(self, ident, kind, name, value, names):
-        if is_device_dispatcher(value):
-            dev = self.function(value.py_func)
-            ident.devices[name] = (value, dev)
-            ident.components[f"device function {name}"] = Component(dev.digest, "device function")
-            return
+    def _variable(self, ident, kind, name, value, chains):
         if isinstance(value, pytypes.ModuleType):
-            self._module(ident, kind, name, value, names)
-            return
-        ident.components[f"{kind} {name}"] = self.value(value)
+            plan = self._module(ident, f"{kind} {name}", name, value, chains)
+        else:
+            data, plan = self._data(value, ident, label=name)
+            if not (isinstance(plan, _Device) and plan.dispatcher is value):
+                ident.components[f"{kind} {name}"] = Component(digest(data), _short(_shown(value)))
+        if plan is not None:
+            ident.bindings[(kind, name)] = plan
 
-    def _module(self, ident, kind, name, module, names):
-        version = _library_version(module.__name__)
+    def _module(self, ident, label, path, module, chains) -> Optional[_Plan]:
+        """Components for the attributes read through `module`; a clone plan when needed."""
+        version = library_version(module)
         if version is not None:
-            ident.components[f"{kind} {name}"] = component(
-                ["module", module.__name__, version], f"module {module.__name__}"
+            ident.components[label] = component(["module", module.__name__, version],
+                                                f"module {module.__name__}")
+            for chain in chains:
+                _check_library_chain(ident.qualname, path, module, chain)
+            return None
+        if () in chains:
+            raise UnsupportedKernelError(
+                f"{ident.qualname} uses module {path} ({module.__name__}) as a value; the cache "
+                f"tracks the attributes read as {path}.name, so write {path}.name where it is used"
             )
-            return
-        # A user module: numba freezes the attributes the code reads.
+        rests: Dict[str, set] = {}
+        for chain in chains:
+            rests.setdefault(chain[0], set()).add(chain[1:])
         attrs = {}
-        for attr in sorted(names):
+        for attr in sorted(rests):
+            where = f"{path}.{attr}"
             if not hasattr(module, attr):
+                # numba fails to type it; still keyed, so defining it later is a change
+                ident.components[f"{label}.{attr}"] = component(["missing"], "missing")
                 continue
             value = getattr(module, attr)
-            if is_device_dispatcher(value):
-                dev = self.function(value.py_func)
-                ident.module_devices.setdefault(name, {})[attr] = (value, dev)
-                attrs[attr] = Component(dev.digest, "device function")
-            elif isinstance(value, pytypes.ModuleType):
-                attrs[attr] = component(["module", value.__name__])
+            if isinstance(value, pytypes.ModuleType):
+                plan = self._module(ident, f"{label}.{attr}", where, value, frozenset(rests[attr]))
             else:
-                attrs[attr] = self.value(value)
-        ident.components[f"{kind} {name}"] = Component(
-            digest(["user module", module.__name__, {k: v.digest for k, v in attrs.items()}]),
-            f"module {module.__name__}",  # an edit shows as "global NAME changed"
-        )
+                data, plan = self._data(value, ident, label=where)
+                if not (isinstance(plan, _Device) and plan.dispatcher is value):
+                    ident.components[f"{label}.{attr}"] = Component(digest(data), _short(_shown(value)))
+            if plan is not None:
+                attrs[attr] = plan
+        return _ModuleClone(module, attrs) if attrs else None
 
-    def value(self, value) -> Component:
-        """A component for a value numba may freeze into the kernel."""
-        return Component(digest(self._value(value)), _short(_shown(value)))
-
-    def _value(self, value):
+    # -- values -------------------------------------------------------------
+    def _data(self, value, ident, label="") -> Tuple[Any, Optional[_Plan]]:
+        """(JSON-able description of `value`, its rebinding plan or None)."""
         if value is None or isinstance(value, (bool, int, float, str, bytes)):
-            return [type(value).__name__, value]
+            return [type(value).__name__, value], None
         if isinstance(value, complex):
-            return ["complex", value.real, value.imag]
+            return ["complex", value.real, value.imag], None
         if isinstance(value, enum.Enum):
-            cls = type(value)
-            return ["enum", cls.__module__, cls.__qualname__, value.name, self._value(value.value)]
+            return ["enum member", _class_data(type(value)), value.name], None
         if isinstance(value, tuple):
+            items = [self._data(v, ident, f"{label}[{i}]") for i, v in enumerate(value)]
             fields = getattr(type(value), "_fields", None)
-            return ["tuple", type(value).__qualname__, list(fields or ()),
-                    [self._value(v) for v in value]]
+            data = ["tuple", _class_data(type(value)) if fields is not None else "tuple",
+                    [d for d, _ in items]]
+            plans = [p for _, p in items]
+            return data, (_Tuple(value, plans) if any(p is not None for p in plans) else None)
         if isinstance(value, list):
-            return ["list", [self._value(v) for v in value]]
-        numpy_value = _numpy_value(value)
-        if numpy_value is not None:
-            return numpy_value
-        numba_value = _numba_value(value)
-        if numba_value is not None:
-            return numba_value
+            return ["list", [self._data(v, ident, label)[0] for v in value]], None
+        if is_device_dispatcher(value):
+            dev = self.function(value.py_func)
+            ident.devices.append((value, dev))
+            ident.components[f"device function {label}"] = Component(dev.digest, "device function")
+            return ["device function", dev.digest], _Device(value, dev)
+        numpy_data = _numpy_data(value, ident)
+        if numpy_data is not None:
+            return numpy_data
+        numba_data = _numba_data(value, ident.qualname, label)
+        if numba_data is not None:
+            return numba_data, None
         if _is_dispatcher(value):
-            kernel = self.function(value.py_func)
-            return ["kernel", kernel.digest]
+            return ["kernel", self.function(value.py_func).digest], None
         if isinstance(value, pytypes.FunctionType):
-            return ["function", self.function(value).digest]
-        if isinstance(value, (type, pytypes.BuiltinFunctionType)):
+            if _file_origin(value.__code__.co_filename) is not None:
+                return ["library function", value.__module__, value.__qualname__,
+                        _class_version(value) or "stdlib"], None
+            return ["function", self.function(value).digest], None
+        if isinstance(value, type):
+            return _class_data(value), None
+        if isinstance(value, pytypes.BuiltinFunctionType):
             module = getattr(value, "__module__", None) or "builtins"
-            return ["named", module, getattr(value, "__qualname__", repr(value)),
-                    _library_version(module) or "user"]
+            return ["builtin", module, getattr(value, "__qualname__", repr(value))], None
         if isinstance(value, pytypes.ModuleType):
-            return ["module", value.__name__]
+            version = library_version(value)
+            if version is None:
+                raise UnsupportedKernelError(
+                    f"{ident.qualname} reads user module {value.__name__} inside {label}; the cache "
+                    "tracks user modules only as module.attribute read directly"
+                )
+            return ["module", value.__name__, version], None
         raise UnsupportedKernelError(
-            f"a global or closure variable of type {type(value).__qualname__} ({_short(repr(value))}) "
-            "cannot be hashed into the cache token, so a change to it could not be detected; "
-            "pass it to the kernel as an argument or use a number, tuple or numpy array"
+            f"{ident.qualname} reads {label} of type {type(value).__qualname__} "
+            f"({_short(repr(value))}), which cannot be hashed into the cache token, so a change "
+            "to it could not be detected; pass it to the kernel as an argument or use a number, "
+            "tuple, enum or numpy array"
         )
 
 
-def _numpy_value(value):
+def _class_data(cls) -> list:
+    """What numba may read of a class: enum members, named-tuple fields, its place."""
+    version = _class_version(cls)
+    name = [getattr(cls, "__module__", "?"), cls.__qualname__]
+    if version is not None:
+        return ["library class", *name, version]
+    bases = [[b.__module__, b.__qualname__] for b in cls.__mro__[1:] if _class_version(b) is not None]
+    if issubclass(cls, enum.Enum):
+        members = [[member_name, _plain_data(member.value, f"{cls.__qualname__}.{member_name}")]
+                   for member_name, member in cls.__members__.items()]
+        return ["enum class", *name, bases, members]
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        defaults = getattr(cls, "_field_defaults", {}) or {}
+        return ["namedtuple class", *name, bases, list(cls._fields),
+                [[k, _plain_data(v, f"{cls.__qualname__}.{k}")] for k, v in sorted(defaults.items())]]
+    if issubclass(cls, BaseException):
+        return ["exception class", *name, bases]
+    raise UnsupportedKernelError(
+        f"class {cls.__qualname__} is defined in user code and is not an enum, named tuple or "
+        "exception class; what numba reads of it (numba extension registrations) cannot be "
+        "tracked by the cache"
+    )
+
+
+def _plain_data(value, label) -> list:
+    """An immutable value held by a class (an enum member's value, a field default)."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return [type(value).__name__, value]
+    if isinstance(value, complex):
+        return ["complex", value.real, value.imag]
+    if isinstance(value, tuple):
+        return ["tuple", [_plain_data(v, label) for v in value]]
+    if isinstance(value, enum.Enum):
+        return ["enum member", _class_data(type(value)), value.name]
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.generic) and not value.dtype.hasobject:
+        return ["numpy scalar", _dtype_data(value.dtype), np.asarray(value).tobytes()]
+    raise UnsupportedKernelError(
+        f"{label} holds a {type(value).__qualname__}; class attributes the cache can track are "
+        "numbers, strings, tuples, enum members and numpy scalars"
+    )
+
+
+def _check_library_chain(qualname, path, module, chain):
+    """Refuse what a library attribute chain reaches that the pipeline cannot compile yet."""
+    value = module
+    for depth, attr in enumerate(chain):
+        value = getattr(value, attr, None)
+        if value is None:
+            return
+        _numba_data(value, qualname, ".".join((path, *chain[:depth + 1])))
+
+
+def _dtype_data(dtype) -> list:
+    """A dtype in full: byte order, kind and size, or every field's name, offset and type."""
+    if dtype.fields is not None:
+        fields = []
+        for name in dtype.names:
+            spec = dtype.fields[name]
+            fields.append([name, _dtype_data(spec[0]), spec[1], spec[2] if len(spec) > 2 else None])
+        return ["struct", dtype.itemsize, bool(dtype.isalignedstruct), fields]
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return ["subarray", _dtype_data(base), list(shape)]
+    return ["dtype", dtype.str]
+
+
+def _numpy_data(value, ident):
     np = sys.modules.get("numpy")
     if np is None:
         return None
     if isinstance(value, np.ndarray):
-        data = np.ascontiguousarray(value)
-        return ["ndarray", value.dtype.str, list(value.shape),
-                hashlib.sha256(data.view(np.uint8).reshape(-1) if data.size else b"").hexdigest()]
+        if value.dtype.hasobject:
+            raise UnsupportedKernelError(
+                f"{ident.qualname} reads an array of Python objects ({value.dtype}); "
+                "numba cannot compile it into a kernel"
+            )
+        snapshot = _snapshot_array(value, ident.qualname)
+        ident.snapshot_bytes += snapshot.nbytes
+        contiguous = np.ascontiguousarray(snapshot)
+        content = hashlib.sha256(contiguous.view(np.uint8).reshape(-1) if contiguous.size else b"")
+        flags = snapshot.flags
+        data = ["ndarray", _dtype_data(value.dtype), list(value.shape), list(value.strides),
+                [bool(flags.c_contiguous), bool(flags.f_contiguous), bool(flags.writeable),
+                 bool(flags.aligned)], content.hexdigest()]
+        return data, _Snapshot(snapshot)
     if isinstance(value, np.generic):
-        return ["numpy scalar", value.dtype.str, np.asarray(value).tobytes()]
+        return ["numpy scalar", _dtype_data(value.dtype), np.asarray(value).tobytes()], None
     if isinstance(value, np.dtype):
-        return ["dtype", value.str, str(value)]
+        return ["dtype", _dtype_data(value)], None
     return None
 
 
-def _numba_value(value):
+def _snapshot_array(array, qualname):
+    """A private copy of `array` with the same shape, strides and flags (so numba
+    types it and bakes it exactly as it would the original)."""
+    np = sys.modules["numpy"]
+    if array.size == 0:
+        copy = array.copy(order="K")
+    else:
+        low = sum(s * (n - 1) for s, n in zip(array.strides, array.shape) if s < 0)
+        high = sum(s * (n - 1) for s, n in zip(array.strides, array.shape) if s > 0) + array.itemsize
+        buffer = np.empty(high - low, dtype=np.uint8)
+        copy = np.ndarray(array.shape, array.dtype, buffer=buffer, offset=-low, strides=array.strides)
+        copy[...] = array
+    if not array.flags.writeable:
+        copy.flags.writeable = False
+    from numba.cuda.typing.typeof import Purpose, typeof
+
+    if typeof(copy, Purpose.constant) != typeof(array, Purpose.constant):
+        raise UnsupportedKernelError(
+            f"{qualname} reads an array ({array.dtype}, shape {array.shape}, strides "
+            f"{array.strides}) whose layout the cache cannot copy exactly; pass a copy "
+            "made with numpy.ascontiguousarray"
+        )
+    return copy
+
+
+@functools.lru_cache(maxsize=1)
+def _refused_library_objects() -> Dict[int, str]:
+    """Library objects refused while the pipeline cannot compile them soundly,
+    with why (checked before anything is compiled or stored)."""
+    from numba.cuda import cg
+
+    return {id(cg.this_grid): (
+        "grid synchronisation (cuda.cg.this_grid) needs cudadevrt and a cooperative launch, "
+        "which the staged cache does not support yet"
+    )}
+
+
+def _numba_data(value, qualname, label):
     from numba.cuda import types as nbtypes
+    from numba.cuda.compiler import ExternFunction
 
     if isinstance(value, nbtypes.Type):
         return ["numba type", str(value)]
-    from numba.cuda.compiler import ExternFunction
-
     if isinstance(value, ExternFunction):
-        return ["extern", value.name, str(value.sig)]
+        raise UnsupportedKernelError(
+            f"{qualname} calls {label} ({value.name}), an external device function declared "
+            "with cuda.declare_device; kernels that link external code are not supported by "
+            "the staged cache yet"
+        )
+    why = _refused_library_objects().get(id(value))
+    if why is not None:
+        raise UnsupportedKernelError(f"{qualname} uses {label}: {why}")
     return None
 
 
@@ -349,38 +647,33 @@ def _shown(value) -> str:
         return f"array{value.shape} {value.dtype}"
     if isinstance(value, pytypes.FunctionType):
         return f"function {value.__qualname__}"
+    if isinstance(value, type):
+        return f"class {value.__qualname__}"
     return repr(value)
 
 
 def rebind(ident: SourceIdentity, proxy_for: Callable[[object, SourceIdentity], object]):
-    """A copy of ident.pyfunc whose device functions are `proxy_for(...)` objects.
+    """A copy of ident.pyfunc that reads the snapshots and proxies of `ident`.
 
-    Returns the original function when it calls no device function.
+    Device functions become ``proxy_for(dispatcher, identity)`` objects; arrays
+    the copies that were hashed; modules that lead to either, clones holding
+    them.  Returns the original function when there is nothing to substitute.
     """
     pyfunc = ident.pyfunc
-    if not ident.devices and not ident.module_devices:
+    if not ident.bindings:
         return pyfunc
     code = pyfunc.__code__
-    new_globals = dict(pyfunc.__globals__)
+    new_globals = pyfunc.__globals__
     cells = dict(zip(code.co_freevars, pyfunc.__closure__ or ()))
-    new_cells = dict(cells)
-    for name, (dispatcher, dev) in ident.devices.items():
-        proxy = proxy_for(dispatcher, dev)
-        if name in cells and cells[name].cell_contents is dispatcher:
-            new_cells[name] = pytypes.CellType(proxy)
+    for (kind, name), plan in ident.bindings.items():
+        value = plan.materialize(proxy_for)
+        if kind == "closure":
+            cells[name] = pytypes.CellType(value)
         else:
-            new_globals[name] = proxy
-    for name, attrs in ident.module_devices.items():
-        module = new_globals[name] if name in new_globals else cells[name].cell_contents
-        clone = pytypes.ModuleType(module.__name__, module.__doc__)
-        clone.__dict__.update(module.__dict__)
-        for attr, (dispatcher, dev) in attrs.items():
-            setattr(clone, attr, proxy_for(dispatcher, dev))
-        if name in cells:
-            new_cells[name] = pytypes.CellType(clone)
-        else:
-            new_globals[name] = clone
-    closure = tuple(new_cells[n] for n in code.co_freevars) or None
+            if new_globals is pyfunc.__globals__:
+                new_globals = dict(pyfunc.__globals__)
+            new_globals[name] = value
+    closure = tuple(cells[n] for n in code.co_freevars) or None
     copy = pytypes.FunctionType(code, new_globals, pyfunc.__name__, pyfunc.__defaults__, closure)
     copy.__kwdefaults__ = pyfunc.__kwdefaults__
     copy.__qualname__ = pyfunc.__qualname__

@@ -206,6 +206,7 @@ class TypedFunction:
     state: Dict[str, Any]
     target_reads: targets.TargetReads
     proxies: Tuple[Any, ...] = ()  # device proxies the typed IR refers to (kept alive)
+    snapshot_bytes: int = 0  # the array copies the typed IR holds
 
     @property
     def return_type(self):
@@ -213,7 +214,7 @@ class TypedFunction:
 
     @property
     def nbytes(self) -> int:
-        return 4096 + 256 * len(self.state["typemap"])
+        return 4096 + 256 * len(self.state["typemap"]) + self.snapshot_bytes
 
 
 def _compile_error(qualname, stage, exc, pyfunc=None):

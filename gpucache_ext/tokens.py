@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Tuple
 
 # Bump when the meaning of any token component changes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def _canonical(value: Any) -> Any:

@@ -1,0 +1,349 @@
+"""Regression tests: ordinary Python that once made the cache return stale code.
+
+Each test edits what a kernel reads the way a notebook user would (redefine a
+class, edit and reload a module, mutate an array), compiles again through a
+long-lived cache, and compares every artifact with a compile of the same
+final state in a brand-new cache.  Equal artifacts with a stale cache would
+mean the edit never reached the code; so each test also checks that the edit
+changed the output.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from gpucache_ext import CompileConfig, KernelCache, UnsupportedKernelError
+
+from .test_cache import notebook_namespace, run_cell
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SM80 = CompileConfig(sm=80)
+
+
+def artifacts(result):
+    return result.llvm_ir, result.ptx, result.cubin
+
+
+def fresh(func, sig, config):
+    return artifacts(KernelCache().compile(func, sig, config))
+
+
+def assert_fresh(cache, func, sig, config, *, differs_from=None):
+    """Compile through `cache`; must equal a fresh compile (and differ from `differs_from`)."""
+    result = cache.compile(func, sig, config)
+    assert artifacts(result) == fresh(func, sig, config)
+    if differs_from is not None:
+        assert result.cubin != differs_from.cubin, "the edit should have changed the code"
+    return result
+
+
+# ---------------------------------------------------------------------------
+# 1. Classes and enums
+
+
+ENUM_CELL = """
+import enum
+
+class Shade(enum.IntEnum):
+    DARK = 1
+    K = {value}
+
+def kernel(r):
+    r[0] = Shade.K
+"""
+
+
+def test_redefined_enum_recompiles():
+    ns = notebook_namespace()
+    cache = KernelCache()
+    run_cell(ns, ENUM_CELL.format(value=3))
+    first = cache.compile(ns["kernel"], "void(int64[:])", SM80)
+    run_cell(ns, ENUM_CELL.format(value=7))
+    second = assert_fresh(cache, ns["kernel"], "void(int64[:])", SM80, differs_from=first)
+    assert any("Shade" in reason for reason in second.layers["typing"].reasons)
+    run_cell(ns, ENUM_CELL.format(value=3))  # back to the first definition: a hit again
+    third = cache.compile(ns["kernel"], "void(int64[:])", SM80)
+    assert third.hit and third.cubin == first.cubin
+
+
+def test_enum_member_read_through_another_global_recompiles():
+    ns = notebook_namespace()
+    cache = KernelCache()
+    source = ENUM_CELL.format(value=3).replace("r[0] = Shade.K", "r[0] = MEMBER") + "\nMEMBER = Shade.K\n"
+    run_cell(ns, source)
+    first = cache.compile(ns["kernel"], "void(int64[:])", SM80)
+    run_cell(ns, source.replace("K = 3", "K = 5"))
+    assert_fresh(cache, ns["kernel"], "void(int64[:])", SM80, differs_from=first)
+
+
+def test_namedtuple_class_fields_enter_the_token():
+    ns = notebook_namespace()
+    cache = KernelCache()
+    cell = """
+    import collections
+    Pair = collections.namedtuple("Pair", {fields!r})
+
+    def kernel(r):
+        p = Pair(3, 4)
+        r[0] = p[0] * 10 + p.b
+    """
+    run_cell(ns, cell.format(fields="a b"))
+    first = cache.compile(ns["kernel"], "void(int64[:])", SM80)
+    run_cell(ns, cell.format(fields="b a"))  # swapped: p.b is now the first field
+    assert_fresh(cache, ns["kernel"], "void(int64[:])", SM80, differs_from=first)
+
+
+def test_user_classes_numba_cannot_track_are_refused():
+    ns = notebook_namespace()
+    run_cell(ns, """
+    class Settings:
+        K = 3
+
+    def kernel(r):
+        r[0] = Settings.K
+    """)
+    with pytest.raises(UnsupportedKernelError, match="Settings"):
+        KernelCache().compile(ns["kernel"], "void(int64[:])", SM80)
+
+
+def test_redefined_enum_recompiles_in_the_magic(ip):
+    for value in (3, 7, 3):
+        ip.run_cell(f"""%%gpukernel --sm 80 --quiet
+import enum
+from numba import cuda
+
+class Shade(enum.IntEnum):
+    K = {value}
+
+@cuda.jit("void(int64[:])")
+def paint(r):
+    r[0] = Shade.K
+""").raise_error()
+        expected = fresh(ip.user_ns["paint"].py_func, "void(int64[:])", SM80)
+        assert (ip.user_ns["paint"].llvm_ir, ip.user_ns["paint"].ptx, ip.user_ns["paint"].cubin) == expected
+        assert f"i64 {value}" in ip.user_ns["paint"].llvm_ir
+
+
+DISK_SCRIPT = """
+import enum, json, sys
+from numba import cuda
+from gpucache_ext import CompileConfig, KernelCache
+
+class Shade(enum.IntEnum):
+    K = int(sys.argv[2])
+
+def kernel(r):
+    r[0] = Shade.K
+
+cache = KernelCache(directory=sys.argv[1])
+res = cache.compile(kernel, "void(int64[:])", CompileConfig(sm=80))
+json.dump({"hit": res.hit, "ptx": res.ptx}, sys.stdout)
+"""
+
+
+def test_redefined_enum_misses_the_disk_tier_in_a_new_process(tmp_path):
+    def run(value):
+        done = subprocess.run([sys.executable, "-c", DISK_SCRIPT, str(tmp_path), str(value)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    first, second, third = run(3), run(7), run(3)
+    assert not first["hit"] and not second["hit"] and third["hit"]
+    assert first["ptx"] != second["ptx"] and third["ptx"] == first["ptx"]
+
+
+# ---------------------------------------------------------------------------
+# 2. Modules
+
+
+@pytest.fixture
+def user_package(tmp_path, monkeypatch):
+    """A folder on sys.path for user modules; modules imported from it are
+    dropped from sys.modules afterwards (restoring any library they shadowed)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    saved = dict(sys.modules)
+    importlib.invalidate_caches()
+    yield tmp_path
+    for name in list(sys.modules):
+        if name not in saved:
+            del sys.modules[name]
+    sys.modules.update(saved)
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    # a rewrite within the same second must still be seen by reload
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))
+
+
+def test_submodule_constant_edited_and_reloaded_recompiles(user_package):
+    write(user_package / "cfgpkg" / "__init__.py", "")
+    write(user_package / "cfgpkg" / "sub.py", "K = 3\n")
+    ns = notebook_namespace()
+    run_cell(ns, """
+    import cfgpkg.sub
+
+    def kernel(r):
+        r[0] = cfgpkg.sub.K
+    """)
+    cache = KernelCache()
+    first = cache.compile(ns["kernel"], "void(int64[:])", SM80)
+    write(user_package / "cfgpkg" / "sub.py", "K = 5\n")
+    importlib.reload(sys.modules["cfgpkg.sub"])
+    second = assert_fresh(cache, ns["kernel"], "void(int64[:])", SM80, differs_from=first)
+    assert "global cfgpkg.sub.K 3 -> 5" in second.layers["typing"].reasons
+
+
+def test_user_module_named_like_the_standard_library_is_user_code(user_package):
+    sys.modules.pop("sched", None)
+    write(user_package / "sched.py", "K = 3\n")
+    import sched
+
+    assert sched.__file__.startswith(str(user_package))
+    ns = notebook_namespace()
+    ns["sched"] = sched
+    run_cell(ns, """
+    def kernel(r):
+        r[0] = sched.K
+    """)
+    cache = KernelCache()
+    first = cache.compile(ns["kernel"], "void(int64[:])", SM80)
+    write(user_package / "sched.py", "K = 4\n")
+    importlib.reload(sched)
+    assert_fresh(cache, ns["kernel"], "void(int64[:])", SM80, differs_from=first)
+
+
+def test_only_attributes_read_through_a_module_count(user_package):
+    # `size` and `x` are also attribute names the kernel reads from other
+    # objects (r.size, cuda.threadIdx.x); they must not drag the module's
+    # unrelated dict-valued attributes into the token.
+    write(user_package / "tables.py", "K = 3\nsize = {'a': 1}\nx = {'b': 2}\nUNUSED = 1\n")
+    ns = notebook_namespace()
+    run_cell(ns, """
+    import tables
+
+    def kernel(r):
+        i = cuda.threadIdx.x
+        if i < r.size:
+            r[i] = tables.K
+    """)
+    cache = KernelCache()
+    first = cache.compile(ns["kernel"], "void(int64[:])", SM80)
+    tables = sys.modules["tables"]
+    tables.UNUSED = 2
+    assert cache.compile(ns["kernel"], "void(int64[:])", SM80).hit
+    tables.K = 4
+    assert_fresh(cache, ns["kernel"], "void(int64[:])", SM80, differs_from=first)
+
+
+def test_module_used_as_a_value_is_refused(user_package):
+    write(user_package / "consts.py", "K = 3\n")
+    ns = notebook_namespace()
+    run_cell(ns, """
+    import consts
+
+    def kernel(r):
+        m = consts
+        r[0] = m.K
+    """)
+    with pytest.raises(UnsupportedKernelError, match="consts.name"):
+        KernelCache().compile(ns["kernel"], "void(int64[:])", SM80)
+
+
+# ---------------------------------------------------------------------------
+# 3. What lowering bakes is what the token hashed
+
+
+def test_lowering_reads_the_hashed_snapshot_not_the_live_array():
+    ns = notebook_namespace()
+    run_cell(ns, """
+    import numpy as np
+    TABLE = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+
+    def kernel(r):
+        i = cuda.grid(1)
+        if i < r.size:
+            r[i] = TABLE[i % 3]
+    """)
+    sig = "void(float32[:])"
+    cache = KernelCache()
+    original = ns["TABLE"]
+    cache.compile(ns["kernel"], sig, SM80)
+    original[:] = [7.0, 8.0, 9.0]  # in place: a new token, a new typing entry
+    cache.compile(ns["kernel"], sig, SM80)
+    ns["TABLE"] = np.array([1.0, 2.0, 3.0], dtype=np.float32)  # the first contents again
+    # Typing hits the first entry; lowering for another flag must bake 1, 2, 3
+    # (what the token hashed), not the live first array (now 7, 8, 9).
+    result = assert_fresh(cache, ns["kernel"], sig, SM80.replace(fastmath=True))
+    assert result.layers["typing"].hit
+
+
+def test_device_function_lowering_reads_its_snapshot():
+    ns = notebook_namespace()
+    run_cell(ns, """
+    import numpy as np
+    TABLE = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+
+    @cuda.jit(device=True)
+    def lookup(i):
+        return TABLE[i % 3]
+
+    def kernel(r):
+        i = cuda.grid(1)
+        if i < r.size:
+            r[i] = lookup(i)
+    """)
+    sig = "void(float32[:])"
+    cache = KernelCache()
+    original = ns["TABLE"]
+    cache.compile(ns["kernel"], sig, SM80)
+    original[:] = [7.0, 8.0, 9.0]
+    cache.compile(ns["kernel"], sig, SM80)
+    ns["TABLE"] = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    for change in (dict(fastmath=True), dict(sm=86, lineinfo=True)):
+        assert_fresh(cache, ns["kernel"], sig, SM80.replace(**change))
+
+
+def test_structured_dtypes_are_hashed_in_full():
+    ns = notebook_namespace()
+    raw = np.frombuffer(np.float32(1.5).tobytes() * 2, dtype=np.uint8)
+    ints = raw.view(np.dtype([("a", "<i2"), ("b", "<i2")]))
+    floats = raw.view(np.dtype([("a", "<f4")]))
+    assert ints.dtype.str == floats.dtype.str == "|V4" and ints.tobytes() == floats.tobytes()
+    run_cell(ns, """
+    def kernel(r):
+        r[0] = RECORDS[0]['a']
+    """)
+    cache = KernelCache()
+    ns["RECORDS"] = ints.copy()
+    first = cache.compile(ns["kernel"], "void(float64[:])", SM80)
+    ns["RECORDS"] = floats.copy()
+    assert_fresh(cache, ns["kernel"], "void(float64[:])", SM80, differs_from=first)
+
+
+def test_array_memory_layout_enters_the_token():
+    ns = notebook_namespace()
+    run_cell(ns, """
+    def kernel(r):
+        i = cuda.grid(1)
+        r[0] = GRID[i % 2, i % 3]
+    """)
+    values = np.arange(6, dtype=np.int64).reshape(2, 3)
+    cache = KernelCache()
+    ns["GRID"] = np.ascontiguousarray(values)
+    first = cache.compile(ns["kernel"], "void(int64[:])", SM80)
+    ns["GRID"] = np.asfortranarray(values)  # the same elements, the other layout
+    assert_fresh(cache, ns["kernel"], "void(int64[:])", SM80, differs_from=first)
+    ns["GRID"] = np.arange(12, dtype=np.int64).reshape(2, 6)[:, ::2]  # strided ('A' layout)
+    assert_fresh(cache, ns["kernel"], "void(int64[:])", SM80, differs_from=first)
