@@ -359,17 +359,35 @@ class KernelCache:
             return reasons
 
     def _proxy_for(self, dispatcher, identity):
+        """The device proxy for a device function of this identity (made once, then reused)."""
         key = identity.digest
         with self._lock:
             proxy = self._proxies.get(key)
             if proxy is None:
-                pyfunc = rebind(identity, self._proxy_for)
-                proxy = stages.DeviceProxy(dispatcher, pyfunc, key)
-                self._proxies[key] = proxy
+                proxy = self._new_proxy(dispatcher, identity, self._proxy_for)
             self._proxies.move_to_end(key)
-            while len(self._proxies) > 4 * self._memory["typing"].max_entries:
-                self._proxies.popitem(last=False)
             return proxy
+
+    def _fresh_proxies(self):
+        """A proxy factory that makes new proxies (once per device function), for
+        forced compiles: nothing typed or lowered before is reused."""
+        made = {}
+
+        def proxy_for(dispatcher, identity):
+            with self._lock:
+                if identity.digest not in made:
+                    made[identity.digest] = self._new_proxy(dispatcher, identity, proxy_for)
+                return made[identity.digest]
+
+        return proxy_for
+
+    def _new_proxy(self, dispatcher, identity, proxy_for):
+        proxy = stages.DeviceProxy(dispatcher, rebind(identity, proxy_for), identity.digest)
+        self._proxies[identity.digest] = proxy
+        self._proxies.move_to_end(identity.digest)
+        while len(self._proxies) > 4 * self._memory["typing"].max_entries:
+            self._proxies.popitem(last=False)
+        return proxy
 
 
 def _kernel_matches(qualname: str, wanted: Optional[str]) -> bool:
@@ -471,16 +489,14 @@ class _Plan:
                              found["llvm"], found["ptx"], found["cubin"])
 
     def _run_typing(self):
-        pyfunc = rebind(self.identity, self.cache._proxy_for)
+        proxy_for = self.cache._fresh_proxies() if self.forced else self.cache._proxy_for
+        pyfunc = rebind(self.identity, proxy_for)
         typed = stages.run_typing(pyfunc, self.argtypes, self.config, kernel=True,
                                   uid=stages.symbol_uid(self.identity.digest), qualname=self.kernel)
-        typed.proxies = tuple(self._proxies_of(self.identity))
+        # keep the proxies the typed IR refers to alive as long as it is cached
+        typed.proxies = tuple(proxy_for(dispatcher, dev) for dispatcher, dev in self.identity.devices)
         typed.snapshot_bytes = self.identity.snapshot_bytes
         return typed
-
-    def _proxies_of(self, identity):
-        for dispatcher, dev in identity.devices:
-            yield self.cache._proxy_for(dispatcher, dev)
 
     def _lookup(self, stage):
         start = time.perf_counter()

@@ -432,7 +432,13 @@ class _DeviceImplKey:
 
 
 def _lowering_key(config: CompileConfig):
-    return tuple(sorted(config.stage_fields("llvm").items()))
+    """What a device function's lowering depends on besides its typed IR: the
+    lowering fields and numba's settings that lowering reads (as the llvm
+    token), so a memoised lowering is reused only where the kernel's would be."""
+    from .toolchain import numba_settings
+
+    settings = numba_settings(reload=False)
+    return tuple(sorted(config.stage_fields("llvm").items())) + tuple(sorted(settings.items()))
 
 
 # ---------------------------------------------------------------------------

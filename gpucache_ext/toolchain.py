@@ -103,15 +103,17 @@ def toolchain_component(stage: str) -> Component:
     return component(versions, " ".join(f"{k} {v}" for k, v in versions.items()))
 
 
-def numba_settings() -> dict:
+def numba_settings(reload: bool = True) -> dict:
     """numba's current values of the settings that lowering reads.
 
-    Reloads numba's configuration first, exactly as each numba compile does,
-    so the values are the ones the next compile will use.
+    Reloads numba's configuration first (unless `reload` is False), exactly
+    as each numba compile does, so the values are the ones the next compile
+    will use.
     """
     from numba.cuda.core import config
 
-    config.reload_config()
+    if reload:
+        config.reload_config()
     return {name: _plain(getattr(config, name, None)) for name in SETTINGS_READ_BY_LOWERING}
 
 

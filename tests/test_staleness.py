@@ -347,3 +347,51 @@ def test_array_memory_layout_enters_the_token():
     assert_fresh(cache, ns["kernel"], "void(int64[:])", SM80, differs_from=first)
     ns["GRID"] = np.arange(12, dtype=np.int64).reshape(2, 6)[:, ::2]  # strided ('A' layout)
     assert_fresh(cache, ns["kernel"], "void(int64[:])", SM80, differs_from=first)
+
+
+# ---------------------------------------------------------------------------
+# 4. numba settings and forced compiles reach device functions
+
+DEVICE_CELL = """
+@cuda.jit(device=True)
+def shifted(x):
+    return x + 1.0
+
+def kernel(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = shifted(x[i])
+"""
+
+
+def test_numba_settings_reach_device_function_lowering(monkeypatch):
+    ns = notebook_namespace()
+    run_cell(ns, DEVICE_CELL)
+    config = CompileConfig(sm=80, debug=True, opt=0)
+    sig = "void(float32[:], float32[:])"
+    cache = KernelCache()
+    monkeypatch.setenv("NUMBA_OPT", "3")
+    optimised = cache.compile(ns["kernel"], sig, config)
+    assert "isOptimized: true" in optimised.llvm_ir
+    monkeypatch.setenv("NUMBA_OPT", "0")
+    result = assert_fresh(cache, ns["kernel"], sig, config)
+    assert "isOptimized: true" not in result.llvm_ir  # neither the kernel's nor shifted's
+
+
+def test_force_types_and_lowers_device_functions_again(monkeypatch):
+    from gpucache_ext import stages
+
+    ns = notebook_namespace()
+    run_cell(ns, DEVICE_CELL)
+    sig = "void(float32[:], float32[:])"
+    cache = KernelCache()
+    cache.compile(ns["kernel"], sig, SM80)
+    typed = []
+    real = stages.run_typing
+    monkeypatch.setattr(stages, "run_typing",
+                        lambda pyfunc, *a, **k: typed.append(pyfunc.__name__) or real(pyfunc, *a, **k))
+    cache.compile(ns["kernel"], sig, SM80.replace(fastmath=True))
+    assert typed == []  # typing hit, the device function's typed IR is reused
+    forced = cache.compile(ns["kernel"], sig, SM80, force=True)
+    assert sorted(typed) == ["kernel", "shifted"]
+    assert artifacts(forced) == fresh(ns["kernel"], sig, SM80)
