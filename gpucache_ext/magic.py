@@ -21,7 +21,7 @@ import contextlib
 import hashlib
 import linecache
 import os
-from typing import List
+from typing import List, Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -245,20 +245,50 @@ def explain_kernel(kernel: Kernel) -> str:
 # Running a cell
 
 
-class _CellJit:
-    """Stands in for numba.cuda.jit while a %%gpukernel cell runs."""
+class _CellContext:
+    """What the kernels defined by one running %%gpukernel cell get: its
+    config, signatures and flags, and where their compile results go."""
 
-    def __init__(self, real_jit, config, signatures, args, collect):
-        self.real_jit = real_jit
+    def __init__(self, config, signatures, args, collect):
         self.config = config
         self.signatures = signatures
         self.args = args
         self.collect = collect
         self.kernels: List[Kernel] = []
 
+    def make_kernel(self, func, sigs, options) -> Kernel:
+        kernel = Kernel(func, sigs or self.signatures, self.config, default_cache(), options,
+                        simulate=self.args.simulate, on_compile=self.collect, force=self.args.force)
+        self.kernels.append(kernel)
+        return kernel
+
+
+def _real_jit():
+    """numba's own ``jit``."""
+    from numba.cuda import decorators
+
+    return decorators.jit
+
+
+class CellJit:
+    """Stands in for ``numba.cuda.jit``, however it is reached.
+
+    While a %%gpukernel cell runs, ``numba.cuda.jit`` and every name in the
+    user's namespace bound to numba's own ``jit`` are this object, and it
+    makes `Kernel` objects with the running cell's flags.  A name that keeps
+    it after the cell (``from numba.cuda import jit`` inside a cell) still
+    gets each later cell's flags; outside a %%gpukernel cell it is numba's
+    ``jit`` itself.
+    """
+
+    def __init__(self):
+        self.active: Optional[_CellContext] = None
+
     def __call__(self, func_or_sig=None, device=False, **options):
         from numba.cuda.core.sigutils import is_signature
 
+        if self.active is None:
+            return _real_jit()(func_or_sig, device=device, **options)
         if func_or_sig is None or is_signature(func_or_sig) or isinstance(func_or_sig, list):
             sigs = [] if func_or_sig is None else (
                 list(func_or_sig) if isinstance(func_or_sig, list) else [func_or_sig])
@@ -266,27 +296,76 @@ class _CellJit:
         return self._make(func_or_sig, [], device, options)
 
     def _make(self, func, sigs, device, options):
+        if self.active is None:  # the decorator was made in a cell and applied after it
+            return _real_jit()(sigs or None, device=device, **options)(func)
         if device:
             # A lazy dispatcher: gpucache_ext types and lowers it per calling
             # kernel (a signature here would make numba compile it now, for the
             # current GPU).
-            return self.real_jit(device=True)(func)
-        kernel = Kernel(func, sigs or self.signatures, self.config, default_cache(), options,
-                        simulate=self.args.simulate, on_compile=self.collect, force=self.args.force)
-        self.kernels.append(kernel)
-        return kernel
+            return _real_jit()(device=True)(func)
+        return self.active.make_kernel(func, sigs, options)
+
+    def __repr__(self):
+        return "<gpucache_ext stand-in for numba.cuda.jit>"
+
+
+JIT = CellJit()
 
 
 @contextlib.contextmanager
-def _jit_replaced(stand_in):
+def _jit_standing_in(namespace, context: _CellContext):
+    """numba.cuda.jit, and the namespace's names for numba's jit, are `JIT`
+    while the block runs; `JIT` makes kernels for `context`."""
     import numba.cuda
 
-    real = numba.cuda.jit
-    numba.cuda.jit = stand_in
+    # (numba.cuda.decorators.jit stays numba's: its own wrappers call it.)
+    real = _real_jit()
+    aliases = [name for name, value in namespace.items() if value is real]
+    saved = numba.cuda.jit
+    numba.cuda.jit = JIT
+    for name in aliases:
+        namespace[name] = JIT
+    JIT.active = context
     try:
         yield
     finally:
-        numba.cuda.jit = real
+        JIT.active = None
+        numba.cuda.jit = saved
+        for name in aliases:
+            if namespace.get(name) is JIT:
+                namespace[name] = real
+
+
+# numba's jit options a captured kernel keeps when set away from numba's defaults.
+_CAPTURED_OPTIONS = ("debug", "lineinfo", "fastmath", "opt", "max_registers", "launch_bounds",
+                     "lto", "link", "extensions", "boundscheck")
+
+
+def _explicit_options(targetoptions):
+    """The options of a numba dispatcher that differ from numba's defaults
+    (numba fills in debug=0, opt=True and the like)."""
+    options = {}
+    for name in _CAPTURED_OPTIONS:
+        value = targetoptions.get(name)
+        if name == "opt":
+            if value is not True and value is not None:
+                options[name] = value
+        elif value:
+            options[name] = value
+    return options
+
+
+def _capture_numba_kernels(namespace, before, context: _CellContext):
+    """Kernels the cell made with numba's own jit, reached in a way the stand-in
+    could not cover (a partial, an alias kept in a module): bind them as Kernels
+    with the cell's flags too.  Options they were given explicitly are kept."""
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    for name, value in list(namespace.items()):
+        if (isinstance(value, CUDADispatcher) and not value.targetoptions.get("device")
+                and before.get(name) is not value):
+            namespace[name] = context.make_kernel(value.py_func, [],
+                                                  _explicit_options(value.targetoptions))
 
 
 def _cell_filename(cell: str) -> str:
@@ -363,8 +442,6 @@ def _compile_cell(source: str, filename: str):
 
 
 def _run_cell(shell, cell, config, signatures, args):
-    import numba.cuda
-
     source = shell.transform_cell(cell)
     filename = _cell_filename(source)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -379,14 +456,15 @@ def _run_cell(shell, cell, config, signatures, args):
 
     namespace = shell.user_ns
     before = dict(namespace)
-    stand_in = _CellJit(numba.cuda.jit, config, signatures, args, collect)
+    context = _CellContext(config, signatures, args, collect)
     try:
-        with _jit_replaced(stand_in):
+        with _jit_standing_in(namespace, context):
             exec(code, namespace)
-        for kernel in stand_in.kernels:
+        _capture_numba_kernels(namespace, before, context)
+        for kernel in context.kernels:
             kernel.compile_declared()
     except BaseException as exc:
-        _restore_kernel_names(namespace, before, stand_in.kernels)
+        _restore_kernel_names(namespace, before, context.kernels)
         if isinstance(exc, GpuCacheError):
             raise exc.with_traceback(None) from None
         raise exc.with_traceback(_cell_frames(exc.__traceback__, filename))

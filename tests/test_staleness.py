@@ -395,3 +395,67 @@ def test_force_types_and_lowers_device_functions_again(monkeypatch):
     forced = cache.compile(ns["kernel"], sig, SM80, force=True)
     assert sorted(typed) == ["kernel", "shifted"]
     assert artifacts(forced) == fresh(ns["kernel"], sig, SM80)
+
+
+# ---------------------------------------------------------------------------
+# 5. cuda.jit reached through any alias gets the running cell's flags
+
+KERNEL_WITH_JIT = '''
+@jit("void(float32[:])")
+def bump(r):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] += 1.5
+'''
+
+
+def run_magic(ip, line, body):
+    result = ip.run_cell(f"%%gpukernel {line}\n{body}")
+    result.raise_error()
+    return ip.user_ns
+
+
+def test_jit_imported_in_an_earlier_cell_gets_the_later_cells_flags(ip, capsys):
+    from gpucache_ext import Kernel
+
+    run_magic(ip, "--sm 80 --quiet", "from numba import cuda\nfrom numba.cuda import jit\n")
+    capsys.readouterr()
+    run_magic(ip, "--sm 90 --fastmath", KERNEL_WITH_JIT)
+    kernel = ip.user_ns["bump"]
+    assert isinstance(kernel, Kernel)
+    assert kernel.config.sm == 90 and kernel.config.fastmath
+    assert "bump" in capsys.readouterr().out  # in this cell's report
+    assert kernel.cubin == KernelCache().compile(kernel.py_func, "void(float32[:])",
+                                                 CompileConfig(sm=90, fastmath=True)).cubin
+    # outside a %%gpukernel cell the alias is numba's jit
+    ip.run_cell("lazy = jit(device=True)(lambda x: x)").raise_error()
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    assert isinstance(ip.user_ns["lazy"], CUDADispatcher)
+
+
+def test_alias_of_numbas_jit_made_outside_the_magic_is_stood_in_for(ip):
+    from numba.cuda import decorators
+
+    from gpucache_ext import Kernel
+
+    ip.run_cell("from numba import cuda\njit = cuda.jit").raise_error()
+    assert ip.user_ns["jit"] is decorators.jit
+    run_magic(ip, "--sm 90 --quiet", KERNEL_WITH_JIT)
+    assert isinstance(ip.user_ns["bump"], Kernel) and ip.user_ns["bump"].config.sm == 90
+    assert ip.user_ns["jit"] is decorators.jit  # restored after the cell
+
+
+def test_kernels_made_by_numbas_jit_through_a_partial_are_captured(ip):
+    from gpucache_ext import Kernel
+
+    ip.run_cell("import functools\nfrom numba import cuda\n"
+                "fast_jit = functools.partial(cuda.jit, fastmath=True)").raise_error()
+    run_magic(ip, "--sm 86 --quiet --sig 'void(float32[:])'", '''
+@fast_jit
+def halve(r):
+    r[0] = r[0] / 3.0
+''')
+    kernel = ip.user_ns["halve"]
+    assert isinstance(kernel, Kernel)
+    assert kernel.config.sm == 86 and kernel.config.fastmath and kernel.results
