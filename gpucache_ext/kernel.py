@@ -79,13 +79,39 @@ def _typeof_argument(value):
     return ty
 
 
-def _accepts(declared: Tuple, actual: Tuple) -> bool:
+def select_signature(declared: Sequence[Tuple], actual: Tuple) -> Optional[Tuple]:
+    """The declared signature a launch with argument types `actual` uses, as
+    numba-cuda's dispatcher picks it: numba's type manager rates each
+    candidate's conversions (an exact match first, then fewest unsafe, safe
+    and promoting conversions; unsafe ones are allowed, as for any dispatcher
+    with declared signatures) and a tie is ambiguous.  None when no signature
+    accepts the arguments; `LaunchError` when the choice is ambiguous.
+    """
     from numba.cuda.descriptor import cuda_target
+    from numba.cuda.typeconv.rules import default_type_manager
 
-    if len(declared) != len(actual):
-        return False
-    context = cuda_target.typing_context
-    return all(d == a or context.can_convert(a, d) is not None for d, a in zip(declared, actual))
+    candidates = [d for d in declared if len(d) == len(actual)]
+    if not candidates:
+        return None
+    for attempt in range(2):
+        try:
+            index = default_type_manager.select_overload(actual, candidates, True, False)
+            return candidates[index]
+        except TypeError as exc:
+            if "mbiguous" in str(exc):
+                shown = "; ".join("(" + ", ".join(map(str, d)) + ")" for d in candidates)
+                raise LaunchError(
+                    f"arguments ({', '.join(map(str, actual))}) match several signatures equally "
+                    f"well: {shown}; pass arguments of the exact types of one of them"
+                ) from None
+            if attempt:
+                return None
+        # As numba's dispatcher: register the conversions these types allow
+        # (array layouts, literals) and try once more.
+        context = cuda_target.typing_context
+        if not any([context.install_possible_conversions(actual, d) for d in candidates]):
+            return None
+    return None
 
 
 class Kernel:
@@ -136,18 +162,23 @@ class Kernel:
             self.on_compile(result)
         return result
 
-    def _result_for(self, args) -> CompileResult:
+    def result_for(self, *args) -> CompileResult:
+        """The compiled variant a launch with these arguments runs (compiled now if
+        needed): with declared signatures, the one numba-cuda's dispatcher would
+        pick (see `select_signature`); without, the arguments' own types."""
         actual = tuple(_typeof_argument(a) for a in args)
         argtypes = actual
         if self.declared:
-            matches = [d for d in self.declared if _accepts(d, actual)]
-            if not matches:
+            try:
+                argtypes = select_signature(self.declared, actual)
+            except LaunchError as exc:
+                raise LaunchError(f"{self.__name__}: {exc}") from None
+            if argtypes is None:
                 shown = ", ".join(map(str, actual))
                 raise LaunchError(
                     f"{self.__name__}: no signature accepts ({shown}); declared: "
                     + "; ".join("(" + ", ".join(map(str, d)) + ")" for d in self.declared)
                 )
-            argtypes = matches[0]
         with self._lock:
             result = self.results.get(argtypes)
             if result is not None and self._checked.get(argtypes) == _generation:
@@ -170,7 +201,7 @@ class Kernel:
 
     def launch(self, *args, griddim, blockdim, stream=0, sharedmem=0):
         """Compile for the arguments' types if needed, then run the kernel."""
-        result = self._result_for(args)
+        result = self.result_for(*args)
         if self.simulate or not gpu_available():
             _notice_simulator(self.simulate)
             self._simulator()[griddim, blockdim, stream, sharedmem](*args)
@@ -349,4 +380,5 @@ def simulated_kernel(pyfunc, config: CompileConfig):
                           debug=config.debug)
 
 
-__all__ = ["Kernel", "LaunchError", "refresh_all", "gpu_available", "config_with_options"]
+__all__ = ["Kernel", "LaunchError", "refresh_all", "gpu_available", "config_with_options",
+           "select_signature"]

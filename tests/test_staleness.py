@@ -459,3 +459,44 @@ def halve(r):
     kernel = ip.user_ns["halve"]
     assert isinstance(kernel, Kernel)
     assert kernel.config.sm == 86 and kernel.config.fastmath and kernel.results
+
+
+# ---------------------------------------------------------------------------
+# 6. A launch runs the declared signature numba-cuda's dispatcher would pick
+
+
+def _declared_kernel(*sigs):
+    from gpucache_ext import Kernel
+
+    ns = notebook_namespace()
+    run_cell(ns, """
+    def store(r, v):
+        r[0] = v
+    """)
+    return Kernel(ns["store"], list(sigs), SM80, KernelCache())
+
+
+def test_exact_match_wins_over_a_lossy_conversion():
+    kernel = _declared_kernel("void(int64[:], int32)", "void(int64[:], int64)")
+    out = np.zeros(1, dtype=np.int64)
+    assert str(kernel.result_for(out, 2**40).signature[1]) == "int64"
+    assert str(kernel.result_for(out, np.int32(5)).signature[1]) == "int32"
+    floats = _declared_kernel("void(float64[:], float32)", "void(float64[:], float64)")
+    assert str(floats.result_for(np.zeros(1), 1.5).signature[1]) == "float64"
+    assert str(floats.result_for(np.zeros(1), np.float32(1.5)).signature[1]) == "float32"
+
+
+def test_conversions_follow_numbas_rules():
+    from gpucache_ext import LaunchError
+
+    only32 = _declared_kernel("void(float64[:], float32)")
+    # numba converts a Python float to the one float32 variant (compilation is off)
+    assert str(only32.result_for(np.zeros(1), 1.5).signature[1]) == "float32"
+    # a C-contiguous array goes to a signature declared with any layout
+    any_layout = _declared_kernel("void(int64[:], int64)")
+    assert any_layout.result_for(np.zeros(3, dtype=np.int64), 1).signature[0].layout == "A"
+    ambiguous = _declared_kernel("void(int64[:], int32)", "void(int64[:], float32)")
+    with pytest.raises(LaunchError, match="equally well"):
+        ambiguous.result_for(np.zeros(1, dtype=np.int64), 2**40)
+    with pytest.raises(LaunchError, match="no signature accepts"):
+        any_layout.result_for(np.zeros(1, dtype=np.int64), "text")
