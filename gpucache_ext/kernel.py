@@ -46,24 +46,53 @@ class LaunchError(GpuCacheError):
     """A kernel cannot be launched as asked (no matching signature, wrong target)."""
 
 
-# Decorator options that map onto CompileConfig fields.
+# numba-cuda's @cuda.jit options: those that map onto CompileConfig fields,
+# those that do not change the kernel's code here, and those refused.
+_CONFIG_OPTIONS = ("fastmath", "debug", "lineinfo", "max_registers", "launch_bounds", "lto")
+_INERT_OPTIONS = ("device", "inline", "forceinline", "cache")  # cache: this cache replaces numba's
+_UNSUPPORTED_OPTIONS = ("link", "extensions", "shared_memory_carveout")
+_JIT_OPTIONS = _CONFIG_OPTIONS + _INERT_OPTIONS + _UNSUPPORTED_OPTIONS + ("opt", "boundscheck")
+
+
+def check_options(options: Dict[str, Any], what: str = "@cuda.jit") -> None:
+    """Refuse what numba-cuda's jit refuses (boundscheck, deprecated and
+    unknown options) and what the staged cache does not support yet, before
+    anything compiles."""
+    if options.get("boundscheck"):
+        raise UnsupportedKernelError(
+            f"{what}(boundscheck=True): bounds checking is not supported for CUDA "
+            "(numba-cuda refuses it too); remove the option"
+        )
+    for name in ("argtypes", "restype", "bind"):
+        if options.get(name) is not None:
+            raise UnsupportedKernelError(
+                f"{what}({name}=...) is no longer supported by numba-cuda; give the "
+                "signature as the first argument, e.g. @cuda.jit('void(float32[:])')"
+            )
+    unknown = sorted(set(options) - set(_JIT_OPTIONS) - {"argtypes", "restype", "bind"})
+    if unknown:
+        raise UnsupportedKernelError(
+            f"{what}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+            f"numba-cuda's jit accepts {', '.join(sorted(_JIT_OPTIONS))}"
+        )
+    for name in _UNSUPPORTED_OPTIONS:
+        if options.get(name) not in (None, (), []):
+            raise UnsupportedKernelError(
+                f"{what}({name}=...) is not supported by gpucache_ext yet; "
+                "define the kernel without it"
+            )
+
+
 def config_with_options(config: CompileConfig, options: Dict[str, Any]) -> CompileConfig:
     """`config` overridden by a ``@cuda.jit(...)`` decorator's options."""
+    check_options(options)
     changes = {}
-    for name in ("fastmath", "debug", "lineinfo", "max_registers", "launch_bounds", "lto"):
+    for name in _CONFIG_OPTIONS:
         if options.get(name) is not None:
             changes[name] = options[name]
     opt = options.get("opt")
     if opt is not None:
         changes["opt"] = (config.opt or 3) if opt is True else 0 if opt is False else opt
-    for name in ("link", "extensions"):
-        if options.get(name):
-            raise UnsupportedKernelError(
-                f"@cuda.jit({name}=...) is not supported by gpucache_ext yet; "
-                "define the kernel without it"
-            )
-    if options.get("shared_memory_carveout") is not None:
-        raise UnsupportedKernelError("@cuda.jit(shared_memory_carveout=...) is not supported yet")
     return config.replace(**changes) if changes else config
 
 
@@ -380,5 +409,5 @@ def simulated_kernel(pyfunc, config: CompileConfig):
                           debug=config.debug)
 
 
-__all__ = ["Kernel", "LaunchError", "refresh_all", "gpu_available", "config_with_options",
+__all__ = ["Kernel", "LaunchError", "refresh_all", "gpu_available", "config_with_options", "check_options",
            "select_signature"]

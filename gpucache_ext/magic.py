@@ -33,7 +33,7 @@ from . import default_cache
 from .cache import CompileResult
 from .config import STAGES, CompileConfig, parse_sm
 from .errors import ConfigError, GpuCacheError
-from .kernel import Kernel, gpu_available, refresh_all
+from .kernel import Kernel, check_options, gpu_available, refresh_all
 from .report import CellReport, StatsTable
 from .stages import normalize_signature
 
@@ -300,9 +300,11 @@ class CellJit:
             return _real_jit()(sigs or None, device=device, **options)(func)
         if device:
             # A lazy dispatcher: gpucache_ext types and lowers it per calling
-            # kernel (a signature here would make numba compile it now, for the
-            # current GPU).
-            return _real_jit()(device=True)(func)
+            # kernel with the kernel's flags (a signature here would make numba
+            # compile it now, for the current GPU).  numba still checks the
+            # options; those that would change its code are refused here.
+            check_options(options, "@cuda.jit(device=True, ...)")
+            return _real_jit()(device=True, **options)(func)
         return self.active.make_kernel(func, sigs, options)
 
     def __repr__(self):

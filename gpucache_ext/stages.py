@@ -219,7 +219,7 @@ class TypedFunction:
 
 def _compile_error(qualname, stage, exc, pyfunc=None):
     """A CompileError naming the kernel and, where known, the source line."""
-    message = str(exc).strip() or type(exc).__name__
+    message = str(exc).replace("\x00", "").strip() or type(exc).__name__
     loc = getattr(exc, "loc", None)
     filename, line = getattr(loc, "filename", None), getattr(loc, "line", None)
     if (filename is None or line is None) and pyfunc is not None:

@@ -500,3 +500,49 @@ def test_conversions_follow_numbas_rules():
         ambiguous.result_for(np.zeros(1, dtype=np.int64), 2**40)
     with pytest.raises(LaunchError, match="no signature accepts"):
         any_layout.result_for(np.zeros(1, dtype=np.int64), "text")
+
+
+# ---------------------------------------------------------------------------
+# 8. Promised refusals come before anything is compiled or stored
+
+
+def _entries(cache):
+    return {stage: values["entries"] for stage, values in cache.stats().items()}
+
+
+@pytest.mark.parametrize("body, match", [
+    ("""
+    ext = cuda.declare_device("ext_scale", "float32(float32)")
+
+    def kernel(r):
+        r[0] = ext(r[0])
+    """, "declare_device"),
+    ("""
+    def kernel(r):
+        g = cuda.cg.this_grid()
+        r[0] = 1.0
+        g.sync()
+    """, "grid synchronisation"),
+])
+def test_unsupported_features_are_refused_before_any_stage_is_stored(body, match):
+    ns = notebook_namespace()
+    run_cell(ns, body)
+    cache = KernelCache()
+    with pytest.raises(UnsupportedKernelError, match=match) as info:
+        cache.compile(ns["kernel"], "void(float32[:])", SM80)
+    assert "\x00" not in str(info.value)
+    assert set(_entries(cache).values()) == {0}
+    assert all(values["misses"] == 0 for values in cache.stats().values())
+
+
+@pytest.mark.parametrize("options, match", [
+    ("boundscheck=True", "bounds checking is not supported"),
+    ("fasmath=True", "unknown option fasmath"),
+    ("argtypes=(1,)", "no longer supported"),
+])
+def test_decorator_options_numba_refuses_are_refused(ip, options, match):
+    for decorator in (f'@cuda.jit("void(float32[:])", {options})', f"@cuda.jit(device=True, {options})"):
+        result = ip.run_cell(f"%%gpukernel --sm 80 --quiet\nfrom numba import cuda\n{decorator}\n"
+                             "def refused(r):\n    r[0] = 1.0\n")
+        assert not result.success and match in str(result.error_in_exec)
+        assert "refused" not in ip.user_ns
