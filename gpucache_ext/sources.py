@@ -436,6 +436,29 @@ class _Walker:
                 attrs[attr] = plan
         return _ModuleClone(module, attrs) if attrs else None
 
+    def _data_device(self, dispatcher, pyfunc, ident, label):
+        """A device function (or one numba compiles as one): hashed by its own
+        identity, and proxied in the rebound function."""
+        dev = self.function(pyfunc)
+        ident.devices.append((dispatcher, dev))
+        ident.components[f"device function {label}"] = Component(dev.digest, "device function")
+        return ["device function", dev.digest], _Device(dispatcher, dev)
+
+    def _numba_function(self, value, ident, label):
+        kind = type(value).__name__
+        pyfunc = getattr(value, "py_func", None) or getattr(value, "_defn", None)
+        if pyfunc is None or _file_origin(pyfunc.__code__.co_filename) is not None:
+            return ["library " + kind, getattr(pyfunc, "__module__", "?"),
+                    getattr(pyfunc, "__qualname__", repr(value)), _class_version(pyfunc) or "?"], None
+        if kind == "_Intrinsic":
+            raise UnsupportedKernelError(
+                f"{ident.qualname} calls {label}, an @intrinsic defined in user code; numba keeps "
+                "its typing and lowering in process-wide tables keyed by argument types alone, "
+                "which the cache cannot key yet"
+            )
+        # numba.njit function: numba-cuda compiles its Python function as a device function
+        return self._data_device(value, pyfunc, ident, label)
+
     # -- values -------------------------------------------------------------
     def _data(self, value, ident, label="") -> Tuple[Any, Optional[_Plan]]:
         """(JSON-able description of `value`, its rebinding plan or None)."""
@@ -455,10 +478,7 @@ class _Walker:
         if isinstance(value, list):
             return ["list", [self._data(v, ident, label)[0] for v in value]], None
         if is_device_dispatcher(value):
-            dev = self.function(value.py_func)
-            ident.devices.append((value, dev))
-            ident.components[f"device function {label}"] = Component(dev.digest, "device function")
-            return ["device function", dev.digest], _Device(value, dev)
+            return self._data_device(value, value.py_func, ident, label)
         numpy_data = _numpy_data(value, ident)
         if numpy_data is not None:
             return numpy_data
@@ -467,10 +487,15 @@ class _Walker:
             return numba_data, None
         if _is_dispatcher(value):
             return ["kernel", self.function(value.py_func).digest], None
+        if _is_numba_function(value):
+            return self._numba_function(value, ident, label)
         if isinstance(value, pytypes.FunctionType):
             if _file_origin(value.__code__.co_filename) is not None:
                 return ["library function", value.__module__, value.__qualname__,
                         _class_version(value) or "stdlib"], None
+            jitable = _registered_jitable(value, ident.qualname, label)
+            if jitable:
+                return self._data_device(value, value, ident, label)
             return ["function", self.function(value).digest], None
         if isinstance(value, type):
             return _class_data(value), None
@@ -491,6 +516,80 @@ class _Walker:
             "to it could not be detected; pass it to the kernel as an argument or use a number, "
             "tuple, enum or numpy array"
         )
+
+
+def _is_numba_function(value) -> bool:
+    """A numba CPU dispatcher (``numba.njit``) or an ``@intrinsic``, which
+    numba-cuda also compiles when a kernel calls them."""
+    kind = type(value).__name__
+    module = type(value).__module__ or ""
+    return module.startswith("numba") and (
+        kind == "_Intrinsic" or (hasattr(value, "py_func") and hasattr(value, "targetoptions")))
+
+
+def _registered_jitable(func, qualname, label) -> bool:
+    """True when user function `func` is made callable from kernels by
+    ``register_jitable`` (it compiles as a device function would).  A user
+    function with its own ``@overload`` implementation is refused: numba keeps
+    the implementations it builds in process-wide tables keyed by argument
+    types alone, which the cache cannot key."""
+    from numba.cuda.descriptor import cuda_target
+
+    context = cuda_target.typing_context
+    context.refresh()
+    found = context._lookup_global(func)
+    templates = getattr(found, "templates", None) or ()
+    if not templates:
+        return False
+    for template in templates:
+        overload_func = getattr(template, "_overload_func", None)
+        name = getattr(overload_func, "__qualname__", "")
+        if name.startswith("register_jitable.") and _file_origin(overload_func.__code__.co_filename):
+            continue
+        raise UnsupportedKernelError(
+            f"{qualname} calls {label}, which has an @overload implementation defined in user "
+            f"code ({name or template.__name__}); the cache cannot key numba's per-type tables "
+            "of such implementations yet.  Write the implementation as a "
+            "@cuda.jit(device=True) function and call that"
+        )
+    return True
+
+
+def library_identity_digest(pyfunc) -> Optional[str]:
+    """A digest naming library function `pyfunc` (None for user code): its
+    place, its code, its library's version and what its closure holds.  Used
+    to name the proxies of library functions numba reaches on its own."""
+    code = pyfunc.__code__
+    if _file_origin(code.co_filename) is None:
+        return None
+    cells = []
+    for cell in pyfunc.__closure__ or ():
+        try:
+            cells.append(_describe(cell.cell_contents))
+        except ValueError:
+            cells.append("empty")
+    return digest(["library function", pyfunc.__module__, pyfunc.__qualname__,
+                   _class_version(pyfunc) or "stdlib", _code_digest(code, False), cells])
+
+
+def _describe(value):
+    """A process-independent description of a value a library closure holds
+    (numbers, strings, numba types, functions and classes by name)."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return [type(value).__name__, value]
+    if isinstance(value, (tuple, list)):
+        return [type(value).__name__, [_describe(v) for v in value]]
+    if isinstance(value, dict):
+        return ["dict", sorted([repr(k), _describe(v)] for k, v in value.items())]
+    pyfunc = getattr(value, "py_func", value)
+    if isinstance(pyfunc, (pytypes.FunctionType, type, pytypes.BuiltinFunctionType)):
+        return ["named", getattr(pyfunc, "__module__", None), getattr(pyfunc, "__qualname__", None)]
+    from numba.cuda import types as nbtypes
+
+    if isinstance(value, nbtypes.Type):
+        return ["numba type", str(value)]
+    # Anything else is told apart by identity within this process only.
+    return ["object", type(value).__qualname__, id(value)]
 
 
 def _class_data(cls) -> list:

@@ -28,6 +28,7 @@ here:
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import linecache
 import threading
@@ -46,6 +47,7 @@ from numba.cuda.compiler import (
     kernel_fixup,
 )
 from numba.cuda.core import config as nbconfig
+from numba.cuda.core.base import OverloadSelector
 from numba.cuda.core import sigutils
 from numba.cuda.core.bytecode import FunctionIdentity
 from numba.cuda.core.compiler import _EarlyPipelineCompletion
@@ -244,11 +246,13 @@ def symbol_uid(identity_digest: str) -> int:
 
 
 def run_typing(pyfunc, argtypes, config: CompileConfig, *, kernel: bool, uid: Optional[int] = None,
-               qualname=None) -> TypedFunction:
-    """Type `pyfunc` for `argtypes`.  Kernels must return void."""
+               qualname=None, fresh: Optional[bool] = None) -> TypedFunction:
+    """Type `pyfunc` for `argtypes`.  Kernels must return void.  ``fresh``:
+    make new proxies for the library device functions reached (a forced
+    compile); None keeps the enclosing compile's choice."""
     qualname = qualname or pyfunc.__qualname__
     return_type = nbtypes.void if kernel else None
-    with _numba_compiling(), _compiling_for(config), targets.track() as reads:
+    with _numba_compiling(), _compiling_for(config, "typing", fresh), targets.track() as reads:
         try:
             pipeline = _TypingPipeline(
                 cuda_target.typing_context, cuda_target.target_context, None,
@@ -316,23 +320,31 @@ def _lower(typed: TypedFunction, config: CompileConfig):
 
 
 class _ActiveConfig(threading.local):
-    """The config of the kernel being typed or lowered on this thread."""
+    """The compile running on this thread: the kernel's config, whether it is
+    typing or lowering, and (when forced) the library functions already given
+    fresh proxies."""
 
     def __init__(self):
         self.config: Optional[CompileConfig] = None
+        self.phase: Optional[str] = None  # "typing" or "lowering"
+        self.fresh: Optional[set] = None
 
 
 _active = _ActiveConfig()
 
 
 @contextlib.contextmanager
-def _compiling_for(config: CompileConfig):
-    previous = _active.config
-    _active.config = config
+def _compiling_for(config: CompileConfig, phase: str, fresh: Optional[bool] = None):
+    """Mark this thread as typing or lowering for `config`; ``fresh`` (typing
+    only) makes new proxies for the library functions numba reaches."""
+    previous = (_active.config, _active.phase, _active.fresh)
+    _active.config, _active.phase = config, phase
+    if fresh is not None:
+        _active.fresh = set() if fresh else None
     try:
         yield
     finally:
-        _active.config = previous
+        _active.config, _active.phase, _active.fresh = previous
 
 
 class _Overload:
@@ -364,6 +376,7 @@ class DeviceProxy(CUDADispatcher):
         # target context; unregister them when dropped, or when the proxy goes.
         live_keys = set()
         self._live_keys = live_keys
+        self._lazy_keys = {}
         self._lowered = targets.VariantMemo(on_evict=lambda found: _unregister(live_keys, found[0]))
         weakref.finalize(self, _unregister_all, live_keys)
 
@@ -397,7 +410,7 @@ class DeviceProxy(CUDADispatcher):
             return impl_key
         self.compile_device(args)
         typed = self._typed.get(args, config.cc)
-        with targets.track() as reads:
+        with _compiling_for(config, "lowering"), targets.track() as reads:
             try:
                 cres = _lower(typed, config)
             except Exception as exc:
@@ -408,6 +421,103 @@ class DeviceProxy(CUDADispatcher):
         self._live_keys.add(impl_key)
         self._lowered.put(key, reads, (impl_key, reads))
         return impl_key
+
+
+class _LazyImplKey:
+    """The implementation of a call typed before its lowering config is known.
+
+    numba's @overload templates ask for the implementation while typing and
+    keep it in process-wide tables keyed by argument types alone.  Typed IR is
+    shared by every lowering config, so the key handed to numba stands for
+    "the proxy's lowering of these arguments for whichever config lowers the
+    call": `_LazySelector` resolves it then.
+    """
+
+    def __init__(self, proxy, args):
+        self.proxy = proxy
+        self.args = args
+
+    def __repr__(self):
+        return f"<lazily lowered {self.proxy.py_func.__qualname__}{self.args}>"
+
+
+class _LazySelector(OverloadSelector):
+    """numba's implementation table entry for a `_LazyImplKey`."""
+
+    def __init__(self, lazy: _LazyImplKey):
+        super().__init__()
+        self.lazy = lazy
+
+    def find(self, sig):  # never cached: the answer depends on the active config
+        impl_key = self.lazy.proxy.get_overload(self.lazy.args)
+        return cuda_target.target_context._defns[impl_key].find(sig)
+
+
+def _lazy_key(proxy, args):
+    key = proxy._lazy_keys.get(args)
+    if key is None:
+        key = proxy._lazy_keys[args] = _LazyImplKey(proxy, args)
+        cuda_target.target_context._defns[key] = _LazySelector(key)
+        proxy._live_keys.add(key)
+    return key
+
+
+# Device functions numba reaches on its own while a kernel compiles: library
+# helpers (cuda.random), @overload and register_jitable implementations in
+# libraries.  numba would compile each for the current GPU with its own flags
+# and cache it by argument types; here each gets a proxy, typed for the
+# kernel's target and lowered with its config, like the kernel's own device
+# functions.  Library code changes only with its version (in the token).
+_library_proxies: "weakref.WeakKeyDictionary[CUDADispatcher, DeviceProxy]" = weakref.WeakKeyDictionary()
+
+
+def _route(dispatcher) -> "DeviceProxy":
+    from .sources import library_identity_digest
+
+    pyfunc = dispatcher.py_func
+    digest = library_identity_digest(pyfunc)
+    if digest is None:
+        raise UnsupportedKernelError(
+            f"{pyfunc.__module__}.{pyfunc.__qualname__} is user code that numba compiles on its own "
+            "while compiling the kernel (an @overload of a library function, or a device function "
+            "held where the cache cannot see it); the cache cannot key it, so it is refused. "
+            "Call it as a @cuda.jit(device=True) function read from a global or closure variable"
+        )
+    fresh = _active.fresh
+    with global_compiler_lock:
+        proxy = _library_proxies.get(dispatcher)
+        if proxy is None or proxy.identity_digest != digest or (
+                fresh is not None and dispatcher not in fresh):
+            proxy = DeviceProxy(None, pyfunc, digest)
+            _library_proxies[dispatcher] = proxy
+            if fresh is not None:
+                fresh.add(dispatcher)
+        return proxy
+
+
+def _routed(name):
+    """A CUDADispatcher method that, inside a gpucache_ext compile, hands the
+    call to the dispatcher's proxy (numba's own outside one)."""
+    original = getattr(CUDADispatcher, name)
+
+    @functools.wraps(original)
+    def method(self, *args, **kwargs):
+        if _active.config is None or isinstance(self, DeviceProxy):
+            return original(self, *args, **kwargs)
+        proxy = _route(self)
+        if name == "get_overload" and _active.phase == "typing":
+            proxy.compile_device(tuple(args[0]))
+            return _lazy_key(proxy, tuple(args[0]))
+        return getattr(proxy, name)(*args, **kwargs)
+
+    method._gpucache_routed = True
+    return method
+
+
+def _install_routes():
+    for name in ("get_call_template", "compile_device", "get_overload"):
+        if not getattr(getattr(CUDADispatcher, name), "_gpucache_routed", False):
+            setattr(CUDADispatcher, name, _routed(name))
 
 
 def _unregister(live_keys, impl_key):
@@ -467,7 +577,7 @@ class LLVMArtifact:
 
 def run_llvm(typed: TypedFunction, config: CompileConfig) -> LLVMArtifact:
     """Lower typed IR for the lowering fields of `config` (and its target)."""
-    with _numba_compiling(), _compiling_for(config), targets.track() as reads:
+    with _numba_compiling(), _compiling_for(config, "lowering"), targets.track() as reads:
         try:
             cres = _lower(typed, config)
             library = cres.library
@@ -628,3 +738,6 @@ def normalize_signature(sig) -> Tuple[Any, ...]:
     if return_type not in (None, nbtypes.void, nbtypes.none):
         raise TypeError(f"invalid kernel signature {sig!r}: a CUDA kernel must return void")
     return tuple(args)
+
+
+_install_routes()

@@ -546,3 +546,174 @@ def test_decorator_options_numba_refuses_are_refused(ip, options, match):
                              "def refused(r):\n    r[0] = 1.0\n")
         assert not result.success and match in str(result.error_in_exec)
         assert "refused" not in ip.user_ns
+
+
+# ---------------------------------------------------------------------------
+# 7. Device functions reached indirectly are proxied (or refused clearly)
+
+
+def lowered_flags(result, name):
+    """The definitions of device function `name` in the NVVM IR (numba's symbol
+    names carry the lowering flags, e.g. fastmath)."""
+    found = [line.split("(")[0] for line in result.llvm_ir.splitlines()
+             if line.startswith("define") and name in line]
+    assert found, f"{name} is not defined in the NVVM IR"
+    return found
+
+
+def test_device_functions_held_in_a_tuple_are_tracked_and_proxied():
+    ns = notebook_namespace()
+    cell = """
+    @cuda.jit(device=True)
+    def first(x):
+        return x + {add}
+
+    @cuda.jit(device=True)
+    def second(x):
+        return x * 2.0
+
+    STEPS = (first, second)
+
+    def kernel(r):
+        r[0] = STEPS[1](STEPS[0](r[0]))
+    """
+    run_cell(ns, cell.format(add=1.0))
+    cache = KernelCache()
+    before = cache.compile(ns["kernel"], "void(float32[:])", SM80)
+    run_cell(ns, cell.format(add=5.0))
+    assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80, differs_from=before)
+    # lowered with the kernel's flags, like any device function
+    plain = cache.compile(ns["kernel"], "void(float32[:])", SM80)
+    fast = assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80.replace(fastmath=True))
+    assert lowered_flags(fast, "first") != lowered_flags(plain, "first")
+
+
+def test_device_function_in_an_edited_submodule_recompiles(user_package):
+    write(user_package / "devpkg" / "__init__.py", "")
+    write(user_package / "devpkg" / "ops.py", """
+    from numba import cuda
+
+    @cuda.jit(device=True)
+    def scale(x):
+        return x * 3.0
+    """)
+    ns = notebook_namespace()
+    run_cell(ns, """
+    import devpkg.ops
+
+    def kernel(r):
+        r[0] = devpkg.ops.scale(r[0])
+    """)
+    cache = KernelCache()
+    before = cache.compile(ns["kernel"], "void(float32[:])", SM80)
+    write(user_package / "devpkg" / "ops.py", """
+    from numba import cuda
+
+    @cuda.jit(device=True)
+    def scale(x):
+        return x * 7.0
+    """)
+    importlib.reload(sys.modules["devpkg.ops"])
+    assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80, differs_from=before)
+
+
+RANDOM_CELL = """
+from numba.cuda.random import xoroshiro128p_uniform_float32
+
+def direct(states, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = xoroshiro128p_uniform_float32(states, i)
+
+def through_module(states, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = cuda.random.xoroshiro128p_uniform_float32(states, i)
+"""
+
+
+def test_library_device_functions_compile_for_the_kernels_target_and_flags():
+    from numba.cuda.random import xoroshiro128p_dtype
+    from numba.cuda.typing.typeof import typeof
+
+    ns = notebook_namespace()
+    run_cell(ns, RANDOM_CELL)
+    sig = (typeof(np.zeros(4, dtype=xoroshiro128p_dtype)), typeof(np.zeros(4, dtype=np.float32)))
+    cache = KernelCache()
+    for name in ("direct", "through_module"):
+        plain = assert_fresh(cache, ns[name], sig, SM80)
+        fast = assert_fresh(cache, ns[name], sig, SM80.replace(fastmath=True))
+        # the helper is lowered with the kernel's flags
+        assert lowered_flags(plain, "xoroshiro") != lowered_flags(fast, "xoroshiro")
+        assert_fresh(cache, ns[name], sig, CompileConfig(sm=90, debug=True, opt=0))
+    # forced: fresh proxies for the library helpers too, same bytes
+    assert artifacts(cache.compile(ns["direct"], sig, SM80, force=True)) == fresh(ns["direct"], sig, SM80)
+
+
+JITABLE_CELL = """
+import numba
+from numba.cuda.extending import register_jitable
+
+@register_jitable
+def helper(x):
+    return x * {factor}
+
+@numba.njit
+def cpu_helper(x):
+    return x + {factor}
+
+def kernel(r):
+    r[0] = helper(r[0]) + cpu_helper(r[1])
+"""
+
+
+def test_register_jitable_and_njit_user_functions_are_tracked_and_proxied():
+    ns = notebook_namespace()
+    run_cell(ns, JITABLE_CELL.format(factor=2.0))
+    cache = KernelCache()
+    before = cache.compile(ns["kernel"], "void(float32[:])", SM80)
+    assert any(name.startswith("device function helper") for name in before.layers["typing"].components)
+    run_cell(ns, JITABLE_CELL.format(factor=4.0))
+    after = assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80, differs_from=before)
+    assert "device function helper changed" in after.layers["typing"].reasons
+    fast = assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80.replace(fastmath=True))
+    assert lowered_flags(fast, "helper") != lowered_flags(after, "helper")
+
+
+def test_user_overloads_and_intrinsics_are_refused_by_name():
+    ns = notebook_namespace()
+    run_cell(ns, """
+    import math
+    from numba.cuda.extending import intrinsic, overload
+
+    def triple(x):
+        return x * 3
+
+    @overload(triple, target="cuda")
+    def triple_impl(x):
+        return lambda x: x * 3
+
+    @intrinsic
+    def passthrough(typingctx, x):
+        from numba.cuda.typing import signature
+        return signature(x, x), lambda context, builder, sig, args: args[0]
+
+    @overload(math.perm, target="cuda")
+    def perm_impl(n, k):
+        return lambda n, k: n * k
+
+    def uses_overload(r):
+        r[0] = triple(r[0])
+
+    def uses_intrinsic(r):
+        r[0] = passthrough(r[0])
+
+    def overloads_a_library_function(r):
+        r[0] = math.perm(5, 2)
+    """)
+    cache = KernelCache()
+    for name, match in (("uses_overload", "triple_impl"), ("uses_intrinsic", "@intrinsic"),
+                        ("overloads_a_library_function", "perm_impl")):
+        with pytest.raises(UnsupportedKernelError, match=match):
+            cache.compile(ns[name], "void(float32[:])", SM80)
+    assert set(_entries(cache).values()) == {0}
