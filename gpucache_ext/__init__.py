@@ -15,6 +15,7 @@ from .config import FIELD_STAGES, STAGES, CompileConfig
 from .errors import CompileError, ConfigError, GpuCacheError, UnsupportedKernelError
 from .cache import CompileResult, KernelCache, LayerResult
 from .kernel import Kernel, LaunchError
+from .audit import AuditWarning
 
 _default_cache = None
 _default_settings = {}
@@ -34,13 +35,14 @@ def default_cache() -> KernelCache:
     return _default_cache
 
 
-def configure_default_cache(directory=None, redis_url=None) -> None:
+def configure_default_cache(directory=None, redis_url=None, audit=None) -> None:
     """Override the environment for the default cache (from the next `default_cache()`):
-    the disk tier's `directory` and the shared tier's `redis_url` (None: as the environment says)."""
+    the disk tier's `directory`, the shared tier's `redis_url` and `audit` (see
+    `KernelCache`); None: as the environment says."""
     global _default_cache
     _default_settings.clear()
-    _default_settings.update({k: v for k, v in (("directory", directory), ("redis_url", redis_url))
-                              if v is not None})
+    _default_settings.update({k: v for k, v in (("directory", directory), ("redis_url", redis_url),
+                                                ("audit", audit)) if v is not None})
     _default_cache = None
 
 
@@ -74,6 +76,6 @@ __all__ = [
     "CompileConfig", "KernelCache", "CompileResult", "LayerResult", "Kernel", "LaunchError",
     "default_cache", "configure_default_cache", "inspector",
     "FIELD_STAGES", "STAGES",
-    "GpuCacheError", "ConfigError", "CompileError", "UnsupportedKernelError",
+    "GpuCacheError", "ConfigError", "CompileError", "UnsupportedKernelError", "AuditWarning",
 ]
 __version__ = "0.1.0"

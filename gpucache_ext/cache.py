@@ -22,11 +22,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 import weakref
 from collections import OrderedDict, deque
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import stages, targets
+from .audit import AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, first_difference, parse_audit
 from .config import STAGES, CompileConfig
 from .results import CompileResult, LayerResult, parse_resources, short_signature  # noqa: F401
 from .disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
@@ -43,13 +45,15 @@ _HISTORY_LIMIT = 4096
 
 
 class _LayerStats:
-    __slots__ = ("hits", "misses", "compile_seconds", "saved_seconds")
+    __slots__ = ("hits", "misses", "compile_seconds", "saved_seconds", "audits", "audit_mismatches")
 
     def __init__(self):
         self.hits = 0
         self.misses = 0
         self.compile_seconds = 0.0
         self.saved_seconds = 0.0  # what the entries that hit took to compile
+        self.audits = 0  # artifacts compared with a fresh compile
+        self.audit_mismatches = 0
 
 
 class KernelCache:
@@ -66,11 +70,17 @@ class KernelCache:
     given), ``tiers`` any others.  `KernelCache.from_environment` builds one
     from the ``GPUCACHE_*`` variables.  Safe to use from several threads and,
     through the disk tier, from several processes.
+
+    ``audit`` checks the cache's own hits (see `gpucache_ext.audit`): False
+    (default), True for every compile that hit a stage, or the fraction of
+    them to check (0.1); ``audit_background`` runs the checks in a background
+    thread (default) or before `compile` returns.
     """
 
     def __init__(self, max_entries=None, max_bytes=None, *, directory=None,
                  max_disk_bytes: Optional[int] = DEFAULT_DISK_BYTES, redis_url: Optional[str] = None,
-                 secret: Optional[str] = None, tiers: Sequence[Tier] = ()):
+                 secret: Optional[str] = None, tiers: Sequence[Tier] = (), audit=False,
+                 audit_background: bool = True):
         limits = _per_stage(max_entries, DEFAULT_MAX_ENTRIES, "max_entries")
         byte_limits = _per_stage(max_bytes, dict.fromkeys(STAGES), "max_bytes")
         self._memory = {s: MemoryTier(limits[s], byte_limits[s]) for s in STAGES}
@@ -86,7 +96,9 @@ class KernelCache:
         self._origins: "OrderedDict[str, tuple]" = OrderedDict()  # cubin token -> inputs
         self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
         self._misses = deque(maxlen=256)
+        self._mismatches = deque(maxlen=256)
         self._lock = threading.RLock()
+        self._auditor = Auditor(parse_audit(audit), audit_background)
 
     @classmethod
     def from_environment(cls, directory=None, redis_url=None, **kwargs) -> "KernelCache":
@@ -97,7 +109,8 @@ class KernelCache:
         ``GPUCACHE_MAX_BYTES``: the disk tier's cap (default 1 GiB).
         ``GPUCACHE_REDIS_URL``: a shared Redis tier, overridden by
         `redis_url`.  ``GPUCACHE_SECRET``: sign and check the shared tier's
-        entries.
+        entries.  ``GPUCACHE_AUDIT``: audit hits ("all", or a fraction such as
+        0.1; see `gpucache_ext.audit`).
         """
         env = os.environ
         if directory is None:
@@ -109,18 +122,21 @@ class KernelCache:
             max_disk_bytes = int(max_disk) if max_disk else DEFAULT_DISK_BYTES
         except ValueError:
             raise ValueError(f"GPUCACHE_MAX_BYTES={max_disk!r} is invalid; use a number of bytes") from None
+        kwargs.setdefault("audit", env.get("GPUCACHE_AUDIT") or False)
         return cls(directory=directory, max_disk_bytes=max_disk_bytes,
                    redis_url=redis_url or env.get("GPUCACHE_REDIS_URL") or None,
                    secret=env.get("GPUCACHE_SECRET") or None, **kwargs)
 
     # -- public API --------------------------------------------------------
     def compile(self, func, sig, config: Optional[CompileConfig] = None, *,
-                force: bool = False) -> CompileResult:
+                force: bool = False, audit: Optional[bool] = None) -> CompileResult:
         """Compile `func` (a Python function or numba.cuda.jit dispatcher) for
         the argument types `sig` and `config`, reusing every cached stage.
 
         The dispatcher's own options are not read: `config` decides.  With
         ``force``, every stage is compiled again and its entry replaced.
+        ``audit``: True audits this compile before returning (if a stage hit),
+        False never, None as the cache's ``audit`` setting says.
         """
         config = CompileConfig() if config is None else config
         if not isinstance(config, CompileConfig):
@@ -128,6 +144,11 @@ class KernelCache:
         pyfunc = python_function(func)
         argtypes = stages.normalize_signature(sig)
         result = _Plan(self, pyfunc, argtypes, config).run(force)
+        if not force and audit is not False and any(layer.hit for layer in result.layers.values()) \
+                and self._auditor.wants(forced=bool(audit)):
+            result.audit = AuditOutcome()
+            self._auditor.submit(lambda: self._audit(pyfunc, argtypes, config, result),
+                                 background=False if audit else None)
         with self._lock:
             for layer in result.layers.values():
                 self._origins[layer.token] = (weakref.ref(pyfunc), argtypes, config)
@@ -163,7 +184,7 @@ class KernelCache:
     def stats(self) -> Dict[str, Dict[str, Any]]:
         """Per stage: hits, misses, entries, bytes, evictions, compile seconds
         (spent on misses), saved seconds (what the hits' entries took to
-        compile), and per tier ``tiers[name]``: hits, saved seconds, entries,
+        compile), audits and audit mismatches (see `gpucache_ext.audit`), and per tier ``tiers[name]``: hits, saved seconds, entries,
         bytes (and ``corrupt``, ``rejected`` for persistent tiers)."""
         with self._lock:
             result = {}
@@ -185,6 +206,8 @@ class KernelCache:
                     "evictions": memory.evictions,
                     "compile_seconds": round(self._stats[stage].compile_seconds, 6),
                     "saved_seconds": round(self._stats[stage].saved_seconds, 6),
+                    "audits": self._stats[stage].audits,
+                    "audit_mismatches": self._stats[stage].audit_mismatches,
                     "tiers": tiers,
                 }
             return result
@@ -251,6 +274,69 @@ class KernelCache:
             if stage is None:
                 self._proxies.clear()
 
+    # -- audit -------------------------------------------------------------
+    def _audit(self, pyfunc, argtypes, config, result: CompileResult) -> None:
+        """Compile `result`'s inputs again from nothing and compare every artifact."""
+        outcome = result.audit
+        try:
+            fresh = KernelCache(audit=False).compile(pyfunc, argtypes, config, force=True)
+        except Exception as exc:
+            outcome.state, outcome.error = "failed", f"{type(exc).__name__}: {exc}"
+            outcome.done.set()
+            warnings.warn(f"gpucache_ext audit of {result.kernel}: the fresh compile failed "
+                          f"({outcome.error}) although the cache served it", AuditWarning, stacklevel=2)
+            return
+        cached = {"llvm": result._llvm, "ptx": result._ptx, "cubin": result._cubin}
+        fresh_artifacts = {"llvm": fresh._llvm, "ptx": fresh._ptx, "cubin": fresh._cubin}
+        for stage in AUDITED_STAGES:
+            difference = first_difference(stage, cached[stage], fresh_artifacts[stage])
+            with self._lock:
+                self._stats[stage].audits += 1
+                if difference is not None:
+                    self._stats[stage].audit_mismatches += 1
+            if difference is not None:
+                layer = result.layers[stage]
+                outcome.mismatches.append(Mismatch(
+                    result.kernel, stage, layer.token,
+                    tuple(sorted((name, part.shown) for name, part in layer.components.items())),
+                    difference))
+        outcome.stages = AUDITED_STAGES
+        if outcome.mismatches:
+            self._replace_chain(result, fresh)
+            result._llvm, result._ptx, result._cubin = fresh._llvm, fresh._ptx, fresh._cubin
+            with self._lock:
+                self._mismatches.extend(outcome.mismatches)
+            for mismatch in outcome.mismatches:
+                warnings.warn(mismatch.message(), AuditWarning, stacklevel=2)
+        outcome.state = "mismatch" if outcome.mismatches else "passed"
+        outcome.done.set()
+
+    def _replace_chain(self, result: CompileResult, fresh: CompileResult) -> None:
+        """Evict every entry `result` was served from (a wrong one anywhere in
+        the chain taints what follows) and file the fresh artifacts instead."""
+        artifacts = {"llvm": fresh._llvm, "ptx": fresh._ptx, "cubin": fresh._cubin}
+        with self._lock:
+            for stage in STAGES:
+                layer = result.layers[stage]
+                self.evict(stage, layer.token)
+                if stage in artifacts:
+                    artifact = artifacts[stage]
+                    self._put(stage, Entry(layer.token, result.kernel, artifact, dict(layer.components),
+                                           artifact.nbytes, fresh.layers[stage].seconds,
+                                           signature=short_signature(result.signature),
+                                           config=result.config.summary(),
+                                           reasons=("replaced after an audit mismatch",),
+                                           config_fields=result.config.fields()))
+
+    def audit_wait(self) -> None:
+        """Block until every audit submitted so far is done."""
+        self._auditor.wait()
+
+    def audit_mismatches(self) -> List[Mismatch]:
+        """The latest audit mismatches, newest last."""
+        with self._lock:
+            return list(self._mismatches)
+
     def recent_misses(self):
         """The latest misses, newest last: dicts with kernel, stage, token, reasons."""
         with self._lock:
@@ -293,7 +379,7 @@ class KernelCache:
                 return entry, token, tier
             for reads in entry.variants:
                 if targets.holds_for(reads, cc):
-                    variant = _with_reads(token, reads)
+                    variant = target_variant(token, reads)
                     found, tier = self._find(stage, variant.hex)
                     if found is not None:
                         return found, variant, tier
@@ -310,7 +396,7 @@ class KernelCache:
                     variants.append(reads)
                 self._put(stage, Entry(token.hex, kernel, None, token.components, 0, 0.0,
                                        variants=variants))
-                token = _with_reads(token, reads)
+                token = target_variant(token, reads)
             reasons = self._explain(stage, token, kernel)
             self._put(stage, Entry(token.hex, kernel, artifact, token.components, artifact.nbytes,
                                    seconds, signature=plan.signature_text,
@@ -402,7 +488,8 @@ def _entry_row(stage, entry: Entry) -> Dict[str, Any]:
             "reasons": tuple(entry.reasons)}
 
 
-def _with_reads(token: Token, reads: targets.TargetReads) -> Token:
+def target_variant(token: Token, reads: targets.TargetReads) -> Token:
+    """The token an artifact is filed under when building it asked `reads` of the target."""
     return extend_token(token, {"target": component(targets.reads_key(reads), targets.describe(reads))})
 
 

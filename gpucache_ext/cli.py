@@ -6,6 +6,7 @@
     gpucache clear [--layer L]              delete entries
     gpucache prune --max-bytes 500M         evict least recently used entries
     gpucache verify [--fix]                 check every entry's key and checksum
+    gpucache verify --recompile [--sample F]  compile entries again and compare
 
 ``--dir`` picks the cache directory (default: ``GPUCACHE_DIR``, else the
 platform's user cache folder); ``--json`` prints machine-readable output.
@@ -39,6 +40,16 @@ def parse_bytes(text: str) -> int:
     if not match:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size; use e.g. 1000000, 500M or 2G")
     return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1], e.g. 0.1")
+    return value
 
 
 def parse_age(text: str) -> float:
@@ -223,14 +234,77 @@ def cmd_prune(tier, args, out):
 def cmd_verify(tier, args, out):
     checked = len(tier.scan())
     bad = tier.verify(fix=args.fix, progress=Progress("verifying", not args.json))
+    audit = _recompile_all(tier, args, out) if args.recompile else None
     if args.json:
-        out({"checked": checked, "bad": [{"layer": s, "path": str(p), "problem": why} for s, p, why in bad],
-             "fixed": args.fix})
+        report = {"checked": checked, "fixed": args.fix,
+                  "bad": [{"layer": s, "path": str(p), "problem": why} for s, p, why in bad]}
+        if audit is not None:
+            report["recompiled"] = audit
+        out(report)
     else:
         for stage, path, why in bad:
             out(f"BAD {stage} {path.name[:16]}: {why}{' (removed)' if args.fix else ''}")
         out(f"checked {checked} entries: {len(bad)} bad" + (", removed" if args.fix and bad else ""))
-    return 1 if bad and not args.fix else 0
+        if audit is not None:
+            counts = audit["counts"]
+            out(f"recompiled {counts['match'] + counts['mismatch']} entries: {counts['mismatch']} "
+                f"differed from a fresh compile and {counts['tainted']} were built from those "
+                f"(evicted); {counts['skipped']} skipped (llvm entries need the kernel's source; "
+                f"others need their upstream entry); {counts['failed']} failed")
+    mismatched = audit is not None and (audit["counts"]["mismatch"] or audit["counts"]["failed"])
+    return 1 if (bad and not args.fix) or mismatched else 0
+
+
+def _recompile_all(tier: DiskTier, args, out) -> dict:
+    """Compile sampled ptx and cubin entries again from their upstream entries
+    and compare (see `gpucache_ext.audit.recompile_entry`); evict mismatches."""
+    import random
+
+    from .audit import recompile_entry
+
+    files = [(stage, path) for stage, path, _ in tier.scan()]
+    chosen = random.Random(args.seed).sample(files, max(1, round(len(files) * args.sample))) \
+        if args.sample < 1 and files else files
+    # upstream layers first: an entry built from a wrong one is wrong too
+    chosen.sort(key=lambda item: PERSISTENT_STAGES.index(item[0]))
+    counts = dict.fromkeys(("match", "mismatch", "tainted", "skipped", "failed"), 0)
+    found, wrong = [], set()
+    progress = Progress("recompiling", not args.json)
+    for done, (stage, path) in enumerate(chosen, 1):
+        progress(done, len(chosen))
+        token = path.name[: -len(".entry")]
+        entry = tier.get(stage, token)
+        if entry is None or entry.is_marker:  # damaged (verify reports it) or a marker
+            continue
+        status, difference = recompile_entry(stage, entry, lambda s, t, cc: _upstream(tier, s, t, cc),
+                                             wrong)
+        counts[status] += 1
+        if status in ("mismatch", "tainted", "failed"):
+            found.append({"layer": stage, "token": token, "kernel": entry.kernel, "status": status,
+                          "difference": difference})
+            if status != "failed":
+                wrong.add(token)
+                tier.delete(stage, token)
+            if not args.json:
+                out(f"{status.upper()} {stage} {token[:16]} {entry.kernel} [{entry.config}]"
+                    f"{'' if status == 'failed' else ' (evicted)'}\n{difference}")
+    return {"counts": counts, "entries": found, "sampled": len(chosen), "of": len(files)}
+
+
+def _upstream(tier: DiskTier, stage: str, token: str, cc):
+    """The entry of `stage` under `token`, or under its variant for target `cc`."""
+    from . import targets
+    from .cache import target_variant
+    from .tokens import Token
+
+    entry = tier.get(stage, token)
+    if entry is None or not entry.is_marker:
+        return entry
+    for reads in entry.variants:
+        if targets.holds_for(reads, cc):
+            variant = target_variant(Token(stage, token, entry.components), reads)
+            return tier.get(stage, variant.hex)
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -255,6 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--max-bytes", type=parse_bytes, required=True, metavar="N", help="e.g. 500M")
     verify = sub.add_parser("verify", help="check every entry's key and checksum")
     verify.add_argument("--fix", action="store_true", help="remove bad entries")
+    verify.add_argument("--recompile", action="store_true",
+                        help="also compile ptx and cubin entries again from their upstream "
+                             "entries and compare; evict any that differ")
+    verify.add_argument("--sample", type=_fraction, default=1.0, metavar="F",
+                        help="with --recompile: the fraction of entries to recompile (default 1)")
+    verify.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
     return parser
 
 

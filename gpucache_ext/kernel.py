@@ -149,7 +149,7 @@ class Kernel:
     def __init__(self, func, signatures: Sequence = (), config: Optional[CompileConfig] = None,
                  cache: Optional[KernelCache] = None, options: Optional[Dict[str, Any]] = None,
                  simulate: bool = False, on_compile: Optional[Callable[[CompileResult], None]] = None,
-                 force: bool = False):
+                 force: bool = False, audit: Optional[bool] = None):
         self.py_func = python_function(func)
         functools.update_wrapper(self, self.py_func)
         self.options = dict(options or {})
@@ -158,6 +158,7 @@ class Kernel:
         self.simulate = simulate
         self.on_compile = on_compile
         self.force = force  # recompile every stage at each signature's first compile
+        self.audit = audit  # True: audit each compile's hits at once (see KernelCache.compile)
         self.declared = tuple(normalize_signature(sig) for sig in signatures)
         self.results: Dict[Tuple, CompileResult] = {}
         self._checked: Dict[Tuple, int] = {}
@@ -183,7 +184,7 @@ class Kernel:
 
     def _compile(self, argtypes, force=False) -> CompileResult:
         force = force or (self.force and argtypes not in self.results)
-        result = self.cache.compile(self.py_func, argtypes, self.config, force=force)
+        result = self.cache.compile(self.py_func, argtypes, self.config, force=force, audit=self.audit)
         with self._lock:
             self.results[argtypes] = result
             self._checked[argtypes] = _generation
@@ -243,7 +244,8 @@ class Kernel:
         loaded.launch(args, griddim, blockdim, driver._to_core_stream(stream), sharedmem)
 
     def _gpu_kernel(self, result: CompileResult):
-        key = (result.signature, result.layers["cubin"].token)
+        # (an audit mismatch swaps the result's cubin for a fresh one: load that)
+        key = (result.signature, result.layers["cubin"].token, id(result.cubin))
         with self._lock:
             loaded = self._loaded.get(key)
             if loaded is None:

@@ -30,6 +30,7 @@ from IPython.display import display
 from traitlets import Bool, Unicode, default
 
 from . import default_cache
+from .audit import parse_audit
 from .cache import CompileResult
 from .config import STAGES, CompileConfig, parse_sm
 from .errors import ConfigError, GpuCacheError
@@ -80,6 +81,11 @@ class GpuCacheMagics(Magics):
              "Set GPUCACHE_SECRET to sign its entries.",
     ).tag(config=True)
     quiet = Bool(help="Do not show the per-cell report (env GPUCACHE_QUIET=1).").tag(config=True)
+    audit = Unicode(
+        help="Audit the cache's hits by compiling them again from nothing and comparing "
+             "(env GPUCACHE_AUDIT): 'off', 'all', or the fraction of hits to audit, e.g. '0.1'; "
+             "audits run in a background thread.",
+    ).tag(config=True)
 
     @default("default_sm")
     def _default_sm(self):
@@ -92,6 +98,10 @@ class GpuCacheMagics(Magics):
     @default("redis_url")
     def _default_redis_url(self):
         return os.environ.get("GPUCACHE_REDIS_URL", "")
+
+    @default("audit")
+    def _default_audit(self):
+        return os.environ.get("GPUCACHE_AUDIT", "")
 
     @default("quiet")
     def _default_quiet(self):
@@ -121,6 +131,8 @@ class GpuCacheMagics(Magics):
     @argument("--sig", action="append", default=[], metavar="SIG",
               help="signature for kernels without one, e.g. 'void(float32[:])'; repeatable")
     @argument("--force", action="store_true", help="recompile every stage and store the results")
+    @argument("--audit", action="store_true",
+              help="compile every hit of this cell again from nothing and compare (slower)")
     @argument("--explain", action="store_true", help="show every stage's token components")
     @argument("--simulate", action="store_true", help="run launches on numba's CUDA simulator")
     @argument("--quiet", action="store_true", help="no per-cell report")
@@ -258,7 +270,8 @@ class _CellContext:
 
     def make_kernel(self, func, sigs, options) -> Kernel:
         kernel = Kernel(func, sigs or self.signatures, self.config, default_cache(), options,
-                        simulate=self.args.simulate, on_compile=self.collect, force=self.args.force)
+                        simulate=self.args.simulate, on_compile=self.collect, force=self.args.force,
+                        audit=True if self.args.audit else None)
         self.kernels.append(kernel)
         return kernel
 
@@ -506,10 +519,16 @@ def load(shell):
     _magics = GpuCacheMagics(shell=shell)
     import gpucache_ext
 
-    if (_magics.cache_dir, _magics.redis_url) != (os.environ.get("GPUCACHE_DIR", ""),
-                                                  os.environ.get("GPUCACHE_REDIS_URL", "")):
+    try:
+        parse_audit(_magics.audit)
+    except ValueError as exc:
+        raise UsageError(f"GpuCacheMagics.audit (or GPUCACHE_AUDIT): {exc}") from None
+    settings = (_magics.cache_dir, _magics.redis_url, _magics.audit)
+    if settings != (os.environ.get("GPUCACHE_DIR", ""), os.environ.get("GPUCACHE_REDIS_URL", ""),
+                    os.environ.get("GPUCACHE_AUDIT", "")):
         gpucache_ext.configure_default_cache(directory=_magics.cache_dir or None,
-                                             redis_url=_magics.redis_url or None)
+                                             redis_url=_magics.redis_url or None,
+                                             audit=_magics.audit or None)
     shell.register_magics(_magics)
     shell.events.register("post_run_cell", _refresh_after_cell)
     from . import widgets  # after the refresh: the inspectors see the cell's compiles

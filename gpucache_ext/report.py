@@ -75,6 +75,18 @@ def _short_reason(result: CompileResult) -> str:
     return ""
 
 
+def _audit_cell(result: CompileResult) -> str:
+    """The audit of a compile: ok, pending, or which stages differed from a fresh compile."""
+    audit = result.audit
+    if audit is None:
+        return ""
+    if audit.state == "mismatch":
+        return "MISMATCH " + ",".join(sorted({m.stage for m in audit.mismatches}))
+    if audit.state == "failed":
+        return "FAILED"
+    return {"passed": "ok"}.get(audit.state, audit.state)
+
+
 def _kernel_name(result: CompileResult) -> str:
     return result.kernel.rsplit(".", 1)[-1]
 
@@ -96,11 +108,15 @@ class CellReport:
             row["time"] = format_seconds(result.seconds)
             row["saved"] = format_seconds(result.saved_seconds)
             row["why"] = _short_reason(result)
+            row["audit"] = _audit_cell(result)
             rows.append(row)
         return rows
 
     def _columns(self):
-        return ["kernel", "signature", "config", *STAGES, "time", "saved", "why"]
+        columns = ["kernel", "signature", "config", *STAGES, "time", "saved", "why"]
+        if any(result.audit is not None for result in self.results):
+            columns.append("audit")
+        return columns
 
     def __repr__(self) -> str:
         rows = self.rows()
@@ -143,8 +159,8 @@ class CellReport:
             cells = []
             for column in self._columns():
                 text = html.escape(row[column])
-                if column in STAGES:
-                    cls = "gpucache-hit" if not row[column].startswith("MISS") else "gpucache-miss"
+                if column in STAGES or column == "audit":
+                    cls = "gpucache-miss" if row[column].startswith(("MISS", "MISMATCH", "FAILED")) else "gpucache-hit"
                     cells.append(f'<td class="{cls}">{text}</td>')
                 elif column == "why":
                     cells.append(f'<td class="gpucache-why">{text}</td>')
@@ -161,7 +177,8 @@ class CellReport:
 class StatsTable:
     """The per-stage counters of a cache (`KernelCache.stats()`), for display."""
 
-    columns = ("hits", "misses", "entries", "bytes", "evictions", "compile_seconds")
+    columns = ("hits", "misses", "entries", "bytes", "evictions", "compile_seconds", "audits",
+               "audit_mismatches")
 
     def __init__(self, stats: Dict[str, Dict[str, float]]):
         self.stats = stats

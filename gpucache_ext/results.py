@@ -40,6 +40,9 @@ class CompileResult:
     _llvm: stages.LLVMArtifact = field(repr=False)
     _ptx: stages.PTXArtifact = field(repr=False)
     _cubin: stages.CubinArtifact = field(repr=False)
+    # When the cache audited this compile: its `gpucache_ext.audit.AuditOutcome`
+    # (after a mismatch, the artifacts above are the fresh ones).
+    audit: Any = field(default=None, repr=False)
 
     @property
     def llvm_ir(self) -> str:

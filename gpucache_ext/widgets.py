@@ -317,7 +317,8 @@ def sass_of(token: str, cubin: bytes) -> Tuple[Optional[str], Optional[str]]:
 _SUMMARY_COLUMNS = (
     ("hits", "hits"), ("misses", "misses"), ("hit_rate", "hit rate"), ("entries", "entries"),
     ("bytes", "bytes"), ("evictions", "evictions"), ("compile_seconds", "compile time spent"),
-    ("saved_seconds", "compile time saved"),
+    ("saved_seconds", "compile time saved"), ("audits", "audited"),
+    ("audit_mismatches", "audit mismatches"),
 )
 
 
@@ -335,7 +336,8 @@ def summary_rows(stats, saved) -> List[Dict[str, Any]]:
     """One dict per layer (then per tier, then a total): the numbers the summary shows."""
     rows = []
     tiers = _tier_names(stats)
-    totals = dict.fromkeys(("hits", "misses", "entries", "bytes", "evictions"), 0)
+    totals = dict.fromkeys(("hits", "misses", "entries", "bytes", "evictions", "audits",
+                            "audit_mismatches"), 0)
     totals.update(compile_seconds=0.0, saved_seconds=0.0)
     for stage in STAGES:
         s = stats.get(stage, {})
@@ -343,7 +345,8 @@ def summary_rows(stats, saved) -> List[Dict[str, Any]]:
                "misses": int(s.get("misses", 0)), "entries": int(s.get("entries", 0)),
                "bytes": int(s.get("bytes", 0)), "evictions": int(s.get("evictions", 0)),
                "compile_seconds": float(s.get("compile_seconds", 0.0)),
-               "saved_seconds": float(saved.get(stage, {}).get("total", 0.0))}
+               "saved_seconds": float(saved.get(stage, {}).get("total", 0.0)),
+               "audits": int(s.get("audits", 0)), "audit_mismatches": int(s.get("audit_mismatches", 0))}
         row["hit_rate"] = _rate(row["hits"], row["misses"])
         rows.append(row)
         for key in totals:
@@ -358,7 +361,8 @@ def summary_rows(stats, saved) -> List[Dict[str, Any]]:
                          "hit_rate": f"{100.0 * hits / lookups:.0f}%" if lookups else "-",
                          "entries": int(t.get("entries", 0)), "bytes": int(t.get("bytes", 0)),
                          "evictions": None, "compile_seconds": None,
-                         "saved_seconds": float(saved.get(stage, {}).get(name, 0.0))})
+                         "saved_seconds": float(saved.get(stage, {}).get(name, 0.0)),
+                         "audits": None, "audit_mismatches": None})
     total = {"stage": "all", "tier": None, **totals}
     total["hit_rate"] = _rate(total["hits"], total["misses"])
     rows.append(total)
@@ -393,7 +397,7 @@ def summary_html(stats, saved) -> str:
                 cells.append("<td></td>")
                 continue
             mark = ""
-            if field == "misses" and value and tier is None:
+            if field in ("misses", "audit_mismatches") and value and tier is None:
                 mark = "gpucache-miss"
             elif field == "hits" and value and tier is None:
                 mark = "gpucache-hit"
@@ -401,9 +405,10 @@ def summary_html(stats, saved) -> str:
         tier_attr = f' data-tier="{_esc(tier)}"' if tier else ""
         body.append(f'<tr class="{cls}" data-stage="{_esc(stage)}"{tier_attr}>'
                     f'<th scope="row">{_esc(title)}</th>{"".join(cells)}</tr>')
-    caption = ("Per layer: lookups that hit and missed, what is cached in memory, and compile "
-               "time spent (misses) and saved (hits); the indented rows give each tier's hits, "
-               "entries, bytes and saved time.")
+    caption = ("Per layer: lookups that hit and missed, what is cached in memory, compile "
+               "time spent (misses) and saved (hits), and artifacts audited against a fresh "
+               "compile (mismatches are soundness bugs); the indented rows give each tier's "
+               "hits, entries, bytes and saved time.")
     return (f'<table class="gpucache-table gpucache-summary-table"><caption>{caption}</caption>'
             f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 

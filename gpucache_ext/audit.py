@@ -1,0 +1,224 @@
+"""Self-audit: a cache hit is compiled again from nothing and compared.
+
+Tokens are the cache's only defence against stale code; the audit checks
+them.  With ``KernelCache(audit=...)`` (``%%gpukernel --audit``,
+``GPUCACHE_AUDIT``) a compile that hit any stage is compiled again in a
+brand-new pipeline (a fresh memory-only cache, new device proxies, every
+stage forced), and each stage that was served from the cache is compared with
+the fresh artifact, byte for byte: NVVM IR modules, PTX (or LTO-IR), cubin,
+nvJitLink's log and entry names.  The pipeline's outputs are canonical (see
+`stages.canonical_modules`); the one normalisation drops the compile times
+nvJitLink writes into its log (`artifact_parts`).
+
+A mismatch is a soundness bug.  It is reported loudly (`AuditWarning`, with
+the kernel, the stage, the token components and the first differing lines),
+counted in the stats, the cached entry is evicted from every tier and
+replaced by the fresh one, and the fresh artifacts are used: at once for a
+synchronous audit, and from the kernel's next launch for one in the
+background.
+
+`recompile_entry` does the same for one stored entry without the kernel's
+source: a PTX entry is compiled again from the NVVM IR entry it was built
+from, a cubin from its PTX (``gpucache verify --recompile``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import queue
+import re
+import random
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Tuple
+
+AUDITED_STAGES = ("llvm", "ptx", "cubin")  # typed IR has no bytes to compare
+
+
+class AuditWarning(UserWarning):
+    """A cache hit differed from a fresh compile of the same inputs."""
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One stage whose cached artifact differed from a fresh compile."""
+
+    kernel: str
+    stage: str
+    token: str
+    components: Tuple[Tuple[str, str], ...]  # (name, shown) of the token's components
+    difference: str  # the first differing lines
+
+    def message(self) -> str:
+        shown = "\n".join(f"    {name}: {value}" for name, value in self.components)
+        return (f"gpucache_ext audit: the cached {self.stage} artifact of {self.kernel} "
+                f"(token {self.token[:12]}) differs from a fresh compile of the same inputs; "
+                f"the entry was evicted and the fresh artifact is used.  This is a cache "
+                f"soundness bug: please report it with these details.\n  token components:\n"
+                f"{shown}\n  first difference:\n{self.difference}")
+
+
+@dataclass
+class AuditOutcome:
+    """The audit of one compile result: ``state`` is "pending", "passed",
+    "mismatch" or "failed" (the fresh compile itself raised)."""
+
+    state: str = "pending"
+    stages: Tuple[str, ...] = ()  # the stages compared
+    mismatches: List[Mismatch] = field(default_factory=list)
+    error: str = ""
+    done: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+
+    @property
+    def mismatched(self) -> bool:
+        return self.state == "mismatch"
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until the audit is done; False on timeout."""
+        return self.done.wait(timeout)
+
+
+def parse_audit(value) -> float:
+    """The fraction of hits to audit, from True/False/None, a number in [0, 1],
+    or text ("off", "all", "0.1"), as given to KernelCache or GPUCACHE_AUDIT."""
+    if value is None or value is False:
+        return 0.0
+    if value is True:
+        return 1.0
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("", "0", "off", "no", "false", "none"):
+            return 0.0
+        if text in ("1", "on", "yes", "true", "all"):
+            return 1.0
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"audit={value!r} is invalid; use off, all, or a fraction "
+                             "of hits to audit such as 0.1") from None
+    if isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0:
+        return float(value)
+    raise ValueError(f"audit={value!r} is invalid; use False, True, or a fraction in [0, 1]")
+
+
+_TIMING = re.compile(rb"^.*Compile time = .*$\n?", re.MULTILINE)
+
+
+def artifact_parts(stage: str, artifact) -> list:
+    """What an artifact consists of, as comparable values (metadata and bytes).
+
+    The one normalisation: nvJitLink's info log (kept with the cubin, for its
+    resource figures) reports how long ptxas took, which differs run to run;
+    those lines are left out of the comparison.
+    """
+    from .codec import _parts
+
+    meta, parts = _parts(stage, artifact)
+    if stage == "cubin":
+        parts = [parts[0], _TIMING.sub(b"", parts[1]), *parts[2:]]
+    return [meta, parts]
+
+
+def first_difference(stage: str, cached, fresh, context: int = 3) -> Optional[str]:
+    """The first lines where two artifacts differ (None when equal)."""
+    (cached_meta, cached_parts), (fresh_meta, fresh_parts) = (
+        artifact_parts(stage, cached), artifact_parts(stage, fresh))
+    if cached_meta == fresh_meta and cached_parts == fresh_parts:
+        return None
+    for index, (old, new) in enumerate(zip(cached_parts, fresh_parts)):
+        if old == new:
+            continue
+        try:
+            old_lines, new_lines = old.decode().splitlines(), new.decode().splitlines()
+        except UnicodeDecodeError:
+            where = next(i for i, (a, b) in enumerate(zip(old + b"\0", new + b"\1")) if a != b)
+            return (f"    part {index}: binary, {len(old)} vs {len(new)} bytes, "
+                    f"first differing byte at offset {where}")
+        diff = list(difflib.unified_diff(old_lines, new_lines, "cached", "fresh", lineterm="", n=context))
+        return "\n".join(f"    {line}" for line in diff[:2 + 4 * context])
+    if len(cached_parts) != len(fresh_parts):
+        return f"    {len(cached_parts)} parts cached, {len(fresh_parts)} fresh"
+    return f"    metadata: cached {cached_meta} != fresh {fresh_meta}"
+
+
+class Auditor:
+    """Samples a cache's hits and audits them, in a background thread or at once."""
+
+    def __init__(self, fraction: float, background: bool, seed: Optional[int] = None):
+        self.fraction = fraction
+        self.background = background
+        self._random = random.Random(seed)
+        self._queue: "queue.Queue[Optional[Callable[[], None]]]" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+
+    def wants(self, forced: bool = False) -> bool:
+        """Whether to audit this hit (always when `forced`)."""
+        if forced:
+            return True
+        with self._lock:
+            return self.fraction > 0 and self._random.random() < self.fraction
+
+    def submit(self, job: Callable[[], None], background: Optional[bool] = None) -> None:
+        if not (self.background if background is None else background):
+            job()
+            return
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="gpucache-audit", daemon=True)
+                self._thread.start()
+        self._queue.put(job)
+
+    def _work(self):
+        while True:
+            job = self._queue.get()
+            try:
+                job()
+            except Exception as exc:  # an audit must never take the process down
+                warnings.warn(f"gpucache_ext audit failed: {type(exc).__name__}: {exc}",
+                              AuditWarning, stacklevel=1)
+            finally:
+                self._queue.task_done()
+
+    def wait(self) -> None:
+        """Block until every submitted audit is done."""
+        self._queue.join()
+
+
+UPSTREAM = {"ptx": "llvm", "cubin": "ptx"}
+
+
+def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tuple[str, Optional[str]]:
+    """Compile a stored ptx or cubin entry again from its upstream entry.
+
+    `find_upstream(stage, token_hex, cc)` returns the upstream stage's entry
+    (resolving per-target variants) or None.  Returns (status, difference):
+    status "match", "mismatch", "tainted" (its upstream token is in `tainted`:
+    it was built from an entry found wrong), "skipped" (no upstream entry, or
+    an llvm entry, which needs the kernel's Python source) or "failed".
+    """
+    from . import stages
+    from .config import CompileConfig
+
+    upstream_stage = UPSTREAM.get(stage)
+    if upstream_stage is None or entry.is_marker or not entry.config_fields:
+        return "skipped", None
+    upstream_token = entry.components.get(upstream_stage)
+    if upstream_token is None:
+        return "skipped", None
+    if upstream_token.digest in tainted:
+        return "tainted", f"    built from {upstream_stage} entry {upstream_token.digest[:12]}, which was wrong"
+    config = CompileConfig(**entry.config_fields)
+    upstream = find_upstream(upstream_stage, upstream_token.digest, config.cc)
+    if upstream is None:
+        return "skipped", None
+    try:
+        if stage == "ptx":
+            fresh = stages.run_ptx(upstream.artifact, config, entry.kernel)
+        else:
+            fresh = stages.run_cubin(upstream.artifact, config, entry.kernel)
+    except Exception as exc:
+        return "failed", f"    {type(exc).__name__}: {exc}"
+    difference = first_difference(stage, entry.artifact, fresh)
+    return ("match", None) if difference is None else ("mismatch", difference)
