@@ -281,6 +281,24 @@ def test_help_lists_the_flags(ip):
         assert flag in doc
 
 
+def test_readme_flag_table_lists_every_flag(ip):
+    """The README's flag table and the magic's own arguments stay in step."""
+    import re
+    from pathlib import Path
+
+    from gpucache_ext.magic import GpuCacheMagics
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    table = "\n".join(line for line in readme.splitlines() if line.startswith("| `--"))
+    parser = GpuCacheMagics.gpukernel.parser
+    flags = {option for action in parser._actions for option in action.option_strings
+             if option.startswith("--") and option != "--help"}
+    first_column = "\n".join(line.split("|")[1] for line in table.splitlines())
+    documented = set(re.findall(r"--[a-z][a-z-]*", first_column))
+    assert flags - documented == set(), "flags missing from the README's table"
+    assert documented - flags == set(), "the README documents flags the magic lacks"
+
+
 def test_reload_and_unload(ip):
     ip.run_line_magic("reload_ext", "gpucache_ext")
     assert ip.find_cell_magic("gpukernel") is not None

@@ -1,0 +1,310 @@
+"""Property-based differential test: nothing stale, whatever the user edits.
+
+hypothesis draws a kernel that reads globals of many kinds (numbers, tuples,
+an IntEnum, numpy arrays in either layout, attributes of a user package and
+its submodule, a closure variable, device functions one to three deep), then
+a sequence of edits a notebook user makes: rebind a global, redefine a class
+or a device function, mutate an array in place, edit a module's file and
+reload it, change the compile flags, change numba's settings, restart the
+kernel (a new cache on the same disk folder).
+
+After every step the kernel is compiled through one long-lived cache with a
+disk tier, and every artifact must equal a compile of the same final state in
+a brand-new cache; for a sample of examples, also in a brand-new process that
+rebuilds the state from its description.  Any difference is a stale hit.
+
+The default run is derandomised and sized for CI; ``-m slow`` runs many more
+random examples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, Tuple
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpucache_ext import CompileConfig, KernelCache
+
+ROOT = Path(__file__).resolve().parent.parent
+SIG = "void(float64[:], float64[:])"
+
+# What a kernel can read, and how: the term it adds to its result.
+TERMS = {
+    "number": "NUM",
+    "tuple": "TUP[1]",
+    "enum": "Color.RED.value",
+    "array": "ARR[i % 3]",
+    "grid": "GRID[i % 2, i % 3]",
+    "module": "hpkg.K",
+    "submodule": "hpkg.sub.K",
+    "closure": "CL",
+    "device": "dev1(x[i])",
+}
+
+CONFIGS = (
+    CompileConfig(sm=80), CompileConfig(sm=86), CompileConfig(sm=75, fastmath=True),
+    CompileConfig(sm=80, opt=1), CompileConfig(sm=86, max_registers=32),
+    CompileConfig(sm=80, lineinfo=True), CompileConfig(sm=80, debug=True, opt=0),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    """Everything the kernel's output depends on, as data."""
+
+    terms: Tuple[str, ...]
+    number: object = 2
+    tup: Tuple[float, ...] = (1.0, 2.0)
+    enum: int = 3
+    array: Tuple[float, ...] = (1.0, 2.0, 3.0)
+    grid: Tuple[Tuple[int, ...], str] = ((0, 1, 2, 3, 4, 5), "C")
+    module_k: int = 10
+    sub_k: float = 0.5
+    closure: float = 7.0
+    depth: int = 2
+    devices: Tuple[float, ...] = (1.0, 2.0, 3.0)  # the constant in dev1, dev2, dev3
+    config: int = 0
+    numba_opt: str = "3"
+    boundscheck: str = "0"
+
+    @classmethod
+    def from_json(cls, text: str) -> "State":
+        def tuples(value):
+            return tuple(tuples(v) for v in value) if isinstance(value, list) else value
+
+        return cls(**{name: tuples(value) for name, value in json.loads(text).items()})
+
+
+# ---------------------------------------------------------------------------
+# Rendering a state as the code a user would have run
+
+
+def kernel_source(terms) -> str:
+    body = " + ".join(TERMS[t] for t in terms) or "0.0"
+    return textwrap.dedent(f"""
+    def make_kernel(CL):
+        def kernel(r, x):
+            i = cuda.grid(1)
+            if i < r.size:
+                r[i] = x[i] + {body}
+        return kernel
+    """)
+
+
+def device_source(level: int, depth: int, constant: float) -> str:
+    inner = f"dev{level + 1}(x)" if level < depth else "x"
+    return f"@cuda.jit(device=True)\ndef dev{level}(x):\n    return {inner} * {constant!r}\n"
+
+
+def enum_source(value: int) -> str:
+    return f"class Color(enum.IntEnum):\n    BLUE = 1\n    RED = {value}\n"
+
+
+def grid_array(grid):
+    values, order = grid
+    return np.array(np.array(values, dtype=np.int64).reshape(2, 3), order=order)
+
+
+def module_files(state: State) -> Dict[str, str]:
+    return {"hpkg/__init__.py": f"K = {state.module_k!r}\n", "hpkg/sub.py": f"K = {state.sub_k!r}\n"}
+
+
+def define(ns, source, name):
+    """Run `source` as its own small cell, so every definition has a fixed
+    file name and line numbers (they reach debug info)."""
+    exec(compile(source, f"<{name}>", "exec"), ns)
+
+
+def build(state: State, ns: dict) -> None:
+    """Define everything of `state` in `ns` (the package files must be on disk)."""
+    define(ns, "import enum\nimport numpy as np\nfrom numba import cuda\nimport hpkg\nimport hpkg.sub\n",
+           "imports")
+    ns["NUM"], ns["TUP"] = state.number, state.tup
+    ns["ARR"] = np.array(state.array, dtype=np.float32)
+    ns["GRID"] = grid_array(state.grid)
+    define(ns, enum_source(state.enum), "Color")
+    for level in range(state.depth, 0, -1):
+        define(ns, device_source(level, state.depth, state.devices[level - 1]), f"dev{level}")
+    define(ns, kernel_source(state.terms), "kernel")
+    ns["kernel"] = ns["make_kernel"](state.closure)
+
+
+def write_package(folder: Path, state: State) -> None:
+    for name, text in module_files(state).items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+            stat = path.stat()  # make reload see a rewrite within the same second
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))
+
+
+# ---------------------------------------------------------------------------
+# Edits, applied to the live namespace the way a user would
+
+
+def apply(edit, state: State, ns: dict, folder: Path) -> State:
+    kind, value = edit
+    if kind == "rebind number":
+        ns["NUM"] = value
+        return dataclasses.replace(state, number=value)
+    if kind == "rebind tuple":
+        ns["TUP"] = value
+        return dataclasses.replace(state, tup=value)
+    if kind == "redefine enum":
+        define(ns, enum_source(value), "Color")
+        return dataclasses.replace(state, enum=value)
+    if kind == "mutate array":
+        index, new = value
+        ns["ARR"][index] = new  # in place: the same object
+        array = list(state.array)
+        array[index] = float(np.float32(new))
+        return dataclasses.replace(state, array=tuple(array))
+    if kind == "rebind grid":
+        ns["GRID"] = grid_array(value)
+        return dataclasses.replace(state, grid=value)
+    if kind in ("edit module", "edit submodule"):
+        field = "module_k" if kind == "edit module" else "sub_k"
+        state = dataclasses.replace(state, **{field: value})
+        write_package(folder, state)
+        importlib.reload(sys.modules["hpkg" if kind == "edit module" else "hpkg.sub"])
+        return state
+    if kind == "rebind closure":
+        ns["kernel"] = ns["make_kernel"](value)
+        return dataclasses.replace(state, closure=value)
+    if kind == "redefine device":
+        level, constant = value
+        level = min(level, state.depth)
+        define(ns, device_source(level, state.depth, constant), f"dev{level}")
+        devices = list(state.devices)
+        devices[level - 1] = constant
+        return dataclasses.replace(state, devices=tuple(devices))
+    if kind == "flags":
+        return dataclasses.replace(state, config=value)
+    if kind == "numba settings":
+        return dataclasses.replace(state, numba_opt=value[0], boundscheck=value[1])
+    if kind == "restart":
+        return state
+    raise AssertionError(kind)
+
+
+floats = st.sampled_from([0.25, 1.0, 1.5, 2.0, 3.0, -4.0])
+EDITS = st.one_of(
+    st.tuples(st.just("rebind number"), st.one_of(st.integers(-3, 3), floats)),
+    st.tuples(st.just("rebind tuple"), st.tuples(floats, floats)),
+    st.tuples(st.just("redefine enum"), st.integers(2, 5)),
+    st.tuples(st.just("mutate array"), st.tuples(st.integers(0, 2), floats)),
+    st.tuples(st.just("rebind grid"), st.tuples(
+        st.tuples(*[st.integers(0, 3)] * 6), st.sampled_from("CF"))),
+    st.tuples(st.just("edit module"), st.integers(8, 11)),
+    st.tuples(st.just("edit submodule"), floats),
+    st.tuples(st.just("rebind closure"), floats),
+    st.tuples(st.just("redefine device"), st.tuples(st.integers(1, 3), floats)),
+    st.tuples(st.just("flags"), st.integers(0, len(CONFIGS) - 1)),
+    st.tuples(st.just("numba settings"), st.tuples(st.sampled_from("03"), st.sampled_from("01"))),
+    st.tuples(st.just("restart"), st.none()),
+)
+STATES = st.builds(
+    State,
+    terms=st.lists(st.sampled_from(sorted(TERMS)), min_size=1, max_size=5, unique=True).map(
+        lambda t: tuple(sorted(t))),
+    depth=st.integers(1, 3),
+    config=st.integers(0, len(CONFIGS) - 1),
+)
+
+
+# ---------------------------------------------------------------------------
+# The property
+
+
+def artifacts(result):
+    return {"llvm": result.llvm_ir, "ptx": result.ptx,
+            "cubin": hashlib.sha256(result.cubin).hexdigest()}
+
+
+FRESH_PROCESS = """
+import hashlib, json, sys
+sys.path.insert(0, sys.argv[1])
+from tests.test_properties import State, build, CONFIGS, SIG, artifacts
+from gpucache_ext import KernelCache
+state = State.from_json(sys.argv[2])
+ns = {"__name__": "__main__"}
+build(state, ns)
+result = KernelCache().compile(ns["kernel"], SIG, CONFIGS[state.config])
+print(json.dumps({k: hashlib.sha256(v.encode()).hexdigest() for k, v in artifacts(result).items()}))
+"""
+
+
+def in_fresh_process(state: State, folder: Path) -> dict:
+    env = dict(os.environ, NUMBA_OPT=state.numba_opt, NUMBA_BOUNDSCHECK=state.boundscheck,
+               PYTHONPATH=os.pathsep.join([str(folder), str(ROOT)]))
+    done = subprocess.run([sys.executable, "-c", FRESH_PROCESS, str(folder),
+                           json.dumps(dataclasses.asdict(state))],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def workspace(tmp_path_factory, monkeypatch):
+    folder = tmp_path_factory.mktemp("notebook")
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("NUMBA_OPT", "3")
+    monkeypatch.setenv("NUMBA_BOUNDSCHECK", "0")
+    yield folder
+    for name in ("hpkg.sub", "hpkg"):
+        sys.modules.pop(name, None)
+
+
+def check_sequence(folder: Path, state: State, edits, fresh_process: bool):
+    for name in ("hpkg.sub", "hpkg"):
+        sys.modules.pop(name, None)
+    write_package(folder, state)
+    importlib.invalidate_caches()
+    ns = {"__name__": "__main__"}
+    build(state, ns)
+    disk = folder / f"cache-{os.getpid()}-{id(ns)}"
+    cache = KernelCache(directory=disk)
+    steps = [("start", None), *edits]
+    for step, edit in enumerate(steps):
+        if edit[0] != "start":
+            state = apply(edit, state, ns, folder)
+        if edit[0] == "restart":
+            cache = KernelCache(directory=disk)
+        os.environ["NUMBA_OPT"], os.environ["NUMBA_BOUNDSCHECK"] = state.numba_opt, state.boundscheck
+        config = CONFIGS[state.config]
+        served = artifacts(cache.compile(ns["kernel"], SIG, config))
+        fresh = artifacts(KernelCache().compile(ns["kernel"], SIG, config))
+        assert served == fresh, f"stale after step {step} {edit} in {state}"
+    if fresh_process:
+        expected = {k: hashlib.sha256(v.encode()).hexdigest() for k, v in served.items()}
+        assert in_fresh_process(state, folder) == expected, f"differs from a fresh process: {state}"
+
+
+COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                    HealthCheck.too_slow])
+
+
+@settings(max_examples=30, derandomize=True, database=None, **COMMON)
+@given(state=STATES, edits=st.lists(EDITS, min_size=1, max_size=5), fresh_process=st.booleans())
+def test_no_edit_sequence_gets_a_stale_artifact(workspace, state, edits, fresh_process):
+    check_sequence(workspace, state, edits, fresh_process)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, **COMMON)
+@given(state=STATES, edits=st.lists(EDITS, min_size=1, max_size=12), fresh_process=st.booleans())
+def test_no_edit_sequence_gets_a_stale_artifact_many(workspace, state, edits, fresh_process):
+    check_sequence(workspace, state, edits, fresh_process)
