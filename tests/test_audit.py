@@ -21,6 +21,7 @@ from gpucache_ext.audit import parse_audit
 from gpucache_ext.disk import DiskTier
 
 from . import kernels
+from .test_shared import redis_server  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 SM80 = CompileConfig(sm=80)
@@ -189,3 +190,21 @@ def test_magic_audit_flag_reports_each_kernels_audit(ip, capsys):
     fresh = KernelCache().compile(ip.user_ns["shift"].py_func, "void(float32[:], float32[:])", SM80)
     assert ip.user_ns["shift"].cubin == fresh.cubin
     assert isinstance(cache.entry("cubin", token), Entry) and cache.entry("cubin", token).artifact.cubin == fresh.cubin
+
+
+def test_audit_catches_a_re_signed_entry_in_the_shared_tier(redis_server):
+    from gpucache_ext.shared import RedisTier
+
+    writer = KernelCache(redis_url=redis_server.url, secret="team-secret")
+    axpy = writer.compile(kernels.axpy, kernels.AXPY_SIG, SM80)
+    copy = writer.compile(kernels.copy, kernels.COPY_SIG, SM80)
+    # someone holding the secret (or a broken key) files copy's cubin under axpy's token
+    plant(RedisTier(redis_server.url, secret="team-secret"), "cubin", axpy, copy)
+    reader = KernelCache(redis_url=redis_server.url, secret="team-secret", audit=True,
+                         audit_background=False)
+    with pytest.warns(AuditWarning, match="cubin"):
+        result = reader.compile(kernels.axpy, kernels.AXPY_SIG, SM80)
+    assert result.layers["cubin"].tier == "shared" and result.audit.mismatched
+    assert result.cubin == axpy.cubin
+    later = KernelCache(redis_url=redis_server.url, secret="team-secret")
+    assert later.compile(kernels.axpy, kernels.AXPY_SIG, SM80).cubin == axpy.cubin  # replaced in Redis

@@ -149,14 +149,20 @@ json.dump({"hit": res.hit, "ptx": res.ptx}, sys.stdout)
 """
 
 
-def test_redefined_enum_misses_the_disk_tier_in_a_new_process(tmp_path):
-    def run(value):
-        done = subprocess.run([sys.executable, "-c", DISK_SCRIPT, str(tmp_path), str(value)],
+def in_new_processes(script, folder, values):
+    """Run `script` (which compiles into a disk cache in `folder`) once per value,
+    each in a fresh interpreter; returns what each printed."""
+    runs = []
+    for value in values:
+        done = subprocess.run([sys.executable, "-c", script, str(folder), str(value)],
                               cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
-        return json.loads(done.stdout)
+        runs.append(json.loads(done.stdout))
+    return runs
 
-    first, second, third = run(3), run(7), run(3)
+
+def test_redefined_enum_misses_the_disk_tier_in_a_new_process(tmp_path):
+    first, second, third = in_new_processes(DISK_SCRIPT, tmp_path, (3, 7, 3))
     assert not first["hit"] and not second["hit"] and third["hit"]
     assert first["ptx"] != second["ptx"] and third["ptx"] == first["ptx"]
 
@@ -717,3 +723,45 @@ def test_user_overloads_and_intrinsics_are_refused_by_name():
         with pytest.raises(UnsupportedKernelError, match=match):
             cache.compile(ns[name], "void(float32[:])", SM80)
     assert set(_entries(cache).values()) == {0}
+
+
+MODULE_ACROSS_PROCESSES = """
+import json, pathlib, sys
+folder = pathlib.Path(sys.argv[1])
+(folder / "procconsts.py").write_text(f"K = {sys.argv[2]}\\n")
+sys.path.insert(0, str(folder))
+import procconsts
+from gpucache_ext import CompileConfig, KernelCache
+
+def kernel(r):
+    r[0] = procconsts.K
+
+res = KernelCache(directory=folder / "cache").compile(kernel, "void(int64[:])", CompileConfig(sm=80))
+json.dump({"hit": res.hit, "ptx": res.ptx}, sys.stdout)
+"""
+
+
+def test_edited_user_module_misses_the_disk_tier_in_a_new_process(tmp_path):
+    first, second, third = in_new_processes(MODULE_ACROSS_PROCESSES, tmp_path, (3, 5, 3))
+    assert not first["hit"] and not second["hit"] and third["hit"]
+    assert third["ptx"] == first["ptx"] != second["ptx"]
+
+
+def test_module_edited_between_cells_recompiles_in_the_magic(ip, user_package):
+    write(user_package / "cellconsts.py", "K = 3\n")
+    cell = '''%%gpukernel --sm 80 --quiet
+from numba import cuda
+import cellconsts
+
+@cuda.jit("void(int64[:])")
+def read_k(r):
+    r[0] = cellconsts.K
+'''
+    ip.run_cell(cell).raise_error()
+    first = ip.user_ns["read_k"].cubin
+    write(user_package / "cellconsts.py", "K = 9\n")
+    ip.run_cell("import importlib, cellconsts\nimportlib.reload(cellconsts)").raise_error()
+    ip.run_cell(cell).raise_error()
+    kernel = ip.user_ns["read_k"]
+    assert kernel.cubin != first
+    assert kernel.cubin == KernelCache().compile(kernel.py_func, "void(int64[:])", SM80).cubin
