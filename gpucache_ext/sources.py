@@ -679,7 +679,15 @@ def _numpy_data(value, ident):
                  bool(flags.aligned)], content.hexdigest()]
         return data, _Snapshot(snapshot)
     if isinstance(value, np.generic):
-        return ["numpy scalar", _dtype_data(value.dtype), np.asarray(value).tobytes()], None
+        if value.dtype.hasobject:
+            raise UnsupportedKernelError(
+                f"{ident.qualname} reads a numpy scalar holding Python objects ({value.dtype}); "
+                "numba cannot compile it into a kernel"
+            )
+        # a record (np.void) can be a view into an array: hash and compile a copy
+        snapshot = value.copy() if isinstance(value, np.void) else value
+        data = ["numpy scalar", _dtype_data(value.dtype), np.asarray(snapshot).tobytes()]
+        return data, (_Snapshot(snapshot) if snapshot is not value else None)
     if isinstance(value, np.dtype):
         return ["dtype", _dtype_data(value)], None
     return None
