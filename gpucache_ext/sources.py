@@ -395,11 +395,17 @@ class _Walker:
         if isinstance(value, pytypes.ModuleType):
             plan = self._module(ident, f"{kind} {name}", name, value, chains)
         else:
-            data, plan = self._data(value, ident, label=name)
-            if not (isinstance(plan, _Device) and plan.dispatcher is value):
-                ident.components[f"{kind} {name}"] = Component(digest(data), _short(_shown(value)))
+            plan = self._read(ident, f"{kind} {name}", name, value)
         if plan is not None:
             ident.bindings[(kind, name)] = plan
+
+    def _read(self, ident, component_name, where, value) -> Optional[_Plan]:
+        """Key one value the function reads (a device function keys itself, by
+        its own identity); returns how the rebound function reads it."""
+        data, plan = self._data(value, ident, label=where)
+        if not (isinstance(plan, _Device) and plan.dispatcher is value):
+            ident.components[component_name] = Component(digest(data), _short(_shown(value)))
+        return plan
 
     def _module(self, ident, label, path, module, chains) -> Optional[_Plan]:
         """Components for the attributes read through `module`; a clone plan when needed."""
@@ -429,9 +435,7 @@ class _Walker:
             if isinstance(value, pytypes.ModuleType):
                 plan = self._module(ident, f"{label}.{attr}", where, value, frozenset(rests[attr]))
             else:
-                data, plan = self._data(value, ident, label=where)
-                if not (isinstance(plan, _Device) and plan.dispatcher is value):
-                    ident.components[f"{label}.{attr}"] = Component(digest(data), _short(_shown(value)))
+                plan = self._read(ident, f"{label}.{attr}", where, value)
             if plan is not None:
                 attrs[attr] = plan
         return _ModuleClone(module, attrs) if attrs else None
