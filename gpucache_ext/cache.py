@@ -97,6 +97,7 @@ class KernelCache:
         self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
         self._misses = deque(maxlen=256)
         self._mismatches = deque(maxlen=256)
+        self._mismatch_count = 0
         self._lock = threading.RLock()
         self._auditor = Auditor(parse_audit(audit), audit_background)
 
@@ -306,6 +307,7 @@ class KernelCache:
             result._llvm, result._ptx, result._cubin = fresh._llvm, fresh._ptx, fresh._cubin
             with self._lock:
                 self._mismatches.extend(outcome.mismatches)
+                self._mismatch_count += len(outcome.mismatches)
             for mismatch in outcome.mismatches:
                 warnings.warn(mismatch.message(), AuditWarning, stacklevel=2)
         outcome.state = "mismatch" if outcome.mismatches else "passed"
@@ -332,10 +334,18 @@ class KernelCache:
         """Block until every audit submitted so far is done."""
         self._auditor.wait()
 
-    def audit_mismatches(self) -> List[Mismatch]:
-        """The latest audit mismatches, newest last."""
+    def audit_mismatches(self, since: int = 0) -> List[Mismatch]:
+        """The latest audit mismatches (at most 256), newest last; with `since`
+        (an earlier `audit_mismatch_count`), only those found after it."""
         with self._lock:
-            return list(self._mismatches)
+            found = list(self._mismatches)
+            return found[len(found) - min(len(found), self._mismatch_count - since):] \
+                if since else found
+
+    @property
+    def audit_mismatch_count(self) -> int:
+        """How many mismatches audits have found in this cache's life."""
+        return self._mismatch_count
 
     def recent_misses(self):
         """The latest misses, newest last: dicts with kernel, stage, token, reasons."""

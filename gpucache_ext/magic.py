@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import linecache
 import os
+import weakref
 from typing import List, Optional
 
 from IPython.core.error import UsageError
@@ -99,6 +100,9 @@ class GpuCacheMagics(Magics):
     def _default_redis_url(self):
         return os.environ.get("GPUCACHE_REDIS_URL", "")
 
+    # per cache: how many audit mismatches cell reports have shown
+    _audits_reported: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
     @default("audit")
     def _default_audit(self):
         return os.environ.get("GPUCACHE_AUDIT", "")
@@ -151,7 +155,12 @@ class GpuCacheMagics(Magics):
         config = self._config(args)
         signatures = self._signatures(args.sig)
         report = _run_cell(self.shell, cell, config, signatures, args)
-        if report is not None and not (args.quiet or self.quiet):
+        cache = default_cache()
+        seen = self._audits_reported.get(cache, 0)
+        if cache.audit_mismatch_count > seen:
+            report.audit_findings = cache.audit_mismatches(since=seen)
+        self._audits_reported = weakref.WeakKeyDictionary({cache: cache.audit_mismatch_count})
+        if not (args.quiet or self.quiet) or report.audit_findings:
             display(report)
 
     def _config(self, args) -> CompileConfig:

@@ -94,9 +94,17 @@ def _kernel_name(result: CompileResult) -> str:
 class CellReport:
     """One row per kernel and signature compiled (or found) in a cell."""
 
-    def __init__(self, results: Iterable[CompileResult], explain: bool = False):
+    def __init__(self, results: Iterable[CompileResult], explain: bool = False,
+                 audit_findings: Iterable = ()):
         self.results: List[CompileResult] = list(results)
         self.explain = explain
+        # mismatches background audits found since the previous cell
+        self.audit_findings = list(audit_findings)
+
+    def _findings_text(self) -> List[str]:
+        return [f"audit: the cached {m.stage} of {m.kernel.rsplit('.', 1)[-1]} (token {m.token[:12]}) "
+                "differed from a fresh compile; it was evicted and the fresh code is in use"
+                for m in self.audit_findings]
 
     def rows(self) -> List[Dict[str, str]]:
         rows = []
@@ -121,14 +129,14 @@ class CellReport:
     def __repr__(self) -> str:
         rows = self.rows()
         if not rows:
-            return "gpukernel: no kernel compiled in this cell"
+            return "\n".join(["gpukernel: no kernel compiled in this cell", *self._findings_text()])
         columns = self._columns()
         widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
         lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
         lines += ["  ".join(r[c].ljust(widths[c]) for c in columns).rstrip() for r in rows]
         if self.explain:
             lines += ["", *self._explanations_text()]
-        return "\n".join(lines)
+        return "\n".join(lines + self._findings_text())
 
     def _repr_pretty_(self, printer, cycle):
         printer.text(repr(self))
@@ -151,8 +159,10 @@ class CellReport:
 
     def _repr_html_(self) -> str:
         rows = self.rows()
+        findings = "".join(f'<p class="gpucache-miss">{html.escape(line)}</p>'
+                           for line in self._findings_text())
         if not rows:
-            return "<p>gpukernel: no kernel compiled in this cell</p>"
+            return f"{_STYLE}<p>gpukernel: no kernel compiled in this cell</p>{findings}"
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self._columns())
         body = []
         for row in rows:
@@ -171,7 +181,7 @@ class CellReport:
                  f'<tbody>{"".join(body)}</tbody></table>')
         if self.explain:
             table += "<pre>" + html.escape("\n".join(self._explanations_text())) + "</pre>"
-        return table
+        return table + findings
 
 
 class StatsTable:

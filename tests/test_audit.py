@@ -208,3 +208,24 @@ def test_audit_catches_a_re_signed_entry_in_the_shared_tier(redis_server):
     assert result.cubin == axpy.cubin
     later = KernelCache(redis_url=redis_server.url, secret="team-secret")
     assert later.compile(kernels.axpy, kernels.AXPY_SIG, SM80).cubin == axpy.cubin  # replaced in Redis
+
+
+def test_background_audit_findings_reach_the_next_cell_report(ip, capsys, monkeypatch):
+    import gpucache_ext
+
+    monkeypatch.setenv("GPUCACHE_AUDIT", "all")
+    ip.run_cell(f"%%gpukernel --sm 80 --quiet\n{MAGIC_CELL}").raise_error()
+    cache = gpucache_ext.default_cache()
+    token = ip.user_ns["shift"].last.layers["cubin"].token
+    wrong = KernelCache().compile(kernels.copy, kernels.COPY_SIG, SM80)
+    cache._memory["cubin"].put(dataclasses.replace(cache.entry("cubin", token), artifact=wrong._cubin))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AuditWarning)
+        ip.run_cell(f"%%gpukernel --sm 80 --quiet\n{MAGIC_CELL}").raise_error()  # quiet: no report
+        cache.audit_wait()
+    capsys.readouterr()
+    ip.run_cell("%%gpukernel --sm 80 --quiet\nx = 1\n").raise_error()
+    out = capsys.readouterr().out
+    assert "audit: the cached cubin of shift" in out and "fresh code is in use" in out
+    ip.run_cell("%%gpukernel --sm 80 --quiet\nx = 2\n").raise_error()
+    assert "audit:" not in capsys.readouterr().out  # reported once
