@@ -123,7 +123,12 @@ class KernelCache:
             max_disk_bytes = int(max_disk) if max_disk else DEFAULT_DISK_BYTES
         except ValueError:
             raise ValueError(f"GPUCACHE_MAX_BYTES={max_disk!r} is invalid; use a number of bytes") from None
-        kwargs.setdefault("audit", env.get("GPUCACHE_AUDIT") or False)
+        if "audit" not in kwargs:
+            try:
+                kwargs["audit"] = parse_audit(env.get("GPUCACHE_AUDIT"))
+            except ValueError:
+                raise ValueError(f"GPUCACHE_AUDIT={env.get('GPUCACHE_AUDIT')!r} is invalid; use off, "
+                                 "all, or the fraction of hits to audit, e.g. 0.1") from None
         return cls(directory=directory, max_disk_bytes=max_disk_bytes,
                    redis_url=redis_url or env.get("GPUCACHE_REDIS_URL") or None,
                    secret=env.get("GPUCACHE_SECRET") or None, **kwargs)

@@ -131,6 +131,9 @@ def test_audit_from_the_environment(monkeypatch):
     result = cache.compile(kernels.copy, kernels.COPY_SIG, SM80)
     cache.audit_wait()
     assert result.audit.state == "passed"
+    monkeypatch.setenv("GPUCACHE_AUDIT", "often")
+    with pytest.raises(ValueError, match="GPUCACHE_AUDIT='often' is invalid"):
+        KernelCache.from_environment()
 
 
 def gpucache(*args, expect=0):
