@@ -594,7 +594,8 @@ class _Plan:
         proxy_for = self.cache._fresh_proxies() if self.forced else self.cache._proxy_for
         pyfunc = rebind(self.identity, proxy_for)
         typed = stages.run_typing(pyfunc, self.argtypes, self.config, kernel=True,
-                                  uid=stages.symbol_uid(self.identity.digest), qualname=self.kernel)
+                                  uid=stages.symbol_uid(self.identity.digest), qualname=self.kernel,
+                                  fresh=self.forced)
         # keep the proxies the typed IR refers to alive as long as it is cached
         typed.proxies = tuple(proxy_for(dispatcher, dev) for dispatcher, dev in self.identity.devices)
         typed.snapshot_bytes = self.identity.snapshot_bytes

@@ -653,7 +653,11 @@ def test_library_device_functions_compile_for_the_kernels_target_and_flags():
         assert lowered_flags(plain, "xoroshiro") != lowered_flags(fast, "xoroshiro")
         assert_fresh(cache, ns[name], sig, CompileConfig(sm=90, debug=True, opt=0))
     # forced: fresh proxies for the library helpers too, same bytes
+    from gpucache_ext import stages
+
+    before = {id(proxy) for proxy in stages._library_proxies.values()}
     assert artifacts(cache.compile(ns["direct"], sig, SM80, force=True)) == fresh(ns["direct"], sig, SM80)
+    assert {id(proxy) for proxy in stages._library_proxies.values()} - before
 
 
 JITABLE_CELL = """
