@@ -162,9 +162,9 @@ def _folders() -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
     return norm(packages), norm(stdlib)
 
 
-def _module_files(module) -> List[str]:
+def _module_files(module) -> Tuple[str, ...]:
     files = [getattr(module, "__file__", None)] + list(getattr(module, "__path__", None) or [])
-    return [os.path.realpath(f) for f in files if isinstance(f, str)]
+    return tuple(f for f in files if isinstance(f, str))
 
 
 @functools.lru_cache(maxsize=2048)
@@ -198,12 +198,19 @@ def library_version(module) -> Optional[str]:
                 getattr(module.__spec__, "origin", None) in ("built-in", "frozen"):
             return "stdlib"
         return None
+    origin = _files_origin(files)
+    if origin in (None, "stdlib"):
+        return origin
+    return _distribution_version(name.split(".")[0])
+
+
+@functools.lru_cache(maxsize=4096)
+def _files_origin(files: Tuple[str, ...]) -> Optional[str]:
+    """'stdlib', 'installed' or None (user code) for the files of one module."""
     origins = {_file_origin(f) for f in files}
     if None in origins:
         return None
-    if origins == {"stdlib"}:
-        return "stdlib"
-    return _distribution_version(name.split(".")[0])
+    return "stdlib" if origins == {"stdlib"} else "installed"
 
 
 @functools.lru_cache(maxsize=1024)
