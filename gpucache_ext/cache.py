@@ -35,7 +35,7 @@ from .disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
 from .disk import DiskTier, default_directory
 from .shared import RedisTier
 from .tiers import Entry, MemoryTier, Tier
-from .sources import identify, python_function, rebind
+from .sources import declared_signatures, identify, python_function, rebind
 from .tokens import Component, Token, component, explain_difference, extend_token, make_token
 from .toolchain import numba_settings, toolchain_component
 
@@ -483,7 +483,8 @@ class KernelCache:
         return proxy_for
 
     def _new_proxy(self, dispatcher, identity, proxy_for):
-        proxy = stages.DeviceProxy(dispatcher, rebind(identity, proxy_for), identity.digest)
+        proxy = stages.DeviceProxy(dispatcher, rebind(identity, proxy_for), identity.digest,
+                                   declared_signatures(dispatcher))
         self._proxies[identity.digest] = proxy
         self._proxies.move_to_end(identity.digest)
         while len(self._proxies) > 4 * self._memory["typing"].max_entries:

@@ -37,6 +37,7 @@ from .config import STAGES, CompileConfig, parse_sm
 from .errors import ConfigError, GpuCacheError
 from .kernel import Kernel, check_options, gpu_available, refresh_all
 from .report import CellReport, StatsTable
+from .sources import declare_signatures
 from .stages import normalize_signature
 
 DEFAULT_SM = 86
@@ -326,7 +327,10 @@ class CellJit:
             # compile it now, for the current GPU).  numba still checks the
             # options; those that would change its code are refused here.
             check_options(options, "@cuda.jit(device=True, ...)")
-            return _real_jit()(device=True, **options)(func)
+            dispatcher = _real_jit()(device=True, **options)(func)
+            if sigs:  # calls are typed against them, as numba does
+                declare_signatures(dispatcher, sigs)
+            return dispatcher
         return self.active.make_kernel(func, sigs, options)
 
     def __repr__(self):

@@ -35,6 +35,7 @@ original objects.
 
 from __future__ import annotations
 
+import dataclasses
 import dis
 import enum
 import functools
@@ -45,6 +46,7 @@ import site
 import sys
 import sysconfig
 import types as pytypes
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
@@ -310,6 +312,33 @@ class SourceIdentity:
         return digest({k: v.digest for k, v in self.components.items()})
 
 
+# Signatures declared for device functions the magic keeps lazy (numba would
+# compile them at once, for the current GPU): dispatcher -> ((args, return type), ...)
+_declared: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def declare_signatures(dispatcher, signatures) -> None:
+    """Record the signatures given to a lazy ``@cuda.jit(sig, device=True)``."""
+    from numba.cuda.core import sigutils
+
+    declared = []
+    for sig in signatures:
+        args, return_type = sigutils.normalize_signature(sig)
+        declared.append((tuple(args), return_type))
+    _declared[dispatcher] = tuple(declared)
+
+
+def declared_signatures(dispatcher) -> Tuple[Tuple[tuple, Any], ...]:
+    """The signatures a device function was declared with, as numba calls it
+    with them (arguments and result cast); () when it types per call."""
+    found = _declared.get(dispatcher) if hasattr(dispatcher, "__weakref__") else None
+    if found is not None:
+        return found
+    if is_device_dispatcher(dispatcher) and not getattr(dispatcher, "_can_compile", True):
+        return tuple((tuple(sig.args), sig.return_type) for sig in dispatcher.nopython_signatures)
+    return ()
+
+
 def is_device_dispatcher(value) -> bool:
     from numba.cuda.dispatcher import CUDADispatcher
 
@@ -451,6 +480,11 @@ class _Walker:
         """A device function (or one numba compiles as one): hashed by its own
         identity, and proxied in the rebound function."""
         dev = self.function(pyfunc)
+        declared = declared_signatures(dispatcher)
+        if declared:  # the same function declared otherwise compiles otherwise
+            shown = "; ".join(f"{ret}({', '.join(map(str, args))})" for args, ret in declared)
+            dev = dataclasses.replace(dev, components={
+                **dev.components, "declared signatures": component(shown)})
         ident.devices.append((dispatcher, dev))
         ident.components[f"device function {label}"] = Component(dev.digest, "device function")
         return ["device function", dev.digest], _Device(dispatcher, dev)

@@ -246,12 +246,13 @@ def symbol_uid(identity_digest: str) -> int:
 
 
 def run_typing(pyfunc, argtypes, config: CompileConfig, *, kernel: bool, uid: Optional[int] = None,
-               qualname=None, fresh: Optional[bool] = None) -> TypedFunction:
-    """Type `pyfunc` for `argtypes`.  Kernels must return void.  ``fresh``:
-    make new proxies for the library device functions reached (a forced
-    compile); None keeps the enclosing compile's choice."""
+               qualname=None, fresh: Optional[bool] = None, return_type=None) -> TypedFunction:
+    """Type `pyfunc` for `argtypes`.  Kernels must return void; a device
+    function may have a declared `return_type`.  ``fresh``: make new proxies
+    for the library device functions reached (a forced compile); None keeps
+    the enclosing compile's choice."""
     qualname = qualname or pyfunc.__qualname__
-    return_type = nbtypes.void if kernel else None
+    return_type = nbtypes.void if kernel else return_type
     with _numba_compiling(), _compiling_for(config, "typing", fresh), targets.track() as reads:
         try:
             pipeline = _TypingPipeline(
@@ -365,12 +366,15 @@ class DeviceProxy(CUDADispatcher):
     being lowered: the active `CompileConfig` comes from `_active`.
     """
 
-    def __init__(self, original, pyfunc, identity_digest):
+    def __init__(self, original, pyfunc, identity_digest, declared=()):
         options = {"device": True, "debug": False, "lineinfo": False, "opt": True,
                    "fastmath": False, "inline": "never", "forceinline": False}
         super().__init__(pyfunc, targetoptions=options)
         self.original = original
         self.identity_digest = identity_digest
+        # Declared signatures ((args, return type), ...): as with numba, calls
+        # are typed against them (arguments and result cast), never per call.
+        self.declared = tuple(declared)
         self._typed = targets.VariantMemo()
         # Lowered device functions are registered in numba's (process-wide)
         # target context; unregister them when dropped, or when the proxy goes.
@@ -379,6 +383,17 @@ class DeviceProxy(CUDADispatcher):
         self._lazy_keys = {}
         self._lowered = targets.VariantMemo(on_evict=lambda found: _unregister(live_keys, found[0]))
         weakref.finalize(self, _unregister_all, live_keys)
+
+    def get_call_template(self, args, kws):
+        """As numba's, but with declared signatures the call is typed against
+        them alone (numba compiled those and turned compiling off)."""
+        if not self.declared:
+            return super().get_call_template(args, kws)
+        pysig, args = self.fold_argument_types(args, kws)
+        signatures = [self.compile_device(declared_args).signature for declared_args, _ in self.declared]
+        template = nbtyping.make_concrete_template(
+            f"CallTemplate({self.py_func.__name__})", key=self.py_func.__name__, signatures=signatures)
+        return template, nbutils.pysignature(self.py_func), args, {}
 
     def compile_device(self, args, return_type=None):
         config = _active.config
@@ -389,9 +404,14 @@ class DeviceProxy(CUDADispatcher):
         args = tuple(args)
         typed = self._typed.get(args, config.cc)
         if typed is None:
+            declared = dict(self.declared)
+            if self.declared and args not in declared:
+                raise CompileError(self.py_func.__qualname__, "typing",
+                                   f"no declared signature takes ({', '.join(map(str, args))})")
             typed = run_typing(self.py_func, args, config, kernel=False,
                                uid=symbol_uid(self.identity_digest),
-                               qualname=self.py_func.__qualname__)
+                               qualname=self.py_func.__qualname__,
+                               return_type=declared.get(args, return_type))
             self._typed.put(args, typed.target_reads, typed)
         targets.note(typed.target_reads)
         if args not in self.overloads:
