@@ -229,6 +229,41 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         raise LaunchError(f"launch {self.__name__} with a configuration: {self.__name__}[blocks, threads](...)")
 
+    def configure(self, griddim, blockdim, stream=0, sharedmem=0):
+        """The kernel configured for a launch, as numba's ``configure``:
+        the same as ``kernel[griddim, blockdim, stream, sharedmem]``."""
+        return self[griddim, blockdim, stream, sharedmem]
+
+    def forall(self, ntasks, tpb=0, stream=0, sharedmem=0):
+        """A launcher over `ntasks` tasks, as numba's ``forall`` (the kernel maps
+        ``cuda.grid(1)`` to tasks and ignores ids past `ntasks`).
+
+        Blocks of `tpb` threads, or on a GPU the size the driver suggests for
+        the compiled kernel; on the simulator `ntasks` blocks of one thread, as
+        numba's simulator does.
+        """
+        if ntasks < 0:
+            raise ValueError(f"Can't create ForAll with negative task count: {ntasks}")
+
+        def launch_all(*args):
+            if ntasks == 0:
+                return None
+            if self.simulate or not gpu_available():
+                return self.launch(*args, griddim=ntasks, blockdim=1, stream=stream, sharedmem=sharedmem)
+            block = tpb or self._suggested_block_size(self.result_for(*args), sharedmem)
+            return self.launch(*args, griddim=(ntasks + block - 1) // block, blockdim=block,
+                               stream=stream, sharedmem=sharedmem)
+
+        return launch_all
+
+    def _suggested_block_size(self, result: CompileResult, sharedmem) -> int:
+        from numba.cuda.cudadrv.devices import get_context
+
+        loaded = self._gpu_kernel(result)
+        _, block = get_context().get_max_potential_block_size(
+            func=loaded._codelibrary.get_cufunc(), b2d_func=0, memsize=sharedmem, blocksizelimit=1024)
+        return block
+
     def launch(self, *args, griddim, blockdim, stream=0, sharedmem=0):
         """Compile for the arguments' types if needed, then run the kernel."""
         result = self.result_for(*args)
@@ -258,11 +293,120 @@ class Kernel:
                 self._simulated = (_generation, simulated_kernel(self.py_func, self.config))
             return self._simulated[1]
 
-    # -- inspecting --------------------------------------------------------------
+    # -- numba's dispatcher API -------------------------------------------------
+    def specialize(self, *args) -> "Kernel":
+        """A kernel compiled for exactly these arguments' types, as numba's
+        ``specialize`` (it never compiles for other types)."""
+        if self.specialized:
+            raise RuntimeError("Dispatcher already specialized")
+        argtypes = tuple(_typeof_argument(a) for a in args)
+        kernel = Kernel(self.py_func, [argtypes], self.config, self.cache, simulate=self.simulate,
+                        on_compile=self.on_compile, audit=self.audit)
+        kernel._specialized = True
+        kernel.compile_declared()
+        return kernel
+
+    _specialized = False
+
+    @property
+    def specialized(self) -> bool:
+        """True for a kernel made by `specialize`."""
+        return self._specialized
+
+    @property
+    def overloads(self) -> Dict[Tuple, CompileResult]:
+        """Argument types -> compile result, for every signature compiled so far."""
+        return dict(self.results)
+
+    definitions = overloads
+
     @property
     def signatures(self):
         return list(self.results)
 
+    def _per_signature(self, signature, value: Callable[[CompileResult], Any]):
+        """numba's convention: one value for a given signature (or a specialized
+        kernel), else {argument types: value} for every compiled signature."""
+        if signature is not None:
+            return value(self._result_of(signature))
+        if self.specialized:
+            return value(self.last)
+        return {argtypes: value(result) for argtypes, result in self.results.items()}
+
+    def _result_of(self, signature) -> CompileResult:
+        args = getattr(signature, "args", None)
+        if args is None:
+            args = signature if isinstance(signature, tuple) else normalize_signature(signature)
+        args = tuple(args)
+        result = self.results.get(args)
+        if result is None:
+            result = self.compile(args) if not self.declared or args in self.declared else None
+        if result is None:
+            raise LaunchError(f"{self.__name__} has no signature ({', '.join(map(str, args))}); "
+                              f"compiled: {', '.join(map(str, self.results)) or 'none'}")
+        return result
+
+    def inspect_llvm(self, signature=None):
+        """The NVVM IR, as numba's ``inspect_llvm`` (per signature)."""
+        return self._per_signature(signature, lambda r: r.llvm_ir)
+
+    def inspect_asm(self, signature=None):
+        """The PTX, as numba's ``inspect_asm`` (for this kernel's target, not the GPU's)."""
+        return self._per_signature(signature, lambda r: r.ptx)
+
+    def inspect_lto_ptx(self, signature=None):
+        """The PTX after link-time optimisation (the kernel must be compiled with lto)."""
+        def lto_ptx(result):
+            if not result.config.lto:
+                raise LaunchError(f"{self.__name__} was not compiled with lto (--lto or lto=True)")
+            return result.ptx
+        return self._per_signature(signature, lto_ptx)
+
+    def inspect_sass(self, signature=None):
+        """The SASS, from nvdisasm, as numba's ``inspect_sass``."""
+        from .results import disassemble
+
+        return self._per_signature(signature, lambda r: disassemble(r.cubin))
+
+    def get_regs_per_thread(self, signature=None):
+        """Registers per thread (from nvJitLink's report, or the driver on a GPU)."""
+        return self._per_signature(signature, lambda r: self._resource(r, "regs", "registers"))
+
+    def get_shared_mem_per_block(self, signature=None):
+        """Static shared memory per block, in bytes."""
+        return self._per_signature(signature, lambda r: self._resource(r, "shared", "shared_bytes"))
+
+    def get_local_mem_per_thread(self, signature=None):
+        """Local memory per thread, in bytes."""
+        return self._per_signature(signature, lambda r: self._resource(r, "local", "local_bytes"))
+
+    def get_const_mem_size(self, signature=None):
+        """User constant memory, in bytes (kernel parameters not counted, as the driver's figure)."""
+        return self._per_signature(signature, lambda r: self._resource(r, "const", "user_constant_bytes"))
+
+    def get_max_threads_per_block(self, signature=None):
+        """The most threads a block of this kernel can have: the driver decides
+        it when the kernel is loaded, so it needs a GPU."""
+        def max_threads(result):
+            if self.simulate or not gpu_available():
+                raise LaunchError(
+                    f"{self.__name__}.get_max_threads_per_block() needs a GPU (the driver computes "
+                    "it when the kernel is loaded); registers and memory use are in .resources")
+            return self._gpu_kernel(result).max_threads_per_block
+        return self._per_signature(signature, max_threads)
+
+    def _resource(self, result: CompileResult, attribute: str, name: str) -> int:
+        if not self.simulate and gpu_available():
+            return getattr(self._gpu_kernel(result)._codelibrary.get_cufunc().attrs, attribute)
+        return result.resources[name]
+
+    def __getattr__(self, name):
+        if name in _NUMBA_ONLY:
+            raise AttributeError(
+                f"gpucache_ext.Kernel does not offer numba's {name}: {_NUMBA_ONLY[name]}")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    # -- inspecting --------------------------------------------------------------
     @property
     def last(self) -> CompileResult:
         """The most recently compiled signature's result."""
@@ -308,6 +452,20 @@ class Kernel:
     def __repr__(self):
         sigs = ", ".join("(" + ", ".join(map(str, s)) + ")" for s in self.results) or "not compiled"
         return f"<gpucache_ext.Kernel {self.__name__} [{self.config.summary()}] {sigs}>"
+
+
+# Parts of numba's dispatcher API a Kernel leaves out, and what to use instead.
+_NUMBA_ONLY = {
+    "inspect_types": "typed IR is cached per stage; use .inspect() or %gpucache explain NAME",
+    "inspect_sass_cfg": "use .inspect_sass()",
+    "get_metadata": "use .last (the CompileResult) and .inspect()",
+    "stats": "use the cache's statistics: kernel.cache.stats() or %gpucache stats",
+    "enable_caching": "every kernel is cached by gpucache_ext already",
+    "recompile": "use .compile(sig, force=True), or %%gpukernel --force",
+    "get_compile_result": "use .compile(sig), which returns the CompileResult",
+    "extensions": "argument extensions are not supported",
+    "mark_launch_config_sensitive": "kernels that read the launch configuration are not supported",
+}
 
 
 def _default_cache():

@@ -126,6 +126,8 @@ def parse_resources(log: str) -> Dict[str, int]:
     """
     summaries = [line for line in log.splitlines() if re.search(r"used \d+ registers", line)]
     summary = summaries[-1] if summaries else ""
+    modules = [line for line in log.splitlines() if "bytes gmem" in line]
+    module = modules[-1] if modules else ""
 
     def number(pattern, text):
         match = re.search(pattern, text)
@@ -137,6 +139,9 @@ def parse_resources(log: str) -> Dict[str, int]:
         "stack_bytes": number(r"(\d+) stack", summary),
         "shared_bytes": number(r"(\d+) bytes smem", summary),
         "constant_bytes": sum(int(n) for n in re.findall(r"(\d+) bytes cmem\[\d+\]", summary)),
+        # constant memory the module's globals take (numba's constant arrays), reported
+        # on the linker's "N bytes gmem, N bytes cmem[3]" line: what the driver reports
+        "user_constant_bytes": sum(int(n) for n in re.findall(r"(\d+) bytes cmem\[[1-9]\d*\]", module)),
         "local_bytes": number(r"(\d+) bytes lmem", summary),
         "spill_stores": number(r"(\d+) bytes spill stores", log),
         "spill_loads": number(r"(\d+) bytes spill loads", log),
@@ -158,3 +163,31 @@ def short_type(ty) -> str:
 
 def short_signature(argtypes) -> str:
     return "(" + ", ".join(short_type(t) for t in argtypes) + ")"
+
+
+class SassUnavailable(RuntimeError):
+    """SASS cannot be produced here (nvdisasm is missing or failed)."""
+
+
+def disassemble(cubin: bytes) -> str:
+    """The SASS of a cubin, from nvdisasm (the CUDA toolkit's, or the
+    ``nvidia-cuda-nvdisasm`` wheel's); `SassUnavailable` says why not."""
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+
+        path = find_nvidia_binary_utility("nvdisasm")
+    except Exception:
+        path = None
+    if not path:
+        raise SassUnavailable("nvdisasm was not found (it comes with the CUDA toolkit, or "
+                              "pip install nvidia-cuda-nvdisasm)")
+    from numba.cuda.codegen import run_nvdisasm
+
+    class _Cubin:
+        code = cubin
+
+    try:
+        return run_nvdisasm(_Cubin, ["-c"])
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SassUnavailable(f"nvdisasm failed: {first}") from exc

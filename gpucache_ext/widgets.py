@@ -41,7 +41,7 @@ import ipywidgets as W
 
 from .config import FIELD_STAGES, STAGES, CompileConfig
 from .report import format_age, format_bytes, format_seconds
-from .results import parse_resources
+from .results import SassUnavailable, disassemble, parse_resources
 
 __all__ = ["inspector", "Inspector", "CacheSnapshot", "after_cell", "install", "uninstall"]
 
@@ -285,25 +285,9 @@ def sass_of(token: str, cubin: bytes) -> Tuple[Optional[str], Optional[str]]:
     if token in _sass_cache:
         return _sass_cache[token]
     try:
-        from cuda.pathfinder import find_nvidia_binary_utility
-
-        path = find_nvidia_binary_utility("nvdisasm")
-    except Exception:
-        path = None
-    if not path:
-        found = (None, "SASS: nvdisasm was not found (it comes with the CUDA toolkit, or "
-                       "pip install nvidia-cuda-nvdisasm)")
-    else:
-        try:
-            from numba.cuda.codegen import run_nvdisasm
-
-            class _Cubin:
-                code = cubin
-
-            found = (run_nvdisasm(_Cubin, ["-c"]), None)
-        except Exception as exc:  # a broken nvdisasm must not break the view
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            found = (None, f"SASS: nvdisasm failed: {first}")
+        found = (disassemble(cubin), None)
+    except SassUnavailable as exc:  # a missing or broken nvdisasm must not break the view
+        found = (None, f"SASS: {exc}")
     _sass_cache[token] = found
     while len(_sass_cache) > 32:
         _sass_cache.popitem(last=False)
