@@ -149,7 +149,9 @@ class KernelCache:
             raise TypeError(f"config must be a CompileConfig, got {type(config).__name__}")
         pyfunc = python_function(func)
         argtypes = stages.normalize_signature(sig)
-        result = _Plan(self, pyfunc, argtypes, config).run(force)
+        plan = _Plan(self, pyfunc, argtypes, config)
+        result = plan.run(force)
+        result.referenced = plan.identity.referenced
         if not force and audit is not False and any(layer.hit for layer in result.layers.values()) \
                 and self._auditor.wants(forced=bool(audit)):
             result.audit = AuditOutcome()

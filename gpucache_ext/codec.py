@@ -47,7 +47,7 @@ def _reads_from_json(value) -> targets.TargetReads:
 def _parts(stage: str, artifact) -> Tuple[Dict, List[bytes]]:
     """(metadata, payload parts) of an artifact."""
     if stage == "llvm":
-        return ({"entry_name": artifact.entry_name,
+        return ({"entry_name": artifact.entry_name, "cooperative": artifact.cooperative,
                  "target_reads": targets.reads_key(artifact.target_reads)},
                 [m.encode() for m in artifact.modules])
     if stage == "ptx":
@@ -55,7 +55,7 @@ def _parts(stage: str, artifact) -> Tuple[Dict, List[bytes]]:
         if artifact.ltoir is not None:
             parts.append(artifact.ltoir)
         return {"entry_name": artifact.entry_name, "ptx_count": len(artifact.ptx),
-                "ltoir": artifact.ltoir is not None}, parts
+                "ltoir": artifact.ltoir is not None, "cooperative": artifact.cooperative}, parts
     if stage == "cubin":
         parts = [artifact.cubin, artifact.info_log.encode()]
         if artifact.linked_ptx is not None:
@@ -67,11 +67,13 @@ def _parts(stage: str, artifact) -> Tuple[Dict, List[bytes]]:
 def _artifact(stage: str, meta: Dict, parts: List[bytes]):
     if stage == "llvm":
         return stages.LLVMArtifact(tuple(p.decode() for p in parts), meta["entry_name"],
-                                   _reads_from_json(meta["target_reads"]))
+                                   _reads_from_json(meta["target_reads"]),
+                                   cooperative=bool(meta.get("cooperative", False)))
     if stage == "ptx":
         count = meta["ptx_count"]
         ltoir = parts[count] if meta["ltoir"] else None
-        return stages.PTXArtifact(tuple(p.decode() for p in parts[:count]), ltoir, meta["entry_name"])
+        return stages.PTXArtifact(tuple(p.decode() for p in parts[:count]), ltoir, meta["entry_name"],
+                                  bool(meta.get("cooperative", False)))
     if stage == "cubin":
         linked = parts[2].decode() if meta["linked_ptx"] else None
         return stages.CubinArtifact(parts[0], parts[1].decode(), linked, meta["entry_name"])

@@ -249,6 +249,8 @@ class Kernel:
             if ntasks == 0:
                 return None
             if self.simulate or not gpu_available():
+                if self.result_for(*args).cooperative:  # grid sync: one block, where the simulator can
+                    return self.launch(*args, griddim=1, blockdim=ntasks, stream=stream, sharedmem=sharedmem)
                 return self.launch(*args, griddim=ntasks, blockdim=1, stream=stream, sharedmem=sharedmem)
             block = tpb or self._suggested_block_size(self.result_for(*args), sharedmem)
             return self.launch(*args, griddim=(ntasks + block - 1) // block, blockdim=block,
@@ -266,9 +268,21 @@ class Kernel:
 
     def launch(self, *args, griddim, blockdim, stream=0, sharedmem=0):
         """Compile for the arguments' types if needed, then run the kernel."""
+        from numba.cuda import types as nbtypes
+
+        simulated = self.simulate or not gpu_available()
+        if simulated and any(isinstance(t, nbtypes.CPointer) for sig in self.declared for t in sig):
+            raise LaunchError(
+                f"{self.__name__} takes raw pointers, which need a GPU: the simulator runs "
+                "Python and cannot follow a device pointer")
         result = self.result_for(*args)
-        if self.simulate or not gpu_available():
+        if simulated:
             _notice_simulator(self.simulate)
+            if result.cooperative and _blocks(griddim) > 1:
+                raise LaunchError(
+                    f"{self.__name__} synchronises its grid (cuda.cg.this_grid), which numba's "
+                    f"simulator can do within one block only; launch it as [1, threads] (or with "
+                    f".forall(n)) to simulate it, or run it on a GPU")
             self._simulator()[griddim, blockdim, stream, sharedmem](*args)
             return
         from numba.cuda.errors import normalize_kernel_dimensions
@@ -314,9 +328,11 @@ class Kernel:
         return self._specialized
 
     @property
-    def overloads(self) -> Dict[Tuple, CompileResult]:
-        """Argument types -> compile result, for every signature compiled so far."""
-        return dict(self.results)
+    def overloads(self) -> Dict[Tuple, "Overload"]:
+        """Argument types -> the compiled variant (its `CompileResult`'s attributes,
+        and numba's per-variant API), for every declared or compiled signature."""
+        self.compile_declared()
+        return {argtypes: Overload(self, result) for argtypes, result in self.results.items()}
 
     definitions = overloads
 
@@ -454,6 +470,59 @@ class Kernel:
         return f"<gpucache_ext.Kernel {self.__name__} [{self.config.summary()}] {sigs}>"
 
 
+class Overload:
+    """One compiled variant of a Kernel, as numba's ``kernel.overloads[sig]``:
+    the `CompileResult`'s attributes, plus numba's per-variant queries."""
+
+    def __init__(self, kernel: "Kernel", result: CompileResult):
+        self._kernel = kernel
+        self.result = result
+
+    def __getattr__(self, name):
+        return getattr(self.result, name)
+
+    def __eq__(self, other):
+        return isinstance(other, Overload) and other.result is self.result
+
+    __hash__ = None
+
+    def _on_gpu(self):
+        return not self._kernel.simulate and gpu_available()
+
+    def max_cooperative_grid_blocks(self, blockdim) -> int:
+        """The most blocks a cooperative (grid-synchronised) launch can have: the
+        driver's figure on a GPU; 1 on the simulator, as numba's simulator says
+        (it cannot synchronise blocks)."""
+        if not self._on_gpu():
+            return 1
+        return self._kernel._gpu_kernel(self.result).max_cooperative_grid_blocks(blockdim)
+
+    @property
+    def regs_per_thread(self) -> int:
+        return self._kernel.get_regs_per_thread(self.result.signature)
+
+    @property
+    def shared_mem_per_block(self) -> int:
+        return self._kernel.get_shared_mem_per_block(self.result.signature)
+
+    @property
+    def local_mem_per_thread(self) -> int:
+        return self._kernel.get_local_mem_per_thread(self.result.signature)
+
+    @property
+    def const_mem_size(self) -> int:
+        return self._kernel.get_const_mem_size(self.result.signature)
+
+    def inspect_asm(self) -> str:
+        return self.result.ptx
+
+    def inspect_llvm(self) -> str:
+        return self.result.llvm_ir
+
+    def __repr__(self):
+        return f"<compiled {self._kernel.__name__}{self.result.signature_text}>"
+
+
 # Parts of numba's dispatcher API a Kernel leaves out, and what to use instead.
 _NUMBA_ONLY = {
     "inspect_types": "typed IR is cached per stage; use .inspect() or %gpucache explain NAME",
@@ -472,6 +541,14 @@ def _default_cache():
     from . import default_cache
 
     return default_cache()
+
+
+def _blocks(griddim) -> int:
+    dims = griddim if isinstance(griddim, tuple) else (griddim,)
+    count = 1
+    for dim in dims:
+        count *= int(dim)
+    return count
 
 
 # ---------------------------------------------------------------------------
@@ -530,13 +607,13 @@ def load_on_gpu(result: CompileResult):
         cuda_target.target_context.codegen(), result.kernel, result.entry_name,
         llvm_strs=None, ptx_cache={}, cubin_cache={device_key: image}, linkerinfo_cache={},
         max_registers=result.config.max_registers, nvvm_options={}, needs_cudadevrt=False,
-        nrt=False, use_cooperative=False, lto=False,
+        nrt=False, use_cooperative=result.cooperative, lto=False,
     )
     if result.config.debug and result.call_helper is None:
         raise LaunchError(f"{result.kernel}: a debug launch needs the kernel's exception table; "
                           "recompile it in this process (force=True)")
     return _Kernel._rebuild(
-        cooperative=False, name=result.entry_name,
+        cooperative=result.cooperative, name=result.entry_name,
         signature=nbtyping.signature(nbtypes.void, *result.signature),
         codelibrary=library, debug=result.config.debug, lineinfo=result.config.lineinfo,
         call_helper=result.call_helper, extensions=[],
@@ -545,6 +622,69 @@ def load_on_gpu(result: CompileResult):
 
 # ---------------------------------------------------------------------------
 # Simulator
+
+# numba.cuda's memory and stream API, which needs a GPU; the simulator has its own.
+_MEMORY_API = ("to_device", "device_array", "device_array_like", "pinned_array",
+               "pinned_array_like", "mapped_array", "managed_array", "pinned", "auto_device",
+               "stream", "default_stream", "legacy_default_stream", "per_thread_default_stream",
+               "external_stream", "event", "synchronize",
+               "reduce", "Reduce")  # cuda.reduce launches numba's own kernels
+_saved_memory_api: Dict[str, Any] = {}
+
+
+def _simulated_array_class():
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    class SimulatedDeviceArray(FakeCUDAArray):
+        """The simulator's device array, with the CUDA Array Interface a real
+        one has (its data pointer is the host buffer's)."""
+
+        @property
+        def __cuda_array_interface__(self):
+            interface = self._ary.__array_interface__
+            return {"shape": interface["shape"], "strides": interface.get("strides"),
+                    "typestr": interface["typestr"], "data": interface["data"], "version": 3}
+
+    return SimulatedDeviceArray
+
+
+def _with_interface(factory):
+    """`factory`, its simulator arrays given the CUDA Array Interface."""
+    if not callable(factory) or isinstance(factory, type):
+        return factory
+    simulated = _simulated_array_class()
+
+    @functools.wraps(factory)
+    def make(*args, **kwargs):
+        made = factory(*args, **kwargs)
+        if type(made).__name__ == "FakeCUDAArray":
+            made.__class__ = simulated
+        return made
+
+    return make
+
+
+def simulate_memory(enable: bool = True) -> None:
+    """Give ``numba.cuda``'s memory and stream API (``to_device``,
+    ``device_array``, ``stream``, ``synchronize``...) the simulator's objects,
+    or numba's own back (`enable` False).  The magic does this when there is
+    no GPU, so that cells written for a GPU run on the simulator as written:
+    kernels launched there accept the simulator's arrays.
+    """
+    import numba.cuda
+    from numba.cuda import simulator
+
+    if enable and not _saved_memory_api:
+        for name in _MEMORY_API:
+            replacement = getattr(simulator, name, None) or getattr(simulator.devicearray, name, None)
+            if replacement is not None and hasattr(numba.cuda, name):
+                _saved_memory_api[name] = getattr(numba.cuda, name)
+                setattr(numba.cuda, name, _with_interface(replacement))
+    elif not enable:
+        for name, original in _saved_memory_api.items():
+            setattr(numba.cuda, name, original)
+        _saved_memory_api.clear()
+
 
 _notice_shown = False
 
@@ -558,16 +698,20 @@ def _notice_simulator(asked: bool) -> None:
 
 
 def simulated_kernel(pyfunc, config: CompileConfig):
-    """numba's simulator kernel for `pyfunc`, its device functions replaced by simulator twins."""
+    """numba's simulator kernel for `pyfunc`, its device functions replaced by
+    simulator twins.  Like compiled code, it keeps the values its globals,
+    closure variables and module attributes had when it was made (numba's
+    simulator would read them anew at every launch)."""
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
     def twin(dispatcher, identity):
         return FakeCUDAKernel(rebind(identity, twin), device=True, fastmath=config.fastmath)
 
-    identity = identify(pyfunc, with_location=False)
+    identity = identify(pyfunc, with_location=False, freeze=True)
     return FakeCUDAKernel(rebind(identity, twin), device=False, fastmath=config.fastmath,
                           debug=config.debug)
 
 
 __all__ = ["Kernel", "LaunchError", "refresh_all", "gpu_available", "config_with_options", "check_options",
+           "simulate_memory",
            "select_signature"]

@@ -35,7 +35,7 @@ from .audit import parse_audit
 from .cache import CompileResult
 from .config import STAGES, CompileConfig, parse_sm
 from .errors import ConfigError, GpuCacheError
-from .kernel import Kernel, check_options, gpu_available, refresh_all
+from .kernel import Kernel, check_options, gpu_available, refresh_all, simulate_memory
 from .report import CellReport, StatsTable
 from .sources import declare_signatures
 from .stages import normalize_signature
@@ -544,6 +544,8 @@ def load(shell):
                                              audit=_magics.audit or None)
     shell.register_magics(_magics)
     shell.events.register("post_run_cell", _refresh_after_cell)
+    if not gpu_available():  # cells written for a GPU run on the simulator, memory API too
+        simulate_memory(True)
     from . import widgets  # after the refresh: the inspectors see the cell's compiles
 
     widgets.install(shell)
@@ -554,6 +556,7 @@ def unload(shell):
     global _magics
     with contextlib.suppress(ValueError):
         shell.events.unregister("post_run_cell", _refresh_after_cell)
+    simulate_memory(False)
     from . import widgets
 
     widgets.uninstall(shell)

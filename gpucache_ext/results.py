@@ -43,6 +43,9 @@ class CompileResult:
     # When the cache audited this compile: its `gpucache_ext.audit.AuditOutcome`
     # (after a mismatch, the artifacts above are the fresh ones).
     audit: Any = field(default=None, repr=False)
+    # Device arrays read as globals: the code holds their pointers, so the
+    # result keeps them alive (as numba's code library does).
+    referenced: Tuple[Any, ...] = field(default=(), repr=False)
 
     @property
     def llvm_ir(self) -> str:
@@ -74,6 +77,12 @@ class CompileResult:
     def entry_name(self) -> str:
         """The kernel's symbol in the PTX and cubin."""
         return self._cubin.entry_name
+
+    @property
+    def cooperative(self) -> bool:
+        """True when the kernel synchronises its grid: launched cooperatively,
+        linked with libcudadevrt."""
+        return self._llvm.cooperative
 
     @property
     def call_helper(self):

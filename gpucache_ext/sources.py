@@ -306,6 +306,9 @@ class SourceIdentity:
     # every device function this function calls directly: (dispatcher, identity)
     devices: List[Tuple[object, "SourceIdentity"]] = field(default_factory=list)
     snapshot_bytes: int = 0  # size of the array copies the bindings hold
+    # (on the kernel's identity) device arrays read as globals, anywhere in the
+    # walk: compiled code holds their pointers, so the result keeps them alive
+    referenced: Tuple[Any, ...] = ()
 
     @property
     def digest(self) -> str:
@@ -363,9 +366,18 @@ def python_function(func) -> Callable:
     )
 
 
-def identify(func, with_location: bool) -> SourceIdentity:
-    """The identity of `func` (a Python function or dispatcher)."""
-    return _Walker(with_location).function(python_function(func))
+def identify(func, with_location: bool, freeze: bool = False) -> SourceIdentity:
+    """The identity of `func` (a Python function or dispatcher).
+
+    With `freeze`, `rebind` gives a function that reads every global, closure
+    variable and module attribute as it is now (what compiled code bakes in),
+    not only the arrays and device functions it must substitute: the
+    simulator runs Python code, and must see what a GPU would run.
+    """
+    walker = _Walker(with_location, freeze)
+    ident = walker.function(python_function(func))
+    ident.referenced = tuple(walker.referenced)
+    return ident
 
 
 def _short(text: str, limit: int = 40) -> str:
@@ -373,8 +385,10 @@ def _short(text: str, limit: int = 40) -> str:
 
 
 class _Walker:
-    def __init__(self, with_location: bool):
+    def __init__(self, with_location: bool, freeze: bool = False):
         self.with_location = with_location
+        self.freeze = freeze
+        self.referenced: List[Any] = []  # device arrays whose pointers compiled code holds
         self.active = []  # functions being walked (cycle guard)
         self.memo = {}
 
@@ -441,7 +455,7 @@ class _Walker:
         data, plan = self._data(value, ident, label=where)
         if not (isinstance(plan, _Device) and plan.dispatcher is value):
             ident.components[component_name] = Component(digest(data), _short(_shown(value)))
-        return plan
+        return _Snapshot(value) if plan is None and self.freeze else plan
 
     def _module(self, ident, label, path, module, chains) -> Optional[_Plan]:
         """Components for the attributes read through `module`; a clone plan when needed."""
@@ -474,7 +488,7 @@ class _Walker:
                 plan = self._read(ident, f"{label}.{attr}", where, value)
             if plan is not None:
                 attrs[attr] = plan
-        return _ModuleClone(module, attrs) if attrs else None
+        return _ModuleClone(module, attrs) if attrs or self.freeze else None
 
     def _data_device(self, dispatcher, pyfunc, ident, label):
         """A device function (or one numba compiles as one): hashed by its own
@@ -489,12 +503,37 @@ class _Walker:
         ident.components[f"device function {label}"] = Component(dev.digest, "device function")
         return ["device function", dev.digest], _Device(dispatcher, dev)
 
+    def _device_array(self, value, ident):
+        """A device array read as a global: numba bakes its *pointer* into the
+        code (the kernel sees later writes to it), so it is keyed by pointer,
+        shape, strides and type, and kept alive with the compile result.  A
+        simulator array stands for one: it compiles as a device array over its
+        host buffer, and the simulator reads the array itself."""
+        simulated = type(value).__name__ == "FakeCUDAArray" and hasattr(value, "_ary")
+        if not simulated and getattr(value, "__cuda_array_interface__", None) is None:
+            return None
+        interface = (_HostBuffer(value._ary) if simulated else value).__cuda_array_interface__
+        if interface.get("mask") is not None:
+            raise UnsupportedKernelError(f"{ident.qualname} reads a masked device array")
+        from numba.cuda.typing.typeof import Purpose, typeof
+
+        self.referenced.append(value)
+        data = ["device array", list(interface["data"]), list(interface["shape"]),
+                list(interface.get("strides") or ()), interface["typestr"],
+                str(typeof(value, Purpose.constant))]
+        if simulated and not self.freeze:
+            return data, _Snapshot(_HostBuffer(value._ary))
+        return data, None
+
     def _numba_function(self, value, ident, label):
         kind = type(value).__name__
         pyfunc = getattr(value, "py_func", None) or getattr(value, "_defn", None)
         if pyfunc is None or _file_origin(pyfunc.__code__.co_filename) is not None:
-            return ["library " + kind, getattr(pyfunc, "__module__", "?"),
-                    getattr(pyfunc, "__qualname__", repr(value)), _class_version(pyfunc) or "?"], None
+            data = ["library " + kind, getattr(pyfunc, "__module__", "?"),
+                    getattr(pyfunc, "__qualname__", repr(value)), _class_version(pyfunc) or "?"]
+            # the simulator runs Python: it calls the function numba would compile
+            simulated = _Snapshot(pure_python(value)) if self.freeze and kind != "_Intrinsic" else None
+            return data, simulated
         if kind == "_Intrinsic":
             raise UnsupportedKernelError(
                 f"{ident.qualname} calls {label}, an @intrinsic defined in user code; numba keeps "
@@ -524,6 +563,9 @@ class _Walker:
             return ["list", [self._data(v, ident, label)[0] for v in value]], None
         if is_device_dispatcher(value):
             return self._data_device(value, value.py_func, ident, label)
+        device_data = self._device_array(value, ident)
+        if device_data is not None:
+            return device_data
         numpy_data = _numpy_data(value, ident)
         if numpy_data is not None:
             return numpy_data
@@ -561,6 +603,40 @@ class _Walker:
             "to it could not be detected; pass it to the kernel as an argument or use a number, "
             "tuple, enum or numpy array"
         )
+
+
+def pure_python(dispatcher, memo=None):
+    """The Python function behind a numba dispatcher, with the dispatchers it
+    calls replaced the same way: what the simulator runs for a library
+    function numba would compile as a device function (cuda.random's)."""
+    memo = {} if memo is None else memo
+    pyfunc = python_function(dispatcher)
+    if id(pyfunc) in memo:
+        return memo[id(pyfunc)]
+    namespace = dict(pyfunc.__globals__)
+    copy = pytypes.FunctionType(pyfunc.__code__, namespace, pyfunc.__name__, pyfunc.__defaults__,
+                                pyfunc.__closure__)
+    copy.__kwdefaults__ = pyfunc.__kwdefaults__
+    memo[id(pyfunc)] = copy
+    for name in code_reads(pyfunc.__code__).globals:
+        value = namespace.get(name)
+        if value is not None and _is_numba_function(value) and type(value).__name__ != "_Intrinsic":
+            namespace[name] = pure_python(value, memo)
+    return copy
+
+
+class _HostBuffer:
+    """A simulator array's host buffer, presented as a device array (by its
+    pointer) so numba compiles a kernel reading it as it would on a GPU."""
+
+    def __init__(self, array):
+        self._array = array
+
+    @property
+    def __cuda_array_interface__(self):
+        interface = self._array.__array_interface__
+        return {"shape": interface["shape"], "strides": interface.get("strides"),
+                "typestr": interface["typestr"], "data": interface["data"], "version": 3}
 
 
 def _is_numba_function(value) -> bool:
@@ -763,18 +839,6 @@ def _snapshot_array(array, qualname):
     return copy
 
 
-@functools.lru_cache(maxsize=1)
-def _refused_library_objects() -> Dict[int, str]:
-    """Library objects refused while the pipeline cannot compile them soundly,
-    with why (checked before anything is compiled or stored)."""
-    from numba.cuda import cg
-
-    return {id(cg.this_grid): (
-        "grid synchronisation (cuda.cg.this_grid) needs cudadevrt and a cooperative launch, "
-        "which the staged cache does not support yet"
-    )}
-
-
 def _numba_data(value, qualname, label):
     from numba.cuda import types as nbtypes
     from numba.cuda.compiler import ExternFunction
@@ -787,13 +851,12 @@ def _numba_data(value, qualname, label):
             "with cuda.declare_device; kernels that link external code are not supported by "
             "the staged cache yet"
         )
-    why = _refused_library_objects().get(id(value))
-    if why is not None:
-        raise UnsupportedKernelError(f"{qualname} uses {label}: {why}")
     return None
 
 
 def _shown(value) -> str:
+    if type(value).__name__ == "FakeCUDAArray" or getattr(value, "__cuda_array_interface__", None):
+        return f"device array{tuple(value.shape)} {value.dtype}"
     np = sys.modules.get("numpy")
     if np is not None and isinstance(value, np.ndarray):
         return f"array{value.shape} {value.dtype}"

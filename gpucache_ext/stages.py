@@ -585,6 +585,9 @@ class LLVMArtifact:
     # numba's exception table for the kernel (raises in debug launches);
     # in memory only, not part of the artifact's bytes.
     call_helper: Any = field(default=None, repr=False, compare=False)
+    # Grid synchronisation (cuda.cg.this_grid): the cubin links libcudadevrt
+    # and the kernel is launched cooperatively.
+    cooperative: bool = False
 
     @property
     def text(self) -> str:
@@ -611,7 +614,8 @@ def run_llvm(typed: TypedFunction, config: CompileConfig) -> LLVMArtifact:
             raise _compile_error(typed.qualname, "llvm", exc) from exc
         _check_linkable(typed.qualname, library)
         modules = canonical_modules(library)
-    return LLVMArtifact(modules, entry_name, frozenset(reads) | typed.target_reads, cres.call_helper)
+    return LLVMArtifact(modules, entry_name, frozenset(reads) | typed.target_reads, cres.call_helper,
+                        cooperative=bool(library.use_cooperative or library.needs_cudadevrt))
 
 
 def canonical_modules(library) -> Tuple[str, ...]:
@@ -649,11 +653,6 @@ def _check_linkable(qualname, library):
             f"{qualname} links external code ({len(library._linking_files)} file(s)); "
             "kernels with link= files or declared external device functions are not cached yet"
         )
-    if library.needs_cudadevrt or library.use_cooperative:
-        raise UnsupportedKernelError(
-            f"{qualname} uses grid synchronisation (cooperative launch), which needs "
-            "cudadevrt; such kernels are not cached yet"
-        )
 
 
 @dataclass
@@ -663,6 +662,7 @@ class PTXArtifact:
     ptx: Tuple[str, ...]
     ltoir: Optional[bytes]
     entry_name: str
+    cooperative: bool = False  # link libcudadevrt (see LLVMArtifact)
 
     @property
     def nbytes(self) -> int:
@@ -687,7 +687,7 @@ def run_ptx(llvm: LLVMArtifact, config: CompileConfig, qualname="kernel") -> PTX
         with global_compiler_lock:
             if config.lto:
                 return PTXArtifact((), bytes(nvvm.compile_ir(list(llvm.modules), **options)),
-                                   llvm.entry_name)
+                                   llvm.entry_name, llvm.cooperative)
             if config.debug:
                 # As numba-cuda: with -g each module is compiled on its own.
                 outputs = [nvvm.compile_ir(m, **options) for m in llvm.modules]
@@ -696,7 +696,7 @@ def run_ptx(llvm: LLVMArtifact, config: CompileConfig, qualname="kernel") -> PTX
     except Exception as exc:
         raise _compile_error(qualname, "ptx", exc) from exc
     ptx = tuple(out.decode().strip("\x00").strip() for out in outputs)
-    return PTXArtifact(ptx, None, llvm.entry_name)
+    return PTXArtifact(ptx, None, llvm.entry_name, llvm.cooperative)
 
 
 @dataclass
@@ -727,6 +727,10 @@ def _link(ptx: PTXArtifact, config: CompileConfig, output: str):
         ptx=True if output == "ptx" else None,
         verbose=True,
     )
+    if ptx.cooperative:
+        from .toolchain import cudadevrt
+
+        objects.append(ObjectCode.from_library(cudadevrt(), name="libcudadevrt.a"))
     linker = Linker(*objects, options=options)
     try:
         code = linker.link(output).code

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import hashlib
+import os
 import platform
 from importlib import metadata
 
@@ -77,6 +78,34 @@ def _nvjitlink_version() -> str:
     return ".".join(map(str, nvjitlink.version()))
 
 
+@functools.lru_cache(maxsize=1)
+def _cudadevrt_path():
+    from numba.cuda.cudadrv.libs import get_cudalib
+
+    path = get_cudalib("cudadevrt", static=True)
+    return path if os.path.isfile(path) else None
+
+
+@functools.lru_cache(maxsize=1)
+def cudadevrt() -> bytes:
+    """libcudadevrt.a, which grid synchronisation links (the CUDA toolkit's, or
+    the nvidia-cuda-runtime wheel's that numba-cuda[cu12] brings)."""
+    path = _cudadevrt_path()
+    if path is None:
+        from .errors import UnsupportedKernelError
+
+        raise UnsupportedKernelError(
+            "grid synchronisation needs libcudadevrt.a, which was not found; "
+            "pip install nvidia-cuda-runtime-cu12 (numba-cuda[cu12] brings it)")
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+@functools.lru_cache(maxsize=1)
+def _cudadevrt_digest() -> str:
+    return hashlib.sha256(cudadevrt()).hexdigest() if _cudadevrt_path() else "absent"
+
+
 @functools.lru_cache(maxsize=None)
 def stage_toolchain(stage: str) -> dict:
     """The tool versions `stage` runs with, as a dict (computed once per process)."""
@@ -93,7 +122,8 @@ def stage_toolchain(stage: str) -> dict:
         return {"libnvvm": _nvvm_version(), "libdevice": _libdevice_digest()[:16],
                 "numba-cuda": _version("numba-cuda")}
     if stage == "cubin":
-        return {"nvjitlink": _nvjitlink_version(), "cuda-core": _version("cuda-core")}
+        return {"nvjitlink": _nvjitlink_version(), "cuda-core": _version("cuda-core"),
+                "cudadevrt": _cudadevrt_digest()[:16]}
     raise ValueError(f"unknown stage {stage!r}")
 
 

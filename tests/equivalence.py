@@ -1,10 +1,15 @@
 """Comparing the pipeline's output with numba-cuda's own.
 
-numba-cuda's `compile_ptx` is the reference.  Symbol names differ by design
-(numba numbers functions from a process-wide counter, the pipeline from the
-source identity), so names are replaced by placeholders in order of first
-appearance, and comment lines (compiler banners) are dropped; nothing else
-is normalised.
+numba-cuda's `compile_ptx` is the reference.  Two things differ by design and
+are normalised, nothing else:
+
+* symbol names: numba numbers functions from a process-wide counter, the
+  pipeline from the source identity; names become placeholders;
+* the order of top-level PTX items (declarations, functions): numba links its
+  libraries in an order that follows memory addresses (it differs from run to
+  run), the pipeline in a canonical one; items are compared as a sorted list.
+
+Comment lines (compiler banners) are dropped.
 """
 
 from __future__ import annotations
@@ -15,15 +20,35 @@ import re
 _SYMBOL = re.compile(r"_ZN[\w$]+")
 
 
+def _items(text: str):
+    """PTX as (header lines, top-level items): an item runs from a line at
+    column 0 to the end of its braces or its semicolon."""
+    lines = [line.rstrip() for line in text.splitlines()
+             if line.strip() and not line.strip().startswith("//")]
+    header, items, current, depth = [], [], [], 0
+    for line in lines:
+        if not current and depth == 0 and line.startswith((".version", ".target", ".address_size")):
+            header.append(line)
+            continue
+        current.append(line)
+        depth += line.count("{") - line.count("}")
+        if depth == 0 and (line.endswith(";") or line.endswith("}")):
+            items.append("\n".join(current))
+            current = []
+    if current:
+        items.append("\n".join(current))
+    return header, items
+
+
 def normalise_ptx(text: str) -> str:
+    header, items = _items(text)
+    items.sort(key=lambda item: _SYMBOL.sub("SYM", item))
     names = {}
 
     def placeholder(match):
         return names.setdefault(match.group(0), f"SYM{len(names)}")
 
-    text = _SYMBOL.sub(placeholder, text)
-    return "\n".join(line.rstrip() for line in text.splitlines()
-                     if line.strip() and not line.strip().startswith("//"))
+    return _SYMBOL.sub(placeholder, "\n".join(header + items))
 
 
 class _StandInDevice:

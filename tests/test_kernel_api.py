@@ -85,3 +85,76 @@ def test_what_needs_hardware_or_is_left_out_says_so(kernel):
         assert "nvidia-cuda-nvdisasm" in str(exc)
     else:
         assert kernel.last.entry_name in next(iter(sass.values()))
+
+
+CAPTURE = '''%%gpukernel --sm 80 --quiet
+import numpy as np
+from numba import cuda
+
+@cuda.jit
+def scaled(r):
+    r[0] = SCALE
+'''
+
+
+def test_simulated_launches_keep_the_values_compiled_in(ip):
+    ip.run_cell("SCALE = 2.0").raise_error()
+    ip.run_cell(CAPTURE + '''
+first = np.zeros(1)
+scaled[1, 1](first)
+SCALE = 5.0          # as on a GPU, the compiled kernel keeps 2.0 until the cell ends
+second = np.zeros(1)
+scaled[1, 1](second)
+''').raise_error()
+    assert ip.user_ns["first"][0] == ip.user_ns["second"][0] == 2.0
+    ip.run_cell("third = np.zeros(1)\nscaled[1, 1](third)").raise_error()  # a new cell: recompiled
+    assert ip.user_ns["third"][0] == 5.0
+
+
+def test_device_arrays_read_as_globals_are_captured_by_pointer(ip):
+    ip.run_cell('''%%gpukernel --sm 80 --quiet
+import numpy as np
+from numba import cuda
+
+PRICES = cuda.to_device(np.array([1.0, 2.0], dtype=np.float32))
+
+@cuda.jit
+def read(r):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = PRICES[i]
+
+out = np.zeros(2, dtype=np.float32)
+read[1, 2](out)
+PRICES.copy_to_device(np.array([7.0, 8.0], dtype=np.float32))   # the same pointer
+after = np.zeros(2, dtype=np.float32)
+read[1, 2](after)
+''').raise_error()
+    ns = ip.user_ns
+    assert list(ns["out"]) == [1.0, 2.0] and list(ns["after"]) == [7.0, 8.0]
+    kernel = ns["read"]
+    token = kernel.last.layers["typing"].token
+    assert "inttoptr" in kernel.llvm_ir  # the pointer, not the contents, is in the code
+    ip.run_cell("PRICES = cuda.to_device(np.array([1.0, 2.0], dtype=np.float32))\n"
+                "read[1, 2](np.zeros(2, dtype=np.float32))").raise_error()
+    assert kernel.last.layers["typing"].token != token  # another array: another pointer
+
+
+def test_grid_synchronising_kernels_simulate_in_one_block_only(ip):
+    ip.run_cell('''%%gpukernel --sm 80 --quiet
+import numpy as np
+from numba import cuda
+
+@cuda.jit
+def shift(a):
+    i = cuda.grid(1)
+    g = cuda.cg.this_grid()
+    v = a[(i + 1) % a.size]
+    g.sync()
+    a[i] = v
+''').raise_error()
+    a = np.arange(8, dtype=np.int64)
+    ip.user_ns["shift"].forall(8)(a)  # one block of 8 threads on the simulator
+    assert list(a) == [1, 2, 3, 4, 5, 6, 7, 0]
+    with pytest.raises(LaunchError, match="within one block"):
+        ip.user_ns["shift"][2, 4](a)

@@ -79,3 +79,30 @@ def test_declared_signatures_are_part_of_the_token(ip):
     assert again.hit and again.cubin == as_f32.cubin
     fresh = KernelCache().compile(ip.user_ns["kernel"].py_func, "void(float64[:], float64[:])", SM86)
     assert fresh.cubin == as_f32.cubin
+
+
+GRID_SYNC = """
+def sequential_rows(M):
+    col = cuda.grid(1)
+    g = cuda.cg.this_grid()
+    rows = M.shape[0]
+    cols = M.shape[1]
+    for row in range(1, rows):
+        opposite = cols - col - 1
+        M[row, col] = M[row - 1, opposite] + 1
+        g.sync()
+"""
+
+
+def test_grid_synchronisation_compiles_links_cudadevrt_and_persists(tmp_path):
+    ns = notebook_namespace()
+    run_cell(ns, GRID_SYNC)
+    sig = "void(int32[:, ::1])"
+    expected = numba_ptx(ns["sequential_rows"], sig)
+    result = KernelCache(directory=tmp_path).compile(ns["sequential_rows"], sig, SM86)
+    assert result.cooperative and "cudaCGGetIntrinsicHandle" in result.ptx
+    assert normalise_ptx(result.ptx) == normalise_ptx(expected)
+    assert result.cubin[:4] == b"\x7fELF"  # nvJitLink resolved the cudadevrt calls
+    again = KernelCache(directory=tmp_path).compile(ns["sequential_rows"], sig, SM86)
+    assert again.layers["cubin"].tier == "disk" and again.cooperative
+    assert again.cubin == result.cubin

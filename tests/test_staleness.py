@@ -523,12 +523,6 @@ def _entries(cache):
     def kernel(r):
         r[0] = ext(r[0])
     """, "declare_device"),
-    ("""
-    def kernel(r):
-        g = cuda.cg.this_grid()
-        r[0] = 1.0
-        g.sync()
-    """, "grid synchronisation"),
 ])
 def test_unsupported_features_are_refused_before_any_stage_is_stored(body, match):
     ns = notebook_namespace()
