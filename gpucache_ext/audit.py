@@ -65,7 +65,6 @@ class AuditOutcome:
     "mismatch" or "failed" (the fresh compile itself raised)."""
 
     state: str = "pending"
-    stages: Tuple[str, ...] = ()  # the stages compared
     mismatches: List[Mismatch] = field(default_factory=list)
     error: str = ""
     done: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)

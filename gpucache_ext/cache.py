@@ -294,8 +294,7 @@ class KernelCache:
             warnings.warn(f"gpucache_ext audit of {result.kernel}: the fresh compile failed "
                           f"({outcome.error}) although the cache served it", AuditWarning, stacklevel=2)
             return
-        cached = {"llvm": result._llvm, "ptx": result._ptx, "cubin": result._cubin}
-        fresh_artifacts = {"llvm": fresh._llvm, "ptx": fresh._ptx, "cubin": fresh._cubin}
+        cached, fresh_artifacts = result.artifacts(), fresh.artifacts()
         for stage in AUDITED_STAGES:
             difference = first_difference(stage, cached[stage], fresh_artifacts[stage])
             with self._lock:
@@ -308,7 +307,6 @@ class KernelCache:
                     result.kernel, stage, layer.token,
                     tuple(sorted((name, part.shown) for name, part in layer.components.items())),
                     difference))
-        outcome.stages = AUDITED_STAGES
         if outcome.mismatches:
             self._replace_chain(result, fresh)
             result._llvm, result._ptx, result._cubin = fresh._llvm, fresh._ptx, fresh._cubin
@@ -323,7 +321,7 @@ class KernelCache:
     def _replace_chain(self, result: CompileResult, fresh: CompileResult) -> None:
         """Evict every entry `result` was served from (a wrong one anywhere in
         the chain taints what follows) and file the fresh artifacts instead."""
-        artifacts = {"llvm": fresh._llvm, "ptx": fresh._ptx, "cubin": fresh._cubin}
+        artifacts = fresh.artifacts()
         with self._lock:
             for stage in STAGES:
                 layer = result.layers[stage]
@@ -394,12 +392,10 @@ class KernelCache:
             entry, tier = self._find(stage, token.hex)
             if entry is None or not entry.is_marker:
                 return entry, token, tier
-            for reads in entry.variants:
-                if targets.holds_for(reads, cc):
-                    variant = target_variant(token, reads)
-                    found, tier = self._find(stage, variant.hex)
-                    if found is not None:
-                        return found, variant, tier
+            for variant in variants_for(entry, token, cc):
+                found, tier = self._find(stage, variant.hex)
+                if found is not None:
+                    return found, variant, tier
             return None, token, None
 
     def _store(self, stage, token: Token, plan: "_Plan", artifact, seconds, reads):
@@ -509,6 +505,13 @@ def _entry_row(stage, entry: Entry) -> Dict[str, Any]:
 def target_variant(token: Token, reads: targets.TargetReads) -> Token:
     """The token an artifact is filed under when building it asked `reads` of the target."""
     return extend_token(token, {"target": component(targets.reads_key(reads), targets.describe(reads))})
+
+
+def variants_for(marker: Entry, token: Token, cc):
+    """The tokens of `marker`'s per-target variants that hold for target `cc`, in order."""
+    for reads in marker.variants:
+        if targets.holds_for(reads, cc):
+            yield target_variant(token, reads)
 
 
 def _reasons(stage, wanted: Mapping[str, Component], old: Mapping[str, Component]):

@@ -293,17 +293,16 @@ def _recompile_all(tier: DiskTier, args, out) -> dict:
 
 def _upstream(tier: DiskTier, stage: str, token: str, cc):
     """The entry of `stage` under `token`, or under its variant for target `cc`."""
-    from . import targets
-    from .cache import target_variant
+    from .cache import variants_for
     from .tokens import Token
 
     entry = tier.get(stage, token)
     if entry is None or not entry.is_marker:
         return entry
-    for reads in entry.variants:
-        if targets.holds_for(reads, cc):
-            variant = target_variant(Token(stage, token, entry.components), reads)
-            return tier.get(stage, variant.hex)
+    for variant in variants_for(entry, Token(stage, token, entry.components), cc):
+        found = tier.get(stage, variant.hex)
+        if found is not None:
+            return found
     return None
 
 

@@ -23,6 +23,7 @@ cell recompiles what uses it; between refreshes launches cost no lookup.
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import threading
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
@@ -81,6 +82,18 @@ def check_options(options: Dict[str, Any], what: str = "@cuda.jit") -> None:
                 f"{what}({name}=...) is not supported by gpucache_ext yet; "
                 "define the kernel without it"
             )
+
+
+def explicit_options(targetoptions: Dict[str, Any]) -> Dict[str, Any]:
+    """The options of a numba dispatcher that would change or refuse a kernel,
+    where they differ from numba's defaults (numba fills in debug=0, opt=True
+    and the like)."""
+    options = {}
+    for name in set(_JIT_OPTIONS) - set(_INERT_OPTIONS):
+        value = targetoptions.get(name)
+        if (value is not True and value is not None) if name == "opt" else value:
+            options[name] = value
+    return options
 
 
 def config_with_options(config: CompileConfig, options: Dict[str, Any]) -> CompileConfig:
@@ -269,6 +282,7 @@ class Kernel:
     def launch(self, *args, griddim, blockdim, stream=0, sharedmem=0):
         """Compile for the arguments' types if needed, then run the kernel."""
         from numba.cuda import types as nbtypes
+        from numba.cuda.errors import normalize_kernel_dimensions
 
         simulated = self.simulate or not gpu_available()
         if simulated and any(isinstance(t, nbtypes.CPointer) for sig in self.declared for t in sig):
@@ -278,14 +292,13 @@ class Kernel:
         result = self.result_for(*args)
         if simulated:
             _notice_simulator(self.simulate)
-            if result.cooperative and _blocks(griddim) > 1:
+            if result.cooperative and math.prod(normalize_kernel_dimensions(griddim, blockdim)[0]) > 1:
                 raise LaunchError(
                     f"{self.__name__} synchronises its grid (cuda.cg.this_grid), which numba's "
                     f"simulator can do within one block only; launch it as [1, threads] (or with "
                     f".forall(n)) to simulate it, or run it on a GPU")
             self._simulator()[griddim, blockdim, stream, sharedmem](*args)
             return
-        from numba.cuda.errors import normalize_kernel_dimensions
         from numba.cuda.cudadrv import driver
 
         griddim, blockdim = normalize_kernel_dimensions(griddim, blockdim)
@@ -543,14 +556,6 @@ def _default_cache():
     return default_cache()
 
 
-def _blocks(griddim) -> int:
-    dims = griddim if isinstance(griddim, tuple) else (griddim,)
-    count = 1
-    for dim in dims:
-        count *= int(dim)
-    return count
-
-
 # ---------------------------------------------------------------------------
 # GPU
 
@@ -632,8 +637,11 @@ _MEMORY_API = ("to_device", "device_array", "device_array_like", "pinned_array",
 _saved_memory_api: Dict[str, Any] = {}
 
 
+@functools.lru_cache(maxsize=1)
 def _simulated_array_class():
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    from .sources import host_array_interface
 
     class SimulatedDeviceArray(FakeCUDAArray):
         """The simulator's device array, with the CUDA Array Interface a real
@@ -641,9 +649,7 @@ def _simulated_array_class():
 
         @property
         def __cuda_array_interface__(self):
-            interface = self._ary.__array_interface__
-            return {"shape": interface["shape"], "strides": interface.get("strides"),
-                    "typestr": interface["typestr"], "data": interface["data"], "version": 3}
+            return host_array_interface(self._ary)
 
     return SimulatedDeviceArray
 
@@ -713,5 +719,6 @@ def simulated_kernel(pyfunc, config: CompileConfig):
 
 
 __all__ = ["Kernel", "LaunchError", "refresh_all", "gpu_available", "config_with_options", "check_options",
+           "explicit_options",
            "simulate_memory",
            "select_signature"]

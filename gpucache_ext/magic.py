@@ -35,7 +35,7 @@ from .audit import parse_audit
 from .cache import CompileResult
 from .config import STAGES, CompileConfig, parse_sm
 from .errors import ConfigError, GpuCacheError
-from .kernel import Kernel, check_options, gpu_available, refresh_all, simulate_memory
+from .kernel import Kernel, check_options, explicit_options, gpu_available, refresh_all, simulate_memory
 from .report import CellReport, StatsTable
 from .sources import declare_signatures
 from .stages import normalize_signature
@@ -364,25 +364,6 @@ def _jit_standing_in(namespace, context: _CellContext):
                 namespace[name] = real
 
 
-# numba's jit options a captured kernel keeps when set away from numba's defaults.
-_CAPTURED_OPTIONS = ("debug", "lineinfo", "fastmath", "opt", "max_registers", "launch_bounds",
-                     "lto", "link", "extensions", "boundscheck")
-
-
-def _explicit_options(targetoptions):
-    """The options of a numba dispatcher that differ from numba's defaults
-    (numba fills in debug=0, opt=True and the like)."""
-    options = {}
-    for name in _CAPTURED_OPTIONS:
-        value = targetoptions.get(name)
-        if name == "opt":
-            if value is not True and value is not None:
-                options[name] = value
-        elif value:
-            options[name] = value
-    return options
-
-
 def _capture_numba_kernels(namespace, before, context: _CellContext):
     """Kernels the cell made with numba's own jit, reached in a way the stand-in
     could not cover (a partial, an alias kept in a module): bind them as Kernels
@@ -393,7 +374,7 @@ def _capture_numba_kernels(namespace, before, context: _CellContext):
         if (isinstance(value, CUDADispatcher) and not value.targetoptions.get("device")
                 and before.get(name) is not value):
             namespace[name] = context.make_kernel(value.py_func, [],
-                                                  _explicit_options(value.targetoptions))
+                                                  explicit_options(value.targetoptions))
 
 
 def _cell_filename(cell: str) -> str:

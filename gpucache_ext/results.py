@@ -78,6 +78,10 @@ class CompileResult:
         """The kernel's symbol in the PTX and cubin."""
         return self._cubin.entry_name
 
+    def artifacts(self) -> Dict[str, Any]:
+        """The llvm, ptx and cubin stages' artifacts, by stage."""
+        return {"llvm": self._llvm, "ptx": self._ptx, "cubin": self._cubin}
+
     @property
     def cooperative(self) -> bool:
         """True when the kernel synchronises its grid: launched cooperatively,

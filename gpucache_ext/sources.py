@@ -614,15 +614,20 @@ def pure_python(dispatcher, memo=None):
     if id(pyfunc) in memo:
         return memo[id(pyfunc)]
     namespace = dict(pyfunc.__globals__)
-    copy = pytypes.FunctionType(pyfunc.__code__, namespace, pyfunc.__name__, pyfunc.__defaults__,
-                                pyfunc.__closure__)
-    copy.__kwdefaults__ = pyfunc.__kwdefaults__
-    memo[id(pyfunc)] = copy
+    copy = memo[id(pyfunc)] = _copy_function(pyfunc, namespace, pyfunc.__closure__)
     for name in code_reads(pyfunc.__code__).globals:
         value = namespace.get(name)
         if value is not None and _is_numba_function(value) and type(value).__name__ != "_Intrinsic":
             namespace[name] = pure_python(value, memo)
     return copy
+
+
+def host_array_interface(array) -> dict:
+    """The CUDA Array Interface of a numpy array's host buffer: what a
+    simulator array stands for (a device array, by its pointer)."""
+    interface = array.__array_interface__
+    return {"shape": interface["shape"], "strides": interface.get("strides"),
+            "typestr": interface["typestr"], "data": interface["data"], "version": 3}
 
 
 class _HostBuffer:
@@ -634,9 +639,7 @@ class _HostBuffer:
 
     @property
     def __cuda_array_interface__(self):
-        interface = self._array.__array_interface__
-        return {"shape": interface["shape"], "strides": interface.get("strides"),
-                "typestr": interface["typestr"], "data": interface["data"], "version": 3}
+        return host_array_interface(self._array)
 
 
 def _is_numba_function(value) -> bool:
@@ -888,8 +891,12 @@ def rebind(ident: SourceIdentity, proxy_for: Callable[[object, SourceIdentity], 
             if new_globals is pyfunc.__globals__:
                 new_globals = dict(pyfunc.__globals__)
             new_globals[name] = value
-    closure = tuple(cells[n] for n in code.co_freevars) or None
-    copy = pytypes.FunctionType(code, new_globals, pyfunc.__name__, pyfunc.__defaults__, closure)
+    return _copy_function(pyfunc, new_globals, tuple(cells[n] for n in code.co_freevars) or None)
+
+
+def _copy_function(pyfunc, namespace, closure):
+    """`pyfunc` reading its globals from `namespace` and its free variables from `closure`."""
+    copy = pytypes.FunctionType(pyfunc.__code__, namespace, pyfunc.__name__, pyfunc.__defaults__, closure)
     copy.__kwdefaults__ = pyfunc.__kwdefaults__
     copy.__qualname__ = pyfunc.__qualname__
     copy.__module__ = pyfunc.__module__

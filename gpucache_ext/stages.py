@@ -632,19 +632,14 @@ def canonical_modules(library) -> Tuple[str, ...]:
 
 
 def _library_modules(library):
-    own = [str(module) for module in _own_modules(library)]
-    linked = sorted((_library_modules(lib) for lib in getattr(library, "_linking_libraries", ())))
-    return own + [text for texts in linked for text in texts]
-
-
-def _own_modules(library):
     module = getattr(library, "_module", None)
     if module is None or not hasattr(library, "_linking_libraries"):
         raise UnsupportedKernelError(
             f"cannot order the modules of a {type(library).__name__}; this numba-cuda "
             "version's code libraries are not supported"
         )
-    return [module]
+    linked = sorted(_library_modules(lib) for lib in library._linking_libraries)
+    return [str(module)] + [text for texts in linked for text in texts]
 
 
 def _check_linkable(qualname, library):
