@@ -1,5 +1,6 @@
 """The shared tier against a real redis-server that the tests start on loopback."""
 
+import os
 import shutil
 import socket
 import subprocess
@@ -56,8 +57,10 @@ class RedisServer:
 
 @pytest.fixture
 def redis_server(tmp_path):
-    if REDIS is None:
-        pytest.fail("redis-server is not installed (apt-get install redis-server); .ci/run installs it")
+    if REDIS is None:  # as the browser test: skipped on a bare machine, required in CI
+        if os.environ.get("CI"):
+            pytest.fail("CI is set and redis-server is missing: apt-get install -y redis-server")
+        pytest.skip("redis-server is not installed (apt-get install redis-server); this test runs in CI")
     server = RedisServer(tmp_path)
     yield server
     server.stop()
