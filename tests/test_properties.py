@@ -39,6 +39,8 @@ from hypothesis import strategies as st
 
 from gpucache_ext import CompileConfig, KernelCache
 
+from tests.files import write_source
+
 ROOT = Path(__file__).resolve().parent.parent
 SIG = "void(float64[:], float64[:])"
 
@@ -146,11 +148,8 @@ def build(state: State, ns: dict) -> None:
 def write_package(folder: Path, state: State) -> None:
     for name, text in module_files(state).items():
         path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or path.read_text() != text:
-            path.write_text(text)
-            stat = path.stat()  # make reload see a rewrite within the same second
-            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))
+            write_source(path, text)
 
 
 # ---------------------------------------------------------------------------

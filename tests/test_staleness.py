@@ -22,6 +22,7 @@ import pytest
 
 from gpucache_ext import CompileConfig, KernelCache, UnsupportedKernelError
 
+from .files import write_source
 from .test_cache import notebook_namespace, run_cell
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -186,11 +187,7 @@ def user_package(tmp_path, monkeypatch):
 
 
 def write(path, text):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text))
-    # a rewrite within the same second must still be seen by reload
-    stat = path.stat()
-    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))
+    write_source(path, textwrap.dedent(text))
 
 
 def test_submodule_constant_edited_and_reloaded_recompiles(user_package):

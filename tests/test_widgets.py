@@ -4,6 +4,7 @@ numbers against `cache.stats()`, and press the buttons."""
 
 import re
 import stat
+import sys
 from html.parser import HTMLParser
 
 import pytest
@@ -470,8 +471,9 @@ def test_sass_through_nvdisasm_when_found(ip, tmp_path, monkeypatch):
     cell(ip, "--sm 80", AXPY)
     inspector = gpucache_ext.inspector()
     token = ip.user_ns["axpy"].last.layers["cubin"].token
-    fake = tmp_path / "nvdisasm"
-    fake.write_text('#!/bin/sh\necho "FAKE SASS: $@ $(wc -c < "$2") bytes"\n')
+    fake = tmp_path / "nvdisasm"  # a stand-in that needs nothing but Python
+    fake.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                    'print("FAKE SASS:", *sys.argv[1:], os.path.getsize(sys.argv[2]), "bytes")\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setattr(cuda.pathfinder, "find_nvidia_binary_utility", lambda name: str(fake))
     widgets._sass_cache.clear()
