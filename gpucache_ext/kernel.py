@@ -93,7 +93,19 @@ def explicit_options(targetoptions: Dict[str, Any]) -> Dict[str, Any]:
         value = targetoptions.get(name)
         if (value is not True and value is not None) if name == "opt" else value:
             options[name] = value
+    if options.get("lto") and not targetoptions.get("debug") and _numba_lto_default():
+        # numba turns LTO on by itself wherever nvJitLink is new enough
+        del options["lto"]
     return options
+
+
+@functools.lru_cache(maxsize=1)
+def _numba_lto_default() -> bool:
+    try:
+        from numba.cuda.decorators import _have_nvjitlink
+    except ImportError:  # older numba-cuda: LTO only when asked for
+        return False
+    return bool(_have_nvjitlink())
 
 
 def config_with_options(config: CompileConfig, options: Dict[str, Any]) -> CompileConfig:
@@ -101,8 +113,10 @@ def config_with_options(config: CompileConfig, options: Dict[str, Any]) -> Compi
     check_options(options)
     changes = {}
     for name in _CONFIG_OPTIONS:
-        if options.get(name) is not None:
-            changes[name] = options[name]
+        value = options.get(name)
+        if value is not None:
+            # numba takes any truth value for its switches (debug=1)
+            changes[name] = bool(value) if name in ("fastmath", "debug", "lineinfo", "lto") else value
     opt = options.get("opt")
     if opt is not None:
         changes["opt"] = (config.opt or 3) if opt is True else 0 if opt is False else opt
