@@ -22,7 +22,7 @@ import hashlib
 import linecache
 import os
 import weakref
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -278,6 +278,14 @@ class _CellContext:
         self.collect = collect
         self.kernels: List[Kernel] = []
 
+    def device_defaults(self) -> Dict[str, Any]:
+        """The cell's flags that lower a device function, as decorator options."""
+        config = self.config
+        defaults = {name: True for name in ("fastmath", "debug", "lineinfo") if getattr(config, name)}
+        if config.debug:
+            defaults["opt"] = False  # numba warns about debug with opt
+        return defaults
+
     def make_kernel(self, func, sigs, options) -> Kernel:
         kernel = Kernel(func, sigs or self.signatures, self.config, default_cache(), options,
                         simulate=self.args.simulate, on_compile=self.collect, force=self.args.force,
@@ -323,11 +331,12 @@ class CellJit:
             return _real_jit()(sigs or None, device=device, **options)(func)
         if device:
             # A lazy dispatcher: gpucache_ext types and lowers it per calling
-            # kernel with the kernel's flags (a signature here would make numba
-            # compile it now, for the current GPU).  numba still checks the
-            # options; those that would change its code are refused here.
+            # kernel, for the kernel's target (a signature here would make numba
+            # compile it now, for the current GPU).  As numba, it is lowered with
+            # its own options: the cell's flags, overridden by its decorator's.
+            # numba still checks the options; those it cannot have are refused.
             check_options(options, "@cuda.jit(device=True, ...)")
-            dispatcher = _real_jit()(device=True, **options)(func)
+            dispatcher = _real_jit()(device=True, **{**self.active.device_defaults(), **options})(func)
             if sigs:  # calls are typed against them, as numba does
                 declare_signatures(dispatcher, sigs)
             return dispatcher

@@ -342,6 +342,12 @@ def declared_signatures(dispatcher) -> Tuple[Tuple[tuple, Any], ...]:
     return ()
 
 
+def _device_options(dispatcher):
+    from .stages import device_options
+
+    return device_options(dispatcher)
+
+
 def is_device_dispatcher(value) -> bool:
     from numba.cuda.dispatcher import CUDADispatcher
 
@@ -499,6 +505,12 @@ class _Walker:
             shown = "; ".join(f"{ret}({', '.join(map(str, args))})" for args, ret in declared)
             dev = dataclasses.replace(dev, components={
                 **dev.components, "declared signatures": component(shown)})
+        # numba lowers a device function with its own options (stages.device_options)
+        options = {name: value for name, value in sorted(_device_options(dispatcher).items())
+                   if value not in (False, "never")}
+        if options:
+            dev = dataclasses.replace(dev, components={
+                **dev.components, "device options": component(repr(options))})
         ident.devices.append((dispatcher, dev))
         ident.components[f"device function {label}"] = Component(dev.digest, "device function")
         return ["device function", dev.digest], _Device(dispatcher, dev)
@@ -826,9 +838,12 @@ def _snapshot_array(array, qualname):
     else:
         low = sum(s * (n - 1) for s, n in zip(array.strides, array.shape) if s < 0)
         high = sum(s * (n - 1) for s, n in zip(array.strides, array.shape) if s > 0) + array.itemsize
-        buffer = np.empty(high - low, dtype=np.uint8)
+        # byte for byte, padding included (numba bakes the raw bytes of records)
+        import ctypes
+
+        span = (ctypes.c_uint8 * (high - low)).from_address(array.ctypes.data + low)
+        buffer = np.frombuffer(span, dtype=np.uint8).copy()
         copy = np.ndarray(array.shape, array.dtype, buffer=buffer, offset=-low, strides=array.strides)
-        copy[...] = array
     if not array.flags.writeable:
         copy.flags.writeable = False
     from numba.cuda.typing.typeof import Purpose, typeof

@@ -22,7 +22,8 @@ here:
 * Device functions.  numba compiles a called ``@cuda.jit(device=True)``
   function for the current GPU (failing without one) and caches it by argument
   types alone.  `DeviceProxy` replaces it: it types the device function once
-  and lowers it for the calling kernel's own configuration and target.
+  and lowers it for the calling kernel's target, with the device function's
+  own options (fastmath, debug, lineinfo, forceinline, inline), as numba does.
 """
 
 from __future__ import annotations
@@ -294,11 +295,14 @@ def _stable_shared_memory_names(uid):
         cudaimpl._get_unique_smem_id = saved
 
 
-def _lower(typed: TypedFunction, config: CompileConfig):
+def _lower(typed: TypedFunction, config: CompileConfig, forceinline: bool = False):
     state = typed.state
+    flags = _lowering_flags(config)
+    if forceinline:
+        flags.forceinline = True
     pipeline = _LoweringPipeline(
         cuda_target.typing_context, cuda_target.target_context, None,
-        state["args"], state["return_type"], _lowering_flags(config), {},
+        state["args"], state["return_type"], flags, {},
     )
     ps = pipeline.state
     ps.func_id = state["func_id"]
@@ -358,6 +362,15 @@ class _Overload:
         self.signature = signature
 
 
+def device_options(dispatcher) -> Dict[str, Any]:
+    """The options numba lowers a device function with: its own decorator's
+    (numba's defaults where it has none), never the calling kernel's."""
+    options = getattr(dispatcher, "targetoptions", None) or {}
+    return {"fastmath": bool(options.get("fastmath")), "debug": bool(options.get("debug")),
+            "lineinfo": bool(options.get("lineinfo")), "forceinline": bool(options.get("forceinline")),
+            "inline": options.get("inline", "never")}
+
+
 class DeviceProxy(CUDADispatcher):
     """Stands in for a ``@cuda.jit(device=True)`` function inside a kernel.
 
@@ -367,9 +380,13 @@ class DeviceProxy(CUDADispatcher):
     """
 
     def __init__(self, original, pyfunc, identity_digest, declared=()):
-        options = {"device": True, "debug": False, "lineinfo": False, "opt": True,
-                   "fastmath": False, "inline": "never", "forceinline": False}
+        # As numba: a device function is lowered with its own options, whatever
+        # the calling kernel's (its identity hashes them: `device_options`), and
+        # a call to one declared inline="always" is inlined in the caller's IR.
+        own = device_options(original)
+        options = {"device": True, "opt": True, **own}
         super().__init__(pyfunc, targetoptions=options)
+        self.own_options = own
         self.original = original
         self.identity_digest = identity_digest
         # Declared signatures ((args, return type), ...): as with numba, calls
@@ -418,9 +435,14 @@ class DeviceProxy(CUDADispatcher):
             self.overloads[args] = _Overload(nbtyping.signature(typed.return_type, *args))
         return self.overloads[args]
 
+    def lowering_config(self, config: CompileConfig) -> CompileConfig:
+        """The kernel's config with this device function's own lowering options."""
+        own = self.own_options
+        return config.replace(fastmath=own["fastmath"], debug=own["debug"], lineinfo=own["lineinfo"])
+
     def get_overload(self, args):
         """The implementation key for the call being lowered, for the active config."""
-        config = _active.config
+        config = self.lowering_config(_active.config)
         args = tuple(args)
         key = (args, _lowering_key(config))
         found = self._lowered.get(key, config.cc)
@@ -432,7 +454,7 @@ class DeviceProxy(CUDADispatcher):
         typed = self._typed.get(args, config.cc)
         with _compiling_for(config, "lowering"), targets.track() as reads:
             try:
-                cres = _lower(typed, config)
+                cres = _lower(typed, config, forceinline=self.own_options["forceinline"])
             except Exception as exc:
                 raise _compile_error(self.py_func.__qualname__, "llvm", exc, self.py_func) from exc
         reads = frozenset(reads) | typed.target_reads

@@ -338,7 +338,9 @@ def test_lowered_device_functions_are_unregistered_when_dropped():
     cache = KernelCache()
     for fastmath in (False, True):
         cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80, fastmath=fastmath))
-    assert registered() == start + 2
+    # one lowering serves both: as numba, a device function is lowered with
+    # its own options, not the kernel's fastmath
+    assert registered() == start + 1
     del cache
     gc.collect()
     assert registered() == start

@@ -106,3 +106,80 @@ def test_grid_synchronisation_compiles_links_cudadevrt_and_persists(tmp_path):
     again = KernelCache(directory=tmp_path).compile(ns["sequential_rows"], sig, SM86)
     assert again.layers["cubin"].tier == "disk" and again.cooperative
     assert again.cubin == result.cubin
+
+
+DEVICE_OPTIONS = """
+@cuda.jit(device=True{options})
+def ratio(x, y):
+    return x / y
+
+def kernel(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = ratio(x[i], x[0]) + x[i] / x[1]
+"""
+
+
+@pytest.mark.parametrize("device_fastmath", [False, True])
+@pytest.mark.parametrize("kernel_fastmath", [False, True])
+def test_device_functions_are_lowered_with_their_own_options(device_fastmath, kernel_fastmath):
+    # numba-cuda lowers a device function with its own decorator's options,
+    # whatever the calling kernel's (its test_device_fastmath_propagation)
+    ns = notebook_namespace()
+    run_cell(ns, DEVICE_OPTIONS.format(options=", fastmath=True" if device_fastmath else ""))
+    sig = "void(float32[:], float32[:])"
+    expected = numba_ptx(ns["kernel"], sig, fastmath=kernel_fastmath)
+    result = KernelCache().compile(ns["kernel"], sig, CompileConfig(sm=86, fastmath=kernel_fastmath))
+    assert normalise_ptx(result.ptx) == normalise_ptx(expected)
+    assert ("div.approx" in result.ptx) == (device_fastmath or kernel_fastmath)
+    # each division carries its own function's fast-math flags
+    # (a fast float32 division calls libdevice's __nv_fast_fdividef)
+    divisions = [line for line in result.llvm_ir.splitlines() if " fdiv " in line or "call float @\"__nv_fast_fdividef" in line]
+    assert len(divisions) == 2
+    assert sum(" fdiv " not in line or " fdiv fast " in line for line in divisions) == device_fastmath + kernel_fastmath
+
+
+def test_a_device_functions_options_are_part_of_the_token():
+    cache = KernelCache()
+    results = {}
+    for options in ("", ", fastmath=True", ", inline='always'", ", forceinline=True"):
+        ns = notebook_namespace()
+        run_cell(ns, DEVICE_OPTIONS.format(options=options))
+        results[options] = cache.compile(ns["kernel"], "void(float32[:], float32[:])", SM86)
+    assert len({r.layers["llvm"].token for r in results.values()}) == 4
+    assert all("device function ratio changed" in r.layers["typing"].reasons
+               for options, r in results.items() if options)
+    assert results[", fastmath=True"].ptx != results[""].ptx
+
+
+def test_numbas_own_lto_default_is_not_taken_for_an_explicit_option():
+    from numba import cuda
+
+    from gpucache_ext.kernel import explicit_options
+
+    def kernel(r):
+        r[0] = 1
+
+    # numba turns lto on by itself wherever nvJitLink allows; the cache keeps its default
+    assert explicit_options(cuda.jit(kernel).targetoptions) == {}
+    assert explicit_options(cuda.jit(kernel, fastmath=1).targetoptions) == {"fastmath": 1}
+    assert explicit_options(cuda.jit(kernel, debug=True, opt=False, lto=True).targetoptions)["lto"] is True
+
+
+def test_record_arrays_are_baked_byte_for_byte_padding_included():
+    import numpy as np
+
+    aligned = np.dtype([("a", np.int8), ("b", np.float64)], align=True)
+    ns = notebook_namespace()
+    raw = np.frombuffer(bytes(range(7, 7 + 2 * aligned.itemsize)), dtype=np.uint8).copy()
+    ns["TABLE"] = raw.view(aligned)  # padding bytes hold 8..14, not zeros
+    run_cell(ns, """
+def kernel(r):
+    i = cuda.grid(1)
+    t = cuda.const.array_like(TABLE)
+    r[i] = t[i % 2].b + t[i % 2].a
+""")
+    expected = numba_ptx(ns["kernel"], "void(float64[:])")
+    result = KernelCache().compile(ns["kernel"], "void(float64[:])", SM86)
+    assert normalise_ptx(result.ptx) == normalise_ptx(expected)
+    assert "8, 9, 10" in expected  # the padding numba bakes

@@ -579,10 +579,15 @@ def test_device_functions_held_in_a_tuple_are_tracked_and_proxied():
     before = cache.compile(ns["kernel"], "void(float32[:])", SM80)
     run_cell(ns, cell.format(add=5.0))
     assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80, differs_from=before)
-    # lowered with the kernel's flags, like any device function
+    # lowered with its own options, like any device function (as numba):
+    # the kernel's fastmath does not reach it
     plain = cache.compile(ns["kernel"], "void(float32[:])", SM80)
     fast = assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80.replace(fastmath=True))
-    assert lowered_flags(fast, "first") != lowered_flags(plain, "first")
+    assert lowered_flags(fast, "first") == lowered_flags(plain, "first")
+    run_cell(ns, cell.format(add=5.0).replace("@cuda.jit(device=True)\n    def first",
+                                               "@cuda.jit(device=True, fastmath=True)\n    def first"))
+    own = assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80)
+    assert lowered_flags(own, "first") != lowered_flags(plain, "first")
 
 
 def test_device_function_in_an_edited_submodule_recompiles(user_package):
@@ -629,7 +634,7 @@ def through_module(states, out):
 """
 
 
-def test_library_device_functions_compile_for_the_kernels_target_and_flags():
+def test_library_device_functions_compile_for_the_kernels_target_with_their_own_options():
     from numba.cuda.random import xoroshiro128p_dtype
     from numba.cuda.typing.typeof import typeof
 
@@ -640,8 +645,9 @@ def test_library_device_functions_compile_for_the_kernels_target_and_flags():
     for name in ("direct", "through_module"):
         plain = assert_fresh(cache, ns[name], sig, SM80)
         fast = assert_fresh(cache, ns[name], sig, SM80.replace(fastmath=True))
-        # the helper is lowered with the kernel's flags
-        assert lowered_flags(plain, "xoroshiro") != lowered_flags(fast, "xoroshiro")
+        # as numba, the helper is lowered with its own (default) options,
+        # not the kernel's fastmath
+        assert lowered_flags(plain, "xoroshiro") == lowered_flags(fast, "xoroshiro")
         assert_fresh(cache, ns[name], sig, CompileConfig(sm=90, debug=True, opt=0))
     # forced: fresh proxies for the library helpers too, same bytes
     from gpucache_ext import stages
@@ -678,7 +684,8 @@ def test_register_jitable_and_njit_user_functions_are_tracked_and_proxied():
     after = assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80, differs_from=before)
     assert "device function helper changed" in after.layers["typing"].reasons
     fast = assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80.replace(fastmath=True))
-    assert lowered_flags(fast, "helper") != lowered_flags(after, "helper")
+    # lowered with their own options, as numba does, not the kernel's
+    assert lowered_flags(fast, "helper") == lowered_flags(after, "helper")
 
 
 def test_user_overloads_and_intrinsics_are_refused_by_name():
