@@ -10,6 +10,12 @@ are normalised, nothing else:
   run), the pipeline in a canonical one; items are compared as a sorted list.
 
 Comment lines (compiler banners) are dropped.
+
+With debug info, symbol names are also spelt out in the DWARF sections, as
+``.b8`` bytes: those bytes are read as text (so the names normalise), and the
+sections' numbers are dropped, because lengths and offsets there follow from
+the names' lengths.  Line numbers are still compared, through the code's
+``.loc`` directives.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from __future__ import annotations
 import contextlib
 import re
 
-_SYMBOL = re.compile(r"_ZN[\w$]+")
+_DEBUG_SECTION = re.compile(r"^\s*\.section\s+\.debug", re.M)
+_SYMBOL = re.compile(r"_ZN[\w$]+|_cudapy_[a-z]+mem_\w+")
 
 
 def _items(text: str):
@@ -40,8 +47,24 @@ def _items(text: str):
     return header, items
 
 
+def _debug_section(item: str) -> str:
+    """A DWARF section with its bytes as text and its numbers dropped."""
+    out, raw = [], bytearray()
+    for line in item.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(".b8 "):
+            raw.extend(int(v) for v in stripped[4:].split(","))
+            continue
+        if raw:
+            out.extend(part.decode("latin-1") for part in bytes(raw).split(b"\0"))
+            raw.clear()
+        out.append(re.sub(r"^(\.b(?:16|32|64)) \d+$", r"\1 N", stripped))
+    return "\n".join(out)
+
+
 def normalise_ptx(text: str) -> str:
     header, items = _items(text)
+    items = [_debug_section(item) if _DEBUG_SECTION.search(item) else item for item in items]
     items.sort(key=lambda item: _SYMBOL.sub("SYM", item))
     names = {}
 

@@ -1,0 +1,52 @@
+"""numba-cuda's own test kernels, compiled through the staged cache and
+compared with numba-cuda's output (the harvest and comparison are in
+`tests/corpus.py`; ``python -m tests.corpus`` prints the full table).
+
+The default run takes a sample of modules, for sm_86; the `slow` run takes
+every module, each kernel for sm_86 and for one more target and flag set.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from . import corpus
+
+# Modules sampled in the default run: maths, casts, records, shared memory,
+# debug info, vectorize, fastmath, constant memory, overloads, doc examples.
+SAMPLE = (
+    "test_math", "test_casting", "test_record_dtype", "test_sm", "test_debuginfo_types",
+    "test_vectorize_decor", "test_fastmath", "test_constmem", "test_overload",
+    "test_laplace", "test_montecarlo", "test_inline",
+)
+
+
+def _records(names, variants):
+    wanted = [name for name in corpus.modules() if name.rsplit(".", 1)[-1] in names]
+    assert len(wanted) >= len(set(names)), "a sampled module is missing from numba-cuda"
+    return corpus.collect(wanted, variants)
+
+
+def _check(records):
+    print(corpus.table(records))
+    broken = [r for r in records if not r.get("kernel")]
+    assert not broken, broken
+    counted = [r for r in records if r["outcome"] != "numba-fails"]
+    assert counted, "nothing was harvested"
+    wrong = [r for r in counted if r["outcome"] in ("different", "failed")]
+    assert not wrong, "\n".join(f"{r['module']} {r['kernel']} [{r['variant']}]: {r['outcome']} {r['reason']}"
+                                for r in wrong)
+    return counted
+
+
+def test_sampled_kernels_compile_to_what_numba_compiles():
+    counted = _check(_records(SAMPLE, "default"))
+    equivalent = sum(r["outcome"] == "equivalent" for r in counted)
+    assert equivalent >= 0.95 * len(counted)
+
+
+@pytest.mark.slow
+def test_every_kernel_compiles_to_what_numba_compiles():
+    counted = _check(corpus.collect(corpus.modules(), "all"))
+    equivalent = sum(r["outcome"] == "equivalent" for r in counted)
+    assert equivalent >= 0.95 * len(counted)
