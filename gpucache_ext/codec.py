@@ -45,17 +45,20 @@ def _reads_from_json(value) -> targets.TargetReads:
 
 
 def _parts(stage: str, artifact) -> Tuple[Dict, List[bytes]]:
-    """(metadata, payload parts) of an artifact."""
+    """(metadata, payload parts) of an artifact; linked inputs come last."""
     if stage == "llvm":
         return ({"entry_name": artifact.entry_name, "cooperative": artifact.cooperative,
-                 "target_reads": targets.reads_key(artifact.target_reads)},
-                [m.encode() for m in artifact.modules])
+                 "target_reads": targets.reads_key(artifact.target_reads),
+                 "links": [link.describe() for link in artifact.links]},
+                [m.encode() for m in artifact.modules] + [link.data for link in artifact.links])
     if stage == "ptx":
         parts = [p.encode() for p in artifact.ptx]
         if artifact.ltoir is not None:
             parts.append(artifact.ltoir)
         return {"entry_name": artifact.entry_name, "ptx_count": len(artifact.ptx),
-                "ltoir": artifact.ltoir is not None, "cooperative": artifact.cooperative}, parts
+                "ltoir": artifact.ltoir is not None, "cooperative": artifact.cooperative,
+                "links": [link.describe() for link in artifact.links]}, \
+            parts + [link.data for link in artifact.links]
     if stage == "cubin":
         parts = [artifact.cubin, artifact.info_log.encode()]
         if artifact.linked_ptx is not None:
@@ -65,19 +68,30 @@ def _parts(stage: str, artifact) -> Tuple[Dict, List[bytes]]:
 
 
 def _artifact(stage: str, meta: Dict, parts: List[bytes]):
+    if stage in ("llvm", "ptx"):
+        described = meta.get("links", [])
+        parts, data = (parts[:len(parts) - len(described)], parts[len(parts) - len(described):]) \
+            if described else (parts, [])
+        links = tuple(_link(d, blob) for d, blob in zip(described, data))
     if stage == "llvm":
         return stages.LLVMArtifact(tuple(p.decode() for p in parts), meta["entry_name"],
                                    _reads_from_json(meta["target_reads"]),
-                                   cooperative=bool(meta.get("cooperative", False)))
+                                   cooperative=bool(meta.get("cooperative", False)), links=links)
     if stage == "ptx":
         count = meta["ptx_count"]
         ltoir = parts[count] if meta["ltoir"] else None
         return stages.PTXArtifact(tuple(p.decode() for p in parts[:count]), ltoir, meta["entry_name"],
-                                  bool(meta.get("cooperative", False)))
+                                  bool(meta.get("cooperative", False)), links)
     if stage == "cubin":
         linked = parts[2].decode() if meta["linked_ptx"] else None
         return stages.CubinArtifact(parts[0], parts[1].decode(), linked, meta["entry_name"])
     raise BadEntry(f"unknown stage {stage!r}")
+
+
+def _link(described: Dict, data: bytes):
+    from .linking import LinkInput
+
+    return LinkInput(str(described["name"]), str(described["kind"]), data, str(described["digest"]))
 
 
 def encode(stage: str, entry: Entry) -> bytes:

@@ -725,9 +725,19 @@ def simulated_kernel(pyfunc, config: CompileConfig):
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
     def twin(dispatcher, identity):
+        refuse_externs(identity)
         return FakeCUDAKernel(rebind(identity, twin), device=True, fastmath=config.fastmath)
 
+    def refuse_externs(identity):
+        if identity.externs:
+            raise UnsupportedKernelError(
+                f"{identity.qualname} calls {', '.join(sorted(set(identity.externs)))}, declared with "
+                "cuda.declare_device: external code cannot run on the simulator, it needs a GPU "
+                "(the kernel compiles: its .ptx, .cubin and resources are there to inspect)"
+            )
+
     identity = identify(pyfunc, with_location=False, freeze=True)
+    refuse_externs(identity)
     return FakeCUDAKernel(rebind(identity, twin), device=False, fastmath=config.fastmath,
                           debug=config.debug)
 

@@ -48,6 +48,12 @@ class CompileResult:
     referenced: Tuple[Any, ...] = field(default=(), repr=False)
 
     @property
+    def links(self):
+        """The external code the cubin links (`gpucache_ext.linking.LinkInput`:
+        name, kind, bytes, digest): declare_device files, numba's shims."""
+        return self._ptx.links
+
+    @property
     def llvm_ir(self) -> str:
         """The NVVM IR given to libNVVM (kernel plus linked device functions)."""
         return self._llvm.text

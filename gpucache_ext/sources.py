@@ -306,6 +306,8 @@ class SourceIdentity:
     # every device function this function calls directly: (dispatcher, identity)
     devices: List[Tuple[object, "SourceIdentity"]] = field(default_factory=list)
     snapshot_bytes: int = 0  # size of the array copies the bindings hold
+    # external device functions (cuda.declare_device) it calls directly
+    externs: List[str] = field(default_factory=list)
     # (on the kernel's identity) device arrays read as globals, anywhere in the
     # walk: compiled code holds their pointers, so the result keeps them alive
     referenced: Tuple[Any, ...] = ()
@@ -582,6 +584,8 @@ class _Walker:
         if numpy_data is not None:
             return numpy_data
         numba_data = _numba_data(value, ident.qualname, label)
+        if numba_data is not None and numba_data[0] == "external device function":
+            ident.externs.append(value.name)
         if numba_data is not None:
             return numba_data, None
         if _is_dispatcher(value):
@@ -864,11 +868,19 @@ def _numba_data(value, qualname, label):
     if isinstance(value, nbtypes.Type):
         return ["numba type", str(value)]
     if isinstance(value, ExternFunction):
-        raise UnsupportedKernelError(
-            f"{qualname} calls {label} ({value.name}), an external device function declared "
-            "with cuda.declare_device; kernels that link external code are not supported by "
-            "the staged cache yet"
-        )
+        # cuda.declare_device: keyed by its name, signature and the content of
+        # what it links (a .cu with the headers it includes); see `linking`
+        from . import linking
+
+        items, cooperative = linking.extern_link_items(value)
+        origin = f"{qualname} calls {label} ({value.name}), declared with cuda.declare_device: "
+        if not items:
+            raise UnsupportedKernelError(
+                f"{origin}nothing defines it: give the file or code that does, "
+                f"cuda.declare_device({value.name!r}, ..., link=[...])"
+            )
+        digests = sorted(linking.read(item, origin).digest for item in items)
+        return ["external device function", value.name, str(value.sig), digests, cooperative]
     return None
 
 

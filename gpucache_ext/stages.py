@@ -61,7 +61,7 @@ from numba.cuda.descriptor import cuda_target
 from numba.cuda.dispatcher import CUDADispatcher
 from numba.cuda.flags import CUDAFlags
 
-from . import targets
+from . import linking, targets
 from .config import CompileConfig
 from .errors import CompileError, UnsupportedKernelError
 
@@ -610,6 +610,9 @@ class LLVMArtifact:
     # Grid synchronisation (cuda.cg.this_grid): the cubin links libcudadevrt
     # and the kernel is launched cooperatively.
     cooperative: bool = False
+    # External code the cubin links (numba's float16 shims, declare_device
+    # link= files), read when the kernel was lowered (`linking`).
+    links: Tuple[linking.LinkInput, ...] = ()
 
     @property
     def text(self) -> str:
@@ -634,10 +637,11 @@ def run_llvm(typed: TypedFunction, config: CompileConfig) -> LLVMArtifact:
             raise
         except Exception as exc:
             raise _compile_error(typed.qualname, "llvm", exc) from exc
-        _check_linkable(typed.qualname, library)
         modules = canonical_modules(library)
+        links = linking.library_inputs(library, "\n".join(modules), f"{typed.qualname}: ")
     return LLVMArtifact(modules, entry_name, frozenset(reads) | typed.target_reads, cres.call_helper,
-                        cooperative=bool(library.use_cooperative or library.needs_cudadevrt))
+                        cooperative=bool(library.use_cooperative or library.needs_cudadevrt),
+                        links=links)
 
 
 def canonical_modules(library) -> Tuple[str, ...]:
@@ -654,6 +658,8 @@ def canonical_modules(library) -> Tuple[str, ...]:
 
 
 def _library_modules(library):
+    if type(library).__name__ == "ExternalCodeLibrary":
+        return []  # external code only (declare_device, numba's shims): linked, not IR
     module = getattr(library, "_module", None)
     if module is None or not hasattr(library, "_linking_libraries"):
         raise UnsupportedKernelError(
@@ -664,14 +670,6 @@ def _library_modules(library):
     return [str(module)] + [text for texts in linked for text in texts]
 
 
-def _check_linkable(qualname, library):
-    if library._linking_files:
-        raise UnsupportedKernelError(
-            f"{qualname} links external code ({len(library._linking_files)} file(s)); "
-            "kernels with link= files or declared external device functions are not cached yet"
-        )
-
-
 @dataclass
 class PTXArtifact:
     """libNVVM's output: PTX modules, or one LTO-IR blob when lto is on."""
@@ -680,10 +678,11 @@ class PTXArtifact:
     ltoir: Optional[bytes]
     entry_name: str
     cooperative: bool = False  # link libcudadevrt (see LLVMArtifact)
+    links: Tuple[linking.LinkInput, ...] = ()  # see LLVMArtifact
 
     @property
     def nbytes(self) -> int:
-        return sum(len(p) for p in self.ptx) + len(self.ltoir or b"")
+        return sum(len(p) for p in self.ptx) + len(self.ltoir or b"") + sum(len(x.data) for x in self.links)
 
 
 def nvvm_options(config: CompileConfig) -> dict:
@@ -704,7 +703,7 @@ def run_ptx(llvm: LLVMArtifact, config: CompileConfig, qualname="kernel") -> PTX
         with global_compiler_lock:
             if config.lto:
                 return PTXArtifact((), bytes(nvvm.compile_ir(list(llvm.modules), **options)),
-                                   llvm.entry_name, llvm.cooperative)
+                                   llvm.entry_name, llvm.cooperative, llvm.links)
             if config.debug:
                 # As numba-cuda: with -g each module is compiled on its own.
                 outputs = [nvvm.compile_ir(m, **options) for m in llvm.modules]
@@ -713,7 +712,7 @@ def run_ptx(llvm: LLVMArtifact, config: CompileConfig, qualname="kernel") -> PTX
     except Exception as exc:
         raise _compile_error(qualname, "ptx", exc) from exc
     ptx = tuple(out.decode().strip("\x00").strip() for out in outputs)
-    return PTXArtifact(ptx, None, llvm.entry_name, llvm.cooperative)
+    return PTXArtifact(ptx, None, llvm.entry_name, llvm.cooperative, llvm.links)
 
 
 @dataclass
@@ -744,6 +743,7 @@ def _link(ptx: PTXArtifact, config: CompileConfig, output: str):
         ptx=True if output == "ptx" else None,
         verbose=True,
     )
+    objects.extend(linking.object_codes(_link_inputs(ptx), config.cc, ptx.ltoir is not None))
     if ptx.cooperative:
         from .toolchain import cudadevrt
 
@@ -755,6 +755,16 @@ def _link(ptx: PTXArtifact, config: CompileConfig, output: str):
     finally:
         linker.close()
     return code, log
+
+
+def _link_inputs(ptx: PTXArtifact):
+    """The artifact's external code, and numba's reshape helper where the
+    code calls it (numba-cuda links it on the same test)."""
+    inputs = list(ptx.links)
+    code = [p.encode() for p in ptx.ptx] + ([ptx.ltoir] if ptx.ltoir is not None else [])
+    if any(name.encode() in part for name in linking.reshape_functions() for part in code):
+        inputs.append(linking.reshape_helper())
+    return inputs
 
 
 def run_cubin(ptx: PTXArtifact, config: CompileConfig, qualname="kernel") -> CubinArtifact:

@@ -106,6 +106,15 @@ def _cudadevrt_digest() -> str:
     return hashlib.sha256(cudadevrt()).hexdigest() if _cudadevrt_path() else "absent"
 
 
+def _nvrtc_version() -> str:
+    try:
+        from .linking import _nvrtc_identity
+
+        return ".".join(map(str, _nvrtc_identity()[0]))
+    except Exception:  # pragma: no cover - NVRTC comes with numba-cuda[cu12]
+        return "absent"
+
+
 @functools.lru_cache(maxsize=None)
 def stage_toolchain(stage: str) -> dict:
     """The tool versions `stage` runs with, as a dict (computed once per process)."""
@@ -122,8 +131,10 @@ def stage_toolchain(stage: str) -> dict:
         return {"libnvvm": _nvvm_version(), "libdevice": _libdevice_digest()[:16],
                 "numba-cuda": _version("numba-cuda")}
     if stage == "cubin":
+        # NVRTC compiles the .cu sources linked in (numba's helpers among them)
         return {"nvjitlink": _nvjitlink_version(), "cuda-core": _version("cuda-core"),
-                "cudadevrt": _cudadevrt_digest()[:16]}
+                "cudadevrt": _cudadevrt_digest()[:16], "nvrtc": _nvrtc_version(),
+                "numba-cuda": _version("numba-cuda")}
     raise ValueError(f"unknown stage {stage!r}")
 
 

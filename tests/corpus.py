@@ -101,7 +101,11 @@ def _harvesting(found):
     from numba.core import sigutils
     from numba.cuda import testing
 
-    from gpucache_ext.kernel import simulate_memory
+    try:
+        from gpucache_ext.kernel import simulate_memory
+    except ImportError:  # an older gpucache_ext (measuring before/after): numba's memory API
+        def simulate_memory(enable):
+            pass
 
     saved = {
         (dispatcher, "get_current_device"): dispatcher.get_current_device,
@@ -167,7 +171,7 @@ def _settings_now():
     from gpucache_ext.toolchain import NEUTRALISED_SETTINGS, SETTINGS_READ_BY_LOWERING
 
     return {name: getattr(config, name, None)
-            for name in SETTINGS_READ_BY_LOWERING + NEUTRALISED_SETTINGS}
+            for name in SETTINGS_READ_BY_LOWERING + NEUTRALISED_SETTINGS + ("CUDA_NVRTC_EXTRA_SEARCH_PATHS",)}
 
 
 @contextlib.contextmanager
@@ -211,7 +215,15 @@ def compare(dispatcher, argtypes, settings, variant):
     from numba import cuda
 
     from gpucache_ext import CompileConfig, KernelCache, UnsupportedKernelError
-    from gpucache_ext.kernel import config_with_options, explicit_options
+
+    try:
+        from gpucache_ext.kernel import config_with_options, explicit_options
+    except ImportError:  # an older gpucache_ext (measuring before/after)
+        def explicit_options(options):
+            return {k: v for k, v in options.items() if k in ("fastmath", "debug", "lineinfo") and v}
+
+        def config_with_options(config, options):
+            return config.replace(**{k: bool(v) for k, v in options.items()})
 
     from .equivalence import normalise_ptx, stand_in_gpu
 

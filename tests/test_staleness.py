@@ -519,7 +519,7 @@ def _entries(cache):
 
     def kernel(r):
         r[0] = ext(r[0])
-    """, "declare_device"),
+    """, r"nothing defines it: give the file or code that does, cuda.declare_device\('ext_scale', ..., link="),
 ])
 def test_unsupported_features_are_refused_before_any_stage_is_stored(body, match):
     ns = notebook_namespace()

@@ -1,0 +1,162 @@
+"""Code kernels link besides their own: external device functions
+(``cuda.declare_device(..., link=[...])``), numba-cuda's float16 shims and its
+reshape helper.  Real NVRTC and nvJitLink, no GPU."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from gpucache_ext import CompileConfig, KernelCache, UnsupportedKernelError
+
+from .equivalence import normalise_ptx, numba_ptx
+from .test_cache import notebook_namespace, run_cell
+
+SM86 = CompileConfig(sm=86)
+SIG = "void(float32[:], float32[:])"
+
+CALLER = """
+scale = cuda.declare_device("scale", "float32(float32)", link={path!r})
+
+def kernel(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = scale(x[i])
+"""
+
+
+def write(path, text):
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture
+def sources(tmp_path, monkeypatch):
+    """A .cu file that includes a header beside it, and a header it does not
+    include; numba-cuda finds headers on CUDA_NVRTC_EXTRA_SEARCH_PATHS."""
+    from numba.cuda.core import config
+
+    monkeypatch.setattr(config, "CUDA_NVRTC_EXTRA_SEARCH_PATHS", str(tmp_path))
+    write(tmp_path / "factor.h", "#define FACTOR 3.0f\n")
+    write(tmp_path / "unrelated.h", "#define OTHER 1\n")
+    write(tmp_path / "scale.cu", """
+        #include "factor.h"
+        extern "C" __device__ int scale(float* out, float x) {
+            *out = x * FACTOR;
+            return 0;
+        }
+    """)
+    return tmp_path
+
+
+def compile_caller(cache, folder):
+    ns = notebook_namespace()
+    run_cell(ns, CALLER.format(path=str(folder / "scale.cu")))
+    return ns, cache.compile(ns["kernel"], SIG, SM86)
+
+
+def test_a_declared_external_function_links_its_cu_file(sources):
+    ns, result = compile_caller(KernelCache(), sources)
+    assert normalise_ptx(result.ptx) == normalise_ptx(numba_ptx(ns["kernel"], SIG))
+    assert ".extern .func" in result.ptx and "scale" in result.ptx
+    assert result.cubin[:4] == b"\x7fELF"  # nvJitLink resolved scale from the NVRTC output
+    assert [link.name for link in result.links] == ["scale.cu"]
+
+
+def test_editing_the_cu_file_or_a_header_it_includes_recompiles_and_nothing_else_does(sources):
+    cache = KernelCache()
+    _, first = compile_caller(cache, sources)
+    _, again = compile_caller(cache, sources)
+    assert again.hit
+
+    write(sources / "unrelated.h", "#define OTHER 2\n")
+    _, unrelated = compile_caller(cache, sources)
+    assert unrelated.hit and unrelated.cubin == first.cubin
+
+    write(sources / "factor.h", "#define FACTOR 5.0f\n")
+    _, header = compile_caller(cache, sources)
+    assert not header.layers["cubin"].hit
+    assert any("scale" in reason for reason in header.layers["typing"].reasons)
+    assert header.cubin != first.cubin
+
+    (sources / "scale.cu").write_text((sources / "scale.cu").read_text().replace("x * FACTOR", "x + FACTOR"))
+    _, body = compile_caller(cache, sources)
+    assert not body.layers["cubin"].hit and body.cubin not in (first.cubin, header.cubin)
+    # the same final state compiled fresh gives the same artifacts
+    _, fresh = compile_caller(KernelCache(), sources)
+    assert fresh.cubin == body.cubin and fresh.ptx == body.ptx
+
+
+def test_linked_code_persists_with_the_stages_that_carry_it(sources, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("cache")
+    _, first = compile_caller(KernelCache(directory=directory), sources)
+    # a new process would find ptx on disk but relink the cubin from it
+    assert KernelCache(directory=directory).evict("cubin", first.layers["cubin"].token)
+    _, relinked = compile_caller(KernelCache(directory=directory), sources)
+    assert relinked.layers["ptx"].tier == "disk" and not relinked.layers["cubin"].hit
+    assert relinked.cubin == first.cubin
+    assert [link.digest for link in relinked.links] == [link.digest for link in first.links]
+
+
+def test_a_linked_file_that_cannot_be_read_is_refused_by_name(tmp_path):
+    ns = notebook_namespace()
+    run_cell(ns, CALLER.format(path=str(tmp_path / "missing.cu")))
+    with pytest.raises(UnsupportedKernelError, match="missing.cu"):
+        KernelCache().compile(ns["kernel"], SIG, SM86)
+
+
+FP16 = """
+def add(r, a, b):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = a[i] + b[i]
+
+def mul(r, a, b):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = a[i] * b[i]
+"""
+
+
+def test_float16_links_numbas_shims_cut_down_to_what_the_kernel_calls():
+    ns = notebook_namespace()
+    run_cell(ns, FP16)
+    sig = "void(float16[:], float16[:], float16[:])"
+    first = KernelCache().compile(ns["add"], sig, SM86)
+    assert normalise_ptx(first.ptx) == normalise_ptx(numba_ptx(ns["add"], sig))
+    assert first.cubin[:4] == b"\x7fELF"
+    (shim,) = first.links
+    assert b"operator+" in shim.data and b"operator*" not in shim.data
+    # numba's shim source grows with every kernel compiled in the process;
+    # what a kernel links does not
+    KernelCache().compile(ns["mul"], sig, SM86)
+    numba_ptx(ns["mul"], sig)
+    again = KernelCache().compile(ns["add"], sig, SM86)
+    assert again.links == first.links and again.cubin == first.cubin
+
+
+def test_reshape_links_numbas_helper():
+    ns = notebook_namespace()
+    run_cell(ns, """
+def kernel(r, x):
+    m = x.reshape((2, -1))
+    r[0] = m[1, 0]
+""")
+    sig = "void(float32[:], float32[::1])"
+    result = KernelCache().compile(ns["kernel"], sig, SM86)
+    assert "numba_attempt_nocopy_reshape" in result.ptx
+    assert normalise_ptx(result.ptx) == normalise_ptx(numba_ptx(ns["kernel"], sig))
+    assert result.cubin[:4] == b"\x7fELF"
+
+
+def test_link_code_with_a_setup_callback_of_the_users_is_refused():
+    from numba.cuda import CUSource
+
+    from gpucache_ext import linking
+
+    source = CUSource('extern "C" __device__ int f(int* r, int x) { *r = x; return 0; }',
+                      setup_callback=lambda *args: None)
+    with pytest.raises(UnsupportedKernelError, match="setup or teardown callbacks"):
+        linking.read(source)
+    assert linking.read(CUSource('extern "C" __device__ int g() { return 0; }')).kind == "cu"
