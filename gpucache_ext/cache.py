@@ -149,7 +149,8 @@ class KernelCache:
             raise TypeError(f"config must be a CompileConfig, got {type(config).__name__}")
         pyfunc = python_function(func)
         argtypes = stages.normalize_signature(sig)
-        plan = _Plan(self, pyfunc, argtypes, config)
+        plan = _Plan(self, pyfunc, argtypes, config)  # (reloads numba's settings)
+        stages.check_numba_runtime()
         result = plan.run(force)
         result.referenced = plan.identity.referenced
         if not force and audit is not False and any(layer.hit for layer in result.layers.values()) \
