@@ -885,8 +885,11 @@ def _numba_data(value, qualname, label):
 
 
 def _shown(value) -> str:
-    if type(value).__name__ == "FakeCUDAArray" or getattr(value, "__cuda_array_interface__", None):
+    if type(value).__name__ == "FakeCUDAArray":
         return f"device array{tuple(value.shape)} {value.dtype}"
+    interface = getattr(value, "__cuda_array_interface__", None)
+    if interface:  # any object with the CUDA Array Interface
+        return f"device array{tuple(interface['shape'])} {interface['typestr']}"
     np = sys.modules.get("numpy")
     if np is not None and isinstance(value, np.ndarray):
         return f"array{value.shape} {value.dtype}"
