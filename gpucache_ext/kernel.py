@@ -51,8 +51,10 @@ class LaunchError(GpuCacheError):
 # those that do not change the kernel's code here, and those refused.
 _CONFIG_OPTIONS = ("fastmath", "debug", "lineinfo", "max_registers", "launch_bounds", "lto")
 _INERT_OPTIONS = ("device", "inline", "forceinline", "cache")  # cache: this cache replaces numba's
-_UNSUPPORTED_OPTIONS = ("link", "extensions", "shared_memory_carveout")
-_JIT_OPTIONS = _CONFIG_OPTIONS + _INERT_OPTIONS + _UNSUPPORTED_OPTIONS + ("opt", "boundscheck")
+_UNSUPPORTED_OPTIONS = ("link",)
+# used when the kernel is loaded and launched, never part of its code
+_LAUNCH_OPTIONS = ("shared_memory_carveout", "extensions")
+_JIT_OPTIONS = _CONFIG_OPTIONS + _INERT_OPTIONS + _UNSUPPORTED_OPTIONS + _LAUNCH_OPTIONS + ("opt", "boundscheck")
 
 
 def check_options(options: Dict[str, Any], what: str = "@cuda.jit") -> None:
@@ -76,6 +78,14 @@ def check_options(options: Dict[str, Any], what: str = "@cuda.jit") -> None:
             f"{what}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
             f"numba-cuda's jit accepts {', '.join(sorted(_JIT_OPTIONS))}"
         )
+    carveout = options.get("shared_memory_carveout")
+    if carveout is not None:
+        from numba.cuda.decorators import _validate_shared_memory_carveout
+
+        try:  # numba's own check, with its message
+            _validate_shared_memory_carveout(carveout)
+        except ValueError as exc:
+            raise UnsupportedKernelError(f"{what}(shared_memory_carveout=...): {exc}") from None
     for name in _UNSUPPORTED_OPTIONS:
         if options.get(name) not in (None, (), []):
             raise UnsupportedKernelError(
@@ -325,13 +335,15 @@ class Kernel:
         with self._lock:
             loaded = self._loaded.get(key)
             if loaded is None:
-                loaded = self._loaded[key] = load_on_gpu(result)
+                loaded = self._loaded[key] = load_on_gpu(result, self.options.get("shared_memory_carveout"),
+                                                         self.options.get("extensions") or ())
             return loaded
 
     def _simulator(self):
         with self._lock:
             if self._simulated is None or self._simulated[0] != _generation:
-                self._simulated = (_generation, simulated_kernel(self.py_func, self.config))
+                self._simulated = (_generation, simulated_kernel(self.py_func, self.config,
+                                                                 self.options.get("extensions") or ()))
             return self._simulated[1]
 
     # -- numba's dispatcher API -------------------------------------------------
@@ -609,8 +621,10 @@ def choose_image(result: CompileResult, cc: Tuple[int, int]) -> bytes:
     )
 
 
-def load_on_gpu(result: CompileResult):
-    """A numba launchable for the cached artifact, loaded through cuda.core."""
+def load_on_gpu(result: CompileResult, shared_memory_carveout=None, extensions=()):
+    """A numba launchable for the cached artifact, loaded through cuda.core
+    (`shared_memory_carveout`, `extensions`: as numba's jit options, used when
+    it binds and launches)."""
     from numba.cuda import types as nbtypes
     from numba.cuda import typing as nbtyping
     from numba.cuda.codegen import CUDACodeLibrary
@@ -635,7 +649,9 @@ def load_on_gpu(result: CompileResult):
         cooperative=result.cooperative, name=result.entry_name,
         signature=nbtyping.signature(nbtypes.void, *result.signature),
         codelibrary=library, debug=result.config.debug, lineinfo=result.config.lineinfo,
-        call_helper=result.call_helper, extensions=[],
+        call_helper=result.call_helper, extensions=list(extensions),
+        shared_memory_carveout=None if shared_memory_carveout is None
+        else _Kernel._parse_carveout(None, shared_memory_carveout),
     )
 
 
@@ -717,7 +733,7 @@ def _notice_simulator(asked: bool) -> None:
     _notice_shown = True
 
 
-def simulated_kernel(pyfunc, config: CompileConfig):
+def simulated_kernel(pyfunc, config: CompileConfig, extensions=()):
     """numba's simulator kernel for `pyfunc`, its device functions replaced by
     simulator twins.  Like compiled code, it keeps the values its globals,
     closure variables and module attributes had when it was made (numba's
@@ -739,7 +755,7 @@ def simulated_kernel(pyfunc, config: CompileConfig):
     identity = identify(pyfunc, with_location=False, freeze=True)
     refuse_externs(identity)
     return FakeCUDAKernel(rebind(identity, twin), device=False, fastmath=config.fastmath,
-                          debug=config.debug)
+                          debug=config.debug, extensions=extensions)
 
 
 __all__ = ["Kernel", "LaunchError", "refresh_all", "gpu_available", "config_with_options", "check_options",

@@ -158,3 +158,46 @@ def shift(a):
     assert list(a) == [1, 2, 3, 4, 5, 6, 7, 0]
     with pytest.raises(LaunchError, match="within one block"):
         ip.user_ns["shift"][2, 4](a)
+
+
+def test_shared_memory_carveout_is_a_launch_option_checked_as_numba_checks_it():
+    from gpucache_ext import UnsupportedKernelError
+
+    ns = notebook_namespace()
+    run_cell(ns, SOURCE)
+    cache = KernelCache()
+    sig = "void(float32[:], float32[:])"
+    plain = Kernel(ns["add_table"], [sig], CompileConfig(sm=80), cache, simulate=True).compile(sig)
+    carved = Kernel(ns["add_table"], [sig], CompileConfig(sm=80), cache,
+                    {"shared_memory_carveout": "MaxL1"}, simulate=True)
+    # it is set on the loaded kernel (on a GPU), never part of the code
+    result = carved.compile(sig)
+    assert result.cubin == plain.cubin and result.hit
+    r, x = arrays()
+    carved[1, 16](r, x)
+    assert np.array_equal(r, x + np.arange(r.size) % 4)
+    with pytest.raises(UnsupportedKernelError, match="Carveout must be between -1 and 100"):
+        Kernel(ns["add_table"], [sig], CompileConfig(sm=80), cache,
+               {"shared_memory_carveout": 101}, simulate=True)
+
+
+def test_extensions_prepare_the_arguments_of_each_launch_as_numbas_do():
+    ns = notebook_namespace()
+    run_cell(ns, SOURCE)
+    sig = "void(float32[:], float32[:])"
+
+    r, x = arrays()
+
+    class Scaled:
+        """numba's extension protocol: rewrite an argument before the launch."""
+
+        def prepare_args(self, ty, val, **kwargs):
+            return ty, (val * 10 if val is x else val)
+
+    cache = KernelCache()
+    plain = Kernel(ns["add_table"], [sig], CompileConfig(sm=80), cache, simulate=True).compile(sig)
+    extended = Kernel(ns["add_table"], [sig], CompileConfig(sm=80), cache,
+                      {"extensions": [Scaled()]}, simulate=True)
+    assert extended.compile(sig).cubin == plain.cubin  # the code does not change
+    extended[1, 16](r, x)
+    assert np.array_equal(r, x * 10 + np.arange(r.size) % 4)
