@@ -97,6 +97,8 @@ def _harvesting(found):
     """numba compiles without a GPU (the stand-in answers for the device),
     launches do nothing, memory is the simulator's; every kernel numba
     compiles is appended to `found` as (dispatcher, argtypes)."""
+    import numba.cuda
+    import numba.cuda.api as api
     import numba.cuda.dispatcher as dispatcher
     from numba.core import sigutils
     from numba.cuda import testing
@@ -112,6 +114,9 @@ def _harvesting(found):
         (dispatcher.CUDADispatcher, "compile"): dispatcher.CUDADispatcher.compile,
         (dispatcher._Kernel, "launch"): dispatcher._Kernel.launch,
         (testing, "cc_X_or_above"): testing.cc_X_or_above,
+        (numba.cuda, "get_current_device"): numba.cuda.get_current_device,
+        (api, "get_current_device"): api.get_current_device,
+        (api, "is_fp8_supported"): api.is_fp8_supported,
     }
     original_compile = dispatcher.CUDADispatcher.compile
 
@@ -121,7 +126,9 @@ def _harvesting(found):
             found.append((self, tuple(args), _settings_now()))
         return original_compile(self, sig)
 
-    dispatcher.get_current_device = lambda: _StandIn(CC)
+    dispatcher.get_current_device = numba.cuda.get_current_device = api.get_current_device = \
+        lambda: _StandIn(CC)
+    api.is_fp8_supported = lambda: CC >= (8, 9)
     dispatcher.CUDADispatcher.compile = compile
     dispatcher._Kernel.launch = lambda self, *args, **kwargs: None
     testing.cc_X_or_above = lambda major, minor: CC >= (major, minor)

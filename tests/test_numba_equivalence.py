@@ -183,3 +183,41 @@ def kernel(r):
     result = KernelCache().compile(ns["kernel"], "void(float64[:])", SM86)
     assert normalise_ptx(result.ptx) == normalise_ptx(expected)
     assert "8, 9, 10" in expected  # the padding numba bakes
+
+
+def test_numbas_cuda_runtime_is_refused_while_on(monkeypatch):
+    from numba.cuda.core import config as nbconfig
+
+    from gpucache_ext import UnsupportedKernelError
+
+    ns = notebook_namespace()
+    run_cell(ns, "def kernel(r):\n    r[0] = r[1:][0]\n")
+    cache = KernelCache()
+    monkeypatch.setattr(nbconfig, "CUDA_ENABLE_NRT", True)
+    # numba would add reference counting; the cache compiles without NRT
+    assert "NRT_incref" in numba_ptx(ns["kernel"], "void(float32[:])")
+    with pytest.raises(UnsupportedKernelError, match="NUMBA_CUDA_ENABLE_NRT"):
+        cache.compile(ns["kernel"], "void(float32[:])", SM86)
+    assert all(values["entries"] == 0 for values in cache.stats().values())
+    monkeypatch.setattr(nbconfig, "CUDA_ENABLE_NRT", False)
+    assert cache.compile(ns["kernel"], "void(float32[:])", SM86).cubin
+
+
+def test_a_foreign_device_array_global_is_keyed_and_baked_as_numba_bakes_it():
+    import numpy as np
+
+    host = np.zeros(4, dtype=np.float32)
+
+    class ForeignArray:
+        """Any object with the CUDA Array Interface (no shape attribute)."""
+
+        def __init__(self, pointer):
+            self.__cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "version": 3,
+                                             "data": (pointer, False), "strides": None}
+
+    ns = notebook_namespace()
+    ns["DATA"] = ForeignArray(host.ctypes.data)
+    run_cell(ns, "def kernel(r):\n    r[0] = DATA[1]\n")
+    result = KernelCache().compile(ns["kernel"], "void(float32[:])", SM86)
+    assert normalise_ptx(result.ptx) == normalise_ptx(numba_ptx(ns["kernel"], "void(float32[:])"))
+    assert str(host.ctypes.data + 4) in result.ptx  # the pointer is baked in, as numba does
