@@ -728,6 +728,13 @@ def _describe(value):
 
     if isinstance(value, nbtypes.Type):
         return ["numba type", str(value)]
+    if type(value).__name__ == "FFI" and type(value).__module__.startswith("cffi"):
+        # numba types every cffi FFI object alike (types.ffi: only
+        # ffi.from_buffer), whatever it declares
+        from numba.cuda.typing import cffi_utils
+
+        if cffi_utils.is_ffi_instance(value):
+            return ["cffi FFI object"]
     # Anything else is told apart by identity within this process only.
     return ["object", type(value).__qualname__, id(value)]
 
@@ -867,6 +874,13 @@ def _numba_data(value, qualname, label):
 
     if isinstance(value, nbtypes.Type):
         return ["numba type", str(value)]
+    if type(value).__name__ == "FFI" and type(value).__module__.startswith("cffi"):
+        # numba types every cffi FFI object alike (types.ffi: only
+        # ffi.from_buffer), whatever it declares
+        from numba.cuda.typing import cffi_utils
+
+        if cffi_utils.is_ffi_instance(value):
+            return ["cffi FFI object"]
     if isinstance(value, ExternFunction):
         # cuda.declare_device: keyed by its name, signature and the content of
         # what it links (a .cu with the headers it includes); see `linking`

@@ -160,3 +160,28 @@ def test_link_code_with_a_setup_callback_of_the_users_is_refused():
     with pytest.raises(UnsupportedKernelError, match="setup or teardown callbacks"):
         linking.read(source)
     assert linking.read(CUSource('extern "C" __device__ int g() { return 0; }')).kind == "cu"
+
+
+def test_cffi_from_buffer_passes_a_pointer_to_external_code_as_numba_does(sources):
+    import cffi
+
+    ns = notebook_namespace()
+    ns["ffi"] = cffi.FFI()
+    write(sources / "total.cu", """
+        extern "C" __device__ int total(float* out, float* values, int n) {
+            float s = 0; for (int i = 0; i < n; i++) s += values[i]; *out = s; return 0;
+        }
+    """)
+    run_cell(ns, f"""
+total = cuda.declare_device("total", "float32(CPointer(float32), int32)", link={str(sources / "total.cu")!r})
+
+def kernel(r, x):
+    r[0] = total(ffi.from_buffer(x), len(x))
+""")
+    sig = "void(float32[::1], float32[::1])"  # from_buffer needs contiguous arrays
+    result = KernelCache().compile(ns["kernel"], sig, SM86)
+    assert normalise_ptx(result.ptx) == normalise_ptx(numba_ptx(ns["kernel"], sig))
+    assert result.cubin[:4] == b"\x7fELF"
+    # another FFI object (numba types them all alike) is the same kernel
+    ns["ffi"] = cffi.FFI()
+    assert KernelCache().compile(ns["kernel"], sig, SM86).layers["typing"].token == result.layers["typing"].token
