@@ -235,17 +235,17 @@ def compare(dispatcher, argtypes, settings, variant):
     from .equivalence import normalise_ptx, stand_in_gpu
 
     cc, flags = VARIANTS[variant]
-    own = {name: dispatcher.targetoptions[name] for name in COMPARE_OPTIONS
-           if name in dispatcher.targetoptions}
-    numba_options = {**flags, **{k: v for k, v in own.items() if v is not None}}
+    # the kernel's own options where they differ from numba's defaults override
+    # the variant's flags, for both compilers (as in a %%gpukernel cell)
+    explicit = explicit_options(dispatcher.targetoptions)
+    numba_options = {**flags, **{k: v for k, v in explicit.items() if k in COMPARE_OPTIONS}}
     try:
         with stand_in_gpu(cc), _settings(settings), contextlib.redirect_stderr(io.StringIO()):
             expected, _ = cuda.compile_ptx(dispatcher.py_func, argtypes, cc=cc, **numba_options)
     except Exception as exc:
         return "numba-fails", _reason(exc)
     try:
-        config = config_with_options(CompileConfig(sm=cc[0] * 10 + cc[1], **_config_flags(flags)),
-                                     explicit_options(dispatcher.targetoptions))
+        config = config_with_options(CompileConfig(sm=cc[0] * 10 + cc[1], **_config_flags(flags)), explicit)
         with _settings(settings), contextlib.redirect_stderr(io.StringIO()):
             result = KernelCache(audit=False).compile(dispatcher.py_func, argtypes, config)
     except UnsupportedKernelError as exc:

@@ -185,3 +185,25 @@ def kernel(r, x):
     # another FFI object (numba types them all alike) is the same kernel
     ns["ffi"] = cffi.FFI()
     assert KernelCache().compile(ns["kernel"], sig, SM86).layers["typing"].token == result.layers["typing"].token
+
+
+def test_a_float16_cell_compiles_and_runs_on_the_simulator(ip):
+    import numpy as np
+
+    ip.run_cell('''%%gpukernel --sm 86 --quiet
+from numba import cuda
+import numpy as np
+
+@cuda.jit("void(float16[:], float16[:], float16[:])")
+def add(r, a, b):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = a[i] + b[i]
+
+a = np.arange(8, dtype=np.float16)
+r = np.zeros_like(a)
+add[1, 8](r, a, a)
+''').raise_error()
+    assert np.array_equal(ip.user_ns["r"], 2 * np.arange(8, dtype=np.float16))
+    result = ip.user_ns["add"].last
+    assert result.cubin[:4] == b"\x7fELF" and [link.kind for link in result.links] == ["cu"]
