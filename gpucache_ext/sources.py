@@ -588,8 +588,8 @@ class _Walker:
             ident.externs.append(value.name)
         if numba_data is not None:
             return numba_data, None
-        if _is_dispatcher(value):
-            return ["kernel", self.function(value.py_func).digest], None
+        if _is_dispatcher(value):  # a kernel called from a kernel: numba compiles it as a device function
+            return self._data_device(value, value.py_func, ident, label)
         if _is_numba_function(value):
             return self._numba_function(value, ident, label)
         if isinstance(value, pytypes.FunctionType):

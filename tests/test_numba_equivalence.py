@@ -221,3 +221,29 @@ def test_a_foreign_device_array_global_is_keyed_and_baked_as_numba_bakes_it():
     result = KernelCache().compile(ns["kernel"], "void(float32[:])", SM86)
     assert normalise_ptx(result.ptx) == normalise_ptx(numba_ptx(ns["kernel"], "void(float32[:])"))
     assert str(host.ctypes.data + 4) in result.ptx  # the pointer is baked in, as numba does
+
+
+def test_a_kernel_called_from_a_kernel_compiles_as_numbas_device_function():
+    # numba compiles a @cuda.jit kernel called from another kernel as a device
+    # function, with the callee's own options (its test_llvm_inliner_flag_conflict)
+    ns = notebook_namespace()
+    run_cell(ns, """
+import math
+
+@cuda.jit(forceinline=True)
+def bar(x):
+    return math.sin(x)
+
+@cuda.jit(lineinfo=True)
+def baz(x):
+    return math.cos(x)
+
+def foo(r, y):
+    r[0] = bar(y) + baz(y)
+""")
+    sig = "void(float32[:], float32)"
+    result = KernelCache().compile(ns["foo"], sig, SM86)
+    assert normalise_ptx(result.ptx) == normalise_ptx(numba_ptx(ns["foo"], sig))
+    assert any("alwaysinline" in line and "bar" in line for line in result.llvm_ir.splitlines()
+               if line.startswith(("define", "attributes", "declare")))
+    assert "device function bar" in " ".join(result.layers["typing"].components)
