@@ -7,7 +7,9 @@ are normalised, nothing else:
   pipeline from the source identity; names become placeholders;
 * the order of top-level PTX items (declarations, functions): numba links its
   libraries in an order that follows memory addresses (it differs from run to
-  run), the pipeline in a canonical one; items are compared as a sorted list.
+  run), the pipeline in a canonical one; items are compared as a sorted list,
+  and the function-local labels that libNVVM numbers by a function's position
+  in the module (``__local_depot2``, ``$L__BB2_1``) lose that number.
 
 Comment lines (compiler banners) are dropped.
 
@@ -58,12 +60,15 @@ def _debug_section(item: str) -> str:
         if raw:
             out.extend(part.decode("latin-1") for part in bytes(raw).split(b"\0"))
             raw.clear()
-        out.append(re.sub(r"^(\.b(?:16|32|64)) \d+$", r"\1 N", stripped))
+        out.append(re.sub(r"^(\.b(?:16|32|64)) ((?:[\w.$]+\+)?)\d+$", r"\1 \2N", stripped))
     return "\n".join(out)
 
 
+_POSITIONAL = re.compile(r"(__local_depot|\$L__BB|\$L__func_begin|\$L__func_end|\$L__tmp)\d+")
+
+
 def normalise_ptx(text: str) -> str:
-    header, items = _items(text)
+    header, items = _items(_POSITIONAL.sub(r"\1#", text))
     items = [_debug_section(item) if _DEBUG_SECTION.search(item) else item for item in items]
     items.sort(key=lambda item: _SYMBOL.sub("SYM", item))
     names = {}
