@@ -46,3 +46,35 @@ def test_target_newer_than_the_gpu_is_refused_with_the_sm_to_use(sm):
     kernel = Kernel(kernels.copy, [kernels.COPY_SIG], CompileConfig(sm=120), KernelCache())
     with pytest.raises(LaunchError, match=f"--sm {sm}"):
         kernel[1, 32](np.zeros(32, np.float32), np.zeros(32, np.float32))
+
+
+def test_linked_code_runs_float16_external_cu_and_carveout(sm, tmp_path):
+    """What the cubin links (numba's float16 shims, a declare_device .cu file)
+    runs, and a shared-memory carveout is accepted by the driver."""
+    from .test_cache import notebook_namespace, run_cell
+
+    (tmp_path / "triple.cu").write_text(
+        'extern "C" __device__ int triple(float* out, float x) { *out = 3.0f * x; return 0; }\n')
+    ns = notebook_namespace()
+    run_cell(ns, f"""
+triple = cuda.declare_device("triple", "float32(float32)", link={str(tmp_path / "triple.cu")!r})
+
+def halves(r, a, b):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = a[i] + b[i]
+
+def tripled(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = triple(x[i])
+""")
+    cache = KernelCache()
+    a = np.arange(64, dtype=np.float16)
+    r = np.zeros_like(a)
+    Kernel(ns["halves"], [], CompileConfig(sm=sm), cache)[1, 64](r, a, a)
+    np.testing.assert_array_equal(r, 2 * a)
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros_like(x)
+    Kernel(ns["tripled"], [], CompileConfig(sm=sm), cache, {"shared_memory_carveout": "MaxL1"})[1, 64](out, x)
+    np.testing.assert_allclose(out, 3 * x)
