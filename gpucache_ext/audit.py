@@ -216,7 +216,7 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
         if stage == "ptx":
             fresh = stages.run_ptx(upstream.artifact, config, entry.kernel)
         else:
-            fresh = stages.run_cubin(upstream.artifact, config, entry.kernel)
+            fresh = stages.run_cubin(upstream.artifact, config, entry.kernel, entry.artifact.links)
     except Exception as exc:
         return "failed", f"    {type(exc).__name__}: {exc}"
     difference = first_difference(stage, entry.artifact, fresh)

@@ -576,6 +576,11 @@ class _Plan:
             parts["toolchain"] = toolchain_component(stage)
             if stage == "llvm":
                 parts["numba settings"] = component(numba_settings())
+            if stage == "cubin" and self.identity.links:
+                # what external functions link keys the cubin alone (see linking)
+                parts["linked code"] = component(
+                    [link.digest for link in self.identity.links],
+                    ", ".join(link.name for link in self.identity.links))
             tokens[stage] = upstream = make_token(stage, parts)
         return tokens
 
@@ -586,13 +591,15 @@ class _Plan:
             typed = None if force else self._lookup("typing")
             if typed is None:
                 typed = self._compile("typing", self._run_typing)
-            found["llvm"] = self._compile("llvm", stages.run_llvm, typed, self.config)
+            found["llvm"] = self._compile("llvm", stages.run_llvm, typed, self.config,
+                                          self.identity.link_keys)
         else:
             self._peek_typing()
         if found["ptx"] is None:
             found["ptx"] = self._compile("ptx", stages.run_ptx, found["llvm"], self.config, self.kernel)
         if found["cubin"] is None:
-            found["cubin"] = self._compile("cubin", stages.run_cubin, found["ptx"], self.config, self.kernel)
+            found["cubin"] = self._compile("cubin", stages.run_cubin, found["ptx"], self.config, self.kernel,
+                                           self.identity.links)
         return CompileResult(self.kernel, self.argtypes, self.config,
                              {s: self.layers[s] for s in STAGES},
                              found["llvm"], found["ptx"], found["cubin"])

@@ -63,12 +63,14 @@ def _parts(stage: str, artifact) -> Tuple[Dict, List[bytes]]:
         parts = [artifact.cubin, artifact.info_log.encode()]
         if artifact.linked_ptx is not None:
             parts.append(artifact.linked_ptx.encode())
-        return {"entry_name": artifact.entry_name, "linked_ptx": artifact.linked_ptx is not None}, parts
+        return {"entry_name": artifact.entry_name, "linked_ptx": artifact.linked_ptx is not None,
+                "links": [link.describe() for link in artifact.links]}, \
+            parts + [link.data for link in artifact.links]
     raise ValueError(f"stage {stage!r} is not stored outside memory")
 
 
 def _artifact(stage: str, meta: Dict, parts: List[bytes]):
-    if stage in ("llvm", "ptx"):
+    if stage in ("llvm", "ptx", "cubin"):
         described = meta.get("links", [])
         parts, data = (parts[:len(parts) - len(described)], parts[len(parts) - len(described):]) \
             if described else (parts, [])
@@ -84,7 +86,7 @@ def _artifact(stage: str, meta: Dict, parts: List[bytes]):
                                   bool(meta.get("cooperative", False)), links)
     if stage == "cubin":
         linked = parts[2].decode() if meta["linked_ptx"] else None
-        return stages.CubinArtifact(parts[0], parts[1].decode(), linked, meta["entry_name"])
+        return stages.CubinArtifact(parts[0], parts[1].decode(), linked, meta["entry_name"], links)
     raise BadEntry(f"unknown stage {stage!r}")
 
 

@@ -9,9 +9,12 @@ numba-cuda links more than the kernel's PTX when it loads a kernel:
   ``.ltoir``, ``.cubin``, ``.fatbin``, ``.o`` and ``.a`` files, or numba's
   in-memory `LinkableCode` objects.
 
-Here each is read once into a `LinkInput` (its bytes and a content digest)
-that travels with the stage artifacts, so the cubin stage links exactly what
-was hashed.  A ``.cu`` source's digest covers the headers it includes (those
+Here each is read once into a `LinkInput` (its bytes and a content digest), so
+the cubin stage links exactly what was hashed.  numba's own helpers follow
+from the kernel's code: they travel with the llvm and ptx artifacts.  What
+external functions link does not change the kernel's IR or PTX: it is read
+when the kernel's sources are identified, and keys the cubin stage alone, so
+editing a linked file relinks the cubin and rebuilds nothing else.  A ``.cu`` source's digest covers the headers it includes (those
 found beside it, in the working directory and in numba's search paths;
 headers of the CUDA toolkit are covered by the NVRTC version), and its NVRTC
 output is memoised by that digest, the target and the NVRTC version.
@@ -201,13 +204,24 @@ def _pruned_shim(item, code: str, origin: str) -> LinkInput:
     return LinkInput(str(item.name), "cu", source.encode(), _digest("cu", source.encode(), None))
 
 
-def library_inputs(library, code: str = "", origin: str = "") -> Tuple[LinkInput, ...]:
+def item_key(item):
+    """What tells one link= item from another (a path, or the object itself)."""
+    if isinstance(item, (str, os.PathLike)):
+        return ("path", os.fspath(item))
+    return ("object", id(item))
+
+
+def library_inputs(library, code: str = "", origin: str = "", external=frozenset()) -> Tuple[LinkInput, ...]:
     """What numba would link with `library` (its files, and its linked
-    libraries'), read, in a canonical order.  `code` is the kernel's NVVM IR:
+    libraries'), read, in a canonical order, leaving out the `external` items
+    (`item_key`s: what the kernel's own external functions link, which the
+    cubin stage links and keys itself).  `code` is the kernel's NVVM IR:
     numba's shared shim sources are cut down to what it calls."""
     inputs = {}
     shims = [id(obj) for obj in _numba_shims()]
     for item in getattr(library, "_linking_files", ()):
+        if item_key(item) in external:
+            continue
         link = _pruned_shim(item, code, origin) if id(item) in shims else read(item, origin)
         inputs[link.digest] = link
     return tuple(inputs[d] for d in sorted(inputs))

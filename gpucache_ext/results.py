@@ -49,9 +49,10 @@ class CompileResult:
 
     @property
     def links(self):
-        """The external code the cubin links (`gpucache_ext.linking.LinkInput`:
-        name, kind, bytes, digest): declare_device files, numba's shims."""
-        return self._ptx.links
+        """The code the cubin links besides the kernel's
+        (`gpucache_ext.linking.LinkInput`: name, kind, bytes, digest): numba's
+        shims, then what external (declare_device) functions link."""
+        return tuple(self._ptx.links) + tuple(self._cubin.links)
 
     @property
     def llvm_ir(self) -> str:

@@ -308,6 +308,11 @@ class SourceIdentity:
     snapshot_bytes: int = 0  # size of the array copies the bindings hold
     # external device functions (cuda.declare_device) it calls directly
     externs: List[str] = field(default_factory=list)
+    # (on the kernel's identity) what those link, anywhere in the walk, read
+    # once: the cubin stage links these (its token hashes their digests), and
+    # `link_keys` tells them from what numba itself adds to a kernel's library
+    links: Tuple[Any, ...] = ()
+    link_keys: FrozenSet[Any] = frozenset()
     # (on the kernel's identity) device arrays read as globals, anywhere in the
     # walk: compiled code holds their pointers, so the result keeps them alive
     referenced: Tuple[Any, ...] = ()
@@ -385,6 +390,8 @@ def identify(func, with_location: bool, freeze: bool = False) -> SourceIdentity:
     walker = _Walker(with_location, freeze)
     ident = walker.function(python_function(func))
     ident.referenced = tuple(walker.referenced)
+    ident.links = tuple(walker.links[d] for d in sorted(walker.links))
+    ident.link_keys = frozenset(walker.link_keys)
     return ident
 
 
@@ -397,6 +404,8 @@ class _Walker:
         self.with_location = with_location
         self.freeze = freeze
         self.referenced: List[Any] = []  # device arrays whose pointers compiled code holds
+        self.links: Dict[str, Any] = {}  # digest -> LinkInput, what external functions link
+        self.link_keys: set = set()
         self.active = []  # functions being walked (cycle guard)
         self.memo = {}
 
@@ -517,6 +526,29 @@ class _Walker:
         ident.components[f"device function {label}"] = Component(dev.digest, "device function")
         return ["device function", dev.digest], _Device(dispatcher, dev)
 
+    def _extern(self, value, ident, label):
+        """cuda.declare_device: keyed by name and signature; what it links is
+        read now and keys the cubin stage alone (see `linking`)."""
+        from numba.cuda.compiler import ExternFunction
+
+        if not isinstance(value, ExternFunction):
+            return None
+        from . import linking
+
+        items, cooperative = linking.extern_link_items(value)
+        origin = f"{ident.qualname} calls {label} ({value.name}), declared with cuda.declare_device: "
+        if not items:
+            raise UnsupportedKernelError(
+                f"{origin}nothing defines it: give the file or code that does, "
+                f"cuda.declare_device({value.name!r}, ..., link=[...])"
+            )
+        for item in items:
+            link = linking.read(item, origin)
+            self.links[link.digest] = link
+            self.link_keys.add(linking.item_key(item))
+        ident.externs.append(value.name)
+        return ["external device function", value.name, str(value.sig), cooperative]
+
     def _device_array(self, value, ident):
         """A device array read as a global: numba bakes its *pointer* into the
         code (the kernel sees later writes to it), so it is keyed by pointer,
@@ -583,9 +615,10 @@ class _Walker:
         numpy_data = _numpy_data(value, ident)
         if numpy_data is not None:
             return numpy_data
+        extern_data = self._extern(value, ident, label)
+        if extern_data is not None:
+            return extern_data, None
         numba_data = _numba_data(value, ident.qualname, label)
-        if numba_data is not None and numba_data[0] == "external device function":
-            ident.externs.append(value.name)
         if numba_data is not None:
             return numba_data, None
         if _is_dispatcher(value):  # a kernel called from a kernel: numba compiles it as a device function
@@ -881,20 +914,6 @@ def _numba_data(value, qualname, label):
 
         if cffi_utils.is_ffi_instance(value):
             return ["cffi FFI object"]
-    if isinstance(value, ExternFunction):
-        # cuda.declare_device: keyed by its name, signature and the content of
-        # what it links (a .cu with the headers it includes); see `linking`
-        from . import linking
-
-        items, cooperative = linking.extern_link_items(value)
-        origin = f"{qualname} calls {label} ({value.name}), declared with cuda.declare_device: "
-        if not items:
-            raise UnsupportedKernelError(
-                f"{origin}nothing defines it: give the file or code that does, "
-                f"cuda.declare_device({value.name!r}, ..., link=[...])"
-            )
-        digests = sorted(linking.read(item, origin).digest for item in items)
-        return ["external device function", value.name, str(value.sig), digests, cooperative]
     return None
 
 

@@ -637,8 +637,10 @@ class LLVMArtifact:
         return sum(len(m) for m in self.modules)
 
 
-def run_llvm(typed: TypedFunction, config: CompileConfig) -> LLVMArtifact:
-    """Lower typed IR for the lowering fields of `config` (and its target)."""
+def run_llvm(typed: TypedFunction, config: CompileConfig, external=frozenset()) -> LLVMArtifact:
+    """Lower typed IR for the lowering fields of `config` (and its target).
+    `external`: the link items of the kernel's external functions (linked by
+    the cubin stage, see `linking`), left out of the artifact."""
     with _numba_compiling(), _compiling_for(config, "lowering"), targets.track() as reads:
         try:
             cres = _lower(typed, config)
@@ -652,7 +654,7 @@ def run_llvm(typed: TypedFunction, config: CompileConfig) -> LLVMArtifact:
         except Exception as exc:
             raise _compile_error(typed.qualname, "llvm", exc) from exc
         modules = canonical_modules(library)
-        links = linking.library_inputs(library, "\n".join(modules), f"{typed.qualname}: ")
+        links = linking.library_inputs(library, "\n".join(modules), f"{typed.qualname}: ", external)
     return LLVMArtifact(modules, entry_name, frozenset(reads) | typed.target_reads, cres.call_helper,
                         cooperative=bool(library.use_cooperative or library.needs_cudadevrt),
                         links=links)
@@ -737,13 +739,16 @@ class CubinArtifact:
     info_log: str
     linked_ptx: Optional[str]
     entry_name: str
+    # what the kernel's external functions link (declare_device), linked here
+    links: Tuple[linking.LinkInput, ...] = ()
 
     @property
     def nbytes(self) -> int:
-        return len(self.cubin) + len(self.info_log) + len(self.linked_ptx or "")
+        return len(self.cubin) + len(self.info_log) + len(self.linked_ptx or "") + sum(
+            len(x.data) for x in self.links)
 
 
-def _link(ptx: PTXArtifact, config: CompileConfig, output: str):
+def _link(ptx: PTXArtifact, config: CompileConfig, output: str, external=()):
     from cuda.core import Linker, LinkerOptions, ObjectCode
 
     if ptx.ltoir is not None:
@@ -757,7 +762,7 @@ def _link(ptx: PTXArtifact, config: CompileConfig, output: str):
         ptx=True if output == "ptx" else None,
         verbose=True,
     )
-    objects.extend(linking.object_codes(_link_inputs(ptx), config.cc, ptx.ltoir is not None))
+    objects.extend(linking.object_codes(_link_inputs(ptx) + list(external), config.cc, ptx.ltoir is not None))
     if ptx.cooperative:
         from .toolchain import cudadevrt
 
@@ -781,17 +786,22 @@ def _link_inputs(ptx: PTXArtifact):
     return inputs
 
 
-def run_cubin(ptx: PTXArtifact, config: CompileConfig, qualname="kernel") -> CubinArtifact:
-    """Link PTX (or LTO-IR) into a cubin for config.sm with nvJitLink."""
+def run_cubin(ptx: PTXArtifact, config: CompileConfig, qualname="kernel", external=()) -> CubinArtifact:
+    """Link PTX (or LTO-IR), numba's helpers and the `external` code (the
+    `LinkInput`s of the kernel's external functions) into a cubin for
+    config.sm with nvJitLink."""
+    external = tuple(external)
     try:
-        cubin, log = _link(ptx, config, "cubin")
+        cubin, log = _link(ptx, config, "cubin", external)
         linked_ptx = None
         if ptx.ltoir is not None:
-            code, _ = _link(ptx, config, "ptx")
+            code, _ = _link(ptx, config, "ptx", external)
             linked_ptx = code.decode() if isinstance(code, bytes) else str(code)
+    except (CompileError, UnsupportedKernelError):
+        raise
     except Exception as exc:
         raise _compile_error(qualname, "cubin", exc) from exc
-    return CubinArtifact(bytes(cubin), log, linked_ptx, ptx.entry_name)
+    return CubinArtifact(bytes(cubin), log, linked_ptx, ptx.entry_name, external)
 
 
 def normalize_signature(sig) -> Tuple[Any, ...]:

@@ -74,15 +74,17 @@ def test_editing_the_cu_file_or_a_header_it_includes_recompiles_and_nothing_else
     _, unrelated = compile_caller(cache, sources)
     assert unrelated.hit and unrelated.cubin == first.cubin
 
+    # the linked code changes only the cubin: exactly that stage rebuilds
     write(sources / "factor.h", "#define FACTOR 5.0f\n")
     _, header = compile_caller(cache, sources)
-    assert not header.layers["cubin"].hit
-    assert any("scale" in reason for reason in header.layers["typing"].reasons)
-    assert header.cubin != first.cubin
+    assert [stage for stage, layer in header.layers.items() if not layer.hit] == ["cubin"]
+    assert any("linked code" in reason for reason in header.layers["cubin"].reasons)
+    assert header.cubin != first.cubin and header.ptx == first.ptx
 
     (sources / "scale.cu").write_text((sources / "scale.cu").read_text().replace("x * FACTOR", "x + FACTOR"))
     _, body = compile_caller(cache, sources)
-    assert not body.layers["cubin"].hit and body.cubin not in (first.cubin, header.cubin)
+    assert [stage for stage, layer in body.layers.items() if not layer.hit] == ["cubin"]
+    assert body.cubin not in (first.cubin, header.cubin)
     # the same final state compiled fresh gives the same artifacts
     _, fresh = compile_caller(KernelCache(), sources)
     assert fresh.cubin == body.cubin and fresh.ptx == body.ptx
@@ -207,3 +209,16 @@ add[1, 8](r, a, a)
     assert np.array_equal(ip.user_ns["r"], 2 * np.arange(8, dtype=np.float16))
     result = ip.user_ns["add"].last
     assert result.cubin[:4] == b"\x7fELF" and [link.kind for link in result.links] == ["cu"]
+
+
+def test_the_audit_recompiles_a_kernel_with_external_code_to_the_same_bytes(sources, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("cache")
+    cache = KernelCache(directory=directory)
+    compile_caller(cache, sources)
+    ns, again = compile_caller(cache, sources)
+    outcome = cache.compile(ns["kernel"], SIG, SM86, audit=True).audit
+    assert outcome.wait(60) and outcome.state == "passed", outcome
+    # and `gpucache verify --recompile` rebuilds the disk entries alike
+    from gpucache_ext import cli
+
+    assert cli.main(["--dir", str(directory), "verify", "--recompile"]) == 0
