@@ -4,12 +4,17 @@ numba-cuda's `compile_ptx` is the reference.  Two things differ by design and
 are normalised, nothing else:
 
 * symbol names: numba numbers functions from a process-wide counter, the
-  pipeline from the source identity; names become placeholders;
+  pipeline from the source identity, and the two encode their compile flags
+  differently; both sit in the mangled name's ABI tags (``B<n><chars>``),
+  which are dropped (module, function name and argument types stay, object
+  addresses in type names aside), and the counter-numbered shared and local
+  memory names become placeholders;
 * the order of top-level PTX items (declarations, functions): numba links its
   libraries in an order that follows memory addresses (it differs from run to
   run), the pipeline in a canonical one; items are compared as a sorted list,
   and the function-local labels that libNVVM numbers by a function's position
-  in the module (``__local_depot2``, ``$L__BB2_1``) lose that number.
+  in the module (``__local_depot2``, ``$L__BB2_1``, ``// callseq 9``) lose that
+  number.
 
 Comment lines (compiler banners) are dropped.
 
@@ -26,7 +31,8 @@ import contextlib
 import re
 
 _DEBUG_SECTION = re.compile(r"^\s*\.section\s+\.debug", re.M)
-_SYMBOL = re.compile(r"_ZN[\w$]+|_cudapy_[a-z]+mem_\w+")
+_SYMBOL = re.compile(r"_ZN[\w$]+")
+_MEMORY = re.compile(r"_cudapy_[a-z]+mem_\w+")
 
 
 def _items(text: str):
@@ -64,19 +70,38 @@ def _debug_section(item: str) -> str:
     return "\n".join(out)
 
 
-_POSITIONAL = re.compile(r"(__local_depot|\$L__BB|\$L__func_begin|\$L__func_end|\$L__tmp)\d+")
+_POSITIONAL = re.compile(r"(__local_depot|\$L__BB|\$L__func_begin|\$L__func_end|\$L__tmp|// callseq )\d+")
 
 
 def normalise_ptx(text: str) -> str:
     header, items = _items(_POSITIONAL.sub(r"\1#", text))
     items = [_debug_section(item) if _DEBUG_SECTION.search(item) else item for item in items]
-    items.sort(key=lambda item: _SYMBOL.sub("SYM", item))
+    # (type names in mangled argument lists can hold object addresses: " at 0x7f..")
+    items = [_SYMBOL.sub(lambda m: re.sub(r"0x[0-9a-f]+", "0x#", _without_tags(m.group(0))), item)
+             for item in items]
+    items.sort(key=lambda item: _MEMORY.sub("MEM", item))
     names = {}
 
     def placeholder(match):
-        return names.setdefault(match.group(0), f"SYM{len(names)}")
+        return names.setdefault(match.group(0), f"MEM{len(names)}")
 
-    return _SYMBOL.sub(placeholder, "\n".join(header + items))
+    return _MEMORY.sub(placeholder, "\n".join(header + items))
+
+
+def _without_tags(symbol: str) -> str:
+    """A numba mangled name without its ABI tags: ``_ZN`` then length-prefixed
+    parts up to ``E``, tags written ``B<length><chars>``."""
+    out, i = ["_ZN"], 3
+    while i < len(symbol) and symbol[i] != "E":
+        tag = symbol[i] == "B"
+        digits = re.match(r"\d+", symbol[i + tag:])
+        if digits is None:
+            return symbol  # not numba's mangling
+        end = i + tag + len(digits.group()) + int(digits.group())
+        if not tag:
+            out.append(symbol[i:end])
+        i = end
+    return "".join(out) + symbol[i:]
 
 
 class _StandInDevice:
