@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from . import stages, targets
 from .audit import AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, first_difference, parse_audit
 from .config import STAGES, CompileConfig
+from .errors import UnsupportedKernelError
 from .results import CompileResult, LayerResult, parse_resources, short_signature  # noqa: F401
 from .disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
 from .disk import DiskTier, default_directory
@@ -135,54 +136,61 @@ class KernelCache:
 
     # -- public API --------------------------------------------------------
     def compile(self, func, sig, config: Optional[CompileConfig] = None, *,
-                force: bool = False, audit: Optional[bool] = None) -> CompileResult:
+                force: bool = False, audit: Optional[bool] = None, link=None) -> CompileResult:
         """Compile `func` (a Python function or numba.cuda.jit dispatcher) for
         the argument types `sig` and `config`, reusing every cached stage.
 
-        The dispatcher's own options are not read: `config` decides.  With
-        ``force``, every stage is compiled again and its entry replaced.
-        ``audit``: True audits this compile before returning (if a stage hit),
-        False never, None as the cache's ``audit`` setting says.
+        The dispatcher's compile options are not read: `config` decides.
+        ``link``: code the cubin links besides the kernel's, as numba-cuda's
+        ``@cuda.jit(link=[...])`` (file paths or numba ``LinkableCode``
+        objects; by default a dispatcher's own ``link=``); it keys the cubin
+        stage alone.  With ``force``, every stage is compiled again and its
+        entry replaced.  ``audit``: True audits this compile before returning
+        (if a stage hit), False never, None as the cache's ``audit`` setting says.
         """
         config = CompileConfig() if config is None else config
         if not isinstance(config, CompileConfig):
             raise TypeError(f"config must be a CompileConfig, got {type(config).__name__}")
         pyfunc = python_function(func)
         argtypes = stages.normalize_signature(sig)
-        plan = _Plan(self, pyfunc, argtypes, config)  # (reloads numba's settings)
+        link = _link_items(func, link)
+        plan = _Plan(self, pyfunc, argtypes, config, link)  # (reloads numba's settings)
         stages.check_numba_runtime()
         result = plan.run(force)
         result.referenced = plan.identity.referenced
         if not force and audit is not False and any(layer.hit for layer in result.layers.values()) \
                 and self._auditor.wants(forced=bool(audit)):
             result.audit = AuditOutcome()
-            self._auditor.submit(lambda: self._audit(pyfunc, argtypes, config, result),
+            self._auditor.submit(lambda: self._audit(pyfunc, argtypes, config, result, link),
                                  background=False if audit else None)
         with self._lock:
             for layer in result.layers.values():
-                self._origins[layer.token] = (weakref.ref(pyfunc), argtypes, config)
+                self._origins[layer.token] = (weakref.ref(pyfunc), argtypes, config, link)
                 self._origins.move_to_end(layer.token)
             while len(self._origins) > _HISTORY_LIMIT:
                 self._origins.popitem(last=False)
         return result
 
-    def tokens(self, func, sig, config: Optional[CompileConfig] = None) -> Dict[str, Token]:
+    def tokens(self, func, sig, config: Optional[CompileConfig] = None, *, link=None) -> Dict[str, Token]:
         """Each stage's token for these inputs, computed without compiling.
 
         These are the generic tokens: where typing or lowering turn out to read
         the target, the entry is filed under the token plus ``sm``.
         """
         config = CompileConfig() if config is None else config
-        plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config)
+        plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config,
+                     _link_items(func, link))
         return dict(plan.tokens)
 
-    def explain(self, func, sig, config: Optional[CompileConfig] = None) -> Dict[str, Tuple[str, ...]]:
+    def explain(self, func, sig, config: Optional[CompileConfig] = None, *,
+                link=None) -> Dict[str, Tuple[str, ...]]:
         """Why each stage would miss for these inputs, without compiling or counting.
 
         Returns {stage: reasons}; an empty tuple means the stage would hit.
         """
         config = CompileConfig() if config is None else config
-        plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config)
+        plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config,
+                     _link_items(func, link))
         reasons = {}
         for stage in STAGES:
             entry, token, _ = self._lookup(stage, plan.tokens[stage], config.cc)
@@ -270,7 +278,7 @@ class KernelCache:
                 f"no record of the compile that produced {token[:12]} in this process "
                 "(it was made by another process, or its function is gone); compile it again instead"
             )
-        return self.compile(pyfunc, origin[1], origin[2], force=True)
+        return self.compile(pyfunc, origin[1], origin[2], force=True, link=origin[3])
 
     def clear(self, stage: Optional[str] = None) -> None:
         """Drop the entries of one stage, or of all stages, in every tier (counters are kept)."""
@@ -284,11 +292,11 @@ class KernelCache:
                 self._proxies.clear()
 
     # -- audit -------------------------------------------------------------
-    def _audit(self, pyfunc, argtypes, config, result: CompileResult) -> None:
+    def _audit(self, pyfunc, argtypes, config, result: CompileResult, link=()) -> None:
         """Compile `result`'s inputs again from nothing and compare every artifact."""
         outcome = result.audit
         try:
-            fresh = KernelCache(audit=False).compile(pyfunc, argtypes, config, force=True)
+            fresh = KernelCache(audit=False).compile(pyfunc, argtypes, config, force=True, link=link)
         except Exception as exc:
             outcome.state, outcome.error = "failed", f"{type(exc).__name__}: {exc}"
             outcome.done.set()
@@ -491,6 +499,15 @@ class KernelCache:
         return proxy
 
 
+def _link_items(func, link) -> tuple:
+    """The ``link=`` items of a compile: as given, else a dispatcher's own."""
+    if link is None:
+        link = (getattr(func, "targetoptions", None) or {}).get("link") or ()
+    if isinstance(link, (str, bytes)) or not isinstance(link, (list, tuple, set, frozenset)):
+        link = (link,)
+    return tuple(link)
+
+
 def _kernel_matches(qualname: str, wanted: Optional[str]) -> bool:
     return wanted is None or qualname == wanted or qualname.rsplit(".", 1)[-1] == wanted
 
@@ -550,12 +567,22 @@ def _check_stage(stage):
 class _Plan:
     """One compile: the tokens, the lookups, and the stages that must run."""
 
-    def __init__(self, cache: KernelCache, pyfunc, argtypes, config: CompileConfig):
+    def __init__(self, cache: KernelCache, pyfunc, argtypes, config: CompileConfig, link=()):
         self.cache = cache
         self.pyfunc = pyfunc
         self.argtypes = argtypes
         self.config = config
         self.identity = identify(pyfunc, with_location=config.debug or config.lineinfo)
+        if self.identity.unlinked and not link:
+            raise UnsupportedKernelError(self.identity.unlinked[0])
+        if link:  # the kernel's own link= code joins what its external functions link
+            from . import linking
+
+            found = {item.digest: item for item in self.identity.links}
+            for item in link:
+                read = linking.read(item, f"{self.identity.qualname} (link=): ")
+                found[read.digest] = read
+            self.identity.links = tuple(found[d] for d in sorted(found))
         self.kernel = self.identity.qualname
         self.tokens = self._tokens()
         self.layers: Dict[str, LayerResult] = {}

@@ -48,19 +48,20 @@ class LaunchError(GpuCacheError):
 
 
 # numba-cuda's @cuda.jit options: those that map onto CompileConfig fields,
-# those that do not change the kernel's code here, and those refused.
+# those that do not change the kernel's code here, those used at launch, and
+# the code the cubin links.
 _CONFIG_OPTIONS = ("fastmath", "debug", "lineinfo", "max_registers", "launch_bounds", "lto")
 _INERT_OPTIONS = ("device", "inline", "forceinline", "cache")  # cache: this cache replaces numba's
-_UNSUPPORTED_OPTIONS = ("link",)
 # used when the kernel is loaded and launched, never part of its code
 _LAUNCH_OPTIONS = ("shared_memory_carveout", "extensions")
-_JIT_OPTIONS = _CONFIG_OPTIONS + _INERT_OPTIONS + _UNSUPPORTED_OPTIONS + _LAUNCH_OPTIONS + ("opt", "boundscheck")
+# code the cubin links (KernelCache.compile's link=)
+_LINK_OPTIONS = ("link",)
+_JIT_OPTIONS = _CONFIG_OPTIONS + _INERT_OPTIONS + _LAUNCH_OPTIONS + _LINK_OPTIONS + ("opt", "boundscheck")
 
 
 def check_options(options: Dict[str, Any], what: str = "@cuda.jit") -> None:
     """Refuse what numba-cuda's jit refuses (boundscheck, deprecated and
-    unknown options) and what the staged cache does not support yet, before
-    anything compiles."""
+    unknown options, bad carveouts), before anything compiles."""
     if options.get("boundscheck"):
         raise UnsupportedKernelError(
             f"{what}(boundscheck=True): bounds checking is not supported for CUDA "
@@ -86,12 +87,6 @@ def check_options(options: Dict[str, Any], what: str = "@cuda.jit") -> None:
             _validate_shared_memory_carveout(carveout)
         except ValueError as exc:
             raise UnsupportedKernelError(f"{what}(shared_memory_carveout=...): {exc}") from None
-    for name in _UNSUPPORTED_OPTIONS:
-        if options.get(name) not in (None, (), []):
-            raise UnsupportedKernelError(
-                f"{what}({name}=...) is not supported by gpucache_ext yet; "
-                "define the kernel without it"
-            )
 
 
 def explicit_options(targetoptions: Dict[str, Any]) -> Dict[str, Any]:
@@ -221,7 +216,8 @@ class Kernel:
 
     def _compile(self, argtypes, force=False) -> CompileResult:
         force = force or (self.force and argtypes not in self.results)
-        result = self.cache.compile(self.py_func, argtypes, self.config, force=force, audit=self.audit)
+        result = self.cache.compile(self.py_func, argtypes, self.config, force=force, audit=self.audit,
+                                    link=self.options.get("link") or ())
         with self._lock:
             self.results[argtypes] = result
             self._checked[argtypes] = _generation

@@ -253,7 +253,8 @@ def explain_kernel(kernel: Kernel) -> str:
         return f"{kernel.__name__} has not been compiled yet"
     lines = [kernel.inspect(), "", "if compiled now:"]
     for argtypes, result in kernel.results.items():
-        predicted = kernel.cache.explain(kernel.py_func, argtypes, kernel.config)
+        predicted = kernel.cache.explain(kernel.py_func, argtypes, kernel.config,
+                                         link=kernel.options.get("link") or ())
         misses = {s: r for s, r in predicted.items() if r}
         shown = ", ".join(map(str, argtypes))
         if not misses:

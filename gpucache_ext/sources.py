@@ -313,6 +313,9 @@ class SourceIdentity:
     # `link_keys` tells them from what numba itself adds to a kernel's library
     links: Tuple[Any, ...] = ()
     link_keys: FrozenSet[Any] = frozenset()
+    # (on the kernel's identity) external functions declared without link=:
+    # the kernel's own link= must define them
+    unlinked: Tuple[str, ...] = ()
     # (on the kernel's identity) device arrays read as globals, anywhere in the
     # walk: compiled code holds their pointers, so the result keeps them alive
     referenced: Tuple[Any, ...] = ()
@@ -392,6 +395,7 @@ def identify(func, with_location: bool, freeze: bool = False) -> SourceIdentity:
     ident.referenced = tuple(walker.referenced)
     ident.links = tuple(walker.links[d] for d in sorted(walker.links))
     ident.link_keys = frozenset(walker.link_keys)
+    ident.unlinked = tuple(walker.unlinked.values())
     return ident
 
 
@@ -406,6 +410,7 @@ class _Walker:
         self.referenced: List[Any] = []  # device arrays whose pointers compiled code holds
         self.links: Dict[str, Any] = {}  # digest -> LinkInput, what external functions link
         self.link_keys: set = set()
+        self.unlinked: Dict[str, str] = {}  # external functions without link=: name -> refusal
         self.active = []  # functions being walked (cycle guard)
         self.memo = {}
 
@@ -537,10 +542,10 @@ class _Walker:
 
         items, cooperative = linking.extern_link_items(value)
         origin = f"{ident.qualname} calls {label} ({value.name}), declared with cuda.declare_device: "
-        if not items:
-            raise UnsupportedKernelError(
+        if not items:  # the kernel's link= must define it (checked by the cache)
+            self.unlinked[value.name] = (
                 f"{origin}nothing defines it: give the file or code that does, "
-                f"cuda.declare_device({value.name!r}, ..., link=[...])"
+                f"cuda.declare_device({value.name!r}, ..., link=[...]) or @cuda.jit(link=[...])"
             )
         for item in items:
             link = linking.read(item, origin)

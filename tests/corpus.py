@@ -31,6 +31,7 @@ import collections
 import concurrent.futures
 import contextlib
 import importlib
+import inspect
 import io
 import json
 import os
@@ -247,7 +248,10 @@ def compare(dispatcher, argtypes, settings, variant):
     try:
         config = config_with_options(CompileConfig(sm=cc[0] * 10 + cc[1], **_config_flags(flags)), explicit)
         with _settings(settings), contextlib.redirect_stderr(io.StringIO()):
-            result = KernelCache(audit=False).compile(dispatcher.py_func, argtypes, config)
+            cache = KernelCache(audit=False)
+            link = {"link": dispatcher.targetoptions.get("link") or ()} \
+                if "link" in inspect.signature(cache.compile).parameters else {}
+            result = cache.compile(dispatcher.py_func, argtypes, config, **link)
     except UnsupportedKernelError as exc:
         return "refused", _reason(exc)
     except Exception as exc:

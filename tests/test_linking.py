@@ -222,3 +222,43 @@ def test_the_audit_recompiles_a_kernel_with_external_code_to_the_same_bytes(sour
     from gpucache_ext import cli
 
     assert cli.main(["--dir", str(directory), "verify", "--recompile"]) == 0
+
+
+KERNEL_LINK = """
+scale = cuda.declare_device("scale", "float32(float32)")
+
+@cuda.jit(link=[{path!r}])
+def kernel(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = scale(x[i])
+"""
+
+
+def test_a_kernels_own_link_option_is_linked_and_keys_the_cubin_alone(sources):
+    from numba.cuda.core import config as nbconfig
+
+    ns = notebook_namespace()
+    run_cell(ns, KERNEL_LINK.format(path=str(sources / "scale.cu")))
+    dispatcher = ns["kernel"]  # numba's own, with link=: KernelCache reads it
+    cache = KernelCache()
+    first = cache.compile(dispatcher, SIG, SM86)
+    assert [link.name for link in first.links] == ["scale.cu"] and first.cubin[:4] == b"\x7fELF"
+    assert normalise_ptx(first.ptx) == normalise_ptx(numba_ptx(dispatcher.py_func, SIG))
+    assert cache.compile(dispatcher, SIG, SM86).hit
+    write(sources / "factor.h", "#define FACTOR 7.0f\n")
+    edited = cache.compile(dispatcher, SIG, SM86)
+    assert [stage for stage, layer in edited.layers.items() if not layer.hit] == ["cubin"]
+    assert edited.cubin != first.cubin
+    assert cache.explain(dispatcher, SIG, SM86)["cubin"] == ()
+    # the plain function with link= given is the same compile
+    assert cache.compile(dispatcher.py_func, SIG, SM86, link=[str(sources / "scale.cu")]).hit
+    assert nbconfig.CUDA_NVRTC_EXTRA_SEARCH_PATHS == str(sources)
+
+
+def test_a_cell_kernel_with_link_compiles_through_the_magic(ip, sources):
+    ip.run_cell("%%gpukernel --sm 86 --quiet\nfrom numba import cuda\n"
+                + KERNEL_LINK.format(path=str(sources / "scale.cu"))).raise_error()
+    kernel = ip.user_ns["kernel"]
+    result = kernel.compile(SIG)
+    assert [link.name for link in result.links] == ["scale.cu"] and result.cubin[:4] == b"\x7fELF"
