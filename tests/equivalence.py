@@ -6,8 +6,9 @@ are normalised, nothing else:
 * symbol names: numba numbers functions from a process-wide counter, the
   pipeline from the source identity, and the two encode their compile flags
   differently; both sit in the mangled name's ABI tags (``B<n><chars>``),
-  which are dropped (module, function name and argument types stay, object
-  addresses in type names aside), and the counter-numbered shared and local
+  which are dropped (module, function name and argument types stay; in those,
+  a function passed as an argument is named by its dispatcher class and
+  address, which are dropped too), and the counter-numbered shared and local
   memory names become placeholders;
 * the order of top-level PTX items (declarations, functions): numba links its
   libraries in an order that follows memory addresses (it differs from run to
@@ -76,9 +77,7 @@ _POSITIONAL = re.compile(r"(__local_depot|\$L__BB|\$L__func_begin|\$L__func_end|
 def normalise_ptx(text: str) -> str:
     header, items = _items(_POSITIONAL.sub(r"\1#", text))
     items = [_debug_section(item) if _DEBUG_SECTION.search(item) else item for item in items]
-    # (type names in mangled argument lists can hold object addresses: " at 0x7f..")
-    items = [_SYMBOL.sub(lambda m: re.sub(r"0x[0-9a-f]+", "0x#", _without_tags(m.group(0))), item)
-             for item in items]
+    items = [_SYMBOL.sub(lambda m: _argument_types(_without_tags(m.group(0))), item) for item in items]
     items.sort(key=lambda item: _MEMORY.sub("MEM", item))
     names = {}
 
@@ -86,6 +85,14 @@ def normalise_ptx(text: str) -> str:
         return names.setdefault(match.group(0), f"MEM{len(names)}")
 
     return _MEMORY.sub(placeholder, "\n".join(header + items))
+
+
+def _argument_types(symbol: str) -> str:
+    """Mangled argument types that name objects: a function passed as an
+    argument is typed by its dispatcher (numba's, or the pipeline's proxy for
+    it) and its address (" at 0x7f..")."""
+    symbol = re.sub(r"0x[0-9a-f]+", "0x#", symbol)
+    return re.sub(r"\d+type_28(?:CUDADispatcher|DeviceProxy)_28", "#type_28Dispatcher_28", symbol)
 
 
 def _without_tags(symbol: str) -> str:
