@@ -261,18 +261,22 @@ def symbol_uid(identity_digest: str) -> int:
 
 
 def run_typing(pyfunc, argtypes, config: CompileConfig, *, kernel: bool, uid: Optional[int] = None,
-               qualname=None, fresh: Optional[bool] = None, return_type=None) -> TypedFunction:
+               qualname=None, fresh: Optional[bool] = None, return_type=None,
+               inline: str = "never") -> TypedFunction:
     """Type `pyfunc` for `argtypes`.  Kernels must return void; a device
-    function may have a declared `return_type`.  ``fresh``: make new proxies
-    for the library device functions reached (a forced compile); None keeps
-    the enclosing compile's choice."""
+    function may have a declared `return_type`, and be inlined into its
+    callers (``inline="always"``: numba then lets it return a new array).
+    ``fresh``: make new proxies for the library device functions reached (a
+    forced compile); None keeps the enclosing compile's choice."""
     qualname = qualname or pyfunc.__qualname__
     return_type = nbtypes.void if kernel else return_type
     with _numba_compiling(), _compiling_for(config, "typing", fresh), targets.track() as reads:
         try:
+            flags = _typing_flags(config)
+            flags.inline = inline
             pipeline = _TypingPipeline(
                 cuda_target.typing_context, cuda_target.target_context, None,
-                tuple(argtypes), return_type, _typing_flags(config), {},
+                tuple(argtypes), return_type, flags, {},
             )
             pipeline.uid = uid
             state = pipeline.compile_extra(pyfunc)
@@ -393,11 +397,11 @@ class DeviceProxy(CUDADispatcher):
     being lowered: the active `CompileConfig` comes from `_active`.
     """
 
-    def __init__(self, original, pyfunc, identity_digest, declared=()):
+    def __init__(self, original, pyfunc, identity_digest, declared=(), options_from=None):
         # As numba: a device function is lowered with its own options, whatever
         # the calling kernel's (its identity hashes them: `device_options`), and
         # a call to one declared inline="always" is inlined in the caller's IR.
-        own = device_options(original)
+        own = device_options(original if options_from is None else options_from)
         options = {"device": True, "opt": True, **own}
         super().__init__(pyfunc, targetoptions=options)
         self.own_options = own
@@ -442,7 +446,8 @@ class DeviceProxy(CUDADispatcher):
             typed = run_typing(self.py_func, args, config, kernel=False,
                                uid=symbol_uid(self.identity_digest),
                                qualname=self.py_func.__qualname__,
-                               return_type=declared.get(args, return_type))
+                               return_type=declared.get(args, return_type),
+                               inline=self.own_options["inline"])
             self._typed.put(args, typed.target_reads, typed)
         targets.note(typed.target_reads)
         if args not in self.overloads:
@@ -544,7 +549,7 @@ def _route(dispatcher) -> "DeviceProxy":
         proxy = _library_proxies.get(dispatcher)
         if proxy is None or proxy.identity_digest != digest or (
                 fresh is not None and dispatcher not in fresh):
-            proxy = DeviceProxy(None, pyfunc, digest)
+            proxy = DeviceProxy(None, pyfunc, digest, options_from=dispatcher)
             _library_proxies[dispatcher] = proxy
             if fresh is not None:
                 fresh.add(dispatcher)

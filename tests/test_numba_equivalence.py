@@ -247,3 +247,22 @@ def foo(r, y):
     assert any("alwaysinline" in line and "bar" in line for line in result.llvm_ir.splitlines()
                if line.startswith(("define", "attributes", "declare")))
     assert "device function bar" in " ".join(result.layers["typing"].components)
+
+
+def test_an_always_inlined_overload_may_return_a_new_array_as_in_numba():
+    # numba's carray is an @overload(inline="always") whose implementation
+    # returns an array made from a pointer: numba allows that for functions
+    # inlined into their callers (its test_array's test_carray)
+    from numba.cuda import types
+
+    ns = notebook_namespace()
+    run_cell(ns, """
+from numba.cuda.np.numpy_support import carray
+
+def add(a_ptr):
+    a = carray(a_ptr, (1,), dtype=cuda.float32)
+    a[0] += 1.2
+""")
+    sig = (types.CPointer(types.float32),)
+    result = KernelCache().compile(ns["add"], sig, SM86)
+    assert normalise_ptx(result.ptx) == normalise_ptx(numba_ptx(ns["add"], sig))
