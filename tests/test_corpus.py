@@ -13,11 +13,14 @@ import pytest
 from . import corpus
 
 # Modules sampled in the default run: maths, casts, records, shared memory,
-# debug info, vectorize, fastmath, constant memory, overloads, doc examples.
+# debug info, vectorize, fastmath, constant memory, overloads, inlining, cache
+# hints and grid groups (typing that asks for the target), external device
+# functions and float16 (linking), cuda.reduce, doc examples.
 SAMPLE = (
     "test_math", "test_casting", "test_record_dtype", "test_sm", "test_debuginfo_types",
     "test_vectorize_decor", "test_fastmath", "test_constmem", "test_overload",
-    "test_laplace", "test_montecarlo", "test_inline",
+    "test_laplace", "test_montecarlo", "test_inline", "test_cache_hints",
+    "test_cooperative_groups", "test_device_func", "test_reduction",
 )
 
 
