@@ -33,7 +33,7 @@ from .config import STAGES, CompileConfig
 from .errors import UnsupportedKernelError
 from .results import CompileResult, LayerResult, parse_resources, short_signature  # noqa: F401
 from .disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
-from .disk import DiskTier, default_directory
+from .disk import DiskTier, configured_directory
 from .shared import RedisTier
 from .tiers import Entry, MemoryTier, Tier
 from .sources import declared_signatures, identify, python_function, rebind
@@ -41,7 +41,6 @@ from .tokens import Component, Token, component, explain_difference, extend_toke
 from .toolchain import numba_settings, toolchain_component
 
 DEFAULT_MAX_ENTRIES = {"typing": 256, "llvm": 512, "ptx": 1024, "cubin": 1024}
-_OFF = ("", "off", "none", "0", "false", "no")
 _HISTORY_LIMIT = 4096
 
 
@@ -115,10 +114,7 @@ class KernelCache:
         0.1; see `gpucache_ext.audit`).
         """
         env = os.environ
-        if directory is None:
-            directory = env.get("GPUCACHE_DIR") or default_directory()
-        if str(directory).strip().lower() in _OFF:
-            directory = None
+        directory = configured_directory(directory)
         max_disk = env.get("GPUCACHE_MAX_BYTES")
         try:
             max_disk_bytes = int(max_disk) if max_disk else DEFAULT_DISK_BYTES

@@ -1,20 +1,23 @@
-"""The ``gpucache`` command (also ``python -m gpucache_ext``): look after the disk cache.
+"""The gpucache command (also python -m gpucache_ext): look after the disk cache.
 
     gpucache stats                          entries and bytes per layer
     gpucache ls [--kernel K] [--layer L] [--older-than 2d] [--newer-than 1h]
     gpucache show TOKEN [--out FILE]        an entry's header and artifact
-    gpucache clear [--layer L]              delete entries
+    gpucache clear [--layer L] [--yes]      delete entries (asks first)
     gpucache prune --max-bytes 500M         evict least recently used entries
     gpucache verify [--fix]                 check every entry's key and checksum
     gpucache verify --recompile [--sample F]  compile entries again and compare
 
-``--dir`` picks the cache directory (default: ``GPUCACHE_DIR``, else the
-platform's user cache folder); ``--json`` prints machine-readable output.
+--dir picks the cache folder (default: GPUCACHE_DIR, else the platform's user
+cache folder); --json prints machine-readable output; both may come before or
+after the command.  Output piped into a command that stops reading (gpucache ls | head)
+ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from .codec import PERSISTENT_STAGES, BadEntry, decode, read_header
-from .disk import DiskTier, default_directory
+from .disk import DiskTier, configured_directory, default_directory
 from .report import format_age, format_bytes
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -211,6 +214,15 @@ def _text(stage, artifact, written) -> str:
 def cmd_clear(tier, args, out):
     layers = (args.layer,) if args.layer else PERSISTENT_STAGES
     before = {stage: tier.stats(stage)["entries"] for stage in layers}
+    count = sum(before.values())
+    if count and not args.yes:
+        what = f"{count} entries ({', '.join(layers)}) in {tier.directory}"
+        if not sys.stdin.isatty():
+            raise CommandError(f"this would delete {what}; pass --yes to confirm")
+        answer = input(f"delete {what}? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            out("nothing deleted")
+            return 1
     for stage in layers:
         tier.clear(stage)
     removed = sum(before.values())
@@ -307,26 +319,35 @@ def _upstream(tier: DiskTier, stage: str, token: str, cc):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpucache", description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", type=Path, help="cache directory (default: GPUCACHE_DIR, else "
+    parser = argparse.ArgumentParser(
+        prog="gpucache", description="Look after gpucache_ext's disk cache: list, show, check, "
+        "prune and clear its entries.")
+    parser.add_argument("--dir", type=Path, help="cache folder (default: GPUCACHE_DIR, else "
                                                  f"{default_directory()})")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    # --dir and --json are also accepted after the command (their defaults stay the main parser's)
+    json_after = argparse.ArgumentParser(add_help=False)
+    json_after.add_argument("--dir", type=Path, default=argparse.SUPPRESS, help="cache folder")
+    json_after.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                            help="machine-readable output")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("stats", help="entries and bytes per layer")
-    ls = sub.add_parser("ls", help="list entries")
+    add = functools.partial(sub.add_parser, parents=[json_after])
+    add("stats", help="entries and bytes per layer")
+    ls = add("ls", help="list entries")
     ls.add_argument("--kernel", help="only this kernel (name or qualified name)")
     ls.add_argument("--layer", choices=PERSISTENT_STAGES)
     ls.add_argument("--older-than", type=parse_age, metavar="AGE", help="e.g. 7d")
     ls.add_argument("--newer-than", type=parse_age, metavar="AGE", help="e.g. 12h")
-    show = sub.add_parser("show", help="an entry's header and artifact")
+    show = add("show", help="an entry's header and artifact")
     show.add_argument("token", help="the token or its first 6+ hex digits")
     show.add_argument("--layer", choices=PERSISTENT_STAGES)
     show.add_argument("--out", type=Path, help="write the artifact (IR, PTX or cubin) here")
-    clear = sub.add_parser("clear", help="delete entries")
+    clear = add("clear", help="delete entries (asks first)")
     clear.add_argument("--layer", choices=PERSISTENT_STAGES)
-    prune = sub.add_parser("prune", help="evict least recently used entries down to a size")
+    clear.add_argument("--yes", "-y", action="store_true", help="delete without asking")
+    prune = add("prune", help="evict least recently used entries down to a size")
     prune.add_argument("--max-bytes", type=parse_bytes, required=True, metavar="N", help="e.g. 500M")
-    verify = sub.add_parser("verify", help="check every entry's key and checksum")
+    verify = add("verify", help="check every entry's key and checksum")
     verify.add_argument("--fix", action="store_true", help="remove bad entries")
     verify.add_argument("--recompile", action="store_true",
                         help="also compile ptx and cubin entries again from their upstream "
@@ -341,19 +362,38 @@ COMMANDS = {"stats": cmd_stats, "ls": cmd_ls, "show": cmd_show, "clear": cmd_cle
             "prune": cmd_prune, "verify": cmd_verify}
 
 
+def _cache_folder(args) -> Path:
+    """The folder to work on, read as the API and the magic read it."""
+    directory = configured_directory(args.dir)
+    if directory is None:
+        raise CommandError(f"the disk cache is off (GPUCACHE_DIR={os.environ.get('GPUCACHE_DIR', '')!r}); "
+                           "give --dir FOLDER to look at a cache folder")
+    if not directory.is_dir():
+        where = "--dir" if args.dir is not None else (
+            "GPUCACHE_DIR" if os.environ.get("GPUCACHE_DIR") else "the default cache folder")
+        raise CommandError(f"there is no cache folder at {directory} ({where}); nothing has been "
+                           "cached there yet, or the path is wrong")
+    return directory
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    directory = args.dir or os.environ.get("GPUCACHE_DIR") or default_directory()
-    tier = DiskTier(directory, max_bytes=None)
 
     def out(value):
         print(json.dumps(value, indent=2, default=str) if args.json else value)
 
     try:
+        tier = DiskTier(_cache_folder(args), max_bytes=None)
         return COMMANDS[args.command](tier, args, out)
     except CommandError as exc:
         print(f"gpucache {args.command}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader stopped (gpucache ls | head): end quietly, as Python's
+        # documentation advises, with stdout pointed at /dev/null for the exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -46,6 +46,22 @@ def default_directory() -> Path:
     return Path(user_cache_dir("gpucache_ext", appauthor=False))
 
 
+# GPUCACHE_DIR values that turn the disk tier off
+OFF_VALUES = ("", "off", "none", "0", "false", "no")
+
+
+def configured_directory(directory=None) -> Optional[Path]:
+    """The disk tier's folder: `directory` if given, else ``GPUCACHE_DIR``,
+    else the platform's user cache folder; None where the value turns the
+    disk tier off ("off", "none", ...).  The one reading of the setting, for
+    the API, the magic and the ``gpucache`` command."""
+    if directory is None:
+        directory = os.environ.get("GPUCACHE_DIR") or default_directory()
+    if str(directory).strip().lower() in OFF_VALUES:
+        return None
+    return Path(directory).expanduser()
+
+
 class DiskTier(Tier):
     """Entries of the llvm, ptx and cubin stages as files under one directory."""
 

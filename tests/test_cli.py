@@ -76,10 +76,14 @@ def test_prune_and_clear(filled):
     before = json.loads(gpucache("--dir", directory, "--json", "stats").stdout)["bytes"]
     pruned = json.loads(gpucache("--dir", directory, "--json", "prune", "--max-bytes", before // 2).stdout)
     assert pruned["removed"] > 0 and pruned["bytes"] <= before // 2
-    assert "removed" in gpucache("--dir", directory, "clear", "--layer", "llvm").stdout
+    # clear asks first: without a terminal to ask on, it needs --yes
+    refused = gpucache("--dir", directory, "clear", "--layer", "llvm", expect=2)
+    assert "pass --yes to confirm" in refused.stderr and "llvm" in refused.stderr
+    assert json.loads(gpucache("--dir", directory, "--json", "stats").stdout)["layers"]["llvm"]["entries"] > 0
+    assert "removed" in gpucache("--dir", directory, "clear", "--layer", "llvm", "--yes").stdout
     stats = json.loads(gpucache("--dir", directory, "--json", "stats").stdout)
     assert stats["layers"]["llvm"]["entries"] == 0
-    gpucache("--dir", directory, "clear")
+    gpucache("--dir", directory, "clear", "-y")
     assert json.loads(gpucache("--dir", directory, "--json", "stats").stdout)["bytes"] == 0
 
 
@@ -88,3 +92,43 @@ def test_bad_arguments_are_clear(tmp_path):
     assert "invalid choice" in gpucache("--dir", tmp_path, "ls", "--layer", "sass", expect=2).stderr
     assert "7d" in gpucache("--dir", tmp_path, "ls", "--older-than", "soon", expect=2).stderr
     assert "no entries" in gpucache("--dir", tmp_path, "ls").stdout
+
+
+def test_options_may_follow_the_command(filled):
+    directory, _ = filled
+    before = json.loads(gpucache("--dir", directory, "--json", "stats").stdout)
+    assert json.loads(gpucache("stats", "--json", "--dir", directory).stdout) == before
+    assert json.loads(gpucache("--dir", directory, "ls", "--json", "--layer", "cubin").stdout)
+
+
+def test_a_missing_folder_or_a_cache_turned_off_is_an_error_not_zeros(tmp_path, monkeypatch):
+    missing = gpucache("--dir", tmp_path / "nowhere", "stats", expect=2)
+    assert "no cache folder at" in missing.stderr and "nowhere" in missing.stderr and not missing.stdout
+    # GPUCACHE_DIR=off is read as the API and the magic read it: no disk cache,
+    # never a folder named ./off
+    monkeypatch.setenv("GPUCACHE_DIR", "off")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "off").mkdir()
+    off = gpucache("clear", "--yes", expect=2)
+    assert "the disk cache is off" in off.stderr and "--dir" in off.stderr
+    monkeypatch.setenv("GPUCACHE_DIR", str(tmp_path / "nowhere"))
+    assert "GPUCACHE_DIR" in gpucache("ls", expect=2).stderr
+
+
+def test_output_piped_into_a_reader_that_stops_ends_quietly(filled):
+    directory, _ = filled
+    # a reader that closes the pipe at once, as head does after its lines
+    reader = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.close()"],
+                              stdin=subprocess.PIPE)
+    writer = subprocess.run([sys.executable, "-m", "gpucache_ext", "--dir", str(directory), "ls"],
+                            cwd=ROOT, stdout=reader.stdin, stderr=subprocess.PIPE, text=True, timeout=120)
+    reader.stdin.close()
+    reader.wait(timeout=30)
+    assert writer.returncode == 0, writer.stderr
+    assert "Traceback" not in writer.stderr and "BrokenPipe" not in writer.stderr
+
+
+def test_help_is_plain_words():
+    for args in (["--help"], ["clear", "--help"], ["ls", "--help"]):
+        text = gpucache(*args).stdout
+        assert "``" not in text and "usage: gpucache" in text
