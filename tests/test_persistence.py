@@ -247,20 +247,20 @@ def _compiles_keep_working(directory):
     return messages[0]
 
 
-def test_a_full_disk_warns_once_and_goes_on_in_memory(small_mount, monkeypatch):
+def test_a_full_disk_warns_once_and_goes_on_in_memory(small_mount, monkeypatch, tmp_path):
     if small_mount is None:  # no tmpfs here: inject the error a full disk gives
         _inject_write_error(monkeypatch, errno.ENOSPC)
-        directory = Path("/nonexistent-but-unused")
+        directory = tmp_path / "full"
     else:
         directory = small_mount
     message = _compiles_keep_working(directory)
     assert "No space left on device" in message or "ENOSPC" in message
 
 
-def test_a_read_only_directory_warns_once_and_goes_on_in_memory(small_mount, monkeypatch):
+def test_a_read_only_directory_warns_once_and_goes_on_in_memory(small_mount, monkeypatch, tmp_path):
     if small_mount is None:
         _inject_write_error(monkeypatch, errno.EROFS)
-        directory = Path("/nonexistent-but-unused")
+        directory = tmp_path / "read-only"
     else:
         subprocess.run(["mount", "-o", "remount,ro", str(small_mount)], check=True)
         directory = small_mount

@@ -2,6 +2,7 @@
 shell, read the widget tree's state (what a frontend would render), check the
 numbers against `cache.stats()`, and press the buttons."""
 
+import html
 import re
 import stat
 import sys
@@ -260,7 +261,15 @@ def test_entry_view_shows_config_components_artifacts_resources_and_the_diff(ip)
         assert f'data-component="{name}"' in page and component.digest[:12] in page
     registers = parse_resources(entry.artifact.info_log)["registers"]
     assert f'data-resource="registers">{registers}<' in page
-    assert "link log" in page and ("SASS" in page)
+    assert "link log (nvJitLink)" in page
+    # the SASS view: the disassembly where nvdisasm runs, else the note saying why not
+    from gpucache_ext.widgets import sass_of
+
+    sass, note = sass_of(entry.token, entry.artifact.cubin)
+    if sass is not None:
+        assert "SASS (nvdisasm)" in page and html.escape(sass.strip().splitlines()[-1].strip()) in page
+    else:
+        assert "gpucache-sass-note" in page and html.escape(note) in page
 
     # the other layers' artifacts
     views = {}
