@@ -1,0 +1,28 @@
+"""What the package tells tools about itself: one version, its licence, its types."""
+
+import re
+from importlib import metadata
+from pathlib import Path
+
+import gpucache_ext
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_one_version_source():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    project = pyproject.split("[project]", 1)[1].split("\n[", 1)[0]
+    assert not re.search(r"^version\s*=", project, re.M), "the version lives in gpucache_ext.__version__"
+    assert re.search(r'^version = \{attr = "gpucache_ext.__version__"\}', pyproject, re.M)
+    assert metadata.version("gpucache_ext") == gpucache_ext.__version__
+
+
+def test_the_licence_file_says_what_the_metadata_says():
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("BSD 2-Clause License") and "Redistributions in binary form" in text
+    assert metadata.metadata("gpucache_ext")["License"] == "BSD-2-Clause"
+
+
+def test_the_package_declares_its_inline_types():
+    assert (Path(gpucache_ext.__file__).parent / "py.typed").is_file()
+    assert 'gpucache_ext = ["py.typed"]' in (ROOT / "pyproject.toml").read_text()
