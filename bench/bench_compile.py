@@ -235,7 +235,7 @@ def measure(runs: int, warmup: int, verbose: bool) -> dict:
     for i in range(warmup):
         say(f"warm-up round {i + 1}/{warmup}")
         run_baseline()
-        for key, _label, _target, _desc, fn in scenarios:
+        for _key, _label, _target, _desc, fn in scenarios:
             fn()
 
     baseline: List[dict] = []

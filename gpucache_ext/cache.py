@@ -197,8 +197,9 @@ class KernelCache:
     def stats(self) -> Dict[str, Dict[str, Any]]:
         """Per stage: hits, misses, entries, bytes, evictions, compile seconds
         (spent on misses), saved seconds (what the hits' entries took to
-        compile), audits and audit mismatches (see `gpucache_ext.audit`), and per tier ``tiers[name]``: hits, saved seconds, entries,
-        bytes (and ``corrupt``, ``rejected`` for persistent tiers)."""
+        compile), audits and audit mismatches (see `gpucache_ext.audit`), and
+        per tier ``tiers[name]``: hits, saved seconds, entries, bytes (and
+        ``corrupt``, ``rejected`` for persistent tiers)."""
         with self._lock:
             result = {}
             for stage in STAGES:
@@ -445,7 +446,7 @@ class KernelCache:
     def _explain(self, stage, token: Token, kernel, record=True) -> Tuple[str, ...]:
         with self._lock:
             best = None
-            for old_token, (old_kernel, old_components) in self._history[stage].items():
+            for old_kernel, old_components in self._history[stage].values():
                 if old_kernel != kernel:
                     continue
                 reasons = _reasons(stage, token.components, old_components)

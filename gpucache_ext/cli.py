@@ -142,7 +142,8 @@ def cmd_ls(tier, args, out):
     out(f"{'layer':<6} {'token':<12} {'kernel':<20} {'config':<24} {'size':>10} {'age':>5}  signature")
     for r in rows:
         out(f"{r['layer']:<6} {r['token'][:12]:<12} {r['kernel'].rsplit('.', 1)[-1][:20]:<20} "
-            f"{r['config'][:24]:<24} {format_bytes(r['bytes']):>10} {format_age(r['age_seconds']):>5}  {r['signature']}")
+            f"{r['config'][:24]:<24} {format_bytes(r['bytes']):>10} {format_age(r['age_seconds']):>5}  "
+            f"{r['signature']}")
     return 0
 
 

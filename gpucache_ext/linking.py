@@ -14,10 +14,11 @@ the cubin stage links exactly what was hashed.  numba's own helpers follow
 from the kernel's code: they travel with the llvm and ptx artifacts.  What
 external functions link does not change the kernel's IR or PTX: it is read
 when the kernel's sources are identified, and keys the cubin stage alone, so
-editing a linked file relinks the cubin and rebuilds nothing else.  A ``.cu`` source's digest covers the headers it includes (those
-found beside it, in the working directory and in numba's search paths;
-headers of the CUDA toolkit are covered by the NVRTC version), and its NVRTC
-output is memoised by that digest, the target and the NVRTC version.
+editing a linked file relinks the cubin and rebuilds nothing else.  A ``.cu``
+source's digest covers the headers it includes (those found beside it, in the
+working directory and in numba's search paths; headers of the CUDA toolkit
+are covered by the NVRTC version), and its NVRTC output is memoised by that
+digest, the target and the NVRTC version.
 """
 
 from __future__ import annotations

@@ -252,7 +252,7 @@ def explain_kernel(kernel: Kernel) -> str:
     if not kernel.results:
         return f"{kernel.__name__} has not been compiled yet"
     lines = [kernel.inspect(), "", "if compiled now:"]
-    for argtypes, result in kernel.results.items():
+    for argtypes in kernel.results:
         predicted = kernel.cache.explain(kernel.py_func, argtypes, kernel.config,
                                          link=kernel.options.get("link") or ())
         misses = {s: r for s, r in predicted.items() if r}
@@ -486,7 +486,8 @@ def _run_cell(shell, cell, config, signatures, args):
         _restore_kernel_names(namespace, before, context.kernels)
         if isinstance(exc, GpuCacheError):
             raise exc.with_traceback(None) from None
-        raise exc.with_traceback(_cell_frames(exc.__traceback__, filename))
+        # the same exception, its traceback cut to the cell's frames
+        raise exc.with_traceback(_cell_frames(exc.__traceback__, filename))  # noqa: B904
     finally:
         collecting[0] = False
     return CellReport(results, explain=args.explain)

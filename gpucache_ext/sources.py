@@ -908,7 +908,6 @@ def _snapshot_array(array, qualname):
 
 def _numba_data(value, qualname, label):
     from numba.cuda import types as nbtypes
-    from numba.cuda.compiler import ExternFunction
 
     if isinstance(value, nbtypes.Type):
         return ["numba type", str(value)]

@@ -119,7 +119,7 @@ def time_launches(sm, lines, runs=5):
     args = (r, np.float32(2.0), x, x)
     cold, warm = [], []
     cache = KernelCache()
-    for run in range(runs):
+    for _ in range(runs):
         start = time.perf_counter()
         Kernel(axpy, [AXPY_SIG], CompileConfig(sm=sm), KernelCache())[4096, 256](*args)
         cuda.synchronize()

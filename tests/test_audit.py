@@ -195,7 +195,7 @@ def test_magic_audit_flag_reports_each_kernels_audit(ip, capsys):
     assert isinstance(cache.entry("cubin", token), Entry) and cache.entry("cubin", token).artifact.cubin == fresh.cubin
 
 
-def test_audit_catches_a_re_signed_entry_in_the_shared_tier(redis_server):
+def test_audit_catches_a_re_signed_entry_in_the_shared_tier(redis_server):  # noqa: F811 (fixture)
     from gpucache_ext.shared import RedisTier
 
     writer = KernelCache(redis_url=redis_server.url, secret="team-secret")

@@ -237,7 +237,8 @@ ERRORS = """() => Array.from(document.querySelectorAll(
 CONTRAST = """() => {
   const lum = (c) => {
     const m = c.match(/[\\d.]+/g).map(Number);
-    const lin = m.slice(0, 3).map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+    const lin = m.slice(0, 3).map(v => {
+        v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
     return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2];
   };
   const box = document.querySelector('.gpucache-inspector');

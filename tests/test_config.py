@@ -69,7 +69,8 @@ def test_math_flags_follow_fastmath_unless_set():
 
 
 def test_unset_equals_default_in_normalised_form():
-    assert CompileConfig().normalised() == CompileConfig(ftz=False, prec_div=True, prec_sqrt=True, fma=True).normalised()
+    explicit = CompileConfig(ftz=False, prec_div=True, prec_sqrt=True, fma=True)
+    assert CompileConfig().normalised() == explicit.normalised()
     assert CompileConfig(fastmath=True).normalised() == CompileConfig(
         fastmath=True, ftz=True, prec_div=False, prec_sqrt=False, fma=True).normalised()
 

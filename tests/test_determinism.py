@@ -7,7 +7,6 @@ PYTHONHASHSEED (and its own address layout), and the NVVM IR, PTX and cubin
 must come out the same every time.
 """
 
-import hashlib
 import json
 import os
 import subprocess

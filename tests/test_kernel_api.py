@@ -78,7 +78,7 @@ def test_what_needs_hardware_or_is_left_out_says_so(kernel):
     with pytest.raises(AttributeError, match="does not offer numba's inspect_types"):
         kernel.inspect_types()
     with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
-        kernel.nonsense
+        _ = kernel.nonsense
     try:
         sass = kernel.inspect_sass()
     except SassUnavailable as exc:  # no nvdisasm here: the error says where to get it

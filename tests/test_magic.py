@@ -76,7 +76,8 @@ def test_every_flag_maps_onto_the_config(ip):
 
 def test_decorator_options_override_the_magic_and_enter_the_tokens(ip):
     body = AXPY.replace('@cuda.jit("void(float32[:], float32, float32[:], float32[:])")',
-                        '@cuda.jit("void(float32[:], float32, float32[:], float32[:])", fastmath=True, max_registers=48)')
+                        '@cuda.jit("void(float32[:], float32, float32[:], float32[:])", '
+                        'fastmath=True, max_registers=48)')
     cell(ip, "--sm 80 --quiet", body)
     kernel = ip.user_ns["axpy"]
     assert kernel.config.fastmath and kernel.config.max_registers == 48
@@ -143,7 +144,7 @@ def double(r, x):
     kernel = ip.user_ns["double"]
     assert kernel.results == {}
     with pytest.raises(gpucache_ext.LaunchError, match="not been compiled yet"):
-        kernel.ptx
+        _ = kernel.ptx
     ip.run_cell("a = np.arange(4, dtype=np.float32); b = np.zeros(4, np.float32); double[1, 4](b, a)")
     np.testing.assert_allclose(ip.user_ns["b"], 2 * np.arange(4))
     ip.run_cell("double[1, 4](b, a)")

@@ -134,7 +134,8 @@ def test_device_functions_are_lowered_with_their_own_options(device_fastmath, ke
     assert ("div.approx" in result.ptx) == (device_fastmath or kernel_fastmath)
     # each division carries its own function's fast-math flags
     # (a fast float32 division calls libdevice's __nv_fast_fdividef)
-    divisions = [line for line in result.llvm_ir.splitlines() if " fdiv " in line or "call float @\"__nv_fast_fdividef" in line]
+    divisions = [line for line in result.llvm_ir.splitlines()
+                 if " fdiv " in line or 'call float @"__nv_fast_fdividef' in line]
     assert len(divisions) == 2
     assert sum(" fdiv " not in line or " fdiv fast " in line for line in divisions) == device_fastmath + kernel_fastmath
 

@@ -55,7 +55,7 @@ class RedisServer:
             except redis.ConnectionError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     self.stop()
-                    raise RuntimeError("redis-server did not start")
+                    raise RuntimeError("redis-server did not start") from None
                 time.sleep(0.05)
 
     def stop(self):

@@ -29,7 +29,7 @@ def test_any_other_use_pins_the_exact_target():
 def test_reads_reach_every_open_frame():
     with track() as outer:
         with track() as inner:
-            TrackedCC((7, 0)) >= (6, 0)
+            _ = TrackedCC((7, 0)) >= (6, 0)
     assert outer == inner == {(">=", (6, 0), True)}
 
 
