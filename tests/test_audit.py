@@ -143,6 +143,7 @@ def gpucache(*args, expect=0):
     return done
 
 
+@pytest.mark.slow
 def test_verify_recompile_finds_and_evicts_planted_entries(planted):
     directory, axpy, copy = planted
     plant(DiskTier(directory), "ptx", copy, axpy)

@@ -39,7 +39,7 @@ PAGE_S = 90
 RUN_ALL_S = 240
 ACTION_S = 60
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # a real JupyterLab and Chromium
 
 
 def _require_chromium():

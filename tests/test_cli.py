@@ -11,6 +11,8 @@ from gpucache_ext import CompileConfig, KernelCache
 
 from . import kernels
 
+pytestmark = pytest.mark.slow  # each test runs the command as subprocesses
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -42,6 +42,7 @@ def _check(records):
     return counted
 
 
+@pytest.mark.slow
 def test_sampled_kernels_compile_to_what_numba_compiles():
     counted = _check(_records(SAMPLE, "default"))
     equivalent = sum(r["outcome"] == "equivalent" for r in counted)

@@ -24,6 +24,8 @@ import pytest
 
 from gpucache_ext import GpuCacheError
 
+pytestmark = pytest.mark.slow  # examples run on the simulator
+
 DOC_EXAMPLES = Path(__import__("numba.cuda.tests.doc_examples", fromlist=["_"]).__file__).parent
 
 # (example file, test) -> [(text, replacement)]: sizes for the simulator.

@@ -60,6 +60,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_a_new_process_finds_the_entries_of_an_earlier_one(tmp_path):
     first = json.loads(run_python(COMPILE_IN_NEW_PROCESS, tmp_path, 86))
     assert first["layers"]["cubin"] == [False, None]
@@ -102,6 +103,7 @@ def _many_kernels(count):
     return made
 
 
+@pytest.mark.slow
 def test_corrupted_entries_are_misses_recompiled_and_rewritten(tmp_path):
     funcs = _many_kernels(100)
     config = CompileConfig(sm=86)
@@ -153,6 +155,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_killing_a_writer_never_leaves_a_torn_entry(tmp_path):
     rng = random.Random(3)
     for _ in range(15):
@@ -187,6 +190,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_four_processes_share_one_directory(tmp_path):
     jobs = [(name, sm, opt) for name in ("axpy", "copy") for sm in (75, 80, 86) for opt in (0, 3)]
     expected = {f"{n}-{sm}-{opt}": fingerprint(KernelCache().compile(

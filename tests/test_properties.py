@@ -15,8 +15,8 @@ same final state in a brand-new cache; for a sample of examples, also in a
 brand-new process that rebuilds the state from its description.  Any
 difference is a stale hit.
 
-The default run is derandomised and sized for CI; ``-m slow`` runs many more
-random examples.
+Both runs are marked ``slow`` (``-m "not slow"`` leaves them out): fixed,
+derandomised examples, and 150 random ones.
 """
 
 from __future__ import annotations
@@ -356,6 +356,7 @@ KNOWN = [
 
 @settings(max_examples=30, derandomize=True, database=None, **COMMON)
 @given(scenario=scenarios(max_edits=5), fresh_process=st.booleans())
+@pytest.mark.slow
 def test_no_edit_sequence_gets_a_stale_artifact(workspace, scenario, fresh_process):
     check_sequence(workspace, *scenario, fresh_process)
 

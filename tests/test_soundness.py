@@ -28,6 +28,8 @@ from numba import cuda
 
 from gpucache_ext import CompileConfig, KernelCache
 
+pytestmark = pytest.mark.slow  # the differential grid compiles every config fresh
+
 # ---------------------------------------------------------------------------
 # Kernels (module level, so their identity includes module globals)
 

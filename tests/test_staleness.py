@@ -162,6 +162,7 @@ def in_new_processes(script, folder, values):
     return runs
 
 
+@pytest.mark.slow
 def test_redefined_enum_misses_the_disk_tier_in_a_new_process(tmp_path):
     first, second, third = in_new_processes(DISK_SCRIPT, tmp_path, (3, 7, 3))
     assert not first["hit"] and not second["hit"] and third["hit"]
@@ -743,6 +744,7 @@ json.dump({"hit": res.hit, "ptx": res.ptx}, sys.stdout)
 """
 
 
+@pytest.mark.slow
 def test_edited_user_module_misses_the_disk_tier_in_a_new_process(tmp_path):
     first, second, third = in_new_processes(MODULE_ACROSS_PROCESSES, tmp_path, (3, 5, 3))
     assert not first["hit"] and not second["hit"] and third["hit"]

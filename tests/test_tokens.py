@@ -82,6 +82,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_tokens_are_stable_across_processes():
     script = _SUBPROCESS.format(root=str(ROOT))
     runs = [
