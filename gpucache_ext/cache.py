@@ -195,7 +195,8 @@ class KernelCache:
         return reasons
 
     def stats(self) -> Dict[str, Dict[str, Any]]:
-        """Per stage: hits, misses, entries, bytes, evictions, compile seconds
+        """Per stage: hits, misses, entries, bytes, evictions (to make room in
+        memory, or asked for with `evict`), compile seconds
         (spent on misses), saved seconds (what the hits' entries took to
         compile), audits and audit mismatches (see `gpucache_ext.audit`), and
         per tier ``tiers[name]``: hits, saved seconds, entries, bytes (and
@@ -256,12 +257,15 @@ class KernelCache:
             return entry
 
     def evict(self, stage: str, token: str) -> bool:
-        """Remove one entry from every tier; True if it was anywhere."""
+        """Remove one entry from every tier; True if it was anywhere (and then
+        it counts as an eviction in `stats`)."""
         stage = _check_stage(stage)
         with self._lock:
             found = self._memory[stage].delete(token)
             for tier in self._tiers_for(stage):
                 found = tier.delete(stage, token) or found
+            if found:
+                self._memory[stage].evictions += 1
             return found
 
     def recompile(self, token: str) -> CompileResult:

@@ -132,7 +132,10 @@ class DiskTier(Tier):
             fd, temp = tempfile.mkstemp(dir=path.parent, prefix=_TEMP_PREFIX, suffix=".part")
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
-            existed = path.exists()
+            try:  # a rewrite replaces the old file's bytes, it does not add to them
+                replaced = path.stat().st_size
+            except FileNotFoundError:
+                replaced = None
             os.replace(temp, path)
             temp = None
         except OSError as exc:
@@ -144,7 +147,7 @@ class DiskTier(Tier):
                     os.unlink(temp)
                 except OSError:
                     pass
-        self._account(stage, 0 if existed else 1, len(data))
+        self._account(stage, 0 if replaced is not None else 1, len(data) - (replaced or 0))
         if self.max_bytes is not None and self._total_bytes() > self.max_bytes:
             self.prune(int(self.max_bytes * 0.9))
 

@@ -372,8 +372,10 @@ def test_entries_evict_and_recompile():
     assert cache.entries(kernel="tests.kernels.copy")[0]["config"] == "sm_86 opt=1"
     assert cache.entry("cubin", row["token"]).artifact.cubin == first.cubin
 
+    assert cache.stats()["cubin"]["evictions"] == 0
     assert cache.evict("cubin", row["token"]) and not cache.evict("cubin", row["token"])
     assert cache.entries(stage="cubin", kernel="axpy") == []
+    assert cache.stats()["cubin"]["evictions"] == 1  # the asked-for eviction counts, once
     again = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
     assert [s for s, layer in again.layers.items() if not layer.hit] == ["cubin"]
 

@@ -309,3 +309,16 @@ def test_per_target_variants_survive_on_disk(tmp_path):
     assert not older.layers["llvm"].hit and "tanh.approx" not in older.llvm_ir
     fresh = KernelCache().compile(kernels.tanh_kernel, sig, CompileConfig(sm=70, fastmath=True))
     assert older.llvm_ir == fresh.llvm_ir
+
+
+def test_rewriting_an_entry_counts_its_bytes_once(tmp_path):
+    cache = KernelCache(directory=tmp_path)
+    sizes = []
+    for _ in range(3):  # a forced compile rewrites every entry in place
+        cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86), force=True)
+        on_disk = {stage: sum(p.stat().st_size for p in Path(tmp_path).glob(f"v1/{stage}/*/*.entry"))
+                   for stage in ("llvm", "ptx", "cubin")}
+        counted = {stage: cache.stats()[stage]["tiers"]["disk"]["bytes"] for stage in on_disk}
+        assert counted == on_disk
+        sizes.append(sum(on_disk.values()))
+    assert sizes[1] == sizes[2]  # (the first differs only in its "why built" text)
