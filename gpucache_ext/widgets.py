@@ -316,6 +316,19 @@ def _cell(stage: str, field: str, value: Any, shown: str, tier: Optional[str] = 
     return f"<td{attrs}>{_esc(shown)}</td>"
 
 
+def storage_summary(stats) -> str:
+    """What every tier holds, all layers together: "12.3 KiB in memory, 45.6 KiB on disk"."""
+    parts = []
+    for name in _tier_names(stats) or ["memory"]:
+        if name == "memory" and not any("memory" in stats.get(s, {}).get("tiers", {}) for s in STAGES):
+            held = sum(int(stats.get(s, {}).get("bytes", 0)) for s in STAGES)
+        else:
+            held = sum(int(stats.get(s, {}).get("tiers", {}).get(name, {}).get("bytes", 0)) for s in STAGES)
+        where = {"memory": "in memory", "disk": "on disk"}.get(name, f"in the {name} tier")
+        parts.append(f"{format_bytes(held)} {where}")
+    return ", ".join(parts)
+
+
 def summary_rows(stats, saved) -> List[Dict[str, Any]]:
     """One dict per layer (then per tier, then a total): the numbers the summary shows."""
     rows = []
@@ -924,8 +937,7 @@ class Inspector(W.VBox):
         kernels = len({r["kernel"] for r in rows})
         self.header.value = (
             f'{STYLE}<h3>gpucache inspector</h3><p class="gpucache-muted">{len(rows)} entries of '
-            f'{kernels} kernel{"s" if kernels != 1 else ""}, '
-            f'{_esc(format_bytes(sum(stats[s]["bytes"] for s in STAGES if s in stats)))}; updated '
+            f'{kernels} kernel{"s" if kernels != 1 else ""}, {_esc(storage_summary(stats))}; updated '
             f'{time.strftime("%H:%M:%S")}{" after cell " + _esc(points[-1]["label"]) if points else ""}</p>')
         self.summary.value = summary_html(stats, saved)
         self.chart.value = chart_svg(points)

@@ -505,3 +505,22 @@ def test_unload_removes_the_post_cell_hook(ip):
     assert widgets.after_cell not in ip.events.callbacks["post_run_cell"]
     ip.run_line_magic("load_ext", "gpucache_ext")
     assert ip.events.callbacks["post_run_cell"].count(widgets.after_cell) == 1
+
+
+def test_the_header_totals_what_every_tier_holds(ip, tmp_path):
+    from gpucache_ext.report import format_bytes
+
+    disk_cache = KernelCache(directory=tmp_path)
+    ip.user_ns["disk_cache"] = disk_cache
+    inspector = gpucache_ext.inspector(disk_cache)
+    ip.run_cell('''
+def halve(r):
+    r[0] = r[0] / 2
+disk_cache.compile(halve, "void(float32[:])")
+''', store_history=True)
+    header = part(inspector, "gpucache-header").get_state()["value"]
+    stats = disk_cache.stats()
+    memory = sum(stats[s]["tiers"]["memory"]["bytes"] for s in STAGES)
+    disk = sum(p.stat().st_size for p in tmp_path.glob("v1/*/*/*.entry"))
+    assert memory > 0 and disk > 0
+    assert f"{format_bytes(memory)} in memory, {format_bytes(disk)} on disk" in header
