@@ -141,8 +141,9 @@ class CompileConfig:
 
     Fields are validated and normalised on construction; a bad value raises
     `ConfigError` (a `ValueError`) naming the field, the value and what is
-    allowed.  ``ftz``, ``prec_div``, ``prec_sqrt`` and ``fma`` default to None,
-    meaning "follow fastmath"; tokens use their effective values, so an unset
+    allowed.  ``ftz``, ``prec_div`` and ``prec_sqrt`` default to None, meaning
+    "follow fastmath"; ``fma`` defaults to None, meaning on (as numba-cuda,
+    with or without fastmath); tokens use their effective values, so an unset
     field and its default give the same token.
     """
 

@@ -113,9 +113,9 @@ class GpuCacheMagics(Magics):
         return os.environ.get("GPUCACHE_QUIET", "").lower() in ("1", "true", "yes")
 
     # -- %%gpukernel -------------------------------------------------------------
-    @magic_arguments()
-    @argument("--sm", help="target: 86, 8.6 or sm_86 (default: the current GPU's, else "
-                           "GPUCACHE_SM, else 86)")
+    @magic_arguments(name="%gpukernel")  # IPython prefixes one %: the usage reads %%gpukernel
+    @argument("--sm", help="target: 86, 8.6 or sm_86 (default: GPUCACHE_SM, else the current "
+                           "GPU's, else 86)")
     @argument("--opt", type=int, choices=[0, 1, 2, 3], default=None,
               help="libNVVM optimisation level (default 3)")
     @argument("--fastmath", action="store_true", help="fast math in lowering and libNVVM")
@@ -126,7 +126,7 @@ class GpuCacheMagics(Magics):
     @argument("--prec-sqrt", action=argparse.BooleanOptionalAction, default=None,
               help="IEEE square root (default: follow --fastmath)")
     @argument("--fma", action=argparse.BooleanOptionalAction, default=None,
-              help="contract multiply-add (default: on)")
+              help="contract multiply-add (default: on, with or without --fastmath)")
     @argument("--lineinfo", action="store_true", help="line information for profilers")
     @argument("--debug", action="store_true", help="full debug information (use with --opt 0)")
     @argument("--max-registers", type=int, metavar="N", help="register limit per thread (1-255)")

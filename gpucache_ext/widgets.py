@@ -696,8 +696,8 @@ def _config_html(stage: str, summary: str, fields: Optional[Dict[str, Any]] = No
     for field in dataclasses.fields(CompileConfig):
         name = field.name
         value = values.get(name)
-        shown = "follow fastmath" if value is None and name in ("ftz", "prec_div", "prec_sqrt", "fma") \
-            else str(value)
+        shown = "follow fastmath" if value is None and name in ("ftz", "prec_div", "prec_sqrt") \
+            else "default" if value is None and name == "fma" else str(value)
         if value is None and name in effective and effective[name] is not None:
             shown += f" (= {effective[name]})"
         readers = FIELD_STAGES.get(name, ())

@@ -463,3 +463,24 @@ def test_the_magics_cache_uses_the_configured_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUCACHE_DIR", "off")
     gpucache_ext._default_cache = None
     assert gpucache_ext.default_cache().tiers == []
+
+
+def test_help_names_the_cell_magic_and_its_defaults_as_the_code_has_them(ip, monkeypatch):
+    import re
+    from pathlib import Path
+
+    from gpucache_ext import CompileConfig
+
+    text = ip.magics_manager.magics["cell"]["gpukernel"].__doc__
+    assert re.search(r"^\s*%%gpukernel \[--sm SM\]", text, re.M), text[:200]
+    # --sm: the setting first, then the GPU, then 86, as resolved_default_sm does
+    assert "default: GPUCACHE_SM, else the current GPU's, else 86" in " ".join(text.split())
+    monkeypatch.setenv("GPUCACHE_SM", "75")
+    ip.run_cell("%%gpukernel --quiet\nfrom numba import cuda\n@cuda.jit('void(float32[:])')\n"
+                "def one(r):\n    r[0] = 1.0\n").raise_error()
+    assert ip.user_ns["one"].config.sm == 75
+    # fma: on by default, with or without fastmath, in the help, the README and the config
+    assert "contract multiply-add (default: on, with or without --fastmath)" in " ".join(text.split())
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "contract multiply-add (default: on, with or without `--fastmath`)" in readme
+    assert CompileConfig(fastmath=True).nvvm_math()["fma"] is CompileConfig().nvvm_math()["fma"] is True
