@@ -36,7 +36,7 @@ from .cache import CompileResult
 from .config import STAGES, CompileConfig, parse_sm
 from .errors import ConfigError, GpuCacheError
 from .kernel import Kernel, check_options, explicit_options, gpu_available, refresh_all, simulate_memory
-from .report import CellReport, StatsTable
+from .report import CellReport
 from .sources import declare_signatures
 from .stages import normalize_signature
 
@@ -228,7 +228,9 @@ class GpuCacheMagics(Magics):
         if words[0] == "stats":
             if len(words) > 1:
                 raise UsageError("%gpucache stats takes no arguments")
-            return StatsTable(cache.stats())
+            from .widgets import StatsView
+
+            return StatsView(cache)
         command, rest = words[0], words[1:]
         if command == "clear":
             if len(rest) > 1 or (rest and rest[0] not in STAGES):

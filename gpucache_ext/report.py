@@ -2,9 +2,8 @@
 or miss (and from which tier), time spent, time saved, and why it missed.
 
 A `CellReport` shows as a small HTML table in notebooks and as plain text in a
-terminal (or any frontend without HTML).  `StatsTable` is the same for the
-cache's per-stage counters.  Nothing here imports IPython: display happens
-through the ``_repr_*_`` protocol.
+terminal (or any frontend without HTML).  Nothing here imports IPython:
+display happens through the ``_repr_*_`` protocol.
 """
 
 from __future__ import annotations
@@ -182,36 +181,3 @@ class CellReport:
         if self.explain:
             table += "<pre>" + html.escape("\n".join(self._explanations_text())) + "</pre>"
         return table + findings
-
-
-class StatsTable:
-    """The per-stage counters of a cache (`KernelCache.stats()`), for display."""
-
-    columns = ("hits", "misses", "entries", "bytes", "evictions", "compile_seconds", "audits",
-               "audit_mismatches")
-
-    def __init__(self, stats: Dict[str, Dict[str, float]]):
-        self.stats = stats
-
-    def __repr__(self) -> str:
-        header = "stage   " + "".join(f"{c:>16}" for c in self.columns)
-        lines = [header]
-        for stage in STAGES:
-            values = self.stats[stage]
-            lines.append(f"{stage:<8}" + "".join(f"{values[c]:>16}" for c in self.columns))
-        return "\n".join(lines)
-
-    def _repr_pretty_(self, printer, cycle):
-        printer.text(repr(self))
-
-    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
-        return {"text/plain": repr(self), "text/html": self._repr_html_()}
-
-    def _repr_html_(self) -> str:
-        head = "<th>stage</th>" + "".join(f"<th>{c}</th>" for c in self.columns)
-        body = "".join(
-            f"<tr><td>{stage}</td>" + "".join(f"<td>{self.stats[stage][c]}</td>" for c in self.columns)
-            + "</tr>"
-            for stage in STAGES
-        )
-        return f'{_STYLE}<table class="gpucache-report"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'

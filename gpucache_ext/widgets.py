@@ -410,6 +410,27 @@ def summary_html(stats, saved) -> str:
             f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
 
+class StatsView:
+    """`%gpucache stats`: the inspector's per-layer and per-tier summary, with
+    its units (KiB, ms) and labels, as text and as HTML."""
+
+    def __init__(self, cache):
+        self.stats = cache.stats()
+        self.saved = saved_seconds(cache, self.stats)
+
+    def __repr__(self) -> str:
+        return summary_text(self.stats, self.saved)
+
+    def _repr_pretty_(self, printer, cycle):
+        printer.text(repr(self))
+
+    def _repr_html_(self) -> str:
+        return STYLE + summary_html(self.stats, self.saved)
+
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        return {"text/plain": repr(self), "text/html": self._repr_html_()}
+
+
 def summary_text(stats, saved) -> str:
     columns = ["layer"] + [title for _, title in _SUMMARY_COLUMNS]
     lines = []

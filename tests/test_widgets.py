@@ -429,7 +429,7 @@ def test_every_tier_gets_its_rows_whatever_its_name(ip):
 
 
 def test_plain_text_and_static_html_fallbacks(ip):
-    from gpucache_ext.report import CellReport, StatsTable
+    from gpucache_ext.report import CellReport
 
     cell(ip, "--sm 80", AXPY)
     cell(ip, "--sm 86", AXPY)
@@ -455,8 +455,13 @@ def test_plain_text_and_static_html_fallbacks(ip):
     bundle = report._repr_mimebundle_()
     assert set(bundle) == {"text/plain", "text/html"} and "gpucache-report" in bundle["text/html"]
     assert "MISS" in bundle["text/plain"]
-    formatted, _ = ip.display_formatter.format(StatsTable(stats))
+    # %gpucache stats: the inspector's summary, in its units and words
+    formatted, _ = ip.display_formatter.format(ip.run_line_magic("gpucache", "stats"))
     assert {"text/plain", "text/html"} <= set(formatted)
+    stats_text = formatted["text/plain"]
+    assert stats_text.splitlines() == summary[1:]  # the inspector's own text summary
+    assert "compile time spent" in stats_text and "KiB" in stats_text and " ms" in stats_text
+    assert str(stats["cubin"]["bytes"]) not in stats_text.split()  # bytes for people, not raw
 
 
 def test_themable_with_jupyterlab_variables_and_no_scripts(ip):
