@@ -585,15 +585,15 @@ class _Plan:
                 found[read.digest] = read
             self.identity.links = tuple(found[d] for d in sorted(found))
         self.kernel = self.identity.qualname
+        self.signature_text = short_signature(argtypes)
         self.tokens = self._tokens()
         self.layers: Dict[str, LayerResult] = {}
-        self.signature_text = short_signature(argtypes)
 
     def _tokens(self) -> Dict[str, Token]:
         config = self.config
         typing = make_token("typing", {
             **self.identity.components,
-            "signature": component([str(t) for t in self.argtypes], ", ".join(map(str, self.argtypes))),
+            "signature": component([str(t) for t in self.argtypes], self.signature_text[1:-1]),
             "toolchain": toolchain_component("typing"),
         })
         tokens = {"typing": typing}

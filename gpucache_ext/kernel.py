@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from .cache import CompileResult, KernelCache
 from .config import CompileConfig
 from .errors import GpuCacheError, UnsupportedKernelError
+from .results import short_signature
 from .sources import identify, python_function, rebind
 from .stages import normalize_signature
 
@@ -160,9 +161,9 @@ def select_signature(declared: Sequence[Tuple], actual: Tuple) -> Optional[Tuple
             return candidates[index]
         except TypeError as exc:
             if "mbiguous" in str(exc):
-                shown = "; ".join("(" + ", ".join(map(str, d)) + ")" for d in candidates)
+                shown = "; ".join(short_signature(d) for d in candidates)
                 raise LaunchError(
-                    f"arguments ({', '.join(map(str, actual))}) match several signatures equally "
+                    f"arguments {short_signature(actual)} match several signatures equally "
                     f"well: {shown}; pass arguments of the exact types of one of them"
                 ) from None
             if attempt:
@@ -237,10 +238,9 @@ class Kernel:
             except LaunchError as exc:
                 raise LaunchError(f"{self.__name__}: {exc}") from None
             if argtypes is None:
-                shown = ", ".join(map(str, actual))
                 raise LaunchError(
-                    f"{self.__name__}: no signature accepts ({shown}); declared: "
-                    + "; ".join("(" + ", ".join(map(str, d)) + ")" for d in self.declared)
+                    f"{self.__name__}: no signature accepts {short_signature(actual)}; declared: "
+                    + "; ".join(short_signature(d) for d in self.declared)
                 )
         with self._lock:
             result = self.results.get(argtypes)
@@ -393,8 +393,8 @@ class Kernel:
         if result is None:
             result = self.compile(args) if not self.declared or args in self.declared else None
         if result is None:
-            raise LaunchError(f"{self.__name__} has no signature ({', '.join(map(str, args))}); "
-                              f"compiled: {', '.join(map(str, self.results)) or 'none'}")
+            raise LaunchError(f"{self.__name__} has no signature {short_signature(args)}; "
+                              f"compiled: {', '.join(map(short_signature, self.results)) or 'none'}")
         return result
 
     def inspect_llvm(self, signature=None):
@@ -501,7 +501,7 @@ class Kernel:
         return "\n".join(lines)
 
     def __repr__(self):
-        sigs = ", ".join("(" + ", ".join(map(str, s)) + ")" for s in self.results) or "not compiled"
+        sigs = ", ".join(map(short_signature, self.results)) or "not compiled"
         return f"<gpucache_ext.Kernel {self.__name__} [{self.config.summary()}] {sigs}>"
 
 

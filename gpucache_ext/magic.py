@@ -37,6 +37,7 @@ from .config import STAGES, CompileConfig, parse_sm
 from .errors import ConfigError, GpuCacheError
 from .kernel import Kernel, check_options, explicit_options, gpu_available, refresh_all, simulate_memory
 from .report import CellReport
+from .results import short_signature
 from .sources import declare_signatures
 from .stages import normalize_signature
 
@@ -258,7 +259,7 @@ def explain_kernel(kernel: Kernel) -> str:
         predicted = kernel.cache.explain(kernel.py_func, argtypes, kernel.config,
                                          link=kernel.options.get("link") or ())
         misses = {s: r for s, r in predicted.items() if r}
-        shown = ", ".join(map(str, argtypes))
+        shown = short_signature(argtypes)[1:-1]
         if not misses:
             lines.append(f"  ({shown}): every stage hits")
         for stage, reasons in misses.items():

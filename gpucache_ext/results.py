@@ -178,7 +178,9 @@ def short_type(ty) -> str:
         dims[-1] = "::1"
     elif ndim and layout == "F":
         dims[0] = "::1"
-    return f"{dtype}[{', '.join(dims)}]"
+    flags = ("readonly " if getattr(ty, "mutable", True) is False else "") + \
+        ("unaligned " if getattr(ty, "aligned", True) is False else "")
+    return f"{flags}{short_type(dtype) if hasattr(dtype, 'ndim') else dtype}[{', '.join(dims)}]"
 
 
 def short_signature(argtypes) -> str:

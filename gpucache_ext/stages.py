@@ -441,8 +441,10 @@ class DeviceProxy(CUDADispatcher):
         if typed is None:
             declared = dict(self.declared)
             if self.declared and args not in declared:
+                from .results import short_signature
+
                 raise CompileError(self.py_func.__qualname__, "typing",
-                                   f"no declared signature takes ({', '.join(map(str, args))})")
+                                   f"no declared signature takes {short_signature(args)}")
             typed = run_typing(self.py_func, args, config, kernel=False,
                                uid=symbol_uid(self.identity_digest),
                                qualname=self.py_func.__qualname__,

@@ -41,7 +41,7 @@ import ipywidgets as W
 
 from .config import FIELD_STAGES, STAGES, CompileConfig
 from .report import format_age, format_bytes, format_seconds
-from .results import SassUnavailable, disassemble, parse_resources
+from .results import SassUnavailable, disassemble, parse_resources, short_signature
 
 __all__ = ["inspector", "Inspector", "CacheSnapshot", "after_cell", "install", "uninstall"]
 
@@ -605,7 +605,7 @@ def _typed_ir_text(artifact) -> str:
     lines = []
     args = state.get("args")
     if args is not None:
-        lines.append("arguments: " + ", ".join(map(str, args)))
+        lines.append("arguments: " + short_signature(args)[1:-1])
     if state.get("return_type") is not None:
         lines.append(f"returns:   {state['return_type']}")
     typemap = state.get("typemap") or {}

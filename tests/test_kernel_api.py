@@ -201,3 +201,21 @@ def test_extensions_prepare_the_arguments_of_each_launch_as_numbas_do():
     assert extended.compile(sig).cubin == plain.cubin  # the code does not change
     extended[1, 16](r, x)
     assert np.array_equal(r, x * 10 + np.arange(r.size) % 4)
+
+
+def test_signatures_are_written_as_numba_writes_them():
+    from numba.cuda import types
+
+    from gpucache_ext.results import short_type
+
+    ns = notebook_namespace()
+    run_cell(ns, SOURCE)
+    kernel = Kernel(ns["add_table"], ["void(float32[::1], float32[:])"], CompileConfig(sm=80), KernelCache(),
+                    simulate=True)
+    result = kernel.compile("void(float32[::1], float32[:])")
+    assert result.layers["typing"].components["signature"].shown == "float32[::1], float32[:]"
+    assert "(float32[::1], float32[:])" in repr(kernel) and "array(" not in repr(kernel)
+    with pytest.raises(LaunchError, match=r"no signature accepts \(int64\[::1\], int64\[::1\]\); "
+                                          r"declared: \(float32\[::1\], float32\[:\]\)"):
+        kernel[1, 4](np.zeros(4, np.int64), np.zeros(4, np.int64))
+    assert short_type(types.Array(types.float32, 2, "F", readonly=True)) == "readonly float32[::1, :]"

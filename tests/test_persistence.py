@@ -321,4 +321,5 @@ def test_rewriting_an_entry_counts_its_bytes_once(tmp_path):
         counted = {stage: cache.stats()[stage]["tiers"]["disk"]["bytes"] for stage in on_disk}
         assert counted == on_disk
         sizes.append(sum(on_disk.values()))
-    assert sizes[1] == sizes[2]  # (the first differs only in its "why built" text)
+    # not growing with each rewrite (sizes differ only by header text: timings, "why built")
+    assert max(sizes) < 1.05 * min(sizes)
