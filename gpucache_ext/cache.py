@@ -45,11 +45,13 @@ _HISTORY_LIMIT = 4096
 
 
 class _LayerStats:
-    __slots__ = ("hits", "misses", "compile_seconds", "saved_seconds", "audits", "audit_mismatches")
+    __slots__ = ("hits", "misses", "not_needed", "compile_seconds", "saved_seconds", "audits",
+                 "audit_mismatches")
 
     def __init__(self):
         self.hits = 0
         self.misses = 0
+        self.not_needed = 0  # a later stage hit and this one's entry was gone: nothing looked up
         self.compile_seconds = 0.0
         self.saved_seconds = 0.0  # what the entries that hit took to compile
         self.audits = 0  # artifacts compared with a fresh compile
@@ -195,7 +197,8 @@ class KernelCache:
         return reasons
 
     def stats(self) -> Dict[str, Dict[str, Any]]:
-        """Per stage: hits, misses, entries, bytes, evictions (to make room in
+        """Per stage: hits, misses, not needed (typing, when a later stage hit
+        and the typed IR was no longer cached), entries, bytes, evictions (to make room in
         memory, or asked for with `evict`), compile seconds
         (spent on misses), saved seconds (what the hits' entries took to
         compile), audits and audit mismatches (see `gpucache_ext.audit`), and
@@ -216,6 +219,7 @@ class KernelCache:
                 result[stage] = {
                     "hits": self._stats[stage].hits,
                     "misses": self._stats[stage].misses,
+                    "not_needed": self._stats[stage].not_needed,
                     "entries": memory.artifact_count(),
                     "bytes": memory.bytes,
                     "evictions": memory.evictions,
@@ -661,6 +665,8 @@ class _Plan:
             self.cache._count("typing", True, tier, saved)
         else:
             tier, saved = "skipped", 0.0
+            with self.cache._lock:
+                self.cache._stats["typing"].not_needed += 1
         self.layers["typing"] = LayerResult("typing", token.hex, True, tier, 0.0,
                                             components=token.components, saved_seconds=saved)
 

@@ -397,3 +397,13 @@ def test_stats_have_per_tier_counters_and_saved_time():
     assert stats["saved_seconds"] == round(built, 6) and stats["compile_seconds"] == round(built, 6)
     row = cache.entries(stage="cubin")[0]
     assert row["config_fields"] == CompileConfig(sm=80).fields()
+
+
+def test_a_typing_stage_that_was_not_needed_is_counted_as_such(tmp_path):
+    KernelCache(directory=tmp_path).compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    cache = KernelCache(directory=tmp_path)  # a new session: typed IR is never on disk
+    result = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    assert result.layers["typing"].tier == "skipped" and result.layers["cubin"].tier == "disk"
+    typing = cache.stats()["typing"]
+    assert (typing["hits"], typing["misses"], typing["not_needed"]) == (0, 0, 1)
+    assert cache.stats()["cubin"]["not_needed"] == 0
