@@ -33,6 +33,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
+from .tokens import short_token
+
 AUDITED_STAGES = ("llvm", "ptx", "cubin")  # typed IR has no bytes to compare
 
 
@@ -53,7 +55,7 @@ class Mismatch:
     def message(self) -> str:
         shown = "\n".join(f"    {name}: {value}" for name, value in self.components)
         return (f"gpucache_ext audit: the cached {self.stage} artifact of {self.kernel} "
-                f"(token {self.token[:12]}) differs from a fresh compile of the same inputs; "
+                f"(token {short_token(self.token)}) differs from a fresh compile of the same inputs; "
                 f"the entry was evicted and the fresh artifact is used.  This is a cache "
                 f"soundness bug: please report it with these details.\n  token components:\n"
                 f"{shown}\n  first difference:\n{self.difference}")
@@ -207,7 +209,7 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
     if upstream_token is None:
         return "skipped", None
     if upstream_token.digest in tainted:
-        return "tainted", f"    built from {upstream_stage} entry {upstream_token.digest[:12]}, which was wrong"
+        return "tainted", f"    built from {upstream_stage} entry {short_token(upstream_token.digest)}, which was wrong"
     config = CompileConfig(**entry.config_fields)
     upstream = find_upstream(upstream_stage, upstream_token.digest, config.cc)
     if upstream is None:

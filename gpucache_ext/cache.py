@@ -37,7 +37,7 @@ from .disk import DiskTier, configured_directory
 from .shared import RedisTier
 from .tiers import Entry, MemoryTier, Tier
 from .sources import declared_signatures, identify, python_function, rebind
-from .tokens import Component, Token, component, explain_difference, extend_token, make_token
+from .tokens import Component, Token, component, explain_difference, extend_token, make_token, short_token
 from .toolchain import numba_settings, toolchain_component
 
 DEFAULT_MAX_ENTRIES = {"typing": 256, "llvm": 512, "ptx": 1024, "cubin": 1024}
@@ -280,7 +280,7 @@ class KernelCache:
         pyfunc = origin[0]() if origin else None
         if pyfunc is None:
             raise KeyError(
-                f"no record of the compile that produced {token[:12]} in this process "
+                f"no record of the compile that produced {short_token(token)} in this process "
                 "(it was made by another process, or its function is gone); compile it again instead"
             )
         return self.compile(pyfunc, origin[1], origin[2], force=True, link=origin[3])

@@ -29,6 +29,7 @@ from typing import List, Optional
 from .codec import PERSISTENT_STAGES, BadEntry, decode, read_header
 from .disk import DiskTier, configured_directory, default_directory
 from .report import format_age, format_bytes
+from .tokens import short_token
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _AGES = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -141,7 +142,7 @@ def cmd_ls(tier, args, out):
         return 0
     out(f"{'layer':<6} {'token':<12} {'kernel':<20} {'config':<24} {'size':>10} {'age':>5}  signature")
     for r in rows:
-        out(f"{r['layer']:<6} {r['token'][:12]:<12} {r['kernel'].rsplit('.', 1)[-1][:20]:<20} "
+        out(f"{r['layer']:<6} {short_token(r['token']):<12} {r['kernel'].rsplit('.', 1)[-1][:20]:<20} "
             f"{r['config'][:24]:<24} {format_bytes(r['bytes']):>10} {format_age(r['age_seconds']):>5}  "
             f"{r['signature']}")
     return 0
@@ -156,7 +157,7 @@ def _find(tier: DiskTier, token: str, layer: Optional[str]):
     if not matches:
         raise CommandError(f"no entry with a token starting {token} in {tier.directory}")
     if len(matches) > 1:
-        listed = ", ".join(f"{stage}:{path.name[:16]}" for stage, path in matches[:8])
+        listed = ", ".join(f"{stage}:{short_token(path.name)}" for stage, path in matches[:8])
         raise CommandError(f"{token} is ambiguous ({len(matches)} entries: {listed}); give more digits")
     return matches[0]
 
@@ -188,7 +189,7 @@ def cmd_show(tier, args, out):
         f"valid     {'yes' if problem is None else 'NO: ' + problem}")
     out("components:")
     for name, (digest, shown) in sorted(header["components"].items()):
-        out(f"  {name:<28} {digest[:12]}  {shown}")
+        out(f"  {name:<28} {short_token(digest)}  {shown}")
     if artifact is not None:
         out("")
         out(_text(stage, artifact, args.out))
@@ -256,7 +257,7 @@ def cmd_verify(tier, args, out):
         out(report)
     else:
         for stage, path, why in bad:
-            out(f"BAD {stage} {path.name[:16]}: {why}{' (removed)' if args.fix else ''}")
+            out(f"BAD {stage} {short_token(path.name)}: {why}{' (removed)' if args.fix else ''}")
         out(f"checked {checked} entries: {len(bad)} bad" + (", removed" if args.fix and bad else ""))
         if audit is not None:
             counts = audit["counts"]
@@ -299,7 +300,7 @@ def _recompile_all(tier: DiskTier, args, out) -> dict:
                 wrong.add(token)
                 tier.delete(stage, token)
             if not args.json:
-                out(f"{status.upper()} {stage} {token[:16]} {entry.kernel} [{entry.config}]"
+                out(f"{status.upper()} {stage} {short_token(token)} {entry.kernel} [{entry.config}]"
                     f"{'' if status == 'failed' else ' (evicted)'}\n{difference}")
     return {"counts": counts, "entries": found, "sampled": len(chosen), "of": len(files)}
 

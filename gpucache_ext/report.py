@@ -14,6 +14,7 @@ from typing import Dict, Iterable, List
 from .cache import CompileResult
 from .results import short_signature  # noqa: F401  (re-exported)
 from .config import STAGES
+from .tokens import short_token
 
 _STYLE = (
     "<style>"
@@ -101,7 +102,7 @@ class CellReport:
         self.audit_findings = list(audit_findings)
 
     def _findings_text(self) -> List[str]:
-        return [f"audit: the cached {m.stage} of {m.kernel.rsplit('.', 1)[-1]} (token {m.token[:12]}) "
+        return [f"audit: the cached {m.stage} of {m.kernel.rsplit('.', 1)[-1]} (token {short_token(m.token)}) "
                 "differed from a fresh compile; it was evicted and the fresh code is in use"
                 for m in self.audit_findings]
 
@@ -148,7 +149,7 @@ class CellReport:
                 layer = result.layers[stage]
                 lines.append(f"  {stage} token {layer.token}")
                 for name, part in sorted(layer.components.items()):
-                    lines.append(f"    {name:<28} {part.digest[:12]}  {part.shown}")
+                    lines.append(f"    {name:<28} {short_token(part.digest)}  {part.shown}")
         return lines
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):

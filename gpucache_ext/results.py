@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from . import stages
 from .config import STAGES, CompileConfig
-from .tokens import Component
+from .tokens import Component, short_token
 
 
 @dataclass
@@ -26,7 +26,7 @@ class LayerResult:
 
     @property
     def short_token(self) -> str:
-        return self.token[:12]
+        return short_token(self.token)
 
 
 @dataclass

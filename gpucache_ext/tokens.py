@@ -70,6 +70,16 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# How many hex digits of a token or digest people see, everywhere (report,
+# inspector, CLI, messages); the full hex is always available.
+SHORT_TOKEN_DIGITS = 12
+
+
+def short_token(hex_digest: str) -> str:
+    """A token (or an entry file's name) as people see it: its first 12 hex digits."""
+    return hex_digest[:SHORT_TOKEN_DIGITS]
+
+
 @dataclass(frozen=True)
 class Token:
     """A stage's cache token and the components it was built from."""
@@ -80,7 +90,7 @@ class Token:
 
     @property
     def short(self) -> str:
-        return self.hex[:12]
+        return short_token(self.hex)
 
     def __str__(self) -> str:
         return self.hex

@@ -42,6 +42,7 @@ import ipywidgets as W
 from .config import FIELD_STAGES, STAGES, CompileConfig
 from .report import format_age, format_bytes, format_seconds
 from .results import SassUnavailable, disassemble, parse_resources, short_signature
+from .tokens import short_token
 
 __all__ = ["inspector", "Inspector", "CacheSnapshot", "after_cell", "install", "uninstall"]
 
@@ -679,7 +680,7 @@ def _resources_html(cache, stage: str, entry) -> str:
                 'when linking a cubin; no cubin built from this entry is cached.</p>')
     items = []
     for row, res in downstream:
-        items.append(f'<li><span class="gpucache-code">{_esc(row["token"][:12])}</span> '
+        items.append(f'<li><span class="gpucache-code">{_esc(short_token(row["token"]))}</span> '
                      f'[{_esc(row["config"])}]: {res["registers"]} registers, '
                      f'{_esc(format_bytes(res["shared_bytes"]))} shared, spills '
                      f'{res["spill_stores"]}/{res["spill_loads"]} B</li>')
@@ -741,7 +742,7 @@ def _components_html(components) -> str:
     rows = "".join(
         f'<tr data-component="{_esc(name)}"><th scope="row" class="gpucache-code">{_esc(name)}</th>'
         f'<td class="gpucache-text">{_esc(part.shown)}</td>'
-        f'<td class="gpucache-text gpucache-code">{_esc(part.digest[:12])}</td></tr>'
+        f'<td class="gpucache-text gpucache-code">{_esc(short_token(part.digest))}</td></tr>'
         for name, part in sorted(components.items()))
     return ('<table class="gpucache-table gpucache-left gpucache-components"><caption>What the token hashes: '
             'one digest per named input</caption><thead><tr><th scope="col">component</th>'
@@ -771,9 +772,9 @@ def _why_html(cache, stage: str, entry) -> str:
         '<table class="gpucache-table gpucache-left gpucache-diff"><caption>Side by side with the nearest other '
         f'entry of {_esc(_short_kernel(entry.kernel))} at this layer: the inputs that differ</caption>'
         '<thead><tr><th scope="col">component</th>'
-        f'<th scope="col">this entry <span class="gpucache-code">{_esc(entry.token[:12])}</span><br>'
+        f'<th scope="col">this entry <span class="gpucache-code">{_esc(short_token(entry.token))}</span><br>'
         f'<span class="gpucache-muted">{_esc(entry.config)}</span></th>'
-        f'<th scope="col">nearest <span class="gpucache-code">{_esc(nearest.token[:12])}</span><br>'
+        f'<th scope="col">nearest <span class="gpucache-code">{_esc(short_token(nearest.token))}</span><br>'
         f'<span class="gpucache-muted">{_esc(nearest.config)}</span></th></tr></thead>'
         f'<tbody>{"".join(rows)}</tbody></table>')
     return "".join(parts)
@@ -788,7 +789,7 @@ def entry_html(cache, stage: str, token: str, now: Optional[float] = None) -> st
     rows = {(r["stage"], r["token"]): r for r in cache.entries(stage=stage, kernel=entry.kernel)}
     row = rows.get((stage, token), {})
     tiers = ", ".join(row.get("tiers", ())) or "-"
-    meta = (f'{_esc(stage)} entry <span class="gpucache-code">{_esc(token[:12])}</span> in '
+    meta = (f'{_esc(stage)} entry <span class="gpucache-code">{_esc(short_token(token))}</span> in '
             f'{_esc(tiers)}, {_esc(format_bytes(entry.nbytes))}, built {_esc(format_age(now - entry.created))} ago '
             f'in {_esc(format_seconds(entry.seconds))}')
     return "".join([
@@ -1046,8 +1047,8 @@ class Inspector(W.VBox):
         found = self.cache.evict(stage, token)
         self._selected = None
         _refresh_inspectors(self.cache)
-        self._set_status(f"evicted {stage} entry {token[:12]}" if found
-                         else f"{stage} entry {token[:12]} was already gone")
+        self._set_status(f"evicted {stage} entry {short_token(token)}" if found
+                         else f"{stage} entry {short_token(token)} was already gone")
         return found
 
     def recompile_selected(self):

@@ -134,3 +134,17 @@ def test_help_is_plain_words():
     for args in (["--help"], ["clear", "--help"], ["ls", "--help"]):
         text = gpucache(*args).stdout
         assert "``" not in text and "usage: gpucache" in text
+
+
+def test_one_token_length_in_the_command_the_report_and_the_inspector(filled):
+    from gpucache_ext.tokens import SHORT_TOKEN_DIGITS
+
+    directory, results = filled
+    shown = results[0].layers["cubin"].short_token
+    assert len(shown) == SHORT_TOKEN_DIGITS
+    listed = gpucache("--dir", directory, "ls", "--layer", "cubin").stdout
+    assert shown in listed.split()
+    (token_file,) = [p for p in directory.glob("v1/cubin/*/*.entry") if p.name.startswith(shown)]
+    token_file.write_bytes(b"damaged")
+    bad = gpucache("--dir", directory, "verify", expect=1).stdout
+    assert f"BAD cubin {shown}:" in bad
