@@ -104,7 +104,9 @@ def _rows(tier: DiskTier, layers, kernel=None, older=None, newer=None, progress=
             continue
         rows.append({"layer": stage, "token": header["token"], "kernel": header["kernel"],
                      "signature": header["signature"], "config": header["config"],
-                     "bytes": st.st_size, "created": header["created"], "age_seconds": round(age, 1),
+                     # an entry's size is its artifact's, as in show and the inspector
+                     "bytes": int(header["size"]), "file_bytes": st.st_size,
+                     "created": header["created"], "age_seconds": round(age, 1),
                      "last_used": st.st_mtime})
     return sorted(rows, key=lambda r: r["created"], reverse=True)
 
@@ -122,7 +124,7 @@ def cmd_stats(tier, args, out):
              "bytes": sum(s["bytes"] for s in stats.values())})
         return 0
     out(f"cache directory: {tier.directory}")
-    out(f"{'layer':<7}{'entries':>10}{'size':>14}")
+    out(f"{'layer':<7}{'entries':>10}{'on disk':>14}")
     for stage, s in stats.items():
         out(f"{stage:<7}{s['entries']:>10}{format_bytes(s['bytes']):>14}")
     out(f"{'total':<7}{sum(s['entries'] for s in stats.values()):>10}"

@@ -641,7 +641,7 @@ class LLVMArtifact:
 
     @property
     def nbytes(self) -> int:
-        return sum(len(m) for m in self.modules)
+        return sum(len(m) for m in self.modules) + sum(len(x.data) for x in self.links)
 
 
 def run_llvm(typed: TypedFunction, config: CompileConfig, external=frozenset()) -> LLVMArtifact:

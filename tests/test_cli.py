@@ -148,3 +148,17 @@ def test_one_token_length_in_the_command_the_report_and_the_inspector(filled):
     token_file.write_bytes(b"damaged")
     bad = gpucache("--dir", directory, "verify", expect=1).stdout
     assert f"BAD cubin {shown}:" in bad
+
+
+def test_an_entrys_size_is_the_same_in_ls_show_and_the_cache(filled):
+    from gpucache_ext import KernelCache
+    from gpucache_ext.report import format_bytes
+
+    directory, results = filled
+    token = results[0].layers["cubin"].token
+    (row,) = [r for r in json.loads(gpucache("--dir", directory, "--json", "ls", "--layer", "cubin").stdout)
+              if r["token"] == token]
+    shown = gpucache("--dir", directory, "show", token[:12]).stdout
+    entry = KernelCache(directory=directory).entry("cubin", token)
+    assert row["bytes"] == entry.nbytes and f"size      {format_bytes(entry.nbytes)}" in shown
+    assert row["file_bytes"] > row["bytes"]  # the file adds the header
