@@ -219,13 +219,13 @@ INSPECTOR_NUMBERS = """() => Array.from(document.querySelectorAll(
   stage: td.dataset.stage, tier: td.dataset.tier || null, field: td.dataset.field,
   value: td.dataset.value, text: td.textContent.trim()}))"""
 STATS_TABLE = """() => {
-  for (const table of document.querySelectorAll('table.gpucache-report')) {
-    const head = Array.from(table.querySelectorAll('thead th')).map(th => th.textContent.trim());
-    if (head[0] !== 'stage') continue;
+  for (const table of document.querySelectorAll('table.gpucache-summary-table')) {
+    if (table.closest('.gpucache-inspector')) continue;  // the inspector's own
     const rows = {};
-    for (const tr of table.querySelectorAll('tbody tr')) {
-      const cells = Array.from(tr.querySelectorAll('td')).map(td => td.textContent.trim());
-      rows[cells[0]] = Object.fromEntries(head.slice(1).map((h, i) => [h, cells[i + 1]]));
+    for (const td of table.querySelectorAll('td[data-field]')) {
+      if (td.dataset.tier) continue;
+      (rows[td.dataset.stage] = rows[td.dataset.stage] || {})[td.dataset.field] =
+          {value: td.dataset.value, text: td.textContent.trim()};
     }
     return rows;
   }
@@ -284,11 +284,11 @@ def test_inspector_renders_in_jupyterlab_with_the_kernels_numbers(tmp_path, caps
                 reported = page.evaluate(STATS_TABLE)  # what `%gpucache stats` printed
                 assert reported is not None, "the %gpucache stats table is not on the page"
                 for stage in ("typing", "llvm", "ptx", "cubin"):
-                    for field in ("hits", "misses", "entries", "bytes"):
+                    for field in ("hits", "misses", "entries", "bytes", "compile_seconds"):
                         cell = shown[(stage, None, field)]
-                        assert cell["value"] == reported[stage][field], (stage, field)
-                    for field in ("hits", "misses", "entries"):  # the numbers people read
-                        assert shown[(stage, None, field)]["text"] == reported[stage][field]
+                        assert cell["value"] == reported[stage][field]["value"], (stage, field)
+                        # the numbers people read, in the same units (KiB, ms)
+                        assert cell["text"] == reported[stage][field]["text"], (stage, field)
                     assert (stage, "memory", "hits") in shown
                 # the notebook's cells: one first compile, sm 80 -> 86 misses ptx and cubin again
                 assert {s: shown[(s, None, "misses")]["text"] for s in ("typing", "llvm", "ptx", "cubin")} \
