@@ -388,7 +388,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     try:
         tier = DiskTier(_cache_folder(args), max_bytes=None)
-        return COMMANDS[args.command](tier, args, out)
+        status = COMMANDS[args.command](tier, args, out)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return status
     except CommandError as exc:
         print(f"gpucache {args.command}: {exc}", file=sys.stderr)
         return 2

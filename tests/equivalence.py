@@ -20,10 +20,11 @@ are normalised, nothing else:
 Comment lines (compiler banners) are dropped.
 
 With debug info, symbol names are also spelt out in the DWARF sections, as
-``.b8`` bytes: those bytes are read as text (so the names normalise), and the
+``.b8`` bytes: those bytes are read as text (so the names normalise), the
 sections' numbers are dropped, because lengths and offsets there follow from
-the names' lengths.  Line numbers are still compared, through the code's
-``.loc`` directives.
+the names' lengths, and each section is compared as the sorted list of its
+lines, because its entries follow the order of functions.  Line numbers are
+still compared, through the code's ``.loc`` directives.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def _items(text: str):
 
 
 def _debug_section(item: str) -> str:
-    """A DWARF section with its bytes as text and its numbers dropped."""
+    """A DWARF section with its bytes as text and its numbers dropped, as the
+    sorted list of its lines: its entries follow the functions' order in the
+    module, which numba takes from a set (see the module's docstring)."""
     out, raw = [], bytearray()
     for line in item.splitlines():
         stripped = line.strip()
@@ -68,7 +71,7 @@ def _debug_section(item: str) -> str:
             out.extend(part.decode("latin-1") for part in bytes(raw).split(b"\0"))
             raw.clear()
         out.append(re.sub(r"^(\.b(?:16|32|64)) ((?:[\w.$]+\+)?)\d+$", r"\1 \2N", stripped))
-    return "\n".join(out)
+    return "\n".join(sorted(out))
 
 
 _POSITIONAL = re.compile(r"(__local_depot|\$L__BB|\$L__func_begin|\$L__func_end|\$L__tmp|// callseq )\d+")
