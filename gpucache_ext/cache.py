@@ -583,11 +583,9 @@ class _Plan:
         if link:  # the kernel's own link= code joins what its external functions link
             from . import linking
 
-            found = {item.digest: item for item in self.identity.links}
-            for item in link:
-                read = linking.read(item, f"{self.identity.qualname} (link=): ")
-                found[read.digest] = read
-            self.identity.links = tuple(found[d] for d in sorted(found))
+            origin = f"{self.identity.qualname} (link=): "
+            self.identity.links = linking.canonical(
+                list(self.identity.links) + [linking.read(item, origin) for item in link])
         self.kernel = self.identity.qualname
         self.signature_text = short_signature(argtypes)
         self.tokens = self._tokens()

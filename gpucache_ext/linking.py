@@ -56,6 +56,13 @@ class LinkInput:
         return {"name": self.name, "kind": self.kind, "digest": self.digest}
 
 
+def canonical(inputs: Iterable[LinkInput]) -> Tuple[LinkInput, ...]:
+    """`inputs` without duplicates (by content), in digest order: what a link
+    is given, whichever way its inputs were found."""
+    by_digest = {link.digest: link for link in inputs}
+    return tuple(by_digest[d] for d in sorted(by_digest))
+
+
 def read(item, origin: str = "") -> LinkInput:
     """A path (str or PathLike) or numba `LinkableCode` object as a `LinkInput`."""
     if isinstance(item, (str, os.PathLike)):
@@ -138,11 +145,12 @@ def _headers(source: bytes, folder: Optional[Path]) -> dict:
     """Every header `source` includes, transitively, that is found on the
     search paths: {path: content}."""
     found, pending = {}, [(source, folder)]
+    search = _search_paths(folder)
     while pending:
         text, here = pending.pop()
         for name in _INCLUDE.findall(text):
             name = name.decode(errors="replace")
-            for base in ([here] if here else []) + _search_paths(folder):
+            for base in ([here] if here else []) + search:
                 candidate = base / name
                 if candidate.is_file():
                     key = str(candidate.resolve())
@@ -194,7 +202,7 @@ _SHIM_DEFINITION = re.compile(r'(?=^[ \t]*extern "C" __device__)', re.M)
 _DEFINED_NAME = re.compile(r'extern "C" __device__\s+[\w:<>\s\*&]*?\b(\w+)\s*\(')
 
 
-def _pruned_shim(item, code: str, origin: str) -> LinkInput:
+def _pruned_shim(item, code: str) -> LinkInput:
     """A numba shim source cut down to the shims `code` calls: what a kernel
     links must not depend on what other kernels compiled before it."""
     text = item.data if isinstance(item.data, str) else bytes(item.data).decode()
@@ -218,14 +226,9 @@ def library_inputs(library, code: str = "", origin: str = "", external=frozenset
     (`item_key`s: what the kernel's own external functions link, which the
     cubin stage links and keys itself).  `code` is the kernel's NVVM IR:
     numba's shared shim sources are cut down to what it calls."""
-    inputs = {}
     shims = [id(obj) for obj in _numba_shims()]
-    for item in getattr(library, "_linking_files", ()):
-        if item_key(item) in external:
-            continue
-        link = _pruned_shim(item, code, origin) if id(item) in shims else read(item, origin)
-        inputs[link.digest] = link
-    return tuple(inputs[d] for d in sorted(inputs))
+    return canonical(_pruned_shim(item, code) if id(item) in shims else read(item, origin)
+                     for item in getattr(library, "_linking_files", ()) if item_key(item) not in external)
 
 
 def extern_link_items(extfn) -> Tuple:
@@ -319,14 +322,11 @@ def _nvrtc(source: bytes, name: str, cc, lto: bool) -> bytes:
             check(api.nvrtcGetProgramLog(prog, log))
             raise UnsupportedKernelError(
                 f"NVRTC could not compile {name}:\n{log.decode(errors='replace').strip()}")
-        if lto:
-            size = check(api.nvrtcGetLTOIRSize(prog))
-            out = b" " * size
-            check(api.nvrtcGetLTOIR(prog, out))
-        else:
-            size = check(api.nvrtcGetPTXSize(prog))
-            out = b" " * size
-            check(api.nvrtcGetPTX(prog, out))
+        get_size, get = (api.nvrtcGetLTOIRSize, api.nvrtcGetLTOIR) if lto else \
+            (api.nvrtcGetPTXSize, api.nvrtcGetPTX)
+        out = b" " * check(get_size(prog))
+        check(get(prog, out))
+        if not lto:
             out = out.rstrip(b"\0")
     finally:
         api.nvrtcDestroyProgram(prog)

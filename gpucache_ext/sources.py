@@ -50,6 +50,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
+from . import linking
 from .errors import UnsupportedKernelError
 from .tokens import Component, component, digest
 
@@ -393,7 +394,7 @@ def identify(func, with_location: bool, freeze: bool = False) -> SourceIdentity:
     walker = _Walker(with_location, freeze)
     ident = walker.function(python_function(func))
     ident.referenced = tuple(walker.referenced)
-    ident.links = tuple(walker.links[d] for d in sorted(walker.links))
+    ident.links = linking.canonical(walker.links)
     ident.link_keys = frozenset(walker.link_keys)
     ident.unlinked = tuple(walker.unlinked.values())
     return ident
@@ -408,7 +409,7 @@ class _Walker:
         self.with_location = with_location
         self.freeze = freeze
         self.referenced: List[Any] = []  # device arrays whose pointers compiled code holds
-        self.links: Dict[str, Any] = {}  # digest -> LinkInput, what external functions link
+        self.links: List[Any] = []  # LinkInputs: what external functions link
         self.link_keys: set = set()
         self.unlinked: Dict[str, str] = {}  # external functions without link=: name -> refusal
         self.active = []  # functions being walked (cycle guard)
@@ -538,8 +539,6 @@ class _Walker:
 
         if not isinstance(value, ExternFunction):
             return None
-        from . import linking
-
         items, cooperative = linking.extern_link_items(value)
         origin = f"{ident.qualname} calls {label} ({value.name}), declared with cuda.declare_device: "
         if not items:  # the kernel's link= must define it (checked by the cache)
@@ -549,7 +548,7 @@ class _Walker:
             )
         for item in items:
             link = linking.read(item, origin)
-            self.links[link.digest] = link
+            self.links.append(link)
             self.link_keys.add(linking.item_key(item))
         ident.externs.append(value.name)
         return ["external device function", value.name, str(value.sig), cooperative]

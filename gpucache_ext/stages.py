@@ -58,6 +58,7 @@ from numba.cuda.core.compiler_machinery import FunctionPass, PassManager, regist
 from numba.cuda.core.untyped_passes import TranslateByteCode
 from numba.cuda.cudadrv import nvvm
 from numba.cuda.descriptor import cuda_target
+from numba.cuda.codegen import ExternalCodeLibrary
 from numba.cuda.dispatcher import CUDADispatcher
 from numba.cuda.flags import CUDAFlags
 
@@ -631,8 +632,9 @@ class LLVMArtifact:
     # Grid synchronisation (cuda.cg.this_grid): the cubin links libcudadevrt
     # and the kernel is launched cooperatively.
     cooperative: bool = False
-    # External code the cubin links (numba's float16 shims, declare_device
-    # link= files), read when the kernel was lowered (`linking`).
+    # numba's own helpers the code needs (its float16 shims), read when the
+    # kernel was lowered; what external functions link keys the cubin instead
+    # (`linking`).
     links: Tuple[linking.LinkInput, ...] = ()
 
     @property
@@ -681,7 +683,7 @@ def canonical_modules(library) -> Tuple[str, ...]:
 
 
 def _library_modules(library):
-    if type(library).__name__ == "ExternalCodeLibrary":
+    if isinstance(library, ExternalCodeLibrary):
         return []  # external code only (declare_device, numba's shims): linked, not IR
     module = getattr(library, "_module", None)
     if module is None or not hasattr(library, "_linking_libraries"):
