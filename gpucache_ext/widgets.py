@@ -320,11 +320,8 @@ def _cell(stage: str, field: str, value: Any, shown: str, tier: Optional[str] = 
 def storage_summary(stats) -> str:
     """What every tier holds, all layers together: "12.3 KiB in memory, 45.6 KiB on disk"."""
     parts = []
-    for name in _tier_names(stats) or ["memory"]:
-        if name == "memory" and not any("memory" in stats.get(s, {}).get("tiers", {}) for s in STAGES):
-            held = sum(int(stats.get(s, {}).get("bytes", 0)) for s in STAGES)
-        else:
-            held = sum(int(stats.get(s, {}).get("tiers", {}).get(name, {}).get("bytes", 0)) for s in STAGES)
+    for name in _tier_names(stats):  # (KernelCache.stats always lists the memory tier)
+        held = sum(int(stats.get(s, {}).get("tiers", {}).get(name, {}).get("bytes", 0)) for s in STAGES)
         where = {"memory": "in memory", "disk": "on disk"}.get(name, f"in the {name} tier")
         parts.append(f"{format_bytes(held)} {where}")
     return ", ".join(parts)
