@@ -349,8 +349,8 @@ class Kernel:
         if self.specialized:
             raise RuntimeError("Dispatcher already specialized")
         argtypes = tuple(_typeof_argument(a) for a in args)
-        kernel = Kernel(self.py_func, [argtypes], self.config, self.cache, simulate=self.simulate,
-                        on_compile=self.on_compile, audit=self.audit)
+        kernel = Kernel(self.py_func, [argtypes], self.config, self.cache, self.options,
+                        simulate=self.simulate, on_compile=self.on_compile, audit=self.audit)
         kernel._specialized = True
         kernel.compile_declared()
         return kernel

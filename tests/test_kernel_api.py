@@ -201,6 +201,11 @@ def test_extensions_prepare_the_arguments_of_each_launch_as_numbas_do():
     assert extended.compile(sig).cubin == plain.cubin  # the code does not change
     extended[1, 16](r, x)
     assert np.array_equal(r, x * 10 + np.arange(r.size) % 4)
+    # a specialized kernel keeps its decorator's options
+    special = extended.specialize(r, x)
+    r[:] = 0
+    special[1, 16](r, x)
+    assert np.array_equal(r, x * 10 + np.arange(r.size) % 4)
 
 
 def test_signatures_are_written_as_numba_writes_them():
