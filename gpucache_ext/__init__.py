@@ -13,7 +13,9 @@ cubin), `cache` (the per-stage tiers and miss explanations).
 
 from .config import FIELD_STAGES, STAGES, CompileConfig
 from .errors import CompileError, ConfigError, GpuCacheError, UnsupportedKernelError
-from .cache import CompileResult, KernelCache, LayerResult
+from .cache import KernelCache
+from .results import (CacheStats, CompileResult, EntryInfo, LayerResult, Outcome, StageResult, StageStats,
+                      TierStats)
 from .kernel import Kernel, LaunchError
 from .audit import AuditWarning
 
@@ -73,7 +75,8 @@ def unload_ipython_extension(ipython):
 
 
 __all__ = [
-    "CompileConfig", "KernelCache", "CompileResult", "LayerResult", "Kernel", "LaunchError",
+    "CompileConfig", "KernelCache", "CompileResult", "StageResult", "LayerResult", "Outcome",
+    "CacheStats", "StageStats", "TierStats", "EntryInfo", "Kernel", "LaunchError",
     "default_cache", "configure_default_cache", "inspector",
     "FIELD_STAGES", "STAGES",
     "GpuCacheError", "ConfigError", "CompileError", "UnsupportedKernelError", "AuditWarning",

@@ -31,7 +31,8 @@ from . import stages, targets
 from .audit import AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, first_difference, parse_audit
 from .config import STAGES, CompileConfig
 from .errors import UnsupportedKernelError
-from .results import CompileResult, LayerResult, parse_resources, short_signature  # noqa: F401
+from .results import (CacheStats, CompileResult, EntryInfo, LayerResult, Outcome, StageResult,  # noqa: F401
+                      StageStats, TierStats, parse_resources, short_signature)
 from .disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
 from .disk import DiskTier, configured_directory
 from .shared import RedisTier
@@ -196,47 +197,48 @@ class KernelCache:
                                                                         record=False)
         return reasons
 
-    def stats(self) -> Dict[str, Dict[str, Any]]:
-        """Per stage: hits, misses, not needed (typing, when a later stage hit
-        and the typed IR was no longer cached), entries, bytes, evictions (to make room in
-        memory, or asked for with `evict`), compile seconds
-        (spent on misses), saved seconds (what the hits' entries took to
-        compile), audits and audit mismatches (see `gpucache_ext.audit`), and
-        per tier ``tiers[name]``: hits, saved seconds, entries, bytes (and
-        ``corrupt``, ``rejected`` for persistent tiers)."""
+    def stats(self) -> CacheStats:
+        """Per stage (`StageStats`): hits, misses, not needed (typing, when a
+        later stage hit and the typed IR was no longer cached), entries and
+        bytes in memory, evictions (to make room in memory, or asked for with
+        `evict`), compile seconds (spent on misses), saved seconds (what the
+        hits' entries took to compile), audits and audit mismatches (see
+        `gpucache_ext.audit`), and per tier (`TierStats`, ``tiers[name]``):
+        hits, saved seconds, entries, bytes (and ``corrupt``, ``rejected`` for
+        persistent tiers).  Reading a shared tier's numbers asks its server."""
         with self._lock:
             result = {}
             for stage in STAGES:
                 memory = self._memory[stage]
                 hits = self._tier_hits[stage]
-                tiers = {"memory": {"hits": hits.get("memory", (0, 0.0))[0],
-                                    "saved_seconds": round(hits.get("memory", (0, 0.0))[1], 6),
-                                    "entries": memory.artifact_count(), "bytes": memory.bytes}}
+                tiers = {"memory": TierStats(hits.get("memory", (0, 0.0))[0],
+                                             round(hits.get("memory", (0, 0.0))[1], 6),
+                                             memory.artifact_count(), memory.bytes)}
                 for tier in self._tiers_for(stage):
                     count, saved = hits.get(tier.name, (0, 0.0))
-                    tiers[tier.name] = {"hits": count, "saved_seconds": round(saved, 6),
-                                        **tier.stats(stage)}
-                result[stage] = {
-                    "hits": self._stats[stage].hits,
-                    "misses": self._stats[stage].misses,
-                    "not_needed": self._stats[stage].not_needed,
-                    "entries": memory.artifact_count(),
-                    "bytes": memory.bytes,
-                    "evictions": memory.evictions,
-                    "compile_seconds": round(self._stats[stage].compile_seconds, 6),
-                    "saved_seconds": round(self._stats[stage].saved_seconds, 6),
-                    "audits": self._stats[stage].audits,
-                    "audit_mismatches": self._stats[stage].audit_mismatches,
-                    "tiers": tiers,
-                }
-            return result
+                    held = tier.stats(stage)
+                    tiers[tier.name] = TierStats(count, round(saved, 6), int(held["entries"]),
+                                                 int(held["bytes"]), held.get("corrupt"), held.get("rejected"))
+                counters = self._stats[stage]
+                result[stage] = StageStats(
+                    hits=counters.hits, misses=counters.misses, not_needed=counters.not_needed,
+                    entries=memory.artifact_count(), bytes=memory.bytes, evictions=memory.evictions,
+                    compile_seconds=round(counters.compile_seconds, 6),
+                    saved_seconds=round(counters.saved_seconds, 6), audits=counters.audits,
+                    audit_mismatches=counters.audit_mismatches, tiers=tiers)
+            return CacheStats(result)
 
-    def entries(self, stage: Optional[str] = None, kernel: Optional[str] = None) -> List[Dict[str, Any]]:
-        """What is cached: one dict per artifact (markers excluded), newest first.
+    def lookups(self) -> Dict[str, Tuple[int, int, int]]:
+        """Per stage (hits, misses, not needed) so far: the counters alone,
+        without asking any tier what it holds (cheap, for per-cell history)."""
+        with self._lock:
+            return {stage: (c.hits, c.misses, c.not_needed) for stage, c in self._stats.items()}
 
-        Keys: stage, token, kernel, signature, config (a summary),
-        config_fields (every field), tiers (where it is), bytes, created,
-        seconds (compile time), reasons (why it was built).
+    def entries(self, stage: Optional[str] = None, kernel: Optional[str] = None) -> List[EntryInfo]:
+        """What is cached: one `EntryInfo` per artifact (markers excluded), newest first:
+        stage, token, kernel, signature, config (a summary), config_fields
+        (every field), tiers (where it is), bytes, created, seconds (compile
+        time), reasons (why it was built).
         Filter by `stage` and by `kernel` (a qualified name or its last part).
         """
         wanted = STAGES if stage is None else (_check_stage(stage),)
@@ -252,7 +254,8 @@ class KernelCache:
                         row = rows.setdefault((s, entry.token), _entry_row(s, entry))
                         if tier_name not in row["tiers"]:
                             row["tiers"].append(tier_name)
-        return sorted(rows.values(), key=lambda row: row["created"], reverse=True)
+        infos = [EntryInfo(**{**row, "tiers": tuple(row["tiers"])}) for row in rows.values()]
+        return sorted(infos, key=lambda info: info.created, reverse=True)
 
     def entry(self, stage: str, token: str) -> Optional[Entry]:
         """The entry (with its artifact and token components) for one token, from any tier."""
@@ -589,7 +592,7 @@ class _Plan:
         self.kernel = self.identity.qualname
         self.signature_text = short_signature(argtypes)
         self.tokens = self._tokens()
-        self.layers: Dict[str, LayerResult] = {}
+        self.layers: Dict[str, StageResult] = {}
 
     def _tokens(self) -> Dict[str, Token]:
         config = self.config
@@ -651,7 +654,7 @@ class _Plan:
         if entry is None:
             return None
         self.cache._count(stage, True, tier, entry.seconds)
-        self.layers[stage] = LayerResult(stage, token.hex, True, tier, time.perf_counter() - start,
+        self.layers[stage] = StageResult(stage, token.hex, Outcome.HIT, tier, time.perf_counter() - start,
                                          components=token.components, saved_seconds=entry.seconds)
         return entry.artifact
 
@@ -659,13 +662,13 @@ class _Plan:
         """Report typing when a later stage hit: a hit if still cached, else not needed."""
         entry, token, tier = self.cache._lookup("typing", self.tokens["typing"], self.config.cc)
         if entry is not None:
-            saved = entry.seconds
+            outcome, saved = Outcome.HIT, entry.seconds
             self.cache._count("typing", True, tier, saved)
         else:
-            tier, saved = "skipped", 0.0
+            outcome, tier, saved = Outcome.NOT_NEEDED, None, 0.0
             with self.cache._lock:
                 self.cache._stats["typing"].not_needed += 1
-        self.layers["typing"] = LayerResult("typing", token.hex, True, tier, 0.0,
+        self.layers["typing"] = StageResult("typing", token.hex, outcome, tier, 0.0,
                                             components=token.components, saved_seconds=saved)
 
     def _compile(self, stage, fn, *args):
@@ -678,6 +681,6 @@ class _Plan:
         token, reasons = self.cache._store(stage, generic, self, artifact, seconds, reads)
         if self.forced:
             reasons = ("forced recompile",)
-        self.layers[stage] = LayerResult(stage, token.hex, False, None, seconds, reasons,
+        self.layers[stage] = StageResult(stage, token.hex, Outcome.MISS, None, seconds, reasons,
                                          components=token.components)
         return artifact

@@ -12,7 +12,7 @@ import html
 from typing import Dict, Iterable, List
 
 from .cache import CompileResult
-from .results import short_signature  # noqa: F401  (re-exported)
+from .results import Outcome, short_signature  # noqa: F401  (re-exported)
 from .config import STAGES
 from .tokens import short_token
 
@@ -62,6 +62,8 @@ def format_age(seconds: float) -> str:
 
 
 def _stage_cell(layer) -> str:
+    if layer.outcome is Outcome.NOT_NEEDED:
+        return "not needed"
     if layer.hit:
         return "hit" if layer.tier in ("memory", None) else f"hit:{layer.tier}"
     return "MISS"

@@ -2,31 +2,171 @@
 
 from __future__ import annotations
 
+import enum
 import re
-from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import stages
 from .config import STAGES, CompileConfig
 from .tokens import Component, short_token
 
 
-@dataclass
-class LayerResult:
+class Outcome(str, enum.Enum):
+    """How a stage went in one compile."""
+
+    HIT = "hit"  # found in a tier
+    MISS = "miss"  # compiled
+    NOT_NEEDED = "not needed"  # a later stage hit, and this stage's entry was no longer cached
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class _Record(Mapping):
+    """Read access by field name (``stats["hits"]``) to a frozen dataclass, so
+    code written against the dicts earlier versions returned keeps working.
+    Fields whose value is None are left out of the mapping."""
+
+    def _keys(self):
+        return [f.name for f in fields(self) if not f.name.startswith("_")
+                and getattr(self, f.name) is not None]
+
+    def __getitem__(self, key):
+        if isinstance(key, str) and key in self._keys():
+            return getattr(self, key)
+        raise KeyError(key)
+
+    def __iter__(self):
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def as_dict(self) -> Dict[str, Any]:
+        """Plain dicts and lists all the way down (for JSON)."""
+        return _plain(self)
+
+
+def _plain(value):
+    if isinstance(value, _Record):
+        return {key: _plain(value[key]) for key in value}
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value
+
+
+@dataclass(frozen=True)
+class StageResult:
     """What happened at one stage of one compile."""
 
     stage: str
     token: str
-    hit: bool
-    tier: Optional[str]  # "memory", ...; None when compiled; "skipped" when not needed
+    outcome: Outcome
+    tier: Optional[str]  # where a hit was found: "memory", "disk", ...; else None
     seconds: float  # spent here: the lookup on a hit, the compile on a miss
     reasons: Tuple[str, ...] = ()  # why it missed
     saved_seconds: float = 0.0  # on a hit: what compiling the entry took
     components: Dict[str, Component] = field(default_factory=dict, repr=False)
 
     @property
+    def hit(self) -> bool:
+        """True when this stage did not compile: a hit, or not needed."""
+        return self.outcome is not Outcome.MISS
+
+    @property
     def short_token(self) -> str:
         return short_token(self.token)
+
+
+# The name earlier versions used.
+LayerResult = StageResult
+
+
+@dataclass(frozen=True, eq=False)
+class TierStats(_Record):
+    """One tier's part of a stage: hits found there and what it holds."""
+
+    hits: int
+    saved_seconds: float  # what the entries that hit here took to compile
+    entries: int
+    bytes: int  # the artifacts' bytes
+    corrupt: Optional[int] = None  # persistent tiers: unreadable entries met
+    rejected: Optional[int] = None  # signed tiers: entries whose signature did not check
+
+
+@dataclass(frozen=True, eq=False)
+class StageStats(_Record):
+    """One stage's counters since the cache was made, and what its memory tier holds."""
+
+    hits: int
+    misses: int
+    not_needed: int  # typing, when a later stage hit and the typed IR was no longer cached
+    entries: int  # in memory
+    bytes: int  # in memory
+    evictions: int  # to make room in memory, or asked for with `KernelCache.evict`
+    compile_seconds: float  # spent on misses
+    saved_seconds: float  # what the hits' entries took to compile
+    audits: int
+    audit_mismatches: int
+    tiers: Mapping[str, TierStats]
+
+    @property
+    def lookups(self) -> int:
+        return self.hits + self.misses
+
+
+@dataclass(frozen=True, eq=False)
+class CacheStats(Mapping):
+    """Per stage `StageStats`: ``stats["ptx"].hits`` (also ``stats["ptx"]["hits"]``)."""
+
+    stages: Mapping[str, StageStats]
+
+    def __getitem__(self, stage):
+        return self.stages[stage]
+
+    def __iter__(self):
+        return iter(self.stages)
+
+    def __len__(self) -> int:
+        return len(self.stages)
+
+    def tier_names(self) -> List[str]:
+        """Every tier some stage has, memory first."""
+        names: List[str] = []
+        for stage in self.stages.values():
+            for name in stage.tiers:
+                if name not in names:
+                    names.append(name)
+        if "memory" in names:
+            names.remove("memory")
+            names.insert(0, "memory")
+        return names
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {stage: value.as_dict() for stage, value in self.stages.items()}
+
+
+@dataclass(frozen=True, eq=False)
+class EntryInfo(_Record):
+    """One cached artifact as `KernelCache.entries` lists it."""
+
+    stage: str
+    token: str
+    kernel: str  # qualified name
+    signature: str
+    config: str  # summary
+    config_fields: Mapping[str, Any]  # every field of the config it was built with
+    tiers: Tuple[str, ...]  # where it is, memory first
+    bytes: int  # the artifact's bytes
+    created: float
+    seconds: float  # what compiling it took
+    reasons: Tuple[str, ...]  # why it was built
 
 
 @dataclass
@@ -36,7 +176,7 @@ class CompileResult:
     kernel: str
     signature: Tuple[Any, ...]
     config: CompileConfig
-    layers: Dict[str, LayerResult]
+    layers: Dict[str, StageResult]
     _llvm: stages.LLVMArtifact = field(repr=False)
     _ptx: stages.PTXArtifact = field(repr=False)
     _cubin: stages.CubinArtifact = field(repr=False)
@@ -125,7 +265,8 @@ class CompileResult:
         lines = [f"{self.kernel} {self.signature_text} [{self.config.summary()}]"]
         for stage in STAGES:
             layer = self.layers[stage]
-            state = f"hit ({layer.tier})" if layer.hit else "miss"
+            state = {Outcome.HIT: f"hit ({layer.tier})", Outcome.MISS: "miss",
+                     Outcome.NOT_NEEDED: "not needed"}[layer.outcome]
             line = f"  {stage:<6} {state:<16} {layer.seconds * 1e3:8.2f} ms  {layer.short_token}"
             if layer.reasons:
                 line += "  " + "; ".join(layer.reasons)

@@ -215,18 +215,6 @@ def saved_seconds(cache, stats: Optional[Dict[str, Any]] = None) -> Dict[str, Di
 # Reading the cache
 
 
-def _tier_names(stats) -> List[str]:
-    names: List[str] = []
-    for stage in STAGES:
-        for name in stats.get(stage, {}).get("tiers", {}):
-            if name not in names:
-                names.append(name)
-    if "memory" in names:
-        names.remove("memory")
-        names.insert(0, "memory")
-    return names
-
-
 def _config_fields(summary: str) -> Dict[str, Any]:
     """The full config of an entry, from its summary (``sm_86 max_registers=32``)."""
     values = {f.name: f.default for f in dataclasses.fields(CompileConfig)}
@@ -320,7 +308,7 @@ def _cell(stage: str, field: str, value: Any, shown: str, tier: Optional[str] = 
 def storage_summary(stats) -> str:
     """What every tier holds, all layers together: "12.3 KiB in memory, 45.6 KiB on disk"."""
     parts = []
-    for name in _tier_names(stats):  # (KernelCache.stats always lists the memory tier)
+    for name in stats.tier_names():  # (KernelCache.stats always lists the memory tier)
         held = sum(int(stats.get(s, {}).get("tiers", {}).get(name, {}).get("bytes", 0)) for s in STAGES)
         where = {"memory": "in memory", "disk": "on disk"}.get(name, f"in the {name} tier")
         parts.append(f"{format_bytes(held)} {where}")
@@ -330,7 +318,7 @@ def storage_summary(stats) -> str:
 def summary_rows(stats, saved) -> List[Dict[str, Any]]:
     """One dict per layer (then per tier, then a total): the numbers the summary shows."""
     rows = []
-    tiers = _tier_names(stats)
+    tiers = stats.tier_names()
     totals = dict.fromkeys(("hits", "misses", "entries", "bytes", "evictions", "audits",
                             "audit_mismatches"), 0)
     totals.update(compile_seconds=0.0, saved_seconds=0.0)

@@ -1,14 +1,16 @@
 """KernelCache behaviour: hits, partial recompiles, globals and device
 functions from elsewhere, explanations, bounds, errors and threads."""
 
+import dataclasses
 import gc
+import json
 import textwrap
 import threading
 
 import numpy as np
 import pytest
 
-from gpucache_ext import CompileConfig, CompileError, KernelCache, UnsupportedKernelError
+from gpucache_ext import CompileConfig, CompileError, KernelCache, Outcome, UnsupportedKernelError
 
 from . import kernels
 
@@ -366,7 +368,7 @@ def test_entries_evict_and_recompile():
     cubins = cache.entries(stage="cubin", kernel="axpy")
     assert len(cubins) == 1
     row = cubins[0]
-    assert row["token"] == first.layers["cubin"].token and row["tiers"] == ["memory"]
+    assert row["token"] == first.layers["cubin"].token and row["tiers"] == ("memory",)
     assert row["config"] == "sm_80" and "float32" in row["signature"]
     assert row["reasons"] == ("first compile of axpy",) and row["bytes"] > 0 and row["seconds"] > 0
     assert cache.entries(kernel="tests.kernels.copy")[0]["config"] == "sm_86 opt=1"
@@ -403,7 +405,39 @@ def test_a_typing_stage_that_was_not_needed_is_counted_as_such(tmp_path):
     KernelCache(directory=tmp_path).compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
     cache = KernelCache(directory=tmp_path)  # a new session: typed IR is never on disk
     result = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
-    assert result.layers["typing"].tier == "skipped" and result.layers["cubin"].tier == "disk"
+    assert result.layers["typing"].outcome is Outcome.NOT_NEEDED and result.layers["typing"].tier is None
+    assert result.layers["typing"].hit and result.hit  # nothing compiled
+    assert result.layers["cubin"].outcome is Outcome.HIT and result.layers["cubin"].tier == "disk"
     typing = cache.stats()["typing"]
+    assert (typing.hits, typing.misses, typing.not_needed) == (0, 0, 1)
     assert (typing["hits"], typing["misses"], typing["not_needed"]) == (0, 0, 1)
     assert cache.stats()["cubin"]["not_needed"] == 0
+
+
+def test_stats_and_entries_are_typed_and_still_read_as_dicts(tmp_path):
+    from gpucache_ext import CacheStats, EntryInfo, StageStats, TierStats
+
+    cache = KernelCache(directory=tmp_path)
+    cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    again = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    assert {layer.outcome for layer in again.layers.values()} == {Outcome.HIT}
+    stats = cache.stats()
+    assert isinstance(stats, CacheStats) and isinstance(stats["ptx"], StageStats)
+    ptx = stats["ptx"]
+    assert (ptx.hits, ptx.misses, ptx.lookups) == (1, 1, 2)
+    # the spelling of earlier versions: dicts all the way down
+    assert ptx["hits"] == 1 and ptx.get("misses") == 1 and "not_needed" in ptx
+    memory, disk = ptx["tiers"]["memory"], ptx["tiers"]["disk"]
+    assert isinstance(disk, TierStats) and memory["hits"] == 1 and disk["entries"] == 1
+    assert "corrupt" in disk and "corrupt" not in memory  # a memory tier has no such count
+    with pytest.raises(KeyError):
+        ptx["hit"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ptx.hits = 3
+    plain = stats.as_dict()
+    assert json.loads(json.dumps(plain))["ptx"]["tiers"]["disk"]["bytes"] == disk.bytes > 0
+    rows = cache.entries(stage="cubin")
+    assert len(rows) == 1 and isinstance(rows[0], EntryInfo)
+    assert rows[0].tiers == ("memory", "disk") and rows[0]["tiers"] == rows[0].tiers
+    assert rows[0]["token"] == again.layers["cubin"].token
+    assert rows[0].bytes == again.artifacts()["cubin"].nbytes > len(again.cubin)

@@ -54,7 +54,7 @@ from tests import kernels
 cache = KernelCache(directory=sys.argv[1])
 result = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=int(sys.argv[2])))
 print(json.dumps({
-    "layers": {s: [l.hit, l.tier] for s, l in result.layers.items()},
+    "layers": {s: [l.hit, l.tier, str(l.outcome)] for s, l in result.layers.items()},
     "cubin": hashlib.sha256(result.cubin).hexdigest(),
 }))
 """
@@ -63,14 +63,14 @@ print(json.dumps({
 @pytest.mark.slow
 def test_a_new_process_finds_the_entries_of_an_earlier_one(tmp_path):
     first = json.loads(run_python(COMPILE_IN_NEW_PROCESS, tmp_path, 86))
-    assert first["layers"]["cubin"] == [False, None]
+    assert first["layers"]["cubin"] == [False, None, "miss"]
     second = json.loads(run_python(COMPILE_IN_NEW_PROCESS, tmp_path, 86))
-    assert second["layers"] == {"typing": [True, "skipped"], "llvm": [True, "disk"],
-                                "ptx": [True, "disk"], "cubin": [True, "disk"]}
+    assert second["layers"] == {"typing": [True, None, "not needed"], "llvm": [True, "disk", "hit"],
+                                "ptx": [True, "disk", "hit"], "cubin": [True, "disk", "hit"]}
     assert second["cubin"] == first["cubin"]
     # another target in a third process reuses the stored NVVM IR
     third = json.loads(run_python(COMPILE_IN_NEW_PROCESS, tmp_path, 80))
-    assert third["layers"]["llvm"] == [True, "disk"] and third["layers"]["ptx"][0] is False
+    assert third["layers"]["llvm"] == [True, "disk", "hit"] and third["layers"]["ptx"][0] is False
 
 
 def test_hits_fill_memory_and_entries_list_their_tiers(tmp_path):
