@@ -27,7 +27,7 @@ import weakref
 from collections import OrderedDict, deque
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import stages, targets
+from . import queries, stages, targets
 from .audit import AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, first_difference, parse_audit
 from .config import STAGES, CompileConfig
 from .errors import UnsupportedKernelError
@@ -38,7 +38,7 @@ from .disk import DiskTier, configured_directory
 from .shared import RedisTier
 from .tiers import Entry, MemoryTier, Tier
 from .sources import declared_signatures, identify, python_function, rebind
-from .tokens import Component, Token, component, explain_difference, extend_token, make_token, short_token
+from .tokens import Component, Token, component, extend_token, make_token, short_token
 from .toolchain import numba_settings, toolchain_component
 
 DEFAULT_MAX_ENTRIES = {"typing": 256, "llvm": 512, "ptx": 1024, "cubin": 1024}
@@ -182,20 +182,15 @@ class KernelCache:
         return dict(plan.tokens)
 
     def explain(self, func, sig, config: Optional[CompileConfig] = None, *,
-                link=None) -> Dict[str, Tuple[str, ...]]:
-        """Why each stage would miss for these inputs, without compiling or counting.
-
-        Returns {stage: reasons}; an empty tuple means the stage would hit.
-        """
+                link=None) -> "queries.Explanation":
+        """What compiling these inputs would do now, without compiling, counting
+        or filling any tier: per stage the reasons it would compile
+        (``explain(...)["ptx"]``, empty where it would not), and its outcome
+        (``.outcomes[stage]``: hit, miss, or not needed)."""
         config = CompileConfig() if config is None else config
         plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config,
                      _link_items(func, link))
-        reasons = {}
-        for stage in STAGES:
-            entry, token, _ = self._lookup(stage, plan.tokens[stage], config.cc)
-            reasons[stage] = () if entry is not None else self._explain(stage, token, plan.kernel,
-                                                                        record=False)
-        return reasons
+        return queries.predict(self, plan.tokens, config, plan.kernel)
 
     def stats(self) -> CacheStats:
         """Per stage (`StageStats`): hits, misses, not needed (typing, when a
@@ -401,16 +396,18 @@ class KernelCache:
             tier.put(stage, entry)
 
     # -- internals used by _Plan --------------------------------------------
-    def _lookup(self, stage: str, token: Token, cc) -> Tuple[Optional[Entry], Token, Optional[str]]:
-        """Find `token`, or the variant of it that holds for target `cc`.
+    def _lookup(self, stage: str, token: Token, cc,
+                fill: bool = True) -> Tuple[Optional[Entry], Token, Optional[str]]:
+        """Find `token`, or the variant of it that holds for target `cc`; a hit
+        in a lower tier fills the tiers above unless `fill` is False.
 
         Returns (entry or None, effective token, tier it came from)."""
         with self._lock:
-            entry, tier = self._find(stage, token.hex)
+            entry, tier = self._find(stage, token.hex, fill)
             if entry is None or not entry.is_marker:
                 return entry, token, tier
             for variant in variants_for(entry, token, cc):
-                found, tier = self._find(stage, variant.hex)
+                found, tier = self._find(stage, variant.hex, fill)
                 if found is not None:
                     return found, variant, tier
             return None, token, None
@@ -454,25 +451,13 @@ class KernelCache:
             else:
                 self._stats[stage].misses += 1
 
-    def _explain(self, stage, token: Token, kernel, record=True) -> Tuple[str, ...]:
+    def _explain(self, stage, token: Token, kernel) -> Tuple[str, ...]:
+        """Why `stage` missed (see `queries.explain_miss`); kept among the recent misses."""
+        reasons = queries.explain_miss(self, stage, kernel, token.components)
         with self._lock:
-            best = None
-            for old_kernel, old_components in self._history[stage].values():
-                if old_kernel != kernel:
-                    continue
-                reasons = _reasons(stage, token.components, old_components)
-                if best is None or len(reasons) < len(best):
-                    best = reasons
-            if best is None:
-                reasons = (f"first compile of {kernel.rsplit('.', 1)[-1]}",)
-            elif not best:
-                reasons = ("entry was evicted or cleared",)
-            else:
-                reasons = best
-            if record:
-                self._misses.append({"kernel": kernel, "stage": stage, "token": token.hex,
-                                     "reasons": reasons, "time": time.time()})
-            return reasons
+            self._misses.append({"kernel": kernel, "stage": stage, "token": token.hex,
+                                 "reasons": reasons, "time": time.time()})
+        return reasons
 
     def _proxy_for(self, dispatcher, identity):
         """The device proxy for a device function of this identity (made once, then reused)."""
@@ -538,17 +523,6 @@ def variants_for(marker: Entry, token: Token, cc):
     for reads in marker.variants:
         if targets.holds_for(reads, cc):
             yield target_variant(token, reads)
-
-
-def _reasons(stage, wanted: Mapping[str, Component], old: Mapping[str, Component]):
-    reasons = []
-    for reason in explain_difference(wanted, old):
-        name = reason.split(" ", 1)[0]
-        if name in STAGES and name != stage:
-            reasons.append(f"{name} input changed")
-        else:
-            reasons.append(reason)
-    return tuple(reasons)
 
 
 def _per_stage(value, default, name):

@@ -258,7 +258,7 @@ def explain_kernel(kernel: Kernel) -> str:
     for argtypes in kernel.results:
         predicted = kernel.cache.explain(kernel.py_func, argtypes, kernel.config,
                                          link=kernel.options.get("link") or ())
-        misses = {s: r for s, r in predicted.items() if r}
+        misses = predicted.misses
         shown = short_signature(argtypes)[1:-1]
         if not misses:
             lines.append(f"  ({shown}): every stage hits")

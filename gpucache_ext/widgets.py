@@ -43,6 +43,7 @@ from .config import FIELD_STAGES, STAGES, CompileConfig
 from .report import format_age, format_bytes, format_seconds
 from .results import SassUnavailable, disassemble, parse_resources, short_signature
 from .tokens import short_token
+from .queries import built_from, nearest_entry
 
 __all__ = ["inspector", "Inspector", "CacheSnapshot", "after_cell", "install", "uninstall"]
 
@@ -236,34 +237,6 @@ def _effective(values: Dict[str, Any]) -> Dict[str, Any]:
         return CompileConfig(**values).normalised()
     except Exception:
         return dict(values)
-
-
-def _differing(mine: Dict[str, Any], theirs: Dict[str, Any]) -> List[str]:
-    names = []
-    for name in sorted(set(mine) | set(theirs)):
-        a, b = mine.get(name), theirs.get(name)
-        if a is None or b is None or a.digest != b.digest:
-            names.append(name)
-    return names
-
-
-def nearest_entry(cache, stage: str, token: str):
-    """The other cached entry of the same kernel and layer whose token components
-    differ least from this one's: (entry, differing names), or (None, [])."""
-    entry = cache.entry(stage, token)
-    if entry is None:
-        return None, []
-    best, best_names = None, []
-    for row in cache.entries(stage=stage, kernel=entry.kernel):
-        if row["token"] == token:
-            continue
-        other = cache.entry(stage, row["token"])
-        if other is None:
-            continue
-        names = _differing(entry.components, other.components)
-        if best is None or len(names) < len(best_names):
-            best, best_names = other, names
-    return best, best_names
 
 
 _sass_cache: "OrderedDict[str, Tuple[Optional[str], Optional[str]]]" = OrderedDict()
@@ -659,7 +632,7 @@ def _resources_html(cache, stage: str, entry) -> str:
                        f'{_esc(value)}</td></tr>' for name, value, cls in rows)
         return (f'<table class="gpucache-table gpucache-resources"><caption>Per thread and block, '
                 f'from the linker\'s log</caption><tbody>{body}</tbody></table>')
-    downstream = _built_from(cache, stage, entry.token, entry.kernel)
+    downstream = built_from(cache, stage, entry.token, entry.kernel)
     if not downstream:
         return ('<p class="gpucache-muted">Resources (registers, spills, shared memory) are measured '
                 'when linking a cubin; no cubin built from this entry is cached.</p>')
@@ -670,30 +643,6 @@ def _resources_html(cache, stage: str, entry) -> str:
                      f'{_esc(format_bytes(res["shared_bytes"]))} shared, spills '
                      f'{res["spill_stores"]}/{res["spill_loads"]} B</li>')
     return ('<p>Measured on the cubins built from this entry:</p><ul>' + "".join(items) + "</ul>")
-
-
-def _built_from(cache, stage: str, token: str, kernel: str):
-    """Cubin entries downstream of this entry (same kernel), with their resources."""
-    index = STAGES.index(stage)
-    tokens = {token}
-    for downstream in STAGES[index + 1:]:
-        upstream = STAGES[STAGES.index(downstream) - 1]
-        found = set()
-        for row in cache.entries(stage=downstream, kernel=kernel):
-            entry = cache.entry(downstream, row["token"])
-            part = entry.components.get(upstream) if entry is not None else None
-            if part is not None and part.digest in tokens:
-                found.add(row["token"])
-        tokens = found
-        if not tokens:
-            return []
-    out = []
-    for row in cache.entries(stage="cubin", kernel=kernel):
-        if row["token"] in tokens:
-            entry = cache.entry("cubin", row["token"])
-            if entry is not None and entry.artifact is not None:
-                out.append((row, parse_resources(entry.artifact.info_log or "")))
-    return out
 
 
 def _config_html(stage: str, summary: str, fields: Optional[Dict[str, Any]] = None) -> str:

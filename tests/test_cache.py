@@ -441,3 +441,35 @@ def test_stats_and_entries_are_typed_and_still_read_as_dicts(tmp_path):
     assert rows[0].tiers == ("memory", "disk") and rows[0]["tiers"] == rows[0].tiers
     assert rows[0]["token"] == again.layers["cubin"].token
     assert rows[0].bytes == again.artifacts()["cubin"].nbytes > len(again.cubin)
+
+
+def test_explain_changes_nothing_and_says_typing_is_not_needed_after_a_restart(tmp_path):
+    config = CompileConfig(sm=86)
+    KernelCache(directory=tmp_path).compile(kernels.copy, kernels.COPY_SIG, config)
+    cache = KernelCache(directory=tmp_path)  # a new session: memory is empty, disk is not
+    before = cache.stats().as_dict()
+    predicted = cache.explain(kernels.copy, kernels.COPY_SIG, config)
+    assert dict(predicted) == dict.fromkeys(("typing", "llvm", "ptx", "cubin"), ())
+    assert predicted.outcomes == {"typing": Outcome.NOT_NEEDED, "llvm": Outcome.HIT,
+                                  "ptx": Outcome.HIT, "cubin": Outcome.HIT}
+    assert predicted.misses == {}
+    # nothing counted, and the disk hits did not fill the memory tier
+    assert cache.stats().as_dict() == before
+    assert all(cache.stats()[s].entries == 0 for s in ("llvm", "ptx", "cubin"))
+    # the compile that follows does what explain said
+    result = cache.compile(kernels.copy, kernels.COPY_SIG, config)
+    assert {s: layer.outcome for s, layer in result.layers.items()} == predicted.outcomes
+
+
+def test_a_miss_after_a_restart_is_explained_against_the_entries_on_disk(tmp_path):
+    KernelCache(directory=tmp_path).compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    cache = KernelCache(directory=tmp_path)  # a new session
+    predicted = cache.explain(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80, fastmath=True))
+    assert {"fastmath False -> True", "sm 86 -> 80", "llvm input changed"} <= set(predicted.misses["ptx"])
+    assert "fastmath False -> True" in predicted.misses["llvm"]
+    result = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80, fastmath=True))
+    assert result.layers["ptx"].reasons == predicted.misses["ptx"]
+    assert result.layers["cubin"].reasons[0] == "ptx input changed"
+    assert "first compile" not in " ".join(r for layer in result.layers.values() for r in layer.reasons)
+    assert result.layers["typing"].reasons == ("first typing of copy in this process "
+                                               "(typed IR is not kept on disk)",)

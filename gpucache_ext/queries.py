@@ -1,0 +1,202 @@
+"""Questions about what a `KernelCache` holds, one algorithm each.
+
+Every query here only reads: it counts no lookup, fills no tier and records
+no miss.  The cache itself, the inspector and the ``gpucache`` command ask
+them; none of them keeps a second copy.
+
+- `differing` / `miss_reasons`: which token components two entries differ in,
+  and how a miss says so;
+- `nearest`: the entry of the same kernel and stage whose inputs differ least
+  from some wanted inputs: what a miss is explained against, in this
+  process's history and in the persistent tiers (so that a miss after a
+  restart is explained against the entries on disk);
+- `nearest_entry`: the same, for an entry already cached (the inspector);
+- `built_from`: the cubins built from an entry, with their resources;
+- `predict`: what compiling would do now, stage by stage (`KernelCache.explain`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, Optional, Tuple
+
+from .config import STAGES
+from .results import EntryInfo, Outcome, parse_resources
+from .tokens import Component, explain_difference
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache import KernelCache
+    from .tiers import Entry
+
+
+def differing(mine: Mapping[str, Component], theirs: Mapping[str, Component]) -> List[str]:
+    """The names of the components whose digests differ (or that one side lacks)."""
+    names = []
+    for name in sorted(set(mine) | set(theirs)):
+        a, b = mine.get(name), theirs.get(name)
+        if a is None or b is None or a.digest != b.digest:
+            names.append(name)
+    return names
+
+
+def miss_reasons(stage: str, wanted: Mapping[str, Component],
+                 old: Mapping[str, Component]) -> Tuple[str, ...]:
+    """Why `wanted` missed where `old` was cached: one reason per differing
+    component; a changed upstream token reads "typing input changed"."""
+    reasons = []
+    for reason in explain_difference(wanted, old):
+        name = reason.split(" ", 1)[0]
+        if name in STAGES and name != stage:
+            reasons.append(f"{name} input changed")
+        else:
+            reasons.append(reason)
+    return tuple(reasons)
+
+
+def _candidates(cache: "KernelCache", stage: str, kernel: str) -> Iterator[Tuple[str, Mapping[str, Component]]]:
+    """(token, components) of the kernel's entries at `stage`: this process's
+    history first, then, only where that has none, every persistent tier's."""
+    with cache._lock:
+        history = [(token, components) for token, (name, components) in cache._history[stage].items()
+                   if name == kernel]
+        memory = [(entry.token, entry.components) for entry in cache._memory[stage].entries.values()
+                  if entry.kernel == kernel and not entry.is_marker]
+    yield from history
+    yield from memory
+    if history or memory:
+        return
+    for tier in cache._tiers_for(stage):
+        try:
+            for entry in tier.entries(stage):
+                if entry.kernel == kernel and not entry.is_marker:
+                    yield entry.token, entry.components
+        except Exception:  # a listing that fails (a server gone) explains nothing
+            continue
+
+
+def nearest(cache: "KernelCache", stage: str, kernel: str, components: Mapping[str, Component],
+            exclude: Optional[str] = None) -> Tuple[Optional[str], List[str]]:
+    """The token of the kernel's entry at `stage` whose components differ
+    least from `components`, and the names that differ; (None, []) if the
+    kernel has none."""
+    best, best_names = None, []
+    for token, theirs in _candidates(cache, stage, kernel):
+        if token == exclude:
+            continue
+        names = differing(components, theirs)
+        if best is None or len(names) < len(best_names):
+            best, best_names = (token, theirs), names
+            if not names:
+                break
+    return (best[0], best_names) if best else (None, [])
+
+
+def explain_miss(cache: "KernelCache", stage: str, kernel: str,
+                 components: Mapping[str, Component]) -> Tuple[str, ...]:
+    """Why `stage` of `kernel` misses with these token components."""
+    short = kernel.rsplit(".", 1)[-1]
+    if stage == "typing":
+        known = [token for token, _ in _candidates(cache, "typing", kernel)]
+        if not known and any(True for _ in _candidates(cache, "llvm", kernel)):
+            # typed IR is kept in memory only; the persistent llvm entries know the kernel
+            return (f"first typing of {short} in this process (typed IR is not kept on disk)",)
+    best = None
+    for _, theirs in _candidates(cache, stage, kernel):
+        reasons = miss_reasons(stage, components, theirs)
+        if best is None or len(reasons) < len(best):
+            best = reasons
+            if not reasons:
+                break
+    if best is None:
+        return (f"first compile of {short}",)
+    if not best:
+        return ("entry was evicted or cleared",)
+    return best
+
+
+def nearest_entry(cache: "KernelCache", stage: str, token: str) -> Tuple[Optional["Entry"], List[str]]:
+    """The other cached entry of the same kernel and stage whose token
+    components differ least from this one's: (entry, differing names), or (None, [])."""
+    entry = cache.entry(stage, token)
+    if entry is None:
+        return None, []
+    best, best_names = None, []
+    for row in cache.entries(stage=stage, kernel=entry.kernel):
+        if row.token == token or row.kernel != entry.kernel:
+            continue
+        other = cache.entry(stage, row.token)
+        if other is None:
+            continue
+        names = differing(entry.components, other.components)
+        if best is None or len(names) < len(best_names):
+            best, best_names = other, names
+    return best, best_names
+
+
+def built_from(cache: "KernelCache", stage: str, token: str,
+               kernel: str) -> List[Tuple[EntryInfo, Dict[str, int]]]:
+    """The cubin entries downstream of one entry (same kernel), with the
+    resources their link logs report."""
+    tokens = {token}
+    for downstream in STAGES[STAGES.index(stage) + 1:]:
+        upstream = STAGES[STAGES.index(downstream) - 1]
+        found = set()
+        for row in cache.entries(stage=downstream, kernel=kernel):
+            entry = cache.entry(downstream, row.token)
+            part = entry.components.get(upstream) if entry is not None else None
+            if part is not None and part.digest in tokens:
+                found.add(row.token)
+        tokens = found
+        if not tokens:
+            return []
+    out = []
+    for row in cache.entries(stage="cubin", kernel=kernel):
+        if row.token in tokens:
+            entry = cache.entry("cubin", row.token)
+            if entry is not None and entry.artifact is not None:
+                out.append((row, parse_resources(entry.artifact.info_log or "")))
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Explanation(Mapping):
+    """What compiling would do now: per stage the reasons it would compile
+    (``explanation["ptx"]``; empty where it would not) and its outcome
+    (``explanation.outcomes["typing"]``: hit, miss or not needed)."""
+
+    reasons: Mapping[str, Tuple[str, ...]]
+    outcomes: Mapping[str, Outcome]
+
+    def __getitem__(self, stage):
+        return self.reasons[stage]
+
+    def __iter__(self):
+        return iter(self.reasons)
+
+    def __len__(self) -> int:
+        return len(self.reasons)
+
+    @property
+    def misses(self) -> Dict[str, Tuple[str, ...]]:
+        """The stages that would compile, with why."""
+        return {stage: self.reasons[stage] for stage in STAGES if self.outcomes[stage] is Outcome.MISS}
+
+
+def predict(cache: "KernelCache", tokens, config, kernel: str) -> Explanation:
+    """What compiling with these tokens would do, read without changing the
+    cache.  As `KernelCache.compile` runs: llvm, ptx and cubin are each
+    looked up, and each one missing is compiled; typing is needed only where
+    llvm is."""
+    outcomes: Dict[str, Outcome] = {}
+    reasons: Dict[str, Tuple[str, ...]] = {}
+    for stage in ("cubin", "ptx", "llvm", "typing"):
+        entry, token, _ = cache._lookup(stage, tokens[stage], config.cc, fill=False)
+        reasons[stage] = ()
+        if entry is not None:
+            outcomes[stage] = Outcome.HIT
+        elif stage == "typing" and outcomes["llvm"] is Outcome.HIT:
+            outcomes[stage] = Outcome.NOT_NEEDED
+        else:
+            outcomes[stage] = Outcome.MISS
+            reasons[stage] = explain_miss(cache, stage, kernel, token.components)
+    return Explanation({s: reasons[s] for s in STAGES}, {s: outcomes[s] for s in STAGES})
