@@ -19,33 +19,54 @@ from .results import (CacheStats, CompileResult, EntryInfo, LayerResult, Outcome
 from .kernel import Kernel, LaunchError
 from .audit import AuditWarning
 
+# The cache of plain Python code (no IPython session): made on first use.
+# A loaded extension's session keeps its own (see `gpucache_ext.session`).
 _default_cache = None
 _default_settings = {}
 
 
 def default_cache() -> KernelCache:
-    """The process-wide `KernelCache` that the %%gpukernel magic uses.
+    """The cache the %%gpukernel magic uses: the loaded extension's session's
+    in the running IPython, else a process-wide one.
 
     Made on first use by `KernelCache.from_environment`: a disk tier in
     ``GPUCACHE_DIR`` (default: the platform's user cache folder; ``off`` for
     none), and a shared Redis tier when ``GPUCACHE_REDIS_URL`` is set; the
-    magic's ``cache_dir`` and ``redis_url`` settings override those.
+    magic's ``cache_dir`` and ``redis_url`` settings and
+    `configure_default_cache` override those.
     """
     global _default_cache
+    session = _session()
+    if session is not None:
+        return session.cache
     if _default_cache is None:
         _default_cache = KernelCache.from_environment(**_default_settings)
     return _default_cache
 
 
 def configure_default_cache(directory=None, redis_url=None, audit=None) -> None:
-    """Override the environment for the default cache (from the next `default_cache()`):
-    the disk tier's `directory`, the shared tier's `redis_url` and `audit` (see
-    `KernelCache`); None: as the environment says."""
+    """Override the environment for the default cache (from the next `default_cache()`,
+    in the running IPython session too): the disk tier's `directory`, the
+    shared tier's `redis_url` and `audit` (see `KernelCache`); None: as the
+    settings and the environment say."""
     global _default_cache
     _default_settings.clear()
     _default_settings.update({k: v for k, v in (("directory", directory), ("redis_url", redis_url),
                                                 ("audit", audit)) if v is not None})
     _default_cache = None
+    session = _session()
+    if session is not None:
+        session.configure_cache(**_default_settings)
+
+
+def _session():
+    import sys
+
+    if "IPython" not in sys.modules:  # no shell can be running: leave IPython unimported
+        return None
+    from .session import current
+
+    return current()
 
 
 def inspector(cache=None):
@@ -55,6 +76,9 @@ def inspector(cache=None):
     and misses per cell; the entries with their explanations; actions to clear
     a layer, evict or recompile an entry.  ``%gpucache`` shows it.
     """
+    session = _session()
+    if session is not None:
+        return session.inspector(cache)
     from .widgets import inspector as _inspector
 
     return _inspector(cache)

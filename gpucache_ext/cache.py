@@ -34,7 +34,7 @@ from .errors import UnsupportedKernelError
 from .results import (CacheStats, CompileResult, EntryInfo, LayerResult, Outcome, StageResult,  # noqa: F401
                       StageStats, TierStats, parse_resources, short_signature)
 from .disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
-from .disk import DiskTier, configured_directory
+from .disk import OFF_VALUES, DiskTier, configured_directory
 from .shared import RedisTier
 from .tiers import Entry, MemoryTier, Tier
 from .sources import declared_signatures, identify, python_function, rebind
@@ -112,7 +112,7 @@ class KernelCache:
         user cache folder; ``off`` for none), overridden by `directory`.
         ``GPUCACHE_MAX_BYTES``: the disk tier's cap (default 1 GiB).
         ``GPUCACHE_REDIS_URL``: a shared Redis tier, overridden by
-        `redis_url`.  ``GPUCACHE_SECRET``: sign and check the shared tier's
+        `redis_url` (``"off"``: none).  ``GPUCACHE_SECRET``: sign and check the shared tier's
         entries.  ``GPUCACHE_AUDIT``: audit hits ("all", or a fraction such as
         0.1; see `gpucache_ext.audit`).
         """
@@ -129,8 +129,11 @@ class KernelCache:
             except ValueError:
                 raise ValueError(f"GPUCACHE_AUDIT={env.get('GPUCACHE_AUDIT')!r} is invalid; use off, "
                                  "all, or the fraction of hits to audit, e.g. 0.1") from None
-        return cls(directory=directory, max_disk_bytes=max_disk_bytes,
-                   redis_url=redis_url or env.get("GPUCACHE_REDIS_URL") or None,
+        if redis_url is None:
+            redis_url = env.get("GPUCACHE_REDIS_URL")
+        if redis_url is not None and str(redis_url).strip().lower() in OFF_VALUES:
+            redis_url = None  # "off" (or empty): no shared tier, whatever the environment says
+        return cls(directory=directory, max_disk_bytes=max_disk_bytes, redis_url=redis_url,
                    secret=env.get("GPUCACHE_SECRET") or None, **kwargs)
 
     # -- public API --------------------------------------------------------

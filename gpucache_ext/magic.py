@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import linecache
 import os
-import weakref
 from typing import Any, Dict, List, Optional
 
 from IPython.core.error import UsageError
@@ -31,11 +30,10 @@ from IPython.display import display
 from traitlets import Bool, Unicode, default
 
 from . import default_cache
-from .audit import parse_audit
 from .cache import CompileResult
 from .config import STAGES, CompileConfig, parse_sm
 from .errors import ConfigError, GpuCacheError
-from .kernel import Kernel, check_options, explicit_options, gpu_available, refresh_all, simulate_memory
+from .kernel import Kernel, check_options, explicit_options, gpu_available
 from .report import CellReport
 from .results import short_signature
 from .sources import declare_signatures
@@ -102,8 +100,15 @@ class GpuCacheMagics(Magics):
     def _default_redis_url(self):
         return os.environ.get("GPUCACHE_REDIS_URL", "")
 
-    # per cache: how many audit mismatches cell reports have shown
-    _audits_reported: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+    def __init__(self, shell=None, session=None, **kwargs):
+        super().__init__(shell=shell, **kwargs)
+        # the `gpucache_ext.session.Session` that registered these magics (None: made standalone)
+        self.session = session
+
+    @property
+    def cache(self):
+        """The cache the magics compile into: the session's, else the default one."""
+        return self.session.cache if self.session is not None else default_cache()
 
     @default("audit")
     def _default_audit(self):
@@ -157,11 +162,12 @@ class GpuCacheMagics(Magics):
         config = self._config(args)
         signatures = self._signatures(args.sig)
         report = _run_cell(self.shell, cell, config, signatures, args)
-        cache = default_cache()
-        seen = self._audits_reported.get(cache, 0)
+        cache = self.cache
+        reported = self.session.audits_reported if self.session is not None else {}
+        seen = reported.get(cache, 0)
         if cache.audit_mismatch_count > seen:
             report.audit_findings = cache.audit_mismatches(since=seen)
-        self._audits_reported = weakref.WeakKeyDictionary({cache: cache.audit_mismatch_count})
+        reported[cache] = cache.audit_mismatch_count
         if not (args.quiet or self.quiet) or report.audit_findings:
             display(report)
 
@@ -221,8 +227,10 @@ class GpuCacheMagics(Magics):
         %gpucache explain NAME    how kernel NAME was compiled, and what would miss now
         """
         words = line.split()
-        cache = default_cache()
+        cache = self.cache
         if not words:
+            if self.session is not None:
+                return self.session.inspector(cache)
             from .widgets import inspector
 
             return inspector(cache)
@@ -514,48 +522,17 @@ def _cell_frames(tb, filename):
     return start or tb
 
 
-_magics = None
-
-
-def _refresh_after_cell(*_):
-    refresh_all()
-
-
 def load(shell):
-    """Register the magics and the post-cell refresh on `shell`."""
-    global _magics
-    _magics = GpuCacheMagics(shell=shell)
-    import gpucache_ext
+    """Start a `gpucache_ext.session.Session` on `shell`: magics, hooks, settings."""
+    from .session import Session
 
-    try:
-        parse_audit(_magics.audit)
-    except ValueError as exc:
-        raise UsageError(f"GpuCacheMagics.audit (or GPUCACHE_AUDIT): {exc}") from None
-    settings = (_magics.cache_dir, _magics.redis_url, _magics.audit)
-    if settings != (os.environ.get("GPUCACHE_DIR", ""), os.environ.get("GPUCACHE_REDIS_URL", ""),
-                    os.environ.get("GPUCACHE_AUDIT", "")):
-        gpucache_ext.configure_default_cache(directory=_magics.cache_dir or None,
-                                             redis_url=_magics.redis_url or None,
-                                             audit=_magics.audit or None)
-    shell.register_magics(_magics)
-    shell.events.register("post_run_cell", _refresh_after_cell)
-    if not gpu_available():  # cells written for a GPU run on the simulator, memory API too
-        simulate_memory(True)
-    from . import widgets  # after the refresh: the inspectors see the cell's compiles
-
-    widgets.install(shell)
+    Session(shell).load()
 
 
 def unload(shell):
-    """Remove what `load` registered."""
-    global _magics
-    with contextlib.suppress(ValueError):
-        shell.events.unregister("post_run_cell", _refresh_after_cell)
-    simulate_memory(False)
-    from . import widgets
+    """Take down the session `load` started (if any)."""
+    from .session import current
 
-    widgets.uninstall(shell)
-    magics = shell.magics_manager.magics
-    magics["cell"].pop("gpukernel", None)
-    magics["line"].pop("gpucache", None)
-    _magics = None
+    session = current(shell)
+    if session is not None:
+        session.unload()

@@ -33,7 +33,6 @@ import html
 import io
 import re
 import time
-import weakref
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -44,8 +43,9 @@ from .report import format_age, format_bytes, format_seconds
 from .results import SassUnavailable, disassemble, parse_resources, short_signature
 from .tokens import short_token
 from .queries import built_from, nearest_entry
+from .session import CellHistory
 
-__all__ = ["inspector", "Inspector", "CacheSnapshot", "after_cell", "install", "uninstall"]
+__all__ = ["inspector", "Inspector", "CacheSnapshot", "StatsView"]
 
 # ---------------------------------------------------------------------------
 # Styles (JupyterLab variables with fallbacks for other frontends)
@@ -137,7 +137,6 @@ _MAX_LIST_ROWS = 500
 _MAX_STATIC_ROWS = 40
 _MAX_ARTIFACT_CHARS = 200_000
 _CHART_POINTS = 30
-_HISTORY_POINTS = 500
 
 
 # ---------------------------------------------------------------------------
@@ -162,43 +161,6 @@ def _short_kernel(qualname: str) -> str:
 def _fit(text: str, width: int) -> str:
     text = str(text)
     return text if len(text) <= width else text[: max(1, width - 1)] + "\u2026"
-
-
-# ---------------------------------------------------------------------------
-# Session data that the cache does not keep: hits and misses per cell.
-
-
-class _Session:
-    """Per cache: a history of counter deltas per cell."""
-
-    def __init__(self):
-        self.points: List[Dict[str, Any]] = []
-        self.last: Dict[str, Tuple[int, int]] = dict.fromkeys(STAGES, (0, 0))
-        self.cells = 0
-
-    def record(self, label: Optional[str], stats: Dict[str, Dict[str, Any]]) -> Optional[dict]:
-        """Add a point with the hits and misses since the last one (if any changed)."""
-        self.cells += 1
-        now = {s: (int(stats[s]["hits"]), int(stats[s]["misses"])) for s in STAGES if s in stats}
-        delta = {s: (now[s][0] - self.last.get(s, (0, 0))[0], now[s][1] - self.last.get(s, (0, 0))[1])
-                 for s in now}
-        self.last.update(now)
-        if not any(h or m for h, m in delta.values()):
-            return None
-        point = {"label": label or f"#{self.cells}", "stages": delta, "time": time.time()}
-        self.points.append(point)
-        del self.points[:-_HISTORY_POINTS]
-        return point
-
-
-_sessions: "weakref.WeakKeyDictionary[Any, _Session]" = weakref.WeakKeyDictionary()
-
-
-def _session(cache) -> _Session:
-    session = _sessions.get(cache)
-    if session is None:
-        session = _sessions[cache] = _Session()
-    return session
 
 
 def saved_seconds(cache, stats: Optional[Dict[str, Any]] = None) -> Dict[str, Dict[str, float]]:
@@ -748,11 +710,11 @@ def entry_html(cache, stage: str, token: str, now: Optional[float] = None) -> st
 class CacheSnapshot:
     """The inspector's numbers at one moment, as plain text and static HTML."""
 
-    def __init__(self, cache):
+    def __init__(self, cache, history=None):
         self.cache = cache
         self.stats = cache.stats()
         self.saved = saved_seconds(cache, self.stats)
-        self.points = list(_session(cache).points)
+        self.points = list(history.points) if history is not None else []
         self.entries = cache.entries()
         self.time = time.time()
 
@@ -806,9 +768,12 @@ class Inspector(W.VBox):
     """A live view of a `KernelCache`: per-layer numbers, a chart, the entries,
     one entry in detail, and actions.  Use `inspector(cache)` to get the shared one."""
 
-    def __init__(self, cache, **kwargs):
+    def __init__(self, cache, history: Optional[CellHistory] = None, siblings=None, **kwargs):
         super().__init__(**kwargs)
         self.cache = cache
+        # the per-cell chart's data (a session's, else this widget's own from now on)
+        self.history = history if history is not None else CellHistory(cache.lookups())
+        self._siblings = siblings  # () -> the open inspectors to refresh after an action
         self._selected: Optional[Tuple[str, str]] = None
         self._updating = False
         self._rows: List[Dict[str, Any]] = []
@@ -888,7 +853,7 @@ class Inspector(W.VBox):
     def _refresh(self):
         stats = self.cache.stats()
         saved = saved_seconds(self.cache, stats)
-        points = _session(self.cache).points
+        points = self.history.points
         rows = self.cache.entries()
         kernels = len({r["kernel"] for r in rows})
         self.header.value = (
@@ -980,7 +945,7 @@ class Inspector(W.VBox):
         stage, token = self._selected
         found = self.cache.evict(stage, token)
         self._selected = None
-        _refresh_inspectors(self.cache)
+        self._refresh_all()
         self._set_status(f"evicted {stage} entry {short_token(token)}" if found
                          else f"{stage} entry {short_token(token)} was already gone")
         return found
@@ -999,11 +964,11 @@ class Inspector(W.VBox):
         except Exception as exc:
             self._set_status(f"recompile failed: {type(exc).__name__}: {exc}", error=True)
             return None
-        _session(self.cache).record("recompile", self.cache.stats())
+        self.history.record("recompile", self.cache.lookups())
         layer = result.layers.get(stage)
         if layer is not None:
             self._selected = (stage, layer.token)
-        _refresh_inspectors(self.cache)
+        self._refresh_all()
         self._set_status(f"recompiled {_short_kernel(result.kernel)} {result.signature_text} "
                          f"[{result.config.summary()}] in {format_seconds(result.seconds)}")
         return result
@@ -1013,8 +978,15 @@ class Inspector(W.VBox):
         stage = None if stage in (None, "", _EVERY_LAYER) else stage
         before = sum(1 for r in self.cache.entries(stage=stage))
         self.cache.clear(stage)
-        _refresh_inspectors(self.cache)
+        self._refresh_all()
         self._set_status(f"cleared {stage or 'every layer'}: {before} entr{'y' if before == 1 else 'ies'} dropped")
+
+    def _refresh_all(self) -> None:
+        """Refresh this inspector and every other open one of the same cache."""
+        self.refresh()
+        for widget in (self._siblings() if self._siblings is not None else ()):
+            if widget is not self and widget.cache is self.cache:
+                widget.refresh()
 
     def _set_status(self, text: str, error: bool = False) -> None:
         cls = "gpucache-status-error" if error else "gpucache-status-ok"
@@ -1022,7 +994,7 @@ class Inspector(W.VBox):
 
     # -- display -----------------------------------------------------------------
     def snapshot(self) -> CacheSnapshot:
-        return CacheSnapshot(self.cache)
+        return CacheSnapshot(self.cache, self.history)
 
     def __repr__(self) -> str:
         return self.snapshot().text()
@@ -1034,98 +1006,19 @@ class Inspector(W.VBox):
         bundle["text/html"] = snapshot.html()
         return bundle
 
-    def close(self):
-        _live.discard(self)
-        super().close()
-
-
-# ---------------------------------------------------------------------------
-# One live inspector per cache, refreshed after every cell
-
-_live: "weakref.WeakSet[Inspector]" = weakref.WeakSet()
-
-
-def _is_open(widget) -> bool:
-    return getattr(widget, "comm", None) is not None
-
-
-def _refresh_inspectors(cache=None) -> None:
-    for widget in list(_live):
-        if not _is_open(widget):
-            _live.discard(widget)
-        elif cache is None or widget.cache is cache:
-            widget.refresh()
 
 
 def inspector(cache=None) -> Inspector:
     """The live inspector widget of `cache` (default: the magic's cache).
 
-    The same widget is returned for the same cache while it is open, so every
-    place it is displayed shows one model and updates together.
+    In an IPython session with the extension loaded, the session's (see
+    `gpucache_ext.session.Session.inspector`): the same widget for the same
+    cache while it is open, refreshed after every cell.  Elsewhere a new
+    widget, refreshed by its `refresh` method.
     """
-    if cache is None:
-        from . import default_cache
+    from . import _session, default_cache
 
-        cache = default_cache()
-    for widget in list(_live):
-        if widget.cache is cache and _is_open(widget):
-            widget.refresh()
-            return widget
-    if cache not in _sessions:  # activity before the inspector existed: one "earlier" column
-        _session(cache).record("earlier", cache.stats())
-    widget = Inspector(cache)
-    _live.add(widget)
-    try:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-    except Exception:  # pragma: no cover - IPython is a dependency
-        shell = None
-    if shell is not None:
-        install(shell)
-    return widget
-
-
-def after_cell(result=None) -> None:
-    """The post_run_cell hook: record the cell's hits and misses, then refresh the inspectors."""
-    try:
-        import gpucache_ext
-
-        caches = [w.cache for w in list(_live) if _is_open(w)]
-        default = getattr(gpucache_ext, "_default_cache", None)
-        if default is not None:
-            caches.append(default)
-        count = getattr(result, "execution_count", None)
-        label = f"[{count}]" if count else None
-        seen = set()
-        for cache in caches:
-            if id(cache) in seen:
-                continue
-            seen.add(id(cache))
-            _session(cache).record(label, cache.stats())
-        _refresh_inspectors()
-    except Exception as exc:  # never fail the user's cell
-        global _warned
-        if not _warned:
-            _warned = True
-            import warnings
-
-            warnings.warn(f"gpucache_ext inspector: could not update after the cell: {exc!r}", stacklevel=2)
-
-
-_warned = False
-
-
-def install(shell) -> None:
-    """Register the post-cell refresh on `shell` (once)."""
-    callbacks = shell.events.callbacks.get("post_run_cell", [])
-    if after_cell not in callbacks:
-        shell.events.register("post_run_cell", after_cell)
-
-
-def uninstall(shell) -> None:
-    """Remove the post-cell refresh from `shell`."""
-    try:
-        shell.events.unregister("post_run_cell", after_cell)
-    except ValueError:
-        pass
+    session = _session()
+    if session is not None:
+        return session.inspector(cache)
+    return Inspector(default_cache() if cache is None else cache)

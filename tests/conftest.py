@@ -40,8 +40,6 @@ def pytest_collection_modifyitems(config, items):
 def ip():
     """An in-process IPython shell with gpucache_ext loaded, a fresh namespace
     and a fresh (memory-only) default cache; cleaned up afterwards."""
-    import sys
-
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.testing.globalipapp import start_ipython
 
@@ -53,9 +51,6 @@ def ip():
     shell.reset(new_session=False)
     gpucache_ext._default_cache = None
     yield shell
-    widgets = sys.modules.get("gpucache_ext.widgets")
-    for widget in list(getattr(widgets, "_live", ())):
-        widget.close()
     shell.reset(new_session=False)
     shell.run_line_magic("unload_ext", "gpucache_ext")
     gpucache_ext._default_cache = None

@@ -473,3 +473,11 @@ def test_a_miss_after_a_restart_is_explained_against_the_entries_on_disk(tmp_pat
     assert "first compile" not in " ".join(r for layer in result.layers.values() for r in layer.reasons)
     assert result.layers["typing"].reasons == ("first typing of copy in this process "
                                                "(typed IR is not kept on disk)",)
+
+
+def test_from_environment_turns_a_tier_off_with_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCACHE_REDIS_URL", "redis://127.0.0.1:1/0")  # never contacted here
+    monkeypatch.setenv("GPUCACHE_DIR", str(tmp_path))
+    assert [t.name for t in KernelCache.from_environment().tiers] == ["disk", "shared"]
+    assert [t.name for t in KernelCache.from_environment(redis_url="off").tiers] == ["disk"]
+    assert KernelCache.from_environment(directory="off", redis_url="none").tiers == []

@@ -457,12 +457,23 @@ def test_the_magics_cache_uses_the_configured_directory(tmp_path, monkeypatch):
         shell.run_line_magic("unload_ext", "gpucache_ext")
         monkeypatch.undo()
         shell.run_line_magic("load_ext", "gpucache_ext")
+    # the session reads its settings once, when the extension loads
+    loaded = gpucache_ext.default_cache()
     monkeypatch.setenv("GPUCACHE_DIR", str(tmp_path / "from-env"))
+    assert gpucache_ext.default_cache() is loaded
+    shell.run_line_magic("unload_ext", "gpucache_ext")
+    try:
+        shell.run_line_magic("load_ext", "gpucache_ext")
+        assert gpucache_ext.default_cache().tiers[0].directory == tmp_path / "from-env"
+    finally:
+        shell.run_line_magic("unload_ext", "gpucache_ext")
+    # without a session, plain Python's default cache follows the environment too
     gpucache_ext._default_cache = None
     assert gpucache_ext.default_cache().tiers[0].directory == tmp_path / "from-env"
     monkeypatch.setenv("GPUCACHE_DIR", "off")
     gpucache_ext._default_cache = None
     assert gpucache_ext.default_cache().tiers == []
+    shell.run_line_magic("load_ext", "gpucache_ext")
 
 
 def test_help_names_the_cell_magic_and_its_defaults_as_the_code_has_them(ip, monkeypatch):
@@ -475,7 +486,9 @@ def test_help_names_the_cell_magic_and_its_defaults_as_the_code_has_them(ip, mon
     assert re.search(r"^\s*%%gpukernel \[--sm SM\]", text, re.M), text[:200]
     # --sm: the setting first, then the GPU, then 86, as resolved_default_sm does
     assert "default: GPUCACHE_SM, else the current GPU's, else 86" in " ".join(text.split())
-    monkeypatch.setenv("GPUCACHE_SM", "75")
+    monkeypatch.setenv("GPUCACHE_SM", "75")  # settings are read when the extension loads
+    ip.run_line_magic("unload_ext", "gpucache_ext")
+    ip.run_line_magic("load_ext", "gpucache_ext")
     ip.run_cell("%%gpukernel --quiet\nfrom numba import cuda\n@cuda.jit('void(float32[:])')\n"
                 "def one(r):\n    r[0] = 1.0\n").raise_error()
     assert ip.user_ns["one"].config.sm == 75

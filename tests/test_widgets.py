@@ -14,6 +14,7 @@ import gpucache_ext
 from gpucache_ext import KernelCache, widgets
 from gpucache_ext.config import STAGES
 from gpucache_ext.results import parse_resources
+from gpucache_ext.session import current
 from gpucache_ext.tiers import Tier
 
 AXPY = '''
@@ -332,8 +333,9 @@ def test_evict_recompile_and_clear_act_on_the_cache_and_update_at_once(ip):
 def test_actions_update_every_inspector_of_the_cache(ip):
     cell(ip, "--sm 80", AXPY)
     first = gpucache_ext.inspector()
-    second = widgets.Inspector(gpucache_ext.default_cache())  # another, separate widget
-    widgets._live.add(second)
+    session = current(ip)
+    second = widgets.Inspector(gpucache_ext.default_cache(), siblings=session._open_inspectors)
+    session.inspectors.add(second)  # another, separate widget of the same cache
     first.clear("cubin")
     assert summary_numbers(second)[("cubin", None, "entries")] == "0"
 
@@ -504,12 +506,24 @@ def test_sass_through_nvdisasm_when_found(ip, tmp_path, monkeypatch):
     widgets._sass_cache.clear()
 
 
-def test_unload_removes_the_post_cell_hook(ip):
-    assert widgets.after_cell in ip.events.callbacks["post_run_cell"]
+def test_unload_removes_the_session_and_everything_it_registered(ip):
+    session = current(ip)
+    cell(ip, "--sm 80", AXPY)
+    old_cache = session.cache
+    inspector = gpucache_ext.inspector()
+    assert session.inspectors and inspector.comm is not None
+    hooks = ip.events.callbacks["post_run_cell"]
+    assert hooks.count(session.post_run_cell) == 1
     ip.run_line_magic("unload_ext", "gpucache_ext")
-    assert widgets.after_cell not in ip.events.callbacks["post_run_cell"]
+    assert current(ip) is None and session.post_run_cell not in hooks
+    assert "gpukernel" not in ip.magics_manager.magics["cell"]
+    assert "gpucache" not in ip.magics_manager.magics["line"]
+    assert "GpuCacheMagics" not in ip.magics_manager.registry
+    assert inspector.comm is None  # closed with the session
     ip.run_line_magic("load_ext", "gpucache_ext")
-    assert ip.events.callbacks["post_run_cell"].count(widgets.after_cell) == 1
+    again = current(ip)
+    assert again is not session and hooks.count(again.post_run_cell) == 1
+    assert again.cache is not old_cache and gpucache_ext.default_cache() is again.cache
 
 
 def test_the_header_totals_what_every_tier_holds(ip, tmp_path):
@@ -529,3 +543,27 @@ disk_cache.compile(halve, "void(float32[:])")
     disk = sum(p.stat().st_size for p in tmp_path.glob("v1/*/*/*.entry"))
     assert memory > 0 and disk > 0
     assert f"{format_bytes(memory)} in memory, {format_bytes(disk)} on disk" in header
+
+
+def test_cells_ask_the_tiers_what_they_hold_only_for_an_open_inspector(ip, tmp_path):
+    from gpucache_ext.disk import DiskTier
+
+    class CountingDisk(DiskTier):
+        calls = 0
+
+        def stats(self, stage):
+            CountingDisk.calls += 1
+            return super().stats(stage)
+
+    current(ip).configure_cache(tiers=[CountingDisk(tmp_path)])
+    cell(ip, "--sm 80", AXPY)
+    cell(ip, "--sm 75", AXPY)
+    assert CountingDisk.calls == 0  # the per-cell history reads counters only
+    history = current(ip).history(gpucache_ext.default_cache())
+    assert [p["stages"]["cubin"] for p in history.points][-2:] == [(0, 1), (0, 1)]
+    inspector = gpucache_ext.inspector()
+    assert CountingDisk.calls > 0
+    before = CountingDisk.calls
+    cell(ip, "--sm 80", AXPY)
+    assert CountingDisk.calls > before  # the open inspector refreshed
+    assert list(chart_points(inspector).values())[-1]["cubin"] == (1, 0)

@@ -1,0 +1,207 @@
+"""One IPython session of the extension: what ``%load_ext gpucache_ext``
+sets up and ``%unload_ext gpucache_ext`` takes down.
+
+A `Session` owns everything the extension keeps for a shell: its settings
+(read once, when the extension loads), its default `KernelCache`, the cell
+counter and each cache's per-cell history of hits and misses, the inspectors
+it has shown, and its hooks, registered as its own bound methods (IPython's
+autoreload extension is the model).  No module keeps session state.
+
+The per-cell history reads only the caches' counters (`KernelCache.lookups`);
+what the tiers hold (a SCAN on a Redis tier) is read only when an open
+inspector refreshes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from .config import STAGES
+
+_HISTORY_POINTS = 500
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The extension's settings, read once when it loads: each the magic's
+    trait (``c.GpuCacheMagics.<name>``), else its ``GPUCACHE_*`` variable."""
+
+    default_sm: str = ""
+    cache_dir: str = ""
+    redis_url: str = ""
+    audit: str = ""
+    quiet: bool = False
+
+    @classmethod
+    def from_magics(cls, magics) -> "Settings":
+        return cls(default_sm=magics.default_sm, cache_dir=magics.cache_dir, redis_url=magics.redis_url,
+                   audit=magics.audit, quiet=bool(magics.quiet))
+
+    def cache_arguments(self) -> Dict[str, Any]:
+        """`KernelCache.from_environment` arguments: the settings that are set."""
+        return {key: value for key, value in (("directory", self.cache_dir), ("redis_url", self.redis_url),
+                                              ("audit", self.audit)) if value}
+
+
+class CellHistory:
+    """One cache's hits and misses per cell: a point per cell that looked anything up."""
+
+    def __init__(self, lookups: Optional[Dict[str, Tuple[int, int, int]]] = None):
+        self.points: List[Dict[str, Any]] = []
+        self.last: Dict[str, Tuple[int, int]] = {s: (v[0], v[1]) for s, v in (lookups or {}).items()}
+        self.cells = 0
+
+    def record(self, label: Optional[str], lookups: Dict[str, Tuple[int, int, int]]) -> Optional[dict]:
+        """Add a point with the hits and misses since the last one (if any changed)."""
+        self.cells += 1
+        now = {s: (int(v[0]), int(v[1])) for s, v in lookups.items() if s in STAGES}
+        delta = {s: (now[s][0] - self.last.get(s, (0, 0))[0], now[s][1] - self.last.get(s, (0, 0))[1])
+                 for s in now}
+        self.last.update(now)
+        if not any(h or m for h, m in delta.values()):
+            return None
+        point = {"label": label or f"#{self.cells}", "stages": delta, "time": time.time()}
+        self.points.append(point)
+        del self.points[:-_HISTORY_POINTS]
+        return point
+
+
+class Session:
+    """The extension's state for one IPython shell (see the module's doc)."""
+
+    def __init__(self, shell):
+        from .magic import GpuCacheMagics
+
+        self.shell = shell
+        self.magics = GpuCacheMagics(shell=shell, session=self)
+        self.settings = Settings.from_magics(self.magics)
+        self._cache = None
+        self.cell_count = 0
+        self._histories: "weakref.WeakKeyDictionary[Any, CellHistory]" = weakref.WeakKeyDictionary()
+        self.inspectors: "weakref.WeakSet" = weakref.WeakSet()
+        self.audits_reported: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+        self._overrides: Dict[str, Any] = {}
+        self._warned = False
+
+    # -- the default cache ------------------------------------------------------
+    @property
+    def cache(self):
+        """The session's `KernelCache` (made on first use from the settings)."""
+        if self._cache is None:
+            from .cache import KernelCache
+
+            self._cache = KernelCache.from_environment(**{**self.settings.cache_arguments(), **self._overrides})
+            self._histories[self._cache] = CellHistory()  # made here: all its activity is in cells
+        return self._cache
+
+    def configure_cache(self, **overrides) -> None:
+        """Build the cache again, on next use, with these `from_environment` arguments."""
+        self._overrides = dict(overrides)
+        self._cache = None
+
+    def history(self, cache) -> CellHistory:
+        """`cache`'s per-cell history (started on first use: earlier activity is one column)."""
+        history = self._histories.get(cache)
+        if history is None:
+            history = self._histories[cache] = CellHistory()
+            history.record("earlier", cache.lookups())
+        return history
+
+    # -- load and unload -----------------------------------------------------
+    def load(self) -> None:
+        from IPython.core.error import UsageError
+
+        from .audit import parse_audit
+        from .kernel import gpu_available, simulate_memory
+
+        try:
+            parse_audit(self.settings.audit)
+        except ValueError as exc:
+            raise UsageError(f"GpuCacheMagics.audit (or GPUCACHE_AUDIT): {exc}") from None
+        self.shell.register_magics(self.magics)
+        self.shell.events.register("post_run_cell", self.post_run_cell)
+        if not gpu_available():  # cells written for a GPU run on the simulator, memory API too
+            simulate_memory(True)
+
+    def unload(self) -> None:
+        from .kernel import simulate_memory
+
+        with contextlib.suppress(ValueError):
+            self.shell.events.unregister("post_run_cell", self.post_run_cell)
+        simulate_memory(False)
+        for widget in list(self.inspectors):
+            widget.close()
+        self.inspectors.clear()
+        magics = self.shell.magics_manager.magics
+        magics["cell"].pop("gpukernel", None)
+        magics["line"].pop("gpucache", None)
+        self.shell.magics_manager.registry.pop(type(self.magics).__name__, None)
+        self._cache = None
+
+    # -- hooks and inspectors ------------------------------------------------
+    def post_run_cell(self, result=None) -> None:
+        """After every cell: kernels re-check their inputs at their next launch;
+        each watched cache's history gets the cell's hits and misses; open
+        inspectors refresh."""
+        from .kernel import refresh_all
+
+        refresh_all()
+        try:
+            self.cell_count += 1
+            count = getattr(result, "execution_count", None)
+            label = f"[{count}]" if count else None
+            caches = [widget.cache for widget in self._open_inspectors()]
+            if self._cache is not None:
+                caches.append(self._cache)
+            seen = set()
+            for cache in caches:
+                if id(cache) not in seen:
+                    seen.add(id(cache))
+                    self.history(cache).record(label, cache.lookups())
+            for widget in self._open_inspectors():
+                widget.refresh()
+        except Exception as exc:  # never fail the user's cell
+            if not self._warned:
+                self._warned = True
+                import warnings
+
+                warnings.warn(f"gpucache_ext inspector: could not update after the cell: {exc!r}",
+                              stacklevel=2)
+
+    def _open_inspectors(self):
+        for widget in list(self.inspectors):
+            if getattr(widget, "comm", None) is None:
+                self.inspectors.discard(widget)
+            else:
+                yield widget
+
+    def inspector(self, cache=None):
+        """The live inspector of `cache` (default: the session's): the same
+        widget while it is open, so every place it is shown updates together."""
+        from .widgets import Inspector
+
+        cache = self.cache if cache is None else cache
+        for widget in self._open_inspectors():
+            if widget.cache is cache:
+                widget.refresh()
+                return widget
+        widget = Inspector(cache, history=self.history(cache), siblings=self._open_inspectors)
+        self.inspectors.add(widget)
+        return widget
+
+
+def current(shell=None) -> Optional[Session]:
+    """The session of `shell` (default: the running IPython's), if the extension is loaded there."""
+    if shell is None:
+        ipython = sys.modules.get("IPython")  # the core never imports IPython itself
+        get = getattr(ipython, "get_ipython", None)
+        shell = get() if get is not None else None
+    if shell is None:
+        return None
+    magics = shell.magics_manager.registry.get("GpuCacheMagics")
+    return getattr(magics, "session", None)
