@@ -1,44 +1,19 @@
 """A tour of gpucache_ext's staged cache, on any machine (no GPU needed).
 
-Compiles a tiled matmul calling a device function, then changes one thing at
-a time and shows which stages recompiled and why.
+Compiles the sample tiled matmul (gpucache_ext/samples.py), then changes one
+thing at a time and shows which stages recompiled and why.
 
     python examples/demo.py
 """
 
 import time
 
-from numba import cuda, float32
+from gpucache_ext import CompileConfig, KernelCache, samples
 
-from gpucache_ext import CompileConfig, KernelCache
-
-TILE = 16
-
-
-@cuda.jit(device=True)
-def fma_tile(acc, a, b):
-    for k in range(TILE):
-        acc += a[cuda.threadIdx.y, k] * b[k, cuda.threadIdx.x]
-    return acc
-
-
-def matmul(c, a, b):
-    sa = cuda.shared.array((TILE, TILE), float32)
-    sb = cuda.shared.array((TILE, TILE), float32)
-    x, y = cuda.grid(2)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    acc = float32(0.0)
-    for tile in range((a.shape[1] + TILE - 1) // TILE):
-        sa[ty, tx] = a[y, tile * TILE + tx] if y < a.shape[0] and tile * TILE + tx < a.shape[1] else 0
-        sb[ty, tx] = b[tile * TILE + ty, x] if x < b.shape[1] and tile * TILE + ty < b.shape[0] else 0
-        cuda.syncthreads()
-        acc = fma_tile(acc, sa, sb)
-        cuda.syncthreads()
-    if y < c.shape[0] and x < c.shape[1]:
-        c[y, x] = acc
-
-
-SIG = "void(float32[:,:], float32[:,:], float32[:,:])"
+# The sample tiled matmul (gpucache_ext/samples.py); its globals live in `kernel`.
+kernel = samples.load(samples.MATMUL, module="demo")
+matmul = kernel["matmul"]
+SIG = samples.MATMUL_SIG
 
 
 def show(title, cache, config):
@@ -59,10 +34,9 @@ def main():
     show("opt 0: only PTX and cubin", cache, base.replace(opt=0))
     show("max registers 32: only the link", cache, base.replace(max_registers=32))
     result = show("fastmath: lowering again on cached typed IR", cache, base.replace(fastmath=True))
-    global TILE
-    TILE = 8
+    kernel["TPB"] = 8
     show("a global the kernel reads changed", cache, base)
-    TILE = 16
+    kernel["TPB"] = 16
     show("...and changed back: all hits", cache, base)
     print("\nper-stage counters:")
     for stage, numbers in cache.stats().items():
