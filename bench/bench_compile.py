@@ -52,50 +52,22 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, ROOT)
 
-from numba import cuda, float32  # noqa: E402
+from numba import cuda  # noqa: E402
 from cuda.core import Linker, LinkerOptions, ObjectCode  # noqa: E402
 
-from gpucache_ext import STAGES, CompileConfig, KernelCache  # noqa: E402
+from gpucache_ext import STAGES, CompileConfig, KernelCache, samples  # noqa: E402
 
-SIG = "void(float32[:,:], float32[:,:], float32[:,:])"
+SIG = samples.MATMUL_SIG
 
-# A 16x16 tiled matmul, C = A @ B.  Kept as text: every run execs it into a
-# fresh namespace, so each run gets a new function object and nothing is
-# memoised on it (numba keeps per-function state; so could a cache).
-KERNEL_SOURCE = '''
-def matmul_tiled(A, B, C):
-    sA = cuda.shared.array(shape=(16, 16), dtype=float32)
-    sB = cuda.shared.array(shape=(16, 16), dtype=float32)
-
-    x, y = cuda.grid(2)
-    tx = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    bpg = cuda.gridDim.x
-
-    acc = float32(0.0)
-    for i in range(bpg):
-        sA[ty, tx] = 0
-        sB[ty, tx] = 0
-        if y < A.shape[0] and (tx + i * 16) < A.shape[1]:
-            sA[ty, tx] = A[y, tx + i * 16]
-        if x < B.shape[1] and (ty + i * 16) < B.shape[0]:
-            sB[ty, tx] = B[ty + i * 16, x]
-        cuda.syncthreads()
-        for j in range(16):
-            acc += sA[ty, j] * sB[j, tx]
-        cuda.syncthreads()
-    if y < C.shape[0] and x < C.shape[1]:
-        C[y, x] = acc
-'''
-
-_KERNEL_CODE = compile(KERNEL_SOURCE, "<bench_compile matmul_tiled>", "exec")
+# The 16x16 tiled matmul of gpucache_ext/samples.py, C = A @ B.  Kept as text:
+# every run execs it into a fresh namespace, so each run gets a new function
+# object and nothing is memoised on it (numba keeps per-function state; so
+# could a cache).
 
 
 def fresh_kernel():
     """A new function object for the kernel, in a new globals dict."""
-    namespace = {"cuda": cuda, "float32": float32, "__name__": "bench_kernels"}
-    exec(_KERNEL_CODE, namespace)
-    return namespace["matmul_tiled"]
+    return samples.load(samples.MATMUL, module="bench_kernels")["matmul"].py_func
 
 
 BASE = CompileConfig(sm=86, opt=3, fastmath=False, max_registers=None)

@@ -25,28 +25,12 @@ sys.path.insert(0, str(ROOT))
 
 CHILD = """
 import sys, time
-from numba import cuda, float32
-from gpucache_ext import CompileConfig, KernelCache
-TPB = 16
-def matmul(A, B, C):
-    sA = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
-    sB = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
-    x, y = cuda.grid(2)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    acc = float32(0.0)
-    for i in range((A.shape[1] + TPB - 1) // TPB):
-        sA[ty, tx] = A[y, tx + i * TPB] if y < A.shape[0] and tx + i * TPB < A.shape[1] else 0
-        sB[ty, tx] = B[ty + i * TPB, x] if x < B.shape[1] and ty + i * TPB < B.shape[0] else 0
-        cuda.syncthreads()
-        for j in range(TPB):
-            acc += sA[ty, j] * sB[j, tx]
-        cuda.syncthreads()
-    if y < C.shape[0] and x < C.shape[1]:
-        C[y, x] = acc
+from gpucache_ext import CompileConfig, KernelCache, samples
+matmul = samples.load(samples.MATMUL)["matmul"]
 config = CompileConfig(sm=86)
 cache = KernelCache(directory=sys.argv[1])
 start = time.perf_counter()
-result = cache.compile(matmul, "void(float32[:,:], float32[:,:], float32[:,:])", config)
+result = cache.compile(matmul, samples.MATMUL_SIG, config)
 elapsed = time.perf_counter() - start
 print(elapsed, "".join("h" if result.layers[s].hit else "m" for s in ("typing", "llvm", "ptx", "cubin")))
 """

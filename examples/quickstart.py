@@ -3,7 +3,9 @@
     python examples/quickstart.py [--save executed.ipynb]
 
 The notebook is the tour of gpucache_ext: compile, re-run for hits, switch the
-target, inspect PTX and resources, launch.
+target, inspect PTX and resources, launch.  It gives the magic a cache of its
+own (a new, empty folder, deleted when the kernel stops), so every run shows
+the same story, whatever your user cache folder holds.
 """
 
 import argparse

@@ -21,47 +21,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda
 
-from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError
+from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError, samples
 from gpucache_ext.kernel import device_cc, gpu_available
 
-TPB = 16
-
-
-@cuda.jit(device=True)
-def fused(a, x, y):
-    return a * x + y
-
-
-def axpy(r, a, x, y):
-    i = cuda.grid(1)
-    if i < r.size:
-        r[i] = fused(a, x[i], y[i])
-
-
-def matmul(A, B, C):
-    sA = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
-    sB = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
-    x, y = cuda.grid(2)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    acc = float32(0.0)
-    for i in range((A.shape[1] + TPB - 1) // TPB):
-        sA[ty, tx] = A[y, tx + i * TPB] if y < A.shape[0] and tx + i * TPB < A.shape[1] else 0
-        sB[ty, tx] = B[ty + i * TPB, x] if x < B.shape[1] and ty + i * TPB < B.shape[0] else 0
-        cuda.syncthreads()
-        for j in range(TPB):
-            acc += sA[ty, j] * sB[j, tx]
-        cuda.syncthreads()
-    if y < C.shape[0] and x < C.shape[1]:
-        C[y, x] = acc
-
-
-def total(acc, x):
-    i = cuda.grid(1)
-    if i < x.size:
-        cuda.atomic.add(acc, 0, x[i])
-
+# The sample kernels (gpucache_ext/samples.py), as plain numba-cuda dispatchers.
+axpy = samples.load(samples.AXPY)["axpy"]
+_matmul = samples.load(samples.MATMUL)
+matmul, TPB = _matmul["matmul"], _matmul["TPB"]
+total = samples.load(samples.TOTAL)["total"]
 
 AXPY_SIG = "void(float32[::1], float32, float32[::1], float32[::1])"
 

@@ -7,7 +7,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import gpucache_ext
-from gpucache_ext import Kernel
+from gpucache_ext import Kernel, samples
 
 AXPY = '''
 from numba import cuda
@@ -328,37 +328,9 @@ def test_configuration_from_environment(ip, monkeypatch):
 
 # -- simulator launches against numpy -------------------------------------------
 
-MATMUL = '''
-from numba import cuda, float32
-import numpy as np
-TPB = 4
-
-@cuda.jit("void(float32[:, :], float32[:, :], float32[:, :])")
-def matmul(A, B, C):
-    sA = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
-    sB = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
-    x, y = cuda.grid(2)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    acc = float32(0.0)
-    for i in range((A.shape[1] + TPB - 1) // TPB):
-        sA[ty, tx] = A[y, tx + i * TPB] if y < A.shape[0] and tx + i * TPB < A.shape[1] else 0
-        sB[ty, tx] = B[ty + i * TPB, x] if x < B.shape[1] and ty + i * TPB < B.shape[0] else 0
-        cuda.syncthreads()
-        for j in range(TPB):
-            acc += sA[ty, j] * sB[j, tx]
-        cuda.syncthreads()
-    if y < C.shape[0] and x < C.shape[1]:
-        C[y, x] = acc
-'''
-
-REDUCE = '''
-from numba import cuda
-@cuda.jit("void(float64[:], float64[:])")
-def total(acc, x):
-    i = cuda.grid(1)
-    if i < x.size:
-        cuda.atomic.add(acc, 0, x[i])
-'''
+# The shared sample, with 4x4 tiles so that a small launch covers several tiles.
+MATMUL = samples.MATMUL.replace("TPB = 16\n", "TPB = 4\n")
+assert MATMUL != samples.MATMUL
 
 
 def test_simulated_axpy_matches_numpy(ip):
@@ -371,7 +343,7 @@ def test_simulated_axpy_matches_numpy(ip):
 
 
 def test_simulated_tiled_matmul_matches_numpy(ip):
-    cell(ip, "--sm 86 --simulate --quiet", MATMUL)
+    cell(ip, f"--sm 86 --simulate --quiet --sig '{samples.MATMUL_SIG}'", MATMUL)
     rng = np.random.default_rng(1)
     a, b = rng.random((6, 5), dtype=np.float32), rng.random((5, 7), dtype=np.float32)
     c = np.zeros((6, 7), np.float32)
@@ -381,7 +353,7 @@ def test_simulated_tiled_matmul_matches_numpy(ip):
 
 
 def test_simulated_atomic_reduction_matches_numpy(ip):
-    cell(ip, "--sm 61 --simulate --quiet", REDUCE)
+    cell(ip, f"--sm 61 --simulate --quiet --sig '{samples.TOTAL_SIG}'", samples.TOTAL)
     x = np.arange(50, dtype=np.float64)
     acc = np.zeros(1)
     ip.user_ns["total"][2, 32](acc, x)

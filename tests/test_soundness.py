@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from gpucache_ext import CompileConfig, KernelCache
+from gpucache_ext import CompileConfig, KernelCache, samples
 
 pytestmark = pytest.mark.slow  # the differential grid compiles every config fresh
 
@@ -53,37 +53,9 @@ def tanh_kernel(out, x):
         out[i] = math.tanh(x[i])
 
 
-@cuda.jit
-def atomic_f64(acc, x):
-    i = cuda.grid(1)
-    if i < x.size:
-        cuda.atomic.add(acc, 0, x[i])
-
-
-TPB = 16
-
-
-@cuda.jit
-def matmul_tiled(A, B, C):
-    sA = cuda.shared.array(shape=(TPB, TPB), dtype=np.float32)
-    sB = cuda.shared.array(shape=(TPB, TPB), dtype=np.float32)
-    x, y = cuda.grid(2)
-    tx = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    tmp = np.float32(0.0)
-    for i in range(cuda.gridDim.x):
-        sA[ty, tx] = 0
-        sB[ty, tx] = 0
-        if y < A.shape[0] and (tx + i * TPB) < A.shape[1]:
-            sA[ty, tx] = A[y, tx + i * TPB]
-        if x < B.shape[1] and (ty + i * TPB) < B.shape[0]:
-            sB[ty, tx] = B[ty + i * TPB, x]
-        cuda.syncthreads()
-        for j in range(TPB):
-            tmp += sA[ty, j] * sB[j, tx]
-        cuda.syncthreads()
-    if y < C.shape[0] and x < C.shape[1]:
-        C[y, x] = tmp
+# Two of the shared samples (gpucache_ext/samples.py); their globals are their own.
+atomic_f64 = samples.load(samples.TOTAL)["total"]
+matmul_tiled = samples.load(samples.MATMUL)["matmul"]
 
 
 SCALE = 1.5
@@ -101,8 +73,8 @@ def poly_globals(out, x):
 KERNELS = {
     "axpy": (axpy, "void(float32[:], float32[:], float32[:])"),
     "tanh": (tanh_kernel, "void(float32[:], float32[:])"),
-    "atomic_f64": (atomic_f64, "void(float64[:], float64[:])"),
-    "matmul": (matmul_tiled, "void(float32[:,:], float32[:,:], float32[:,:])"),
+    "atomic_f64": (atomic_f64, samples.TOTAL_SIG),
+    "matmul": (matmul_tiled, samples.MATMUL_SIG),
     "globals": (poly_globals, "void(float32[:], float32[:])"),
 }
 
