@@ -237,9 +237,9 @@ class GpuCacheMagics(Magics):
         if words[0] == "stats":
             if len(words) > 1:
                 raise UsageError("%gpucache stats takes no arguments")
-            from .widgets import StatsView
+            from .widgets import stats_view
 
-            return StatsView(cache)
+            return stats_view(cache)
         command, rest = words[0], words[1:]
         if command == "clear":
             if len(rest) > 1 or (rest and rest[0] not in STAGES):

@@ -1,25 +1,10 @@
-"""The cache inspector: a live ipywidgets view of a `KernelCache`.
+"""Renderers: the inspector's state as HTML, SVG and text.
 
-``gpucache_ext.inspector(cache=None)`` (what ``%gpucache`` shows) returns one
-widget per cache.  It shows
-
-* per layer (typing, llvm, ptx, cubin) hits, misses, hit rate, entries, bytes,
-  evictions, compile time spent and saved, and the same per tier;
-* a small chart of hits and misses per layer over the session's cells;
-* the cached entries (kernel, signature, config, layer, token, tier, size,
-  age, why it was built), filtered by kernel and layer;
-* the selected entry: its config and which stages read each field, its token
-  components, its artifacts (typed IR, NVVM IR, PTX, SASS where nvdisasm is
-  found, the link log), its resources, and why it was built, side by side with
-  the nearest other entry of the same kernel and layer;
-* actions: clear a layer, evict the entry, recompile it.
-
-The widget refreshes after every cell (an IPython ``post_run_cell`` hook,
-installed by ``%load_ext gpucache_ext`` or by the first ``inspector()``) and
-after each action; every place it is displayed shows the same model, so all
-of them update.  Displayed where widgets cannot render (a terminal IPython, an
-exported notebook, a frontend without the widget manager) it falls back to
-plain text and static HTML (`_repr_mimebundle_`), as `CacheSnapshot` does.
+Pure functions of what they are given (stats, per-cell points, entries, one
+entry's detail): they read no cache, run no tool and hold no state, so the
+live widget (`gpucache_ext.widgets.inspector`), its static fallback
+(`CacheSnapshot`) and ``%gpucache stats`` (`StatsView`) show the same
+numbers in the same units.
 
 Styling uses JupyterLab's CSS variables (with fallbacks), so the views follow
 the light and dark themes; there are no scripts anywhere in the output.
@@ -27,25 +12,16 @@ the light and dark themes; there are no scripts anywhere in the output.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import html
 import io
-import re
-import time
-from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-import ipywidgets as W
-
-from .config import FIELD_STAGES, STAGES, CompileConfig
-from .report import format_age, format_bytes, format_seconds
-from .results import SassUnavailable, disassemble, parse_resources, short_signature
-from .tokens import short_token
-from .queries import built_from, nearest_entry
-from .session import CellHistory
-
-__all__ = ["inspector", "Inspector", "CacheSnapshot", "StatsView"]
+from ..config import FIELD_STAGES, STAGES, CompileConfig
+from ..report import format_age, format_bytes, format_seconds
+from ..results import parse_resources, short_signature
+from ..tokens import short_token
 
 # ---------------------------------------------------------------------------
 # Styles (JupyterLab variables with fallbacks for other frontends)
@@ -163,9 +139,8 @@ def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(1, width - 1)] + "\u2026"
 
 
-def saved_seconds(cache, stats: Optional[Dict[str, Any]] = None) -> Dict[str, Dict[str, float]]:
+def saved_seconds(stats) -> Dict[str, Dict[str, float]]:
     """Compile time saved by hits, per stage and tier: ``{stage: {"total": s, tier: s}}``."""
-    stats = cache.stats() if stats is None else stats
     result = {}
     for stage in STAGES:
         values = stats.get(stage, {})
@@ -174,25 +149,6 @@ def saved_seconds(cache, stats: Optional[Dict[str, Any]] = None) -> Dict[str, Di
     return result
 
 
-# ---------------------------------------------------------------------------
-# Reading the cache
-
-
-def _config_fields(summary: str) -> Dict[str, Any]:
-    """The full config of an entry, from its summary (``sm_86 max_registers=32``)."""
-    values = {f.name: f.default for f in dataclasses.fields(CompileConfig)}
-    text = (summary or "").strip()
-    match = re.match(r"sm_(\d+)", text)
-    if match:
-        values["sm"] = int(match.group(1))
-    for name, raw in re.findall(r"(\w+)=(.*?)(?=\s+\w+=|$)", text):
-        if name in values:
-            try:
-                values[name] = ast.literal_eval(raw.strip())
-            except (ValueError, SyntaxError):
-                values[name] = raw.strip()
-    return values
-
 
 def _effective(values: Dict[str, Any]) -> Dict[str, Any]:
     try:
@@ -200,22 +156,6 @@ def _effective(values: Dict[str, Any]) -> Dict[str, Any]:
     except Exception:
         return dict(values)
 
-
-_sass_cache: "OrderedDict[str, Tuple[Optional[str], Optional[str]]]" = OrderedDict()
-
-
-def sass_of(token: str, cubin: bytes) -> Tuple[Optional[str], Optional[str]]:
-    """(SASS text, None) via nvdisasm, or (None, a one-line note why not)."""
-    if token in _sass_cache:
-        return _sass_cache[token]
-    try:
-        found = (disassemble(cubin), None)
-    except SassUnavailable as exc:  # a missing or broken nvdisasm must not break the view
-        found = (None, f"SASS: {exc}")
-    _sass_cache[token] = found
-    while len(_sass_cache) > 32:
-        _sass_cache.popitem(last=False)
-    return found
 
 
 # ---------------------------------------------------------------------------
@@ -335,9 +275,9 @@ class StatsView:
     """`%gpucache stats`: the inspector's per-layer and per-tier summary, with
     its units (KiB, ms) and labels, as text and as HTML."""
 
-    def __init__(self, cache):
-        self.stats = cache.stats()
-        self.saved = saved_seconds(cache, self.stats)
+    def __init__(self, stats):
+        self.stats = stats
+        self.saved = saved_seconds(stats)
 
     def __repr__(self) -> str:
         return summary_text(self.stats, self.saved)
@@ -546,7 +486,8 @@ def _typed_ir_text(artifact) -> str:
     return "\n".join(lines)
 
 
-def artifacts_html(stage: str, entry) -> str:
+def artifacts_html(stage: str, entry, sass: Optional[str] = None, sass_note: Optional[str] = None) -> str:
+    """The entry's artifacts; for a cubin, `sass` (its SASS) or `sass_note` (why there is none)."""
     artifact = entry.artifact
     if artifact is None:
         return '<p class="gpucache-muted">The artifact is not loaded (it lives in a persistent tier).</p>'
@@ -565,11 +506,10 @@ def artifacts_html(stage: str, entry) -> str:
                          'optimisation is in the cubin entries built from it)</p>')
     elif stage == "cubin":
         cubin = getattr(artifact, "cubin", b"") or b""
-        sass, note = sass_of(entry.token, cubin)
         if sass is not None:
             parts.append(_pre(sass, "SASS (nvdisasm)"))
         else:
-            parts.append(f'<p class="gpucache-muted gpucache-sass-note">{_esc(note)}</p>')
+            parts.append(f'<p class="gpucache-muted gpucache-sass-note">{_esc(sass_note or "")}</p>')
         if getattr(artifact, "linked_ptx", None):
             parts.append(_pre(artifact.linked_ptx, "PTX after link-time optimisation"))
         parts.append(_pre(getattr(artifact, "info_log", ""), "link log (nvJitLink)"))
@@ -578,7 +518,7 @@ def artifacts_html(stage: str, entry) -> str:
     return "".join(parts)
 
 
-def _resources_html(cache, stage: str, entry) -> str:
+def _resources_html(stage: str, entry, downstream) -> str:
     if stage == "cubin" and entry.artifact is not None:
         res = parse_resources(getattr(entry.artifact, "info_log", "") or "")
         rows = [("registers", res["registers"], ""), ("barriers", res["barriers"], ""),
@@ -594,7 +534,6 @@ def _resources_html(cache, stage: str, entry) -> str:
                        f'{_esc(value)}</td></tr>' for name, value, cls in rows)
         return (f'<table class="gpucache-table gpucache-resources"><caption>Per thread and block, '
                 f'from the linker\'s log</caption><tbody>{body}</tbody></table>')
-    downstream = built_from(cache, stage, entry.token, entry.kernel)
     if not downstream:
         return ('<p class="gpucache-muted">Resources (registers, spills, shared memory) are measured '
                 'when linking a cubin; no cubin built from this entry is cached.</p>')
@@ -608,7 +547,10 @@ def _resources_html(cache, stage: str, entry) -> str:
 
 
 def _config_html(stage: str, summary: str, fields: Optional[Dict[str, Any]] = None) -> str:
-    values = dict(fields) if fields else _config_fields(summary)
+    if not fields:  # written before entries recorded every field
+        return (f'<p class="gpucache-text">{_esc(summary) or "(not recorded)"}</p><p class="gpucache-muted">'
+                "This entry records its config's summary only.</p>")
+    values = dict(fields)
     effective = _effective(values)
     rows = []
     for field in dataclasses.fields(CompileConfig):
@@ -646,11 +588,10 @@ def _components_html(components) -> str:
             f'<tbody>{rows}</tbody></table>')
 
 
-def _why_html(cache, stage: str, entry) -> str:
+def _why_html(stage: str, entry, nearest, names) -> str:
     reasons = tuple(entry.reasons or ())
     items = "".join(f"<li>{_esc(r)}</li>" for r in reasons) or "<li>(not recorded)</li>"
     parts = [f'<ul class="gpucache-reasons">{items}</ul>']
-    nearest, names = nearest_entry(cache, stage, entry.token)
     if nearest is None:
         parts.append('<p class="gpucache-muted">No other entry of this kernel is cached at this '
                      'layer to compare with.</p>')
@@ -676,15 +617,27 @@ def _why_html(cache, stage: str, entry) -> str:
     return "".join(parts)
 
 
-def entry_html(cache, stage: str, token: str, now: Optional[float] = None) -> str:
-    """Everything about one entry, as HTML."""
-    now = time.time() if now is None else now
-    entry = cache.entry(stage, token)
-    if entry is None:
+@dataclass(frozen=True)
+class EntryDetail:
+    """What the entry view shows of one entry, read from the cache by the inspector."""
+
+    stage: str
+    entry: Any  # gpucache_ext.tiers.Entry
+    tiers: Tuple[str, ...]  # where it is
+    nearest: Any = None  # the nearest other entry of the kernel at this stage (Entry), if any
+    differing: Tuple[str, ...] = ()  # the components they differ in
+    downstream: Tuple[Any, ...] = ()  # (EntryInfo, resources) of the cubins built from it
+    sass: Optional[str] = None  # a cubin's SASS
+    sass_note: Optional[str] = None  # why there is no SASS
+
+
+def entry_html(detail: Optional[EntryDetail], now: float) -> str:
+    """Everything about one entry, as HTML (None: the entry is gone)."""
+    if detail is None:
         return '<p class="gpucache-muted">That entry is no longer cached.</p>'
-    rows = {(r["stage"], r["token"]): r for r in cache.entries(stage=stage, kernel=entry.kernel)}
-    row = rows.get((stage, token), {})
-    tiers = ", ".join(row.get("tiers", ())) or "-"
+    stage, entry = detail.stage, detail.entry
+    token = entry.token
+    tiers = ", ".join(detail.tiers) or "-"
     meta = (f'{_esc(stage)} entry <span class="gpucache-code">{_esc(short_token(token))}</span> in '
             f'{_esc(tiers)}, {_esc(format_bytes(entry.nbytes))}, built {_esc(format_age(now - entry.created))} ago '
             f'in {_esc(format_seconds(entry.seconds))}')
@@ -694,11 +647,13 @@ def entry_html(cache, stage: str, token: str, now: Optional[float] = None) -> st
         f'{_esc(entry.signature)}</span> [{_esc(entry.config)}]</h4>',
         f'<p class="gpucache-muted">{meta}</p>',
         '<div class="gpucache-entry-grid">',
-        "<section><h4>Why it was built</h4>", _why_html(cache, stage, entry), "</section>",
+        "<section><h4>Why it was built</h4>", _why_html(stage, entry, detail.nearest, detail.differing),
+        "</section>",
         "<section><h4>Config</h4>", _config_html(stage, entry.config, entry.config_fields), "</section>",
         "<section><h4>Token components</h4>", _components_html(entry.components), "</section>",
-        "<section><h4>Resources</h4>", _resources_html(cache, stage, entry), "</section>",
-        '<section class="gpucache-wide"><h4>Artifacts</h4>', artifacts_html(stage, entry), "</section>",
+        "<section><h4>Resources</h4>", _resources_html(stage, entry, detail.downstream), "</section>",
+        '<section class="gpucache-wide"><h4>Artifacts</h4>',
+        artifacts_html(stage, entry, detail.sass, detail.sass_note), "</section>",
         "</div></div>",
     ])
 
@@ -710,13 +665,12 @@ def entry_html(cache, stage: str, token: str, now: Optional[float] = None) -> st
 class CacheSnapshot:
     """The inspector's numbers at one moment, as plain text and static HTML."""
 
-    def __init__(self, cache, history=None):
-        self.cache = cache
-        self.stats = cache.stats()
-        self.saved = saved_seconds(cache, self.stats)
-        self.points = list(history.points) if history is not None else []
-        self.entries = cache.entries()
-        self.time = time.time()
+    def __init__(self, stats, points, entries, now: float):
+        self.stats = stats
+        self.saved = saved_seconds(stats)
+        self.points = list(points)
+        self.entries = list(entries)
+        self.time = now
 
     def text(self) -> str:
         return "\n".join([
@@ -754,271 +708,3 @@ class CacheSnapshot:
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
         return {"text/plain": self.text(), "text/html": self.html()}
-
-
-# ---------------------------------------------------------------------------
-# The widget
-
-
-_ALL = "\u2014 all \u2014"
-_EVERY_LAYER = "all"  # the clear-layer choice for every layer
-
-
-class Inspector(W.VBox):
-    """A live view of a `KernelCache`: per-layer numbers, a chart, the entries,
-    one entry in detail, and actions.  Use `inspector(cache)` to get the shared one."""
-
-    def __init__(self, cache, history: Optional[CellHistory] = None, siblings=None, **kwargs):
-        super().__init__(**kwargs)
-        self.cache = cache
-        # the per-cell chart's data (a session's, else this widget's own from now on)
-        self.history = history if history is not None else CellHistory(cache.lookups())
-        self._siblings = siblings  # () -> the open inspectors to refresh after an action
-        self._selected: Optional[Tuple[str, str]] = None
-        self._updating = False
-        self._rows: List[Dict[str, Any]] = []
-
-        self.header = W.HTML()
-        self.summary = W.HTML()
-        self.chart = W.HTML()
-        self.kernel_filter = W.Dropdown(description="kernel", options=[(_ALL, "")], value="",
-                                        tooltip="Show the entries of one kernel",
-                                        layout=W.Layout(width="auto"))
-        self.layer_filter = W.Dropdown(description="layer", options=[(_ALL, "")] + [(s, s) for s in STAGES],
-                                       value="", tooltip="Show the entries of one layer",
-                                       layout=W.Layout(width="auto"))
-        self.count = W.HTML()
-        self.entries_head = W.HTML()
-        self.entries_list = W.Select(options=[], rows=8, layout=W.Layout(width="100%"),
-                                     description="", tooltip="Cached entries; select one to see it below")
-        self.evict_button = W.Button(description="Evict entry", icon="trash", button_style="warning",
-                                     tooltip="Remove the selected entry from every tier", disabled=True)
-        self.recompile_button = W.Button(description="Recompile entry", icon="refresh",
-                                         tooltip="Compile the selected entry's kernel again from scratch "
-                                                 "(same signature and config)", disabled=True)
-        self.clear_layer = W.Dropdown(description="clear",
-                                      options=[(s, s) for s in STAGES] + [("all layers", _EVERY_LAYER)],
-                                      value="cubin", tooltip="The layer to clear",
-                                      layout=W.Layout(width="auto"))
-        self.clear_button = W.Button(description="Clear layer", icon="eraser", button_style="danger",
-                                     tooltip="Drop every entry of the chosen layer, in every tier")
-        self.status = W.HTML()
-        self.entry_view = W.HTML()
-
-        for widget, cls in ((self.header, "gpucache-header"), (self.summary, "gpucache-summary"),
-                            (self.chart, "gpucache-chart-box"), (self.count, "gpucache-count"),
-                            (self.entries_head, "gpucache-entries-head-box"),
-                            (self.entries_list, "gpucache-entries"), (self.status, "gpucache-status"),
-                            (self.entry_view, "gpucache-entry-view"),
-                            (self.evict_button, "gpucache-evict"),
-                            (self.recompile_button, "gpucache-recompile"),
-                            (self.clear_button, "gpucache-clear"), (self.kernel_filter, "gpucache-kernel-filter"),
-                            (self.layer_filter, "gpucache-layer-filter"),
-                            (self.clear_layer, "gpucache-clear-layer")):
-            widget.add_class(cls)
-
-        self.children = [
-            self.header,
-            self.summary,
-            W.HTML("<h4>Hits and misses per cell</h4>"),
-            self.chart,
-            W.HTML("<h4>Entries</h4>"),
-            W.HBox([self.kernel_filter, self.layer_filter, self.count],
-                   layout=W.Layout(flex_flow="row wrap", align_items="center")),
-            self.entries_head,
-            self.entries_list,
-            W.HBox([self.evict_button, self.recompile_button, self.clear_layer, self.clear_button],
-                   layout=W.Layout(flex_flow="row wrap", align_items="center")),
-            self.status,
-            self.entry_view,
-        ]
-        self.add_class("gpucache-inspector")
-
-        self.kernel_filter.observe(self._on_filter, names="value")
-        self.layer_filter.observe(self._on_filter, names="value")
-        self.entries_list.observe(self._on_select, names="value")
-        self.evict_button.on_click(lambda _: self.evict_selected())
-        self.recompile_button.on_click(lambda _: self.recompile_selected())
-        self.clear_button.on_click(lambda _: self.clear(self.clear_layer.value))
-        self.refresh()
-
-    # -- reading -----------------------------------------------------------------
-    def refresh(self) -> None:
-        """Read the cache again and update every part of the view."""
-        try:
-            self._refresh()
-        except Exception as exc:  # the view must not break a cell
-            self._set_status(f"could not refresh: {type(exc).__name__}: {exc}", error=True)
-
-    def _refresh(self):
-        stats = self.cache.stats()
-        saved = saved_seconds(self.cache, stats)
-        points = self.history.points
-        rows = self.cache.entries()
-        kernels = len({r["kernel"] for r in rows})
-        self.header.value = (
-            f'{STYLE}<h3>gpucache inspector</h3><p class="gpucache-muted">{len(rows)} entries of '
-            f'{kernels} kernel{"s" if kernels != 1 else ""}, {_esc(storage_summary(stats))}; updated '
-            f'{time.strftime("%H:%M:%S")}{" after cell " + _esc(points[-1]["label"]) if points else ""}</p>')
-        self.summary.value = summary_html(stats, saved)
-        self.chart.value = chart_svg(points)
-        self._rows = rows
-        self._update_entries()
-
-    def _update_entries(self):
-        rows = self._rows
-        now = time.time()
-        kernels = sorted({r["kernel"] for r in rows}, key=_short_kernel)
-        short = [_short_kernel(k) for k in kernels]
-        options = [(_ALL, "")] + [(s if short.count(s) == 1 else k, k) for s, k in zip(short, kernels)]
-        self._updating = True
-        try:
-            wanted = self.kernel_filter.value
-            if list(self.kernel_filter.options) != options:
-                self.kernel_filter.options = options
-            self.kernel_filter.value = wanted if wanted in kernels else ""
-            kernel, layer = self.kernel_filter.value, self.layer_filter.value
-            shown = [r for r in rows if (not kernel or r["kernel"] == kernel)
-                     and (not layer or r["stage"] == layer)]
-            listed = shown[:_MAX_LIST_ROWS]
-            cells = [entry_cells(r, now) for r in listed]
-            widths = _entry_widths(cells)
-            # (the listbox keeps the labels' spaces, so the columns line up)
-            self.entries_head.value = ('<div class="gpucache-entries-head" aria-hidden="true">'
-                                       + _esc(_entry_line({c: c for c in _ENTRY_COLUMNS}, widths))
-                                       + "</div>")
-            list_options = [(_entry_line(c, widths), (r["stage"], r["token"])) for c, r in zip(cells, listed)]
-            values = [value for _, value in list_options]
-            selected = self._selected if self._selected in values else (values[0] if values else None)
-            if list(self.entries_list.options) != list_options:
-                self.entries_list.options = list_options
-            self.entries_list.value = selected
-            self._selected = selected
-            total = len(rows)
-            more = f" (first {len(listed)} listed)" if len(shown) > len(listed) else ""
-            self.count.value = (f'<span class="gpucache-muted">{len(shown)} of {total} entries'
-                                f'{more}</span>')
-        finally:
-            self._updating = False
-        self._show_selected()
-
-    def _show_selected(self):
-        selected = self._selected
-        self.evict_button.disabled = self.recompile_button.disabled = selected is None
-        if selected is None:
-            self.entry_view.value = ('<p class="gpucache-muted">Select an entry above to see its '
-                                     'config, token components, artifacts and why it was built.</p>')
-            return
-        self.entry_view.value = entry_html(self.cache, *selected)
-
-    def _on_filter(self, change):
-        if not self._updating:
-            self._update_entries()
-
-    def _on_select(self, change):
-        if self._updating:
-            return
-        self._selected = change["new"]
-        self._show_selected()
-
-    @property
-    def selected(self) -> Optional[Tuple[str, str]]:
-        """The selected entry as (stage, token), or None."""
-        return self._selected
-
-    def select(self, stage: str, token: str) -> None:
-        """Select an entry (clearing filters that would hide it)."""
-        self._selected = (stage, token)
-        self._updating = True
-        try:
-            self.kernel_filter.value = ""
-            self.layer_filter.value = ""
-        finally:
-            self._updating = False
-        self._update_entries()
-
-    # -- actions -----------------------------------------------------------------
-    def evict_selected(self) -> bool:
-        if self._selected is None:
-            self._set_status("select an entry to evict", error=True)
-            return False
-        stage, token = self._selected
-        found = self.cache.evict(stage, token)
-        self._selected = None
-        self._refresh_all()
-        self._set_status(f"evicted {stage} entry {short_token(token)}" if found
-                         else f"{stage} entry {short_token(token)} was already gone")
-        return found
-
-    def recompile_selected(self):
-        if self._selected is None:
-            self._set_status("select an entry to recompile", error=True)
-            return None
-        stage, token = self._selected
-        try:
-            result = self.cache.recompile(token)
-        except KeyError as exc:
-            message = exc.args[0] if exc.args else str(exc)
-            self._set_status(f"cannot recompile: {message}", error=True)
-            return None
-        except Exception as exc:
-            self._set_status(f"recompile failed: {type(exc).__name__}: {exc}", error=True)
-            return None
-        self.history.record("recompile", self.cache.lookups())
-        layer = result.layers.get(stage)
-        if layer is not None:
-            self._selected = (stage, layer.token)
-        self._refresh_all()
-        self._set_status(f"recompiled {_short_kernel(result.kernel)} {result.signature_text} "
-                         f"[{result.config.summary()}] in {format_seconds(result.seconds)}")
-        return result
-
-    def clear(self, stage: Optional[str] = None) -> None:
-        """Drop every entry of `stage` (None or "all": every layer)."""
-        stage = None if stage in (None, "", _EVERY_LAYER) else stage
-        before = sum(1 for r in self.cache.entries(stage=stage))
-        self.cache.clear(stage)
-        self._refresh_all()
-        self._set_status(f"cleared {stage or 'every layer'}: {before} entr{'y' if before == 1 else 'ies'} dropped")
-
-    def _refresh_all(self) -> None:
-        """Refresh this inspector and every other open one of the same cache."""
-        self.refresh()
-        for widget in (self._siblings() if self._siblings is not None else ()):
-            if widget is not self and widget.cache is self.cache:
-                widget.refresh()
-
-    def _set_status(self, text: str, error: bool = False) -> None:
-        cls = "gpucache-status-error" if error else "gpucache-status-ok"
-        self.status.value = f'<div role="status" aria-live="polite" class="{cls}">{_esc(text)}</div>'
-
-    # -- display -----------------------------------------------------------------
-    def snapshot(self) -> CacheSnapshot:
-        return CacheSnapshot(self.cache, self.history)
-
-    def __repr__(self) -> str:
-        return self.snapshot().text()
-
-    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs) or {}
-        snapshot = self.snapshot()
-        bundle["text/plain"] = snapshot.text()
-        bundle["text/html"] = snapshot.html()
-        return bundle
-
-
-
-def inspector(cache=None) -> Inspector:
-    """The live inspector widget of `cache` (default: the magic's cache).
-
-    In an IPython session with the extension loaded, the session's (see
-    `gpucache_ext.session.Session.inspector`): the same widget for the same
-    cache while it is open, refreshed after every cell.  Elsewhere a new
-    widget, refreshed by its `refresh` method.
-    """
-    from . import _session, default_cache
-
-    session = _session()
-    if session is not None:
-        return session.inspector(cache)
-    return Inspector(default_cache() if cache is None else cache)
