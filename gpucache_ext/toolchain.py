@@ -262,6 +262,7 @@ memo_reads: Counter = Counter()
 _lock = threading.RLock()
 _values: Dict[str, str] = {}
 _unconfirmed: Dict[str, Tuple[Optional[Path], Optional[str]]] = {}  # part -> (memo folder, key)
+_memos: Dict[Path, Dict[str, Dict[str, str]]] = {}  # each folder's memo, as first read by this process
 
 
 class ToolchainChanged(GpuCacheError):
@@ -384,7 +385,9 @@ def _part(name: str, directory=None) -> str:
             path = _PARTS[name].locate()
             if path is not None:
                 key = _key(name, path)
-                value = _read_memo(directory).get(name, {}).get(key)
+                if directory not in _memos:
+                    _memos[directory] = _read_memo(directory)
+                value = _memos[directory].get(name, {}).get(key)
                 if value is not None:
                     memo_reads[name] += 1
                     _unconfirmed[name] = (directory, key)
@@ -424,6 +427,7 @@ def forget() -> None:
     with _lock:
         _values.clear()
         _unconfirmed.clear()
+        _memos.clear()
     _environment.cache_clear()
     _cudadevrt_location.cache_clear()
     cudadevrt.cache_clear()
