@@ -160,12 +160,17 @@ def _locate_dynamic(libname: str) -> Optional[str]:
     """The file cuda.pathfinder will load for `libname` (as cuda.bindings and
     numba do), found without loading it: one already loaded, else the pip
     wheels' or conda's copy.  None where only the system loader would find it
-    (LD_LIBRARY_PATH, ld.so.conf, CUDA_HOME as a fallback): that needs dlopen."""
+    (LD_LIBRARY_PATH, ld.so.conf, CUDA_HOME as a fallback): that needs dlopen,
+    and where cuda.bindings does not load it through cuda.pathfinder."""
     try:
+        from cuda import pathfinder
         from cuda.pathfinder._dynamic_libs.lib_descriptor import LIB_DESCRIPTORS
         from cuda.pathfinder._dynamic_libs.platform_loader import LOADER
         from cuda.pathfinder._dynamic_libs.search_steps import EARLY_FIND_STEPS, SearchContext, run_find_steps
 
+        bindings = importlib.import_module(f"cuda.bindings._internal.{libname.lower()}")
+        if getattr(bindings, "load_nvidia_dynamic_lib", None) is not pathfinder.load_nvidia_dynamic_lib:
+            return None
         desc = LIB_DESCRIPTORS[libname]
         found = run_find_steps(SearchContext(desc), EARLY_FIND_STEPS)
         loaded = LOADER.check_if_already_loaded_from_elsewhere(desc)

@@ -320,3 +320,18 @@ def test_compile_recomputes_its_tokens_when_the_toolchain_changed_under_it(fake_
     for stage in ("ptx", "cubin"):
         assert cache.explain(kernels.axpy, kernels.AXPY_SIG, config)[stage] == ()
         assert not (cache_dir / "v1" / stage / stale[stage].hex[:2] / f"{stale[stage].hex}.entry").exists()
+
+
+def test_libraries_are_located_only_where_cuda_bindings_loads_them_through_pathfinder(monkeypatch):
+    import importlib
+
+    from cuda import pathfinder
+
+    for libname in ("nvvm", "nvrtc", "nvJitLink"):
+        located = toolchain._locate_dynamic(libname)
+        assert located is not None and os.path.isfile(located)
+        module = importlib.import_module(f"cuda.bindings._internal.{libname.lower()}")
+        assert module.load_nvidia_dynamic_lib is pathfinder.load_nvidia_dynamic_lib
+        # a cuda-bindings that finds its libraries some other way: no telling which file, so probe
+        monkeypatch.setattr(module, "load_nvidia_dynamic_lib", lambda name: None)
+        assert toolchain._locate_dynamic(libname) is None
