@@ -162,6 +162,8 @@ def main():
     parser.add_argument("--json", type=Path)
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     args = parser.parse_args()
+    # this process's CompileConfig leaves the user's cache folder alone (children get their own)
+    os.environ["GPUCACHE_DIR"] = "off"
 
     cold, warm = new_process(args.runs)
     probed, remembered = fingerprint(args.runs)
