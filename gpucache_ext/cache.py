@@ -27,7 +27,7 @@ import weakref
 from collections import OrderedDict, deque
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import queries, stages, targets
+from . import queries, stages, targets, toolchain
 from .audit import AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, first_difference, parse_audit
 from .config import STAGES, CompileConfig
 from .errors import UnsupportedKernelError
@@ -158,7 +158,11 @@ class KernelCache:
         link = _link_items(func, link)
         plan = _Plan(self, pyfunc, argtypes, config, link)  # (reloads numba's settings)
         stages.check_numba_runtime()
-        result = plan.run(force)
+        try:
+            result = plan.run(force)
+        except toolchain.ToolchainChanged:  # a library was replaced since its fingerprint was read
+            plan = _Plan(self, pyfunc, argtypes, config, link)
+            result = plan.run(force)
         result.referenced = plan.identity.referenced
         if not force and audit is not False and any(layer.hit for layer in result.layers.values()) \
                 and self._auditor.wants(forced=bool(audit)):
@@ -573,6 +577,8 @@ class _Plan:
 
     def _tokens(self) -> Dict[str, Token]:
         config = self.config
+        # the toolchain's fingerprint is remembered in the disk tier's folder
+        memo = next((tier.directory for tier in self.cache.tiers if isinstance(tier, DiskTier)), None)
         typing = make_token("typing", {
             **self.identity.components,
             "signature": component([str(t) for t in self.argtypes], self.signature_text[1:-1]),
@@ -583,7 +589,7 @@ class _Plan:
         for stage in STAGES[1:]:
             parts = {name: component(value) for name, value in config.stage_fields(stage).items()}
             parts[upstream.stage] = Component(upstream.hex, upstream.short)
-            parts["toolchain"] = toolchain_component(stage)
+            parts["toolchain"] = toolchain_component(stage, memo)
             if stage == "llvm":
                 parts["numba settings"] = component(numba_settings())
             if stage == "cubin" and self.identity.links:
@@ -650,6 +656,7 @@ class _Plan:
 
     def _compile(self, stage, fn, *args):
         generic = self.tokens[stage]
+        toolchain.confirm(stage)  # the fingerprint in the tokens is that of the tools about to run
         self.cache._count(stage, False)
         start = time.perf_counter()
         artifact = fn(*args)

@@ -53,11 +53,13 @@ _FALLBACK_CCS = (
 
 @functools.lru_cache(maxsize=1)
 def supported_ccs() -> Tuple[Tuple[int, int], ...]:
-    """The compute capabilities the installed toolchain can compile for."""
+    """The compute capabilities the installed toolchain can compile for (as
+    NVRTC says, remembered in the default disk cache's folder, see `toolchain`)."""
     try:
-        from numba.cuda.cudadrv import nvrtc
+        from .disk import configured_directory
+        from .toolchain import supported_archs
 
-        return tuple(sorted(tuple(cc) for cc in nvrtc.get_supported_ccs()))
+        return supported_archs(configured_directory())
     except Exception:  # pragma: no cover - toolchain always present in CI
         return _FALLBACK_CCS
 

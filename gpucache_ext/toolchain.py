@@ -5,6 +5,17 @@ numba for typing (bytecode, type inference), llvmlite for lowering, libNVVM
 and libdevice for PTX, nvJitLink for the cubin.  Each stage token includes
 only its own part; the upstream token carries the rest.
 
+Learning the libraries' part means loading them (libNVVM, NVRTC, nvJitLink)
+and reading libdevice and libcudadevrt: 10-25 ms, more than a hit costs.  So
+a cache with a disk tier remembers it in its folder (`MEMO_NAME`), keyed by
+the identity of each library file (path, size, mtime, ctime, inode), found
+the way numba and cuda.pathfinder will find it but without loading it, and by
+the Python packages and environment variables that decide where they look.
+A file that cannot be found that way is asked about (probed) every process.
+Every value read from the memo is checked against the tools themselves before
+a stage that uses them runs in this process (`confirm`), so nothing is ever
+stored under a fingerprint the code was not built with.
+
 numba also reads environment variables (and `.numba_config.yaml`) at every
 compile.  Those that change output are either folded into the llvm token
 (`numba_settings`) or neutralised by the pipeline (see `NEUTRALISED_SETTINGS`).
@@ -13,12 +24,20 @@ compile.  Those that change output are either folded into the llvm token
 from __future__ import annotations
 
 import functools
-import importlib
 import hashlib
+import importlib
+import json
 import os
 import platform
+import sys
+import tempfile
+import threading
+from collections import Counter
 from importlib import metadata
+from pathlib import Path
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
+from .errors import GpuCacheError
 from .tokens import Component, component
 
 # numba settings that change lowered code, and so enter the llvm token:
@@ -39,9 +58,11 @@ NEUTRALISED_SETTINGS = (
 
 # Where each distribution keeps its version at run time (cheaper than metadata).
 _VERSION_MODULES = {"numba": "numba", "numpy": "numpy", "llvmlite": "llvmlite",
-                    "numba-cuda": "numba_cuda", "cuda-core": "cuda.core"}
+                    "numba-cuda": "numba_cuda", "cuda-core": "cuda.core",
+                    "cuda-bindings": "cuda.bindings", "cuda-pathfinder": "cuda.pathfinder"}
 
 
+@functools.lru_cache(maxsize=None)
 def _version(dist: str) -> str:
     module = _VERSION_MODULES.get(dist)
     if module is not None:
@@ -57,32 +78,62 @@ def _version(dist: str) -> str:
         return "absent"
 
 
-@functools.lru_cache(maxsize=1)
-def _libdevice_digest() -> str:
-    from numba.cuda.cudadrv import nvvm
-
-    return hashlib.sha256(nvvm.LibDevice().get()).hexdigest()
+# ---------------------------------------------------------------------------
+# Probes: ask the tools themselves (loads the libraries, reads the files)
 
 
-@functools.lru_cache(maxsize=1)
-def _nvvm_version() -> str:
+def _probe_nvvm() -> str:
     from cuda.bindings import nvvm
 
     return ".".join(map(str, nvvm.version())) + "/ir" + ".".join(map(str, nvvm.ir_version()))
 
 
-@functools.lru_cache(maxsize=1)
-def _nvjitlink_version() -> str:
+def _probe_nvjitlink() -> str:
     from cuda.bindings import nvjitlink
 
     return ".".join(map(str, nvjitlink.version()))
 
 
+def _probe_nvrtc() -> str:
+    try:
+        from .linking import _nvrtc_identity
+
+        return ".".join(map(str, _nvrtc_identity()[0]))
+    except Exception:  # pragma: no cover - NVRTC comes with numba-cuda[cu12]
+        return "absent"
+
+
+def _probe_nvrtc_archs() -> str:
+    from numba.cuda.cudadrv import nvrtc
+
+    return " ".join(f"{major}.{minor}" for major, minor in sorted(nvrtc.get_supported_ccs()))
+
+
+def _probe_libdevice() -> str:
+    from numba.cuda.cudadrv import nvvm
+
+    data = nvvm.LibDevice().get()
+    # numba means LibDevice._cache_ as a process-wide cache, but sets it on the
+    # instance, so every compile reads the file again: pin the bytes hashed
+    # here, so that a file replaced later cannot be linked under this digest.
+    nvvm.LibDevice._cache_ = data
+    return hashlib.sha256(data).hexdigest()
+
+
+def _probe_cudadevrt() -> str:
+    return hashlib.sha256(cudadevrt()).hexdigest() if _cudadevrt_path() else "absent"
+
+
 @functools.lru_cache(maxsize=1)
-def _cudadevrt_path():
+def _cudadevrt_location() -> str:
+    """Where numba looks for libcudadevrt.a (a bare file name where it found no folder)."""
     from numba.cuda.cudadrv.libs import get_cudalib
 
-    path = get_cudalib("cudadevrt", static=True)
+    return get_cudalib("cudadevrt", static=True)
+
+
+def _cudadevrt_path():
+    path = _cudadevrt_location()
     return path if os.path.isfile(path) else None
 
 
@@ -101,23 +152,304 @@ def cudadevrt() -> bytes:
         return handle.read()
 
 
-@functools.lru_cache(maxsize=1)
-def _cudadevrt_digest() -> str:
-    return hashlib.sha256(cudadevrt()).hexdigest() if _cudadevrt_path() else "absent"
+# ---------------------------------------------------------------------------
+# Locating the files without loading them, and the files the probes used
 
 
-def _nvrtc_version() -> str:
+def _locate_dynamic(libname: str) -> Optional[str]:
+    """The file cuda.pathfinder will load for `libname` (as cuda.bindings and
+    numba do), found without loading it: one already loaded, else the pip
+    wheels' or conda's copy.  None where only the system loader would find it
+    (LD_LIBRARY_PATH, ld.so.conf, CUDA_HOME as a fallback): that needs dlopen,
+    and where cuda.bindings does not load it through cuda.pathfinder."""
     try:
-        from .linking import _nvrtc_identity
+        from cuda import pathfinder
+        from cuda.pathfinder._dynamic_libs.lib_descriptor import LIB_DESCRIPTORS
+        from cuda.pathfinder._dynamic_libs.platform_loader import LOADER
+        from cuda.pathfinder._dynamic_libs.search_steps import EARLY_FIND_STEPS, SearchContext, run_find_steps
 
-        return ".".join(map(str, _nvrtc_identity()[0]))
-    except Exception:  # pragma: no cover - NVRTC comes with numba-cuda[cu12]
-        return "absent"
+        bindings = importlib.import_module(f"cuda.bindings._internal.{libname.lower()}")
+        if getattr(bindings, "load_nvidia_dynamic_lib", None) is not pathfinder.load_nvidia_dynamic_lib:
+            return None
+        desc = LIB_DESCRIPTORS[libname]
+        found = run_find_steps(SearchContext(desc), EARLY_FIND_STEPS)
+        loaded = LOADER.check_if_already_loaded_from_elsewhere(desc)
+    except Exception:  # pathfinder's internals moved: probe instead
+        return None
+    if loaded is not None:
+        return loaded.abs_path
+    return found.abs_path if found is not None else None
 
 
-@functools.lru_cache(maxsize=None)
-def stage_toolchain(stage: str) -> dict:
-    """The tool versions `stage` runs with, as a dict (computed once per process)."""
+def _loaded_dynamic(libname: str) -> Optional[str]:
+    """The file cuda.pathfinder loaded for `libname` (after a probe)."""
+    from cuda.pathfinder import load_nvidia_dynamic_lib
+
+    return load_nvidia_dynamic_lib(libname).abs_path
+
+
+def _numba_path(which: str):
+    """numba's own decision (its cached one if made), which loads no library."""
+    from numba.cuda import cuda_paths
+
+    cached = getattr(cuda_paths.get_cuda_paths, "_cached_result", None)
+    if cached is not None:
+        return cached[which].info
+    decide = {"libdevice": cuda_paths._get_libdevice_path,
+              "static_cudalib_dir": cuda_paths._get_static_cudalib_dir}[which]
+    return decide().info
+
+
+def _locate_libdevice() -> Optional[str]:
+    try:
+        return _numba_path("libdevice")
+    except Exception:
+        return None
+
+
+def _loaded_libdevice() -> Optional[str]:
+    from numba.cuda.cudadrv.libs import get_libdevice
+
+    return get_libdevice()
+
+
+def _locate_cudadevrt() -> Optional[str]:
+    """As numba's `get_cudalib("cudadevrt", static=True)`, without its
+    `get_cuda_paths()`, which loads NVRTC and libNVVM."""
+    try:
+        from numba.cuda.cudadrv.libs import _staticnamepattern
+        from numba.cuda.misc.findlib import find_lib
+
+        candidates = find_lib("cudadevrt", _numba_path("static_cudalib_dir"), static=True)
+        return max(candidates) if candidates else _staticnamepattern % "cudadevrt"
+    except Exception:
+        return None
+
+
+class _Part(NamedTuple):
+    probe: Callable[[], str]
+    locate: Callable[[], Optional[str]]  # the file the probe will use, found cheaply
+    used: Callable[[], Optional[str]]    # the file the probe used (after it ran)
+
+
+# The parts of the fingerprint that cost a library load or a file read.
+_PARTS: Dict[str, _Part] = {
+    "libnvvm": _Part(_probe_nvvm, lambda: _locate_dynamic("nvvm"), lambda: _loaded_dynamic("nvvm")),
+    "libdevice": _Part(_probe_libdevice, _locate_libdevice, _loaded_libdevice),
+    "nvjitlink": _Part(_probe_nvjitlink, lambda: _locate_dynamic("nvJitLink"),
+                       lambda: _loaded_dynamic("nvJitLink")),
+    "nvrtc": _Part(_probe_nvrtc, lambda: _locate_dynamic("nvrtc"), lambda: _loaded_dynamic("nvrtc")),
+    "nvrtc archs": _Part(_probe_nvrtc_archs, lambda: _locate_dynamic("nvrtc"),
+                         lambda: _loaded_dynamic("nvrtc")),
+    "cudadevrt": _Part(_probe_cudadevrt, _locate_cudadevrt, _cudadevrt_location),
+}
+
+# Which of them each stage's fingerprint holds.
+_STAGE_PARTS = {"typing": (), "llvm": (), "ptx": ("libnvvm", "libdevice"),
+                "cubin": ("nvjitlink", "cudadevrt", "nvrtc")}
+
+
+# ---------------------------------------------------------------------------
+# The memo
+
+MEMO_NAME = "toolchain-memo.json"
+_MEMO_FORMAT = 1
+_MEMO_KEYS_PER_PART = 16  # environments sharing one folder each keep their entries
+
+# Environment variables that change where the libraries are looked for.
+_ENV_PREFIXES = ("CUDA_", "NUMBA_CUDA", "CONDA_")
+_ENV_NAMES = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PATH" if sys.platform == "win32" else "LD_AUDIT")
+
+# Counts of probes run and values read from the memo in this process, by part.
+probes: Counter = Counter()
+memo_reads: Counter = Counter()
+
+_lock = threading.RLock()
+_values: Dict[str, str] = {}
+_unconfirmed: Dict[str, Tuple[Optional[Path], Optional[str]]] = {}  # part -> (memo folder, key)
+_memos: Dict[Path, Dict[str, Dict[str, str]]] = {}  # each folder's memo, as first read by this process
+
+
+class ToolchainChanged(GpuCacheError):
+    """A library changed on disk after this process read its fingerprint from
+    the memo (a wheel was reinstalled under a running kernel): the tokens
+    computed with the old fingerprint must not be used.  Compiling again uses
+    the new one; `KernelCache.compile` does so by itself."""
+
+
+def memo_path(directory) -> Path:
+    return Path(directory) / MEMO_NAME
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> str:
+    """What, besides the files themselves, decides which files are found and
+    how they are asked: interpreter, the packages that search, the environment."""
+    env = {name: value for name, value in os.environ.items()
+           if name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES}
+    return json.dumps({
+        "memo": _MEMO_FORMAT, "python": sys.version, "executable": sys.executable,
+        "prefix": sys.prefix, "platform": sys.platform, "machine": platform.machine(),
+        "packages": {dist: _version(dist) for dist in
+                     ("numba", "numba-cuda", "cuda-bindings", "cuda-pathfinder", "cuda-core")},
+        "env": env,
+    }, sort_keys=True)
+
+
+def file_identity(path: str) -> list:
+    """What changes whenever the file at `path` is replaced or rewritten."""
+    absolute = os.path.abspath(path)
+    try:
+        st = os.stat(absolute)
+    except OSError:
+        return [absolute, "missing"]
+    return [absolute, os.path.realpath(absolute), st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+            st.st_ino, st.st_dev]
+
+
+def _key(name: str, path: str) -> str:
+    text = json.dumps([_environment(), name, file_identity(path)])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read_memo(directory: Path) -> Dict[str, Dict[str, str]]:
+    """The memo's parts, or {} where it is absent, unreadable or malformed."""
+    try:
+        data = json.loads(memo_path(directory).read_bytes())
+        if data.get("format") != _MEMO_FORMAT:
+            return {}
+        parts = data["parts"]
+        if all(isinstance(keys, dict) and all(isinstance(v, str) for v in keys.values())
+               for keys in parts.values()):
+            return parts
+    except Exception:
+        pass
+    return {}
+
+
+def _write_memo(directory: Path, name: str, key: Optional[str], value: Optional[str],
+                drop: Optional[str] = None):
+    """Record `value` for `key` (and forget `drop`); a write that fails is skipped."""
+    parts = _read_memo(directory)
+    keys = parts.setdefault(name, {})
+    keys.pop(drop, None)
+    if key is not None and value is not None:
+        keys.pop(key, None)
+        keys[key] = value
+    while len(keys) > _MEMO_KEYS_PER_PART:
+        keys.pop(next(iter(keys)))
+    temp = None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-toolchain-", suffix=".part")
+        with os.fdopen(fd, "w") as handle:
+            json.dump({"format": _MEMO_FORMAT, "parts": parts}, handle, sort_keys=True)
+        os.replace(temp, memo_path(directory))
+        temp = None
+    except OSError:
+        pass
+    finally:
+        if temp is not None:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+
+
+def _same_file(a: Optional[str], b: Optional[str]) -> bool:
+    return a is not None and b is not None and os.path.realpath(a) == os.path.realpath(b)
+
+
+def _probe(name: str, directory: Optional[Path], path: Optional[str], key: Optional[str]) -> str:
+    """Ask the tool, and remember the answer where it is known to be about the
+    file that was located (the probe used that very file, unchanged)."""
+    part = _PARTS[name]
+    probes[name] += 1
+    value = part.probe()
+    if directory is not None and key is not None:
+        try:
+            used = part.used()
+        except Exception:
+            used = None
+        if _same_file(used, path) and _key(name, path) == key \
+                and _read_memo(directory).get(name, {}).get(key) != value:
+            _write_memo(directory, name, key, value)
+    return value
+
+
+def _part(name: str, directory=None) -> str:
+    """This process's value of one part: asked once, or read from the memo in
+    `directory` (None: no memo, always ask)."""
+    with _lock:
+        value = _values.get(name)
+        if value is not None:
+            return value
+        directory = None if directory is None else Path(directory)
+        path = key = None
+        if directory is not None:
+            path = _PARTS[name].locate()
+            if path is not None:
+                key = _key(name, path)
+                if directory not in _memos:
+                    _memos[directory] = _read_memo(directory)
+                value = _memos[directory].get(name, {}).get(key)
+                if value is not None:
+                    memo_reads[name] += 1
+                    _unconfirmed[name] = (directory, key)
+        if value is None:
+            value = _probe(name, directory, path, key)
+        _values[name] = value
+        return value
+
+
+def confirm(stage: str) -> None:
+    """Before `stage` runs in this process: check the parts of its fingerprint
+    that came from the memo against the tools it is about to use (loading
+    them, which the stage does anyway).  Raises `ToolchainChanged` where one
+    differs, after taking the new value; nothing was compiled yet."""
+    changed = []
+    with _lock:
+        for name in _STAGE_PARTS[stage]:
+            if name not in _unconfirmed:
+                continue
+            directory, old_key = _unconfirmed.pop(name)
+            path = _PARTS[name].locate()
+            key = _key(name, path) if path is not None else None
+            value = _probe(name, directory, path, key)
+            if value != _values[name]:
+                changed.append(f"{name} {_values[name][:16]} -> {value[:16]}")
+                _values[name] = value
+                if key != old_key:  # the file was replaced: its old entry is of no use
+                    _write_memo(directory, name, None, None, drop=old_key)
+    if changed:
+        raise ToolchainChanged(
+            f"the toolchain changed on disk while this process ran ({'; '.join(changed)}); "
+            "compile again to use the new one")
+
+
+def forget() -> None:
+    """Drop this process's values (for tests): the next use asks or reads the memo again."""
+    with _lock:
+        _values.clear()
+        _unconfirmed.clear()
+        _memos.clear()
+    _environment.cache_clear()
+    _cudadevrt_location.cache_clear()
+    cudadevrt.cache_clear()
+    nvvm = sys.modules.get("numba.cuda.cudadrv.nvvm")
+    if nvvm is not None:
+        nvvm.LibDevice._cache_ = None
+
+
+def supported_archs(directory=None) -> Tuple[Tuple[int, int], ...]:
+    """The compute capabilities NVRTC compiles for, as (major, minor)."""
+    text = _part("nvrtc archs", directory)
+    return tuple(tuple(int(x) for x in cc.split(".")) for cc in text.split())
+
+
+def stage_toolchain(stage: str, directory=None) -> dict:
+    """The tool versions `stage` runs with, as a dict (learned once per process;
+    `directory`: a disk tier's folder, where they are remembered between processes)."""
     if stage == "typing":
         return {
             "python": platform.python_implementation() + " " + platform.python_version(),
@@ -128,19 +460,18 @@ def stage_toolchain(stage: str) -> dict:
     if stage == "llvm":
         return {"llvmlite": _version("llvmlite"), "numba-cuda": _version("numba-cuda")}
     if stage == "ptx":
-        return {"libnvvm": _nvvm_version(), "libdevice": _libdevice_digest()[:16],
+        return {"libnvvm": _part("libnvvm", directory), "libdevice": _part("libdevice", directory)[:16],
                 "numba-cuda": _version("numba-cuda")}
     if stage == "cubin":
         # NVRTC compiles the .cu sources linked in (numba's helpers among them)
-        return {"nvjitlink": _nvjitlink_version(), "cuda-core": _version("cuda-core"),
-                "cudadevrt": _cudadevrt_digest()[:16], "nvrtc": _nvrtc_version(),
+        return {"nvjitlink": _part("nvjitlink", directory), "cuda-core": _version("cuda-core"),
+                "cudadevrt": _part("cudadevrt", directory)[:16], "nvrtc": _part("nvrtc", directory),
                 "numba-cuda": _version("numba-cuda")}
     raise ValueError(f"unknown stage {stage!r}")
 
 
-@functools.lru_cache(maxsize=None)
-def toolchain_component(stage: str) -> Component:
-    versions = stage_toolchain(stage)
+def toolchain_component(stage: str, directory=None) -> Component:
+    versions = stage_toolchain(stage, directory)
     return component(versions, " ".join(f"{k} {v}" for k, v in versions.items()))
 
 
