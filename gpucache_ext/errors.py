@@ -26,7 +26,9 @@ class CompileError(GpuCacheError):
 
     ``kernel`` is the kernel's qualified name, ``stage`` the failing stage.
     The original exception (a numba typing error, an NVVM or nvJitLink log)
-    is chained as ``__cause__`` and summarised in the message.
+    is chained as ``__cause__`` and summarised in the message.  A
+    ``%%gpukernel`` cell fails with (a copy of) that original instead, at the
+    cell line it names, and this error as its ``__cause__``.
     """
 
     def __init__(self, kernel, stage, message):

@@ -19,8 +19,12 @@ import argparse
 import ast
 import contextlib
 import hashlib
+import keyword
 import linecache
 import os
+import re
+import sys
+import types
 from typing import Any, Dict, List, Optional
 
 from IPython.core.error import UsageError
@@ -32,12 +36,12 @@ from traitlets import Bool, Unicode, default
 from . import default_cache
 from .cache import CompileResult
 from .config import STAGES, CompileConfig, parse_sm
-from .errors import ConfigError, GpuCacheError
+from .errors import CompileError, ConfigError, GpuCacheError
 from .kernel import Kernel, check_options, explicit_options, gpu_available
 from .report import CellReport
 from .results import short_signature
 from .sources import declare_signatures
-from .stages import normalize_signature
+from .stages import _def_line, normalize_signature
 
 DEFAULT_SM = 86
 
@@ -161,7 +165,7 @@ class GpuCacheMagics(Magics):
             raise UsageError("%%gpukernel needs a cell of numba-cuda code below the magic line")
         config = self._config(args)
         signatures = self._signatures(args.sig)
-        report = _run_cell(self.shell, cell, config, signatures, args)
+        report = _run_cell(self.shell, cell, config, signatures, args, line)
         cache = self.cache
         reported = self.session.audits_reported if self.session is not None else {}
         seen = reported.get(cache, 0)
@@ -467,14 +471,15 @@ def _assign(target, value, node):
 
 
 def _compile_cell(source: str, filename: str):
-    tree = _ImportsAsAssignments().visit(ast.parse(source, filename, "exec"))
+    """The cell's code, numbered as IPython numbers the cell: line 1 is the
+    magic's own, so the code starts on line 2 (a SyntaxError says so too)."""
+    tree = _ImportsAsAssignments().visit(ast.parse("\n" + source, filename, "exec"))
     return compile(ast.fix_missing_locations(tree), filename, "exec")
 
 
-def _run_cell(shell, cell, config, signatures, args):
+def _run_cell(shell, cell, config, signatures, args, line=""):
     source = shell.transform_cell(cell)
-    filename = _cell_filename(source)
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    filename = _register_cell(shell, source, line, _running_cell_number(shell))
     code = _compile_cell(source, filename)
 
     results: List[CompileResult] = []
@@ -495,10 +500,10 @@ def _run_cell(shell, cell, config, signatures, args):
             kernel.compile_declared()
     except BaseException as exc:
         _restore_kernel_names(namespace, before, context.kernels)
-        if isinstance(exc, GpuCacheError):
-            raise exc.with_traceback(None) from None
-        # the same exception, its traceback cut to the cell's frames
-        raise exc.with_traceback(_cell_frames(exc.__traceback__, filename))  # noqa: B904
+        shown = _as_cell_error(shell, exc, filename, context)
+        if shown is exc:
+            raise
+        raise shown from exc
     finally:
         collecting[0] = False
     return CellReport(results, explain=args.explain)
@@ -514,12 +519,291 @@ def _restore_kernel_names(namespace, before, kernels):
                 del namespace[name]
 
 
+# ---------------------------------------------------------------------------
+# A failing cell reads as a plain cell's error
+#
+# IPython shows a plain cell's error as the cell's own lines ("Cell In[7],
+# line 6") and the frames below them.  A %%gpukernel cell's error would also
+# show the frames of the magic, of this package and, for a kernel that does
+# not compile, of numba's compiler, and no line of the kernel at all: a
+# compile runs after the cell, from this module.  So the cell is registered
+# as IPython registers cells (its lines in linecache, its number with
+# IPython's compiler), and the exception the cell fails with shows, once, as
+# IPython would show it with only the cell's frames: numba's own exception
+# for a kernel that does not compile, at the line numba failed on.  It keeps
+# its whole chain: `%debug` opens at that line and reaches the real frames
+# with ``exceptions``, and `%tb` prints everything.
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _register_cell(shell, source: str, line: str, number: Optional[int]) -> str:
+    """Name the cell's code and give tracebacks its lines, the magic line
+    first; with `number`, IPython labels the file ``Cell In[number]``."""
+    filename = _cell_filename(source)
+    magic = ("%%gpukernel " + line).rstrip() + "\n"
+    lines = [magic] + [text if text.endswith("\n") else text + "\n" for text in source.splitlines(True)]
+    linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+    names = _cell_names(shell)
+    if number is not None and names is not None:
+        names[filename] = number
+    return filename
+
+
+def _cell_names(shell) -> Optional[Dict[str, int]]:
+    """IPython's map from a cell's code name to its execution count (what
+    its tracebacks read as ``Cell In[N]``), if this shell has one."""
+    names = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    return names if isinstance(names, dict) else None
+
+
+def _running_cell_number(shell) -> Optional[int]:
+    """The execution count of the IPython cell running this magic: that of
+    the nearest calling frame whose code is a cell's."""
+    names = _cell_names(shell)
+    frame = sys._getframe(1)
+    while names is not None and frame is not None:
+        number = names.get(frame.f_code.co_filename)
+        if number is not None:
+            return number
+        frame = frame.f_back
+    return None
+
+
+def _is_cell_file(shell, filename) -> bool:
+    names = _cell_names(shell) or {}
+    return isinstance(filename, str) and (
+        filename in names or filename.startswith(("<gpukernel-", "<ipython-input-")))
+
+
+def _check_cell_syntax(lines):
+    """IPython input transformer (``input_transformers_post``): a %%gpukernel
+    cell whose code does not parse fails before it runs, its SyntaxError shown
+    as a plain cell's is, at the cell's line and with no frames."""
+    if not lines or not lines[0].startswith("get_ipython().run_cell_magic('gpukernel', "):
+        return lines
+    try:
+        call = ast.parse("".join(lines)).body[0].value
+        _, line, body = (ast.literal_eval(arg) for arg in call.args)
+    except (SyntaxError, ValueError, AttributeError, IndexError, TypeError):
+        return lines  # not IPython's form of a %%gpukernel cell: leave it to the magic
+    if not isinstance(body, str) or not body.strip():
+        return lines
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return lines
+    source = shell.transform_cell(body)
+    filename = _register_cell(shell, source, line, shell.execution_count)
+    try:
+        _compile_cell(source, filename)
+    except SyntaxError as exc:
+        raise exc.with_traceback(None) from None
+    return lines
+
+
+def _as_cell_error(shell, exc, filename, context):
+    """The exception a failing cell raises, set to show as a plain cell's.
+
+    A kernel that did not compile (a `CompileError` chaining the compiler's
+    error) fails the cell with a copy of the compiler's error, at the line of
+    the cell the compiler reported (else the kernel's ``def``), chained to the
+    CompileError.  Any other exception is itself, shown from the cell's first
+    frame on without this package's frames; one raised after the cell's code
+    ran (by a compile), at the kernel it names."""
+    original = exc
+    while isinstance(original, CompileError) and original.__cause__ is not None:
+        original = original.__cause__
+    if original is not exc:
+        shown = _copy_error(original)
+        if shown is not None:
+            frame = _frame_at(_compile_location(shell, exc, original, context))
+            # compiled by a launch in the cell: the launch's line, then the kernel's
+            _show_once(shell, shown, _joined(_cell_frames(exc.__traceback__, filename), frame),
+                       hide_chain=True)
+            return shown.with_traceback(frame)
+    frames = _cell_frames(exc.__traceback__, filename)
+    ours = frames is None or isinstance(exc, GpuCacheError)  # its chain is this package's
+    if frames is None:
+        frames = _frame_at(_compile_location(shell, exc, exc, context))
+    _show_once(shell, exc, frames, hide_chain=ours)
+    return exc
+
+
+def _copy_error(exc):
+    """An exception of `exc`'s type, arguments and attributes, without its
+    traceback and chain (the original keeps them); None if it cannot be made."""
+    try:
+        copy = BaseException.__new__(type(exc))
+        copy.args = exc.args
+        copy.__dict__.update(vars(exc))
+    except Exception:
+        return None
+    copy.__dict__.pop("_render_traceback_", None)
+    return copy
+
+
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)|\bat (<[^>]+>|\S+) \((\d+)\)')
+
+
+def _compile_location(shell, exc, original, context):
+    """(filename, line, function name) of the line of a cell a compile failed
+    on: the compiler's location, else the kernel's ``def``; None if unknown."""
+    for filename, line in _reported_locations(original, exc):
+        if _is_cell_file(shell, filename) and linecache.getline(filename, line).strip():
+            return filename, line, _function_at(shell, context, filename, line)
+    kernel = _kernel_named(context, getattr(exc, "kernel", None))
+    if kernel is not None:
+        code = kernel.py_func.__code__
+        return code.co_filename, _def_line(code), kernel.py_func.__name__
+    return None
+
+
+def _reported_locations(original, exc):
+    """Where the compiler says it failed, most precise first: the errors' own
+    ``loc``, the statement numba's compiler frames were at (innermost first),
+    then the places named in the messages."""
+    chain, seen = [], set()
+    error = original
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        chain.append(error)
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    for error in chain:
+        loc = _loc(error, "loc")
+        if loc:
+            yield loc
+    for error in chain:
+        for entry in reversed(_entries(error.__traceback__)):
+            f_locals = entry.tb_frame.f_locals
+            for name in ("loc", "inst", "stmt", "expr", "self"):
+                value = f_locals.get(name)
+                loc = _loc(value) if name == "loc" else _loc(value, "loc")
+                if loc:
+                    yield loc
+    for error in (*chain, exc):
+        for match in _FILE_LINE.finditer(str(error)):
+            filename, line = match.group(1, 2) if match.group(1) else match.group(3, 4)
+            yield filename, int(line)
+
+
+def _loc(value, attribute=None):
+    """(filename, line) of a numba ``Loc`` (or of `value`'s `attribute`), else None."""
+    try:
+        if attribute is not None:
+            value = getattr(value, attribute, None)
+        filename, line = getattr(value, "filename", None), getattr(value, "line", None)
+    except Exception:  # whatever the object, looking must not fail the error path
+        return None
+    return (filename, line) if isinstance(filename, str) and isinstance(line, int) else None
+
+
+def _entries(tb) -> list:
+    entries = []
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    return entries
+
+
+def _kernel_named(context, qualname):
+    if not qualname:
+        return None
+    for kernel in context.kernels:
+        func = kernel.py_func
+        if qualname in (func.__qualname__, f"{func.__module__}.{func.__qualname__}"):
+            return kernel
+    return None
+
+
+def _function_at(shell, context, filename, line) -> Optional[str]:
+    """The name of the function whose code spans `line` of `filename`: a
+    kernel of this cell, or a function, kernel or device function of the
+    user's namespace."""
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    funcs = [kernel.py_func for kernel in context.kernels]
+    for value in list(shell.user_ns.values()):
+        if isinstance(value, (Kernel, CUDADispatcher)):
+            funcs.append(value.py_func)
+        elif isinstance(value, types.FunctionType):
+            funcs.append(value)
+    for func in funcs:
+        code = getattr(func, "__code__", None)
+        if code is None or code.co_filename != filename:
+            continue
+        lines = [start for start, _, _ in code.co_lines() if start is not None]
+        if lines and code.co_firstlineno <= line <= max(lines):
+            return func.__name__
+    return None
+
+
+class _Marker(Exception):
+    pass
+
+
+def _frame_at(location):
+    """A one-entry traceback at `location` (filename, line, function name or
+    None), inside a function of that name where there is one: where a
+    compiler found an error that running the cell never reached.  Tracebacks
+    and ``%debug`` show the file's lines there.  None for no location."""
+    if location is None:
+        return None
+    filename, line, name = location
+    marker = _Marker()
+    if name and name.isidentifier() and not keyword.iskeyword(name):
+        source = "\n" * (line - 1) + f"def {name}(): raise __marker__\n{name}()\n"
+    else:
+        source = "\n" * (line - 1) + "raise __marker__\n"
+    try:
+        exec(compile(source, filename, "exec"), {"__name__": "__main__", "__marker__": marker})
+    except _Marker:
+        pass
+    inner = _entries(marker.__traceback__)[-1]
+    return types.TracebackType(None, inner.tb_frame, inner.tb_lasti, inner.tb_lineno)
+
+
 def _cell_frames(tb, filename):
-    """The traceback from the cell's own frame on (drops this module's frames)."""
-    start = tb
-    while start is not None and start.tb_frame.f_code.co_filename != filename:
-        start = start.tb_next
-    return start or tb
+    """The traceback from the cell's own frame on, without this package's
+    frames (an error raised in them shows at the cell line that called in);
+    None if the cell's code is not in it."""
+    entries = _entries(tb)
+    start = next((i for i, e in enumerate(entries) if e.tb_frame.f_code.co_filename == filename), None)
+    if start is None:
+        return None
+    shown = None
+    for entry in reversed(entries[start:]):
+        if not os.path.abspath(entry.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+            shown = types.TracebackType(shown, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return shown
+
+
+def _joined(tb, tail):
+    """Traceback `tb` (possibly None) followed by `tail`."""
+    for entry in reversed(_entries(tb)):
+        tail = types.TracebackType(tail, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return tail
+
+
+def _show_once(shell, exc, tb, hide_chain):
+    """Have IPython show `exc` with traceback `tb` (and, with `hide_chain`,
+    without the exceptions it chains) the next time it shows `exc`: when the
+    cell fails.  After that (``%tb``) IPython shows the whole of it."""
+
+    def render():
+        exc.__dict__.pop("_render_traceback_", None)
+        chain = exc.__cause__, exc.__context__, exc.__suppress_context__
+        if hide_chain:
+            exc.__cause__ = exc.__context__ = None
+        try:
+            return shell.InteractiveTB.structured_traceback(type(exc), exc, tb, tb_offset=0)
+        except Exception:  # as IPython would have shown it
+            return shell.InteractiveTB.structured_traceback(type(exc), exc, exc.__traceback__)
+        finally:  # (setting __cause__ sets __suppress_context__: restored last)
+            exc.__cause__, exc.__context__, exc.__suppress_context__ = chain
+
+    exc._render_traceback_ = render
 
 
 def load(shell):

@@ -123,16 +123,24 @@ class Session:
             parse_audit(self.settings.audit)
         except ValueError as exc:
             raise UsageError(f"GpuCacheMagics.audit (or GPUCACHE_AUDIT): {exc}") from None
+        from .magic import _check_cell_syntax
+
         self.shell.register_magics(self.magics)
         self.shell.events.register("post_run_cell", self.post_run_cell)
+        if _check_cell_syntax not in self.shell.input_transformers_post:  # syntax errors as a plain cell's
+            self.shell.input_transformers_post.append(_check_cell_syntax)
         if not gpu_available():  # cells written for a GPU run on the simulator, memory API too
             simulate_memory(True)
 
     def unload(self) -> None:
         from .kernel import simulate_memory
 
+        from .magic import _check_cell_syntax
+
         with contextlib.suppress(ValueError):
             self.shell.events.unregister("post_run_cell", self.post_run_cell)
+        with contextlib.suppress(ValueError):
+            self.shell.input_transformers_post.remove(_check_cell_syntax)
         simulate_memory(False)
         for widget in list(self.inspectors):
             widget.close()

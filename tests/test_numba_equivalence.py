@@ -59,7 +59,10 @@ def kernel(r, m):
     r[0] = add(m, m)
 ''')
     assert not result.success
-    assert isinstance(result.error_in_exec, CompileError) and "typing" in str(result.error_in_exec)
+    # numba's error (as numba raises it), chained to the CompileError naming the stage
+    error = result.error_in_exec
+    assert type(error).__name__ == "TypingError"
+    assert isinstance(error.__cause__, CompileError) and error.__cause__.stage == "typing"
 
 
 def test_declared_signatures_are_part_of_the_token(ip):
