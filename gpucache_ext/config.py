@@ -54,12 +54,14 @@ _FALLBACK_CCS = (
 @functools.lru_cache(maxsize=1)
 def supported_ccs() -> Tuple[Tuple[int, int], ...]:
     """The compute capabilities the installed toolchain can compile for (as
-    NVRTC says, remembered in the default disk cache's folder, see `toolchain`)."""
+    NVRTC says, remembered in the default disk cache's folder where that folder
+    exists, see `toolchain`: a config alone never creates a cache folder)."""
     try:
         from .disk import configured_directory
         from .toolchain import supported_archs
 
-        return supported_archs(configured_directory())
+        directory = configured_directory()
+        return supported_archs(directory if directory is not None and directory.is_dir() else None)
     except Exception:  # pragma: no cover - toolchain always present in CI
         return _FALLBACK_CCS
 

@@ -61,7 +61,8 @@ print(json.dumps({
 @pytest.mark.slow
 def test_a_new_process_reads_the_memo_and_loads_no_cuda_library(tmp_path):
     cache_dir = tmp_path / "cache"
-    env = {"GPUCACHE_DIR": str(cache_dir)}  # where CompileConfig remembers NVRTC's targets
+    cache_dir.mkdir()  # a folder in use: CompileConfig remembers NVRTC's targets there (it creates none)
+    env = {"GPUCACHE_DIR": str(cache_dir)}
     first = run_python(TOKENS_IN_NEW_PROCESS, cache_dir, env=env)
     assert set(first["probes"]) == {"libnvvm", "libdevice", "nvjitlink", "cudadevrt", "nvrtc", "nvrtc archs"}
     assert first["memo_reads"] == {}
@@ -90,8 +91,8 @@ from gpucache_ext import CompileConfig, KernelCache, toolchain
 from tests import kernels
 cache = KernelCache(directory=sys.argv[1])
 result = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
-print(json.dumps({"hits": [result.layers[s].hit for s in ("llvm", "ptx", "cubin")],
-                  "tokens": [result.layers[s].token for s in ("llvm", "ptx", "cubin")],
+print(json.dumps({"hits": [result.stages[s].hit for s in ("llvm", "ptx", "cubin")],
+                  "tokens": [result.stages[s].token for s in ("llvm", "ptx", "cubin")],
                   "probes": dict(toolchain.probes), "memo_reads": dict(toolchain.memo_reads)}))
 """
 
@@ -311,11 +312,11 @@ def test_compile_recomputes_its_tokens_when_the_toolchain_changed_under_it(fake_
     stale = cache.tokens(kernels.axpy, kernels.AXPY_SIG, config)  # fingerprint from the memo
     fake_nvvm.loaded = "version 2"
     result = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
-    assert not result.layers["ptx"].hit
-    assert result.layers["ptx"].token != stale["ptx"].hex
-    assert result.layers["llvm"].token == stale["llvm"].hex
+    assert not result.stages["ptx"].hit
+    assert result.stages["ptx"].token != stale["ptx"].hex
+    assert result.stages["llvm"].token == stale["llvm"].hex
     fresh = cache.tokens(kernels.axpy, kernels.AXPY_SIG, config)
-    assert result.layers["ptx"].token == fresh["ptx"].hex
+    assert result.stages["ptx"].token == fresh["ptx"].hex
     # nothing was filed under the fingerprint the code was not built with
     for stage in ("ptx", "cubin"):
         assert cache.explain(kernels.axpy, kernels.AXPY_SIG, config)[stage] == ()
@@ -335,3 +336,15 @@ def test_libraries_are_located_only_where_cuda_bindings_loads_them_through_pathf
         # a cuda-bindings that finds its libraries some other way: no telling which file, so probe
         monkeypatch.setattr(module, "load_nvidia_dynamic_lib", lambda name: None)
         assert toolchain._locate_dynamic(libname) is None
+
+
+def test_a_config_alone_creates_no_cache_folder(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "user-cache"
+    env = {**os.environ, "GPUCACHE_DIR": str(folder)}
+    subprocess.run([sys.executable, "-c", "from gpucache_ext import CompileConfig; CompileConfig(sm=80)"],
+                   env=env, check=True, timeout=300)
+    assert not folder.exists()
