@@ -118,8 +118,8 @@ def _result_details(res, seconds) -> dict:
     _check_cubin(res.cubin, "gpucache_ext")
     return {
         "seconds": seconds,
-        "recompiled": tuple(s for s in STAGES if not res.layers[s].hit),
-        "stage_seconds": {s: res.layers[s].seconds for s in STAGES},
+        "recompiled": tuple(s for s in STAGES if not res.stages[s].hit),
+        "stage_seconds": {s: res.stages[s].seconds for s in STAGES},
     }
 
 
@@ -318,8 +318,8 @@ def print_report(report: dict, runs: int, out=sys.stdout):
           "baseline/scenario ratios; recompiled = stages with hit False.", file=out)
     print(file=out)
 
-    # Where the time goes: per-stage medians (res.layers[stage].seconds).
-    print("per-stage median ms (res.layers[stage].seconds; a hit's time is its lookup; "
+    # Where the time goes: per-stage medians (res.stages[stage].seconds).
+    print("per-stage median ms (res.stages[stage].seconds; a hit's time is its lookup; "
           "outside = call minus stages):", file=out)
     sheader = ("scenario",) + STAGES + ("outside", "call")
     srows = []

@@ -37,7 +37,7 @@ cache = KernelCache(directory=sys.argv[1])
 start = time.perf_counter()
 result = cache.compile(matmul, samples.MATMUL_SIG, config)
 elapsed = time.perf_counter() - start
-print(elapsed, "".join("h" if result.layers[s].hit else "m" for s in ("typing", "llvm", "ptx", "cubin")))
+print(elapsed, "".join("h" if result.stages[s].hit else "m" for s in ("typing", "llvm", "ptx", "cubin")))
 """
 
 
@@ -135,7 +135,7 @@ def lookups(sizes, runs):
                 start = time.perf_counter()
                 result = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
                 through_cache[n].append(time.perf_counter() - start)
-                assert result.layers["cubin"].tier == "disk"
+                assert result.stages["cubin"].tier == "disk"
     return ({n: statistics.median(v) for n, v in raw.items()},
             {n: statistics.median(v) for n, v in through_cache.items()})
 

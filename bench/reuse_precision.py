@@ -52,7 +52,7 @@ def measure():
             first, second = results[(kernel, *a)], results[(kernel, *b)]
             for stage in ARTIFACT_STAGES:
                 same_bytes = artifact(first, stage) == artifact(second, stage)
-                same_token = first.layers[stage].token == second.layers[stage].token
+                same_token = first.stages[stage].token == second.stages[stage].token
                 counts = per_stage[stage]
                 counts["byte_equal"] += same_bytes
                 counts["shared"] += same_bytes and same_token

@@ -17,8 +17,8 @@ from gpucache_ext import STAGES, CompileConfig, KernelCache, samples
 
 def summary(result) -> str:
     """Which stages were compiled and which were served, as the cache says."""
-    missed = [s for s in STAGES if not result.layers[s].hit]
-    served = [f"{s} ({result.layers[s].tier})" for s in STAGES if result.layers[s].hit]
+    missed = [s for s in STAGES if not result.stages[s].hit]
+    served = [f"{s} ({result.stages[s].tier})" for s in STAGES if result.stages[s].hit]
     if not missed:
         return "nothing compiled: every stage from the cache"
     if not served:

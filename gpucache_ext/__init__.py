@@ -3,7 +3,7 @@
     from gpucache_ext import CompileConfig, KernelCache
     cache = KernelCache()
     res = cache.compile(func, "void(float32[:], float32[:])", CompileConfig(sm=86))
-    res.layers["ptx"].hit, res.ptx, res.cubin
+    res.stages["ptx"].hit, res.ptx, res.cubin
 
 The modules tell the pipeline's story: `config` (what can change the output),
 `tokens` (how inputs are hashed), `toolchain` (tool versions per stage),
@@ -72,9 +72,9 @@ def _session():
 def inspector(cache=None):
     """The live cache inspector widget (ipywidgets) of `cache`, default the magic's.
 
-    Per layer hits, misses, entries, bytes and compile time; a chart of hits
+    Per stage hits, misses, entries, bytes and compile time; a chart of hits
     and misses per cell; the entries with their explanations; actions to clear
-    a layer, evict or recompile an entry.  ``%gpucache`` shows it.
+    a stage, evict or recompile an entry.  ``%gpucache`` shows it.
     """
     session = _session()
     if session is not None:

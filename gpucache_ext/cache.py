@@ -45,7 +45,7 @@ DEFAULT_MAX_ENTRIES = {"typing": 256, "llvm": 512, "ptx": 1024, "cubin": 1024}
 _HISTORY_LIMIT = 4096
 
 
-class _LayerStats:
+class _StageCounters:
     __slots__ = ("hits", "misses", "not_needed", "compile_seconds", "saved_seconds", "audits",
                  "audit_mismatches")
 
@@ -93,7 +93,7 @@ class KernelCache:
         if redis_url:
             self.tiers.append(RedisTier(redis_url, secret=secret))
         self.tiers.extend(tiers)
-        self._stats = {s: _LayerStats() for s in STAGES}
+        self._stats = {s: _StageCounters() for s in STAGES}
         self._tier_hits = {s: {} for s in STAGES}
         self._history = {s: OrderedDict() for s in STAGES}  # token -> (kernel, components)
         self._origins: "OrderedDict[str, tuple]" = OrderedDict()  # cubin token -> inputs
@@ -164,13 +164,13 @@ class KernelCache:
             plan = _Plan(self, pyfunc, argtypes, config, link)
             result = plan.run(force)
         result.referenced = plan.identity.referenced
-        if not force and audit is not False and any(layer.hit for layer in result.layers.values()) \
+        if not force and audit is not False and any(layer.hit for layer in result.stages.values()) \
                 and self._auditor.wants(forced=bool(audit)):
             result.audit = AuditOutcome()
             self._auditor.submit(lambda: self._audit(pyfunc, argtypes, config, result, link),
                                  background=False if audit else None)
         with self._lock:
-            for layer in result.layers.values():
+            for layer in result.stages.values():
                 self._origins[layer.token] = (weakref.ref(pyfunc), argtypes, config, link)
                 self._origins.move_to_end(layer.token)
             while len(self._origins) > _HISTORY_LIMIT:
@@ -321,7 +321,7 @@ class KernelCache:
                 if difference is not None:
                     self._stats[stage].audit_mismatches += 1
             if difference is not None:
-                layer = result.layers[stage]
+                layer = result.stages[stage]
                 outcome.mismatches.append(Mismatch(
                     result.kernel, stage, layer.token,
                     tuple(sorted((name, part.shown) for name, part in layer.components.items())),
@@ -343,12 +343,12 @@ class KernelCache:
         artifacts = fresh.artifacts()
         with self._lock:
             for stage in STAGES:
-                layer = result.layers[stage]
+                layer = result.stages[stage]
                 self.evict(stage, layer.token)
                 if stage in artifacts:
                     artifact = artifacts[stage]
                     self._put(stage, Entry(layer.token, result.kernel, artifact, dict(layer.components),
-                                           artifact.nbytes, fresh.layers[stage].seconds,
+                                           artifact.nbytes, fresh.stages[stage].seconds,
                                            signature=short_signature(result.signature),
                                            config=result.config.summary(),
                                            reasons=("replaced after an audit mismatch",),
@@ -573,7 +573,7 @@ class _Plan:
         self.kernel = self.identity.qualname
         self.signature_text = short_signature(argtypes)
         self.tokens = self._tokens()
-        self.layers: Dict[str, StageResult] = {}
+        self.stages: Dict[str, StageResult] = {}
 
     def _tokens(self) -> Dict[str, Token]:
         config = self.config
@@ -617,7 +617,7 @@ class _Plan:
             found["cubin"] = self._compile("cubin", stages.run_cubin, found["ptx"], self.config, self.kernel,
                                            self.identity.links)
         return CompileResult(self.kernel, self.argtypes, self.config,
-                             {s: self.layers[s] for s in STAGES},
+                             {s: self.stages[s] for s in STAGES},
                              found["llvm"], found["ptx"], found["cubin"])
 
     def _run_typing(self):
@@ -637,7 +637,7 @@ class _Plan:
         if entry is None:
             return None
         self.cache._count(stage, True, tier, entry.seconds)
-        self.layers[stage] = StageResult(stage, token.hex, Outcome.HIT, tier, time.perf_counter() - start,
+        self.stages[stage] = StageResult(stage, token.hex, Outcome.HIT, tier, time.perf_counter() - start,
                                          components=token.components, saved_seconds=entry.seconds)
         return entry.artifact
 
@@ -651,7 +651,7 @@ class _Plan:
             outcome, tier, saved = Outcome.NOT_NEEDED, None, 0.0
             with self.cache._lock:
                 self.cache._stats["typing"].not_needed += 1
-        self.layers["typing"] = StageResult("typing", token.hex, outcome, tier, 0.0,
+        self.stages["typing"] = StageResult("typing", token.hex, outcome, tier, 0.0,
                                             components=token.components, saved_seconds=saved)
 
     def _compile(self, stage, fn, *args):
@@ -665,6 +665,6 @@ class _Plan:
         token, reasons = self.cache._store(stage, generic, self, artifact, seconds, reads)
         if self.forced:
             reasons = ("forced recompile",)
-        self.layers[stage] = StageResult(stage, token.hex, Outcome.MISS, None, seconds, reasons,
+        self.stages[stage] = StageResult(stage, token.hex, Outcome.MISS, None, seconds, reasons,
                                          components=token.components)
         return artifact

@@ -1,9 +1,9 @@
 """The gpucache command (also python -m gpucache_ext): look after the disk cache.
 
-    gpucache stats                          entries and bytes per layer
-    gpucache ls [--kernel K] [--layer L] [--older-than 2d] [--newer-than 1h]
+    gpucache stats                          entries and bytes per stage
+    gpucache ls [--kernel K] [--stage S] [--older-than 2d] [--newer-than 1h]
     gpucache show TOKEN [--out FILE]        an entry's header and artifact
-    gpucache clear [--layer L] [--yes]      delete entries (asks first)
+    gpucache clear [--stage S] [--yes]      delete entries (asks first)
     gpucache prune --max-bytes 500M         evict least recently used entries
     gpucache verify [--fix]                 check every entry's key and checksum
     gpucache verify --recompile [--sample F]  compile entries again and compare
@@ -83,9 +83,9 @@ class Progress:
         sys.stderr.flush()
 
 
-def _rows(tier: DiskTier, layers, kernel=None, older=None, newer=None, progress=None):
+def _rows(tier: DiskTier, stages, kernel=None, older=None, newer=None, progress=None):
     now = time.time()
-    files = [item for item in tier.scan() if item[0] in layers]
+    files = [item for item in tier.scan() if item[0] in stages]
     rows = []
     for done, (stage, path, st) in enumerate(files, 1):
         if progress:
@@ -102,7 +102,7 @@ def _rows(tier: DiskTier, layers, kernel=None, older=None, newer=None, progress=
         age = now - float(header["created"])
         if (older is not None and age < older) or (newer is not None and age > newer):
             continue
-        rows.append({"layer": stage, "token": header["token"], "kernel": header["kernel"],
+        rows.append({"stage": stage, "token": header["token"], "kernel": header["kernel"],
                      "signature": header["signature"], "config": header["config"],
                      # an entry's size is its artifact's, as in show and the inspector
                      "bytes": int(header["size"]), "file_bytes": st.st_size,
@@ -120,11 +120,11 @@ def _head(path: Path) -> bytes:
 def cmd_stats(tier, args, out):
     stats = {stage: tier.stats(stage) for stage in PERSISTENT_STAGES}
     if args.json:
-        out({"directory": str(tier.directory), "layers": stats,
+        out({"directory": str(tier.directory), "stages": stats,
              "bytes": sum(s["bytes"] for s in stats.values())})
         return 0
     out(f"cache directory: {tier.directory}")
-    out(f"{'layer':<7}{'entries':>10}{'on disk':>14}")
+    out(f"{'stage':<7}{'entries':>10}{'on disk':>14}")
     for stage, s in stats.items():
         out(f"{stage:<7}{s['entries']:>10}{format_bytes(s['bytes']):>14}")
     out(f"{'total':<7}{sum(s['entries'] for s in stats.values()):>10}"
@@ -133,8 +133,8 @@ def cmd_stats(tier, args, out):
 
 
 def cmd_ls(tier, args, out):
-    layers = (args.layer,) if args.layer else PERSISTENT_STAGES
-    rows = _rows(tier, layers, args.kernel, args.older_than, args.newer_than,
+    stages = (args.stage,) if args.stage else PERSISTENT_STAGES
+    rows = _rows(tier, stages, args.kernel, args.older_than, args.newer_than,
                  Progress("reading", not args.json))
     if args.json:
         out(rows)
@@ -142,19 +142,19 @@ def cmd_ls(tier, args, out):
     if not rows:
         out("no entries")
         return 0
-    out(f"{'layer':<6} {'token':<12} {'kernel':<20} {'config':<24} {'size':>10} {'age':>5}  signature")
+    out(f"{'stage':<6} {'token':<12} {'kernel':<20} {'config':<24} {'size':>10} {'age':>5}  signature")
     for r in rows:
-        out(f"{r['layer']:<6} {short_token(r['token']):<12} {r['kernel'].rsplit('.', 1)[-1][:20]:<20} "
+        out(f"{r['stage']:<6} {short_token(r['token']):<12} {r['kernel'].rsplit('.', 1)[-1][:20]:<20} "
             f"{r['config'][:24]:<24} {format_bytes(r['bytes']):>10} {format_age(r['age_seconds']):>5}  "
             f"{r['signature']}")
     return 0
 
 
-def _find(tier: DiskTier, token: str, layer: Optional[str]):
+def _find(tier: DiskTier, token: str, stage: Optional[str]):
     token = token.lower()
     if not re.fullmatch(r"[0-9a-f]{6,64}", token):
         raise CommandError(f"{token!r} is not a token; give at least 6 hex digits")
-    matches = [(stage, path) for stage, path, _ in tier.scan(layer)
+    matches = [(stage, path) for stage, path, _ in tier.scan(stage)
                if path.name.startswith(token)]
     if not matches:
         raise CommandError(f"no entry with a token starting {token} in {tier.directory}")
@@ -165,7 +165,7 @@ def _find(tier: DiskTier, token: str, layer: Optional[str]):
 
 
 def cmd_show(tier, args, out):
-    stage, path = _find(tier, args.token, args.layer)
+    stage, path = _find(tier, args.token, args.stage)
     full_token = path.name[: -len(".entry")]
     data = path.read_bytes()
     header, _ = read_header(data)
@@ -180,10 +180,10 @@ def cmd_show(tier, args, out):
             raise CommandError(f"the entry is damaged ({problem}); nothing to write")
         args.out.write_bytes(_raw(stage, artifact))
     if args.json:
-        out({"layer": stage, "path": str(path), "header": header, "valid": problem is None,
+        out({"stage": stage, "path": str(path), "header": header, "valid": problem is None,
              "problem": problem})
         return 0 if problem is None else 1
-    out(f"layer     {stage}\ntoken     {full_token}\nkernel    {header['kernel']}\n"
+    out(f"stage     {stage}\ntoken     {full_token}\nkernel    {header['kernel']}\n"
         f"signature {header['signature']}\nconfig    {header['config']}\n"
         f"created   {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(header['created']))}\n"
         f"size      {format_bytes(header['size'])} (compile took {header['seconds'] * 1e3:.1f} ms)\n"
@@ -216,24 +216,24 @@ def _text(stage, artifact, written) -> str:
 
 
 def cmd_clear(tier, args, out):
-    layers = (args.layer,) if args.layer else PERSISTENT_STAGES
-    before = {stage: tier.stats(stage)["entries"] for stage in layers}
+    stages = (args.stage,) if args.stage else PERSISTENT_STAGES
+    before = {stage: tier.stats(stage)["entries"] for stage in stages}
     count = sum(before.values())
     if count and not args.yes:
-        what = f"{count} entries ({', '.join(layers)}) in {tier.directory}"
+        what = f"{count} entries ({', '.join(stages)}) in {tier.directory}"
         if not sys.stdin.isatty():
             raise CommandError(f"this would delete {what}; pass --yes to confirm")
         answer = input(f"delete {what}? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
             out("nothing deleted")
             return 1
-    for stage in layers:
+    for stage in stages:
         tier.clear(stage)
     removed = sum(before.values())
     if args.json:
-        out({"removed": removed, "layers": list(layers)})
+        out({"removed": removed, "stages": list(stages)})
     else:
-        out(f"removed {removed} entries ({', '.join(layers)})")
+        out(f"removed {removed} entries ({', '.join(stages)})")
     return 0
 
 
@@ -253,7 +253,7 @@ def cmd_verify(tier, args, out):
     audit = _recompile_all(tier, args, out) if args.recompile else None
     if args.json:
         report = {"checked": checked, "fixed": args.fix,
-                  "bad": [{"layer": s, "path": str(p), "problem": why} for s, p, why in bad]}
+                  "bad": [{"stage": s, "path": str(p), "problem": why} for s, p, why in bad]}
         if audit is not None:
             report["recompiled"] = audit
         out(report)
@@ -281,7 +281,7 @@ def _recompile_all(tier: DiskTier, args, out) -> dict:
     files = [(stage, path) for stage, path, _ in tier.scan()]
     chosen = random.Random(args.seed).sample(files, max(1, round(len(files) * args.sample))) \
         if args.sample < 1 and files else files
-    # upstream layers first: an entry built from a wrong one is wrong too
+    # upstream stages first: an entry built from a wrong one is wrong too
     chosen.sort(key=lambda item: PERSISTENT_STAGES.index(item[0]))
     counts = dict.fromkeys(("match", "mismatch", "tainted", "skipped", "failed"), 0)
     found, wrong = [], set()
@@ -296,7 +296,7 @@ def _recompile_all(tier: DiskTier, args, out) -> dict:
                                              wrong)
         counts[status] += 1
         if status in ("mismatch", "tainted", "failed"):
-            found.append({"layer": stage, "token": token, "kernel": entry.kernel, "status": status,
+            found.append({"stage": stage, "token": token, "kernel": entry.kernel, "status": status,
                           "difference": difference})
             if status != "failed":
                 wrong.add(token)
@@ -335,19 +335,25 @@ def build_parser() -> argparse.ArgumentParser:
     json_after.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                             help="machine-readable output")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def _stage_option(command):
+        command.add_argument("--stage", choices=PERSISTENT_STAGES, help="only this stage's entries")
+        # the option's name before 0.2, still accepted
+        command.add_argument("--layer", dest="stage", choices=PERSISTENT_STAGES, help=argparse.SUPPRESS)
+
     add = functools.partial(sub.add_parser, parents=[json_after])
-    add("stats", help="entries and bytes per layer")
+    add("stats", help="entries and bytes per stage")
     ls = add("ls", help="list entries")
     ls.add_argument("--kernel", help="only this kernel (name or qualified name)")
-    ls.add_argument("--layer", choices=PERSISTENT_STAGES)
+    _stage_option(ls)
     ls.add_argument("--older-than", type=parse_age, metavar="AGE", help="e.g. 7d")
     ls.add_argument("--newer-than", type=parse_age, metavar="AGE", help="e.g. 12h")
     show = add("show", help="an entry's header and artifact")
     show.add_argument("token", help="the token or its first 6+ hex digits")
-    show.add_argument("--layer", choices=PERSISTENT_STAGES)
+    _stage_option(show)
     show.add_argument("--out", type=Path, help="write the artifact (IR, PTX or cubin) here")
     clear = add("clear", help="delete entries (asks first)")
-    clear.add_argument("--layer", choices=PERSISTENT_STAGES)
+    _stage_option(clear)
     clear.add_argument("--yes", "-y", action="store_true", help="delete without asking")
     prune = add("prune", help="evict least recently used entries down to a size")
     prune.add_argument("--max-bytes", type=parse_bytes, required=True, metavar="N", help="e.g. 500M")

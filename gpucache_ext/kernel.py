@@ -327,7 +327,7 @@ class Kernel:
 
     def _gpu_kernel(self, result: CompileResult):
         # (an audit mismatch swaps the result's cubin for a fresh one: load that)
-        key = (result.signature, result.layers["cubin"].token, id(result.cubin))
+        key = (result.signature, result.stages["cubin"].token, id(result.cubin))
         with self._lock:
             loaded = self._loaded.get(key)
             if loaded is None:

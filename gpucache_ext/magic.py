@@ -1,4 +1,4 @@
-"""The IPython layer: ``%%gpukernel`` and ``%gpucache``.
+"""The IPython stage: ``%%gpukernel`` and ``%gpucache``.
 
 ``%%gpukernel`` runs its cell as ordinary numba-cuda code in the user's
 namespace, with ``cuda.jit`` standing in for numba's during the cell: kernels

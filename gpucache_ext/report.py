@@ -61,19 +61,19 @@ def format_age(seconds: float) -> str:
     return f"{age:.0f}s"
 
 
-def _stage_cell(layer) -> str:
-    if layer.outcome is Outcome.NOT_NEEDED:
+def _stage_cell(done) -> str:
+    if done.outcome is Outcome.NOT_NEEDED:
         return "not needed"
-    if layer.hit:
-        return "hit" if layer.tier in ("memory", None) else f"hit:{layer.tier}"
+    if done.hit:
+        return "hit" if done.tier in ("memory", None) else f"hit:{done.tier}"
     return "MISS"
 
 
 def _short_reason(result: CompileResult) -> str:
     for stage in STAGES:
-        layer = result.layers[stage]
-        if not layer.hit and layer.reasons:
-            return "; ".join(layer.reasons[:2])
+        done = result.stages[stage]
+        if not done.hit and done.reasons:
+            return "; ".join(done.reasons[:2])
     return ""
 
 
@@ -114,7 +114,7 @@ class CellReport:
             row = {"kernel": _kernel_name(result), "signature": short_signature(result.signature),
                    "config": result.config.summary()}
             for stage in STAGES:
-                row[stage] = _stage_cell(result.layers[stage])
+                row[stage] = _stage_cell(result.stages[stage])
             row["time"] = format_seconds(result.seconds)
             row["saved"] = format_seconds(result.saved_seconds)
             row["why"] = _short_reason(result)
@@ -148,9 +148,9 @@ class CellReport:
         for result in self.results:
             lines.append(result.explain())
             for stage in STAGES:
-                layer = result.layers[stage]
-                lines.append(f"  {stage} token {layer.token}")
-                for name, part in sorted(layer.components.items()):
+                done = result.stages[stage]
+                lines.append(f"  {stage} token {done.token}")
+                for name, part in sorted(done.components.items()):
                     lines.append(f"    {name:<28} {short_token(part.digest)}  {part.shown}")
         return lines
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional, Tuple
@@ -176,7 +177,7 @@ class CompileResult:
     kernel: str
     signature: Tuple[Any, ...]
     config: CompileConfig
-    layers: Dict[str, StageResult]
+    stages: Dict[str, StageResult]  # per stage, in pipeline order
     _llvm: stages.LLVMArtifact = field(repr=False)
     _ptx: stages.PTXArtifact = field(repr=False)
     _cubin: stages.CubinArtifact = field(repr=False)
@@ -186,6 +187,13 @@ class CompileResult:
     # Device arrays read as globals: the code holds their pointers, so the
     # result keeps them alive (as numba's code library does).
     referenced: Tuple[Any, ...] = field(default=(), repr=False)
+
+    @property
+    def layers(self) -> Dict[str, StageResult]:
+        """The name earlier versions used for `stages` (deprecated)."""
+        warnings.warn("CompileResult.layers is deprecated: use CompileResult.stages (the same dict)",
+                      DeprecationWarning, stacklevel=2)
+        return self.stages
 
     @property
     def links(self):
@@ -248,23 +256,23 @@ class CompileResult:
     @property
     def seconds(self) -> float:
         """Time this compile spent in the stages (lookups and compiles)."""
-        return sum(layer.seconds for layer in self.layers.values())
+        return sum(layer.seconds for layer in self.stages.values())
 
     @property
     def saved_seconds(self) -> float:
         """Compile time the hits saved (what those entries took to build)."""
-        return sum(layer.saved_seconds for layer in self.layers.values())
+        return sum(layer.saved_seconds for layer in self.stages.values())
 
     @property
     def hit(self) -> bool:
         """True when no stage had to compile."""
-        return all(layer.hit for layer in self.layers.values())
+        return all(layer.hit for layer in self.stages.values())
 
     def explain(self) -> str:
         """One line per stage: hit or miss, tier, time, and why it missed."""
         lines = [f"{self.kernel} {self.signature_text} [{self.config.summary()}]"]
         for stage in STAGES:
-            layer = self.layers[stage]
+            layer = self.stages[stage]
             state = {Outcome.HIT: f"hit ({layer.tier})", Outcome.MISS: "miss",
                      Outcome.NOT_NEEDED: "not needed"}[layer.outcome]
             line = f"  {stage:<6} {state:<16} {layer.seconds * 1e3:8.2f} ms  {layer.short_token}"

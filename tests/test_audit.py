@@ -30,9 +30,9 @@ SM80 = CompileConfig(sm=80)
 def plant(tier, stage, victim, donor):
     """Overwrite `victim`'s entry of `stage` with `donor`'s artifact, keeping
     the victim's key and components, so that the entry still checks out."""
-    token = victim.layers[stage].token
+    token = victim.stages[stage].token
     good = tier.get(stage, token)
-    wrong = tier.get(stage, donor.layers[stage].token)
+    wrong = tier.get(stage, donor.stages[stage].token)
     tier.put(stage, dataclasses.replace(good, artifact=wrong.artifact, nbytes=wrong.artifact.nbytes))
     assert tier.get(stage, token).artifact == wrong.artifact  # valid, and wrong
 
@@ -63,11 +63,11 @@ def test_audit_catches_a_planted_entry_evicts_it_and_uses_the_fresh_artifact(pla
     cache = KernelCache(directory=directory, audit=True, audit_background=False)
     with pytest.warns(AuditWarning) as caught:
         result = cache.compile(kernels.axpy, kernels.AXPY_SIG, SM80)
-    assert result.layers["cubin"].tier == "disk"
+    assert result.stages["cubin"].tier == "disk"
     assert result.audit.state == "mismatch"
     assert [m.stage for m in result.audit.mismatches] == ["cubin"]
     message = str(caught[0].message)
-    for expected in ("axpy", "cubin", result.layers["cubin"].token[:12], "ptx", "first difference",
+    for expected in ("axpy", "cubin", result.stages["cubin"].token[:12], "ptx", "first difference",
                      "binary"):
         assert expected in message
     assert result.cubin == axpy.cubin != copy.cubin  # the fresh artifact is used
@@ -154,7 +154,7 @@ def test_verify_recompile_finds_and_evicts_planted_entries(planted):
                       "tainted": 1,  # copy's cubin, filed under the wrong ptx's token
                       "skipped": 2,  # the llvm entries need the kernels' source
                       "failed": 0}
-    found = {(e["layer"], e["kernel"].rsplit(".", 1)[-1], e["status"]) for e in report["recompiled"]["entries"]}
+    found = {(e["stage"], e["kernel"].rsplit(".", 1)[-1], e["status"]) for e in report["recompiled"]["entries"]}
     assert found == {("cubin", "axpy", "mismatch"), ("ptx", "copy", "mismatch"), ("cubin", "copy", "tainted")}
     text = gpucache("--dir", directory, "verify", "--recompile").stdout  # evicted: clean now
     assert "0 differed" in text
@@ -183,7 +183,7 @@ def test_magic_audit_flag_reports_each_kernels_audit(ip, capsys):
     assert ip.user_ns["shift"].last.audit.state == "passed"
     # plant copy's cubin under shift's token in the magic's cache, as a broken key would
     cache = gpucache_ext.default_cache()
-    token = ip.user_ns["shift"].last.layers["cubin"].token
+    token = ip.user_ns["shift"].last.stages["cubin"].token
     good = cache.entry("cubin", token)
     wrong = KernelCache().compile(kernels.copy, kernels.COPY_SIG, SM80)
     cache._memory["cubin"].put(dataclasses.replace(good, artifact=wrong._cubin))
@@ -208,7 +208,7 @@ def test_audit_catches_a_re_signed_entry_in_the_shared_tier(redis_server):  # no
                          audit_background=False)
     with pytest.warns(AuditWarning, match="cubin"):
         result = reader.compile(kernels.axpy, kernels.AXPY_SIG, SM80)
-    assert result.layers["cubin"].tier == "shared" and result.audit.mismatched
+    assert result.stages["cubin"].tier == "shared" and result.audit.mismatched
     assert result.cubin == axpy.cubin
     later = KernelCache(redis_url=redis_server.url, secret="team-secret")
     assert later.compile(kernels.axpy, kernels.AXPY_SIG, SM80).cubin == axpy.cubin  # replaced in Redis
@@ -220,7 +220,7 @@ def test_background_audit_findings_reach_the_next_cell_report(ip, capsys, monkey
     monkeypatch.setenv("GPUCACHE_AUDIT", "all")
     ip.run_cell(f"%%gpukernel --sm 80 --quiet\n{MAGIC_CELL}").raise_error()
     cache = gpucache_ext.default_cache()
-    token = ip.user_ns["shift"].last.layers["cubin"].token
+    token = ip.user_ns["shift"].last.stages["cubin"].token
     wrong = KernelCache().compile(kernels.copy, kernels.COPY_SIG, SM80)
     cache._memory["cubin"].put(dataclasses.replace(cache.entry("cubin", token), artifact=wrong._cubin))
     with warnings.catch_warnings():

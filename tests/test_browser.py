@@ -300,7 +300,7 @@ def test_inspector_renders_in_jupyterlab_with_the_kernels_numbers(tmp_path, caps
                 options = page.locator(".gpucache-inspector .gpucache-entries select option")
                 assert options.count() == 6
                 labels = [t.replace("\u00a0", " ") for t in options.all_inner_texts()]
-                # the ptx entry built for sm_86: layer column, then its token
+                # the ptx entry built for sm_86: stage column, then its token
                 index = next(i for i, t in enumerate(labels)
                              if re.search(r" ptx +[0-9a-f]{8} ", t) and "sm_86" in t)
                 page.locator(".gpucache-inspector .gpucache-entries select").select_option(index=index)

@@ -28,7 +28,7 @@ def run_cell(namespace, source, filename="<cell>", first_line=1):
 
 
 def missed(result):
-    return [s for s, layer in result.layers.items() if not layer.hit]
+    return [s for s, layer in result.stages.items() if not layer.hit]
 
 
 def test_exact_repeat_compiles_nothing():
@@ -39,7 +39,7 @@ def test_exact_repeat_compiles_nothing():
     before = cache.stats()
     again = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
     assert again.hit and missed(again) == []
-    assert all(layer.tier == "memory" for layer in again.layers.values())
+    assert all(layer.tier == "memory" for layer in again.stages.values())
     after = cache.stats()
     assert all(after[s]["misses"] == before[s]["misses"] for s in after)
     assert all(after[s]["hits"] == before[s]["hits"] + 1 for s in after)
@@ -74,12 +74,12 @@ def test_miss_reasons_name_the_changed_field():
     cache = KernelCache()
     cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
     result = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80, opt=1))
-    assert result.layers["ptx"].reasons == ("opt 3 -> 1",)
-    assert "ptx input changed" in result.layers["cubin"].reasons
+    assert result.stages["ptx"].reasons == ("opt 3 -> 1",)
+    assert "ptx input changed" in result.stages["cubin"].reasons
     assert "opt 3 -> 1" in result.explain()
     assert cache.recent_misses()[-1]["stage"] == "cubin"
     first = KernelCache().compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
-    assert first.layers["typing"].reasons == ("first compile of copy",)
+    assert first.stages["typing"].reasons == ("first compile of copy",)
 
 
 def test_changing_a_global_recompiles_and_restoring_it_hits(monkeypatch):
@@ -89,7 +89,7 @@ def test_changing_a_global_recompiles_and_restoring_it_hits(monkeypatch):
     monkeypatch.setattr(kernels, "OFFSETS", (5.0, 2.0))
     changed = cache.compile(kernels.copy, kernels.COPY_SIG, config)
     assert missed(changed) == ["typing", "llvm", "ptx", "cubin"]
-    assert any("global OFFSETS (1.0, 2.0) -> (5.0, 2.0)" in r for r in changed.layers["typing"].reasons)
+    assert any("global OFFSETS (1.0, 2.0) -> (5.0, 2.0)" in r for r in changed.stages["typing"].reasons)
     assert changed.ptx != first.ptx  # the constant is frozen into the code
     monkeypatch.setattr(kernels, "OFFSETS", (1.0, 2.0))
     assert cache.compile(kernels.copy, kernels.COPY_SIG, config).hit
@@ -102,7 +102,7 @@ def test_global_read_by_a_device_function_recompiles_its_caller(monkeypatch):
     monkeypatch.setattr(kernels, "SCALE", 3.0)
     changed = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
     assert "typing" in missed(changed)
-    assert any(r == "device function twice changed" for r in changed.layers["typing"].reasons)
+    assert any(r == "device function twice changed" for r in changed.stages["typing"].reasons)
     assert changed.llvm_ir != first.llvm_ir
     assert changed.llvm_ir == KernelCache().compile(kernels.axpy, kernels.AXPY_SIG, config).llvm_ir
 
@@ -130,7 +130,7 @@ def test_device_function_edited_in_another_cell_recompiles_the_kernel():
     """)
     second = cache.compile(ns["kern"], "void(float32[:], float32[:])", config)
     assert missed(second) == ["typing", "llvm", "ptx", "cubin"]
-    assert any(r == "device function helper changed" for r in second.layers["typing"].reasons)
+    assert any(r == "device function helper changed" for r in second.stages["typing"].reasons)
     assert "2.0" in second.llvm_ir or "0x4000000000000000" in second.llvm_ir
     assert second.llvm_ir != first.llvm_ir
 
@@ -154,7 +154,7 @@ def test_device_functions_follow_the_kernels_config_and_target():
     # float64 atomic add lowers to a CAS loop below sm_60, inside the device function
     assert "___numba_atomic_double_add" in old.llvm_ir
     assert "___numba_atomic_double_add" not in new.llvm_ir
-    assert not old.layers["llvm"].hit
+    assert not old.stages["llvm"].hit
     assert old.cubin == KernelCache().compile(ns["kern"], sig, CompileConfig(sm=52)).cubin
     fast = cache.compile(ns["kern"], sig, CompileConfig(sm=86, fastmath=True))
     assert fast.llvm_ir != new.llvm_ir
@@ -173,8 +173,8 @@ def test_closure_variables_enter_the_token():
     cache = KernelCache()
     a = cache.compile(ns["make"](1.5), kernels.COPY_SIG, CompileConfig(sm=80))
     b = cache.compile(ns["make"](2.5), kernels.COPY_SIG, CompileConfig(sm=80))
-    assert not b.layers["typing"].hit
-    assert any("closure offset 1.5 -> 2.5" in r for r in b.layers["typing"].reasons)
+    assert not b.stages["typing"].hit
+    assert any("closure offset 1.5 -> 2.5" in r for r in b.stages["typing"].reasons)
     assert a.ptx != b.ptx
     assert cache.compile(ns["make"](1.5), kernels.COPY_SIG, CompileConfig(sm=80)).hit
 
@@ -192,7 +192,7 @@ def test_numpy_global_contents_enter_the_token():
     cache.compile(ns["kern"], kernels.COPY_SIG, CompileConfig(sm=80))
     ns["TABLE"] = np.arange(4, dtype=np.float32) * 2
     again = cache.compile(ns["kern"], kernels.COPY_SIG, CompileConfig(sm=80))
-    assert not again.layers["typing"].hit
+    assert not again.stages["typing"].hit
 
 
 @pytest.mark.filterwarnings("ignore::numba.cuda.core.errors.NumbaDebugInfoWarning")
@@ -211,10 +211,10 @@ def test_source_location_matters_only_with_debug_info():
             results[line, lineinfo] = KernelCache().compile(
                 ns["kern"], kernels.COPY_SIG, CompileConfig(sm=80, lineinfo=lineinfo))
     plain_1, plain_40 = results[1, False], results[40, False]
-    assert plain_1.layers["typing"].token == plain_40.layers["typing"].token
+    assert plain_1.stages["typing"].token == plain_40.stages["typing"].token
     assert plain_1.ptx == plain_40.ptx and plain_1.cubin == plain_40.cubin
     info_1, info_40 = results[1, True], results[40, True]
-    assert info_1.layers["typing"].token != info_40.layers["typing"].token
+    assert info_1.stages["typing"].token != info_40.stages["typing"].token
     assert info_1.ptx != info_40.ptx
 
 
@@ -230,8 +230,8 @@ def test_numba_settings_enter_the_llvm_token(monkeypatch):
     assert before["typing"].hex == after["typing"].hex
     assert before["llvm"].hex != after["llvm"].hex
     unoptimised = cache.compile(kernels.copy, kernels.COPY_SIG, config)
-    assert not unoptimised.layers["llvm"].hit
-    assert any(r.startswith("numba settings") for r in unoptimised.layers["llvm"].reasons)
+    assert not unoptimised.stages["llvm"].hit
+    assert any(r.startswith("numba settings") for r in unoptimised.stages["llvm"].reasons)
     assert "isOptimized: true" in optimised.llvm_ir
     assert "isOptimized: false" in unoptimised.llvm_ir
 
@@ -282,8 +282,8 @@ def test_memory_tiers_are_bounded_lru():
     stats = cache.stats()
     assert stats["cubin"]["entries"] == 2 and stats["cubin"]["evictions"] == 1
     again = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=75))
-    assert not again.layers["cubin"].hit
-    assert again.layers["cubin"].reasons == ("entry was evicted or cleared",)
+    assert not again.stages["cubin"].hit
+    assert again.stages["cubin"].reasons == ("entry was evicted or cleared",)
     bytes_before = cache.stats()["ptx"]["bytes"]
     assert bytes_before > 0
     cache.clear("ptx")
@@ -356,7 +356,7 @@ def test_forced_cc_environment_has_no_effect(monkeypatch):
     forced = KernelCache().compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
     assert ".target sm_86" in forced.ptx
     assert forced.ptx == plain.ptx and forced.cubin == plain.cubin
-    assert forced.layers["cubin"].token == plain.layers["cubin"].token
+    assert forced.stages["cubin"].token == plain.stages["cubin"].token
 
 
 def test_entries_evict_and_recompile():
@@ -368,7 +368,7 @@ def test_entries_evict_and_recompile():
     cubins = cache.entries(stage="cubin", kernel="axpy")
     assert len(cubins) == 1
     row = cubins[0]
-    assert row["token"] == first.layers["cubin"].token and row["tiers"] == ("memory",)
+    assert row["token"] == first.stages["cubin"].token and row["tiers"] == ("memory",)
     assert row["config"] == "sm_80" and "float32" in row["signature"]
     assert row["reasons"] == ("first compile of axpy",) and row["bytes"] > 0 and row["seconds"] > 0
     assert cache.entries(kernel="tests.kernels.copy")[0]["config"] == "sm_86 opt=1"
@@ -379,10 +379,10 @@ def test_entries_evict_and_recompile():
     assert cache.entries(stage="cubin", kernel="axpy") == []
     assert cache.stats()["cubin"]["evictions"] == 1  # the asked-for eviction counts, once
     again = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
-    assert [s for s, layer in again.layers.items() if not layer.hit] == ["cubin"]
+    assert [s for s, layer in again.stages.items() if not layer.hit] == ["cubin"]
 
-    redone = cache.recompile(first.layers["ptx"].token)
-    assert all(not layer.hit for layer in redone.layers.values())
+    redone = cache.recompile(first.stages["ptx"].token)
+    assert all(not layer.hit for layer in redone.stages.values())
     assert redone.cubin == first.cubin
     with pytest.raises(KeyError, match="no record"):
         cache.recompile("0" * 64)
@@ -393,7 +393,7 @@ def test_stats_have_per_tier_counters_and_saved_time():
     first = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
     cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
     stats = cache.stats()["cubin"]
-    built = first.layers["cubin"].seconds
+    built = first.stages["cubin"].seconds
     assert stats["tiers"] == {"memory": {"hits": 1, "saved_seconds": round(built, 6), "entries": 1,
                                          "bytes": stats["bytes"]}}
     assert stats["saved_seconds"] == round(built, 6) and stats["compile_seconds"] == round(built, 6)
@@ -405,9 +405,9 @@ def test_a_typing_stage_that_was_not_needed_is_counted_as_such(tmp_path):
     KernelCache(directory=tmp_path).compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
     cache = KernelCache(directory=tmp_path)  # a new session: typed IR is never on disk
     result = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
-    assert result.layers["typing"].outcome is Outcome.NOT_NEEDED and result.layers["typing"].tier is None
-    assert result.layers["typing"].hit and result.hit  # nothing compiled
-    assert result.layers["cubin"].outcome is Outcome.HIT and result.layers["cubin"].tier == "disk"
+    assert result.stages["typing"].outcome is Outcome.NOT_NEEDED and result.stages["typing"].tier is None
+    assert result.stages["typing"].hit and result.hit  # nothing compiled
+    assert result.stages["cubin"].outcome is Outcome.HIT and result.stages["cubin"].tier == "disk"
     typing = cache.stats()["typing"]
     assert (typing.hits, typing.misses, typing.not_needed) == (0, 0, 1)
     assert (typing["hits"], typing["misses"], typing["not_needed"]) == (0, 0, 1)
@@ -420,7 +420,7 @@ def test_stats_and_entries_are_typed_and_still_read_as_dicts(tmp_path):
     cache = KernelCache(directory=tmp_path)
     cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
     again = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
-    assert {layer.outcome for layer in again.layers.values()} == {Outcome.HIT}
+    assert {layer.outcome for layer in again.stages.values()} == {Outcome.HIT}
     stats = cache.stats()
     assert isinstance(stats, CacheStats) and isinstance(stats["ptx"], StageStats)
     ptx = stats["ptx"]
@@ -439,7 +439,7 @@ def test_stats_and_entries_are_typed_and_still_read_as_dicts(tmp_path):
     rows = cache.entries(stage="cubin")
     assert len(rows) == 1 and isinstance(rows[0], EntryInfo)
     assert rows[0].tiers == ("memory", "disk") and rows[0]["tiers"] == rows[0].tiers
-    assert rows[0]["token"] == again.layers["cubin"].token
+    assert rows[0]["token"] == again.stages["cubin"].token
     assert rows[0].bytes == again.artifacts()["cubin"].nbytes > len(again.cubin)
 
 
@@ -458,7 +458,7 @@ def test_explain_changes_nothing_and_says_typing_is_not_needed_after_a_restart(t
     assert all(cache.stats()[s].entries == 0 for s in ("llvm", "ptx", "cubin"))
     # the compile that follows does what explain said
     result = cache.compile(kernels.copy, kernels.COPY_SIG, config)
-    assert {s: layer.outcome for s, layer in result.layers.items()} == predicted.outcomes
+    assert {s: layer.outcome for s, layer in result.stages.items()} == predicted.outcomes
 
 
 def test_a_miss_after_a_restart_is_explained_against_the_entries_on_disk(tmp_path):
@@ -468,10 +468,10 @@ def test_a_miss_after_a_restart_is_explained_against_the_entries_on_disk(tmp_pat
     assert {"fastmath False -> True", "sm 86 -> 80", "llvm input changed"} <= set(predicted.misses["ptx"])
     assert "fastmath False -> True" in predicted.misses["llvm"]
     result = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80, fastmath=True))
-    assert result.layers["ptx"].reasons == predicted.misses["ptx"]
-    assert result.layers["cubin"].reasons[0] == "ptx input changed"
-    assert "first compile" not in " ".join(r for layer in result.layers.values() for r in layer.reasons)
-    assert result.layers["typing"].reasons == ("first typing of copy in this process "
+    assert result.stages["ptx"].reasons == predicted.misses["ptx"]
+    assert result.stages["cubin"].reasons[0] == "ptx input changed"
+    assert "first compile" not in " ".join(r for layer in result.stages.values() for r in layer.reasons)
+    assert result.stages["typing"].reasons == ("first typing of copy in this process "
                                                "(typed IR is not kept on disk)",)
 
 
@@ -481,3 +481,13 @@ def test_from_environment_turns_a_tier_off_with_off(tmp_path, monkeypatch):
     assert [t.name for t in KernelCache.from_environment().tiers] == ["disk", "shared"]
     assert [t.name for t in KernelCache.from_environment(redis_url="off").tiers] == ["disk"]
     assert KernelCache.from_environment(directory="off", redis_url="none").tiers == []
+
+
+def test_the_old_name_layers_still_works_and_says_it_is_deprecated():
+    result = KernelCache().compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    with pytest.warns(DeprecationWarning, match="use CompileResult.stages"):
+        layers = result.layers
+    assert layers is result.stages and layers["cubin"].token == result.stages["cubin"].token
+    from gpucache_ext import LayerResult, StageResult
+
+    assert LayerResult is StageResult

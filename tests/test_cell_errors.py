@@ -121,7 +121,7 @@ def test_error_reads_as_a_plain_cell_error(ip, capsys, kind):
     assert names(ip) == before and ip.user_ns["good"] is good and "bad" not in ip.user_ns
     assert_cache_lost_nothing(stored, entries(), stage)
     ip.run_cell(GOOD).raise_error()  # and what it had still hits
-    assert all(layer.hit for layer in ip.user_ns["good"].last.layers.values())
+    assert all(layer.hit for layer in ip.user_ns["good"].last.stages.values())
     if stage is None:
         assert isinstance(error, SyntaxError) and error.lineno == line
         assert result.error_in_exec is None  # nothing ran, as for a plain cell
@@ -228,7 +228,7 @@ def executed_notebook():
                   "                  {s: v['entries'] for s, v in gpucache_ext.default_cache().stats().items()}]))")
     cells = ["%load_ext gpucache_ext\nimport gpucache_ext\nprint(gpucache_ext.__file__)", GOOD, state_cell]
     cells += [case[0] for case in CASES.values()]
-    cells += [state_cell, GOOD, "print(sorted(s for s, layer in good.last.layers.items() if not layer.hit))"]
+    cells += [state_cell, GOOD, "print(sorted(s for s, layer in good.last.stages.items() if not layer.hit))"]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(notebook, timeout=600, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(ROOT)}}).execute()

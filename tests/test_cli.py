@@ -34,14 +34,14 @@ def filled(tmp_path):
 def test_stats_and_ls(filled):
     directory, results = filled
     stats = json.loads(gpucache("--dir", directory, "--json", "stats").stdout)
-    assert stats["layers"]["cubin"]["entries"] == 3 and stats["layers"]["llvm"]["entries"] == 2
+    assert stats["stages"]["cubin"]["entries"] == 3 and stats["stages"]["llvm"]["entries"] == 2
     assert stats["bytes"] == sum(p.stat().st_size for p in directory.glob("v1/*/*/*.entry"))
     text = gpucache("--dir", directory, "stats").stdout
     assert "cubin" in text and "total" in text and str(directory) in text
 
-    rows = json.loads(gpucache("--dir", directory, "--json", "ls", "--kernel", "axpy", "--layer", "cubin").stdout)
+    rows = json.loads(gpucache("--dir", directory, "--json", "ls", "--kernel", "axpy", "--stage", "cubin").stdout)
     assert sorted(r["config"] for r in rows) == ["sm_80", "sm_86"]
-    assert {r["token"] for r in rows} == {r.layers["cubin"].token for r in results[:2]}
+    assert {r["token"] for r in rows} == {r.stages["cubin"].token for r in results[:2]}
     assert json.loads(gpucache("--dir", directory, "--json", "ls", "--older-than", "1d").stdout) == []
     assert len(json.loads(gpucache("--dir", directory, "--json", "ls", "--newer-than", "1h").stdout)) == 8
     assert "copy" in gpucache("--dir", directory, "ls").stdout
@@ -49,12 +49,12 @@ def test_stats_and_ls(filled):
 
 def test_show_prints_the_header_and_writes_the_artifact(filled, tmp_path):
     directory, results = filled
-    token = results[1].layers["cubin"].token
+    token = results[1].stages["cubin"].token
     out = tmp_path / "kernel.cubin"
     text = gpucache("--dir", directory, "show", token[:10], "--out", out).stdout
     assert token in text and "sm_86" in text and "valid     yes" in text and "used" in text
     assert out.read_bytes() == results[1].cubin
-    ptx = gpucache("--dir", directory, "show", results[1].layers["ptx"].token).stdout
+    ptx = gpucache("--dir", directory, "show", results[1].stages["ptx"].token).stdout
     assert ".target sm_86" in ptx
     assert "not a token" in gpucache("--dir", directory, "show", "xyz", expect=2).stderr
     assert "no entry" in gpucache("--dir", directory, "show", "abcdef0123", expect=2).stderr
@@ -62,7 +62,7 @@ def test_show_prints_the_header_and_writes_the_artifact(filled, tmp_path):
 
 def test_verify_finds_and_fixes_damage(filled):
     directory, results = filled
-    damaged = next(directory.glob(f"v1/cubin/*/{results[0].layers['cubin'].token}.entry"))
+    damaged = next(directory.glob(f"v1/cubin/*/{results[0].stages['cubin'].token}.entry"))
     data = bytearray(damaged.read_bytes())
     data[-1] ^= 1
     damaged.write_bytes(bytes(data))
@@ -79,19 +79,19 @@ def test_prune_and_clear(filled):
     pruned = json.loads(gpucache("--dir", directory, "--json", "prune", "--max-bytes", before // 2).stdout)
     assert pruned["removed"] > 0 and pruned["bytes"] <= before // 2
     # clear asks first: without a terminal to ask on, it needs --yes
-    refused = gpucache("--dir", directory, "clear", "--layer", "llvm", expect=2)
+    refused = gpucache("--dir", directory, "clear", "--stage", "llvm", expect=2)
     assert "pass --yes to confirm" in refused.stderr and "llvm" in refused.stderr
-    assert json.loads(gpucache("--dir", directory, "--json", "stats").stdout)["layers"]["llvm"]["entries"] > 0
-    assert "removed" in gpucache("--dir", directory, "clear", "--layer", "llvm", "--yes").stdout
+    assert json.loads(gpucache("--dir", directory, "--json", "stats").stdout)["stages"]["llvm"]["entries"] > 0
+    assert "removed" in gpucache("--dir", directory, "clear", "--stage", "llvm", "--yes").stdout
     stats = json.loads(gpucache("--dir", directory, "--json", "stats").stdout)
-    assert stats["layers"]["llvm"]["entries"] == 0
+    assert stats["stages"]["llvm"]["entries"] == 0
     gpucache("--dir", directory, "clear", "-y")
     assert json.loads(gpucache("--dir", directory, "--json", "stats").stdout)["bytes"] == 0
 
 
 def test_bad_arguments_are_clear(tmp_path):
     assert "500M" in gpucache("--dir", tmp_path, "prune", "--max-bytes", "lots", expect=2).stderr
-    assert "invalid choice" in gpucache("--dir", tmp_path, "ls", "--layer", "sass", expect=2).stderr
+    assert "invalid choice" in gpucache("--dir", tmp_path, "ls", "--stage", "sass", expect=2).stderr
     assert "7d" in gpucache("--dir", tmp_path, "ls", "--older-than", "soon", expect=2).stderr
     assert "no entries" in gpucache("--dir", tmp_path, "ls").stdout
 
@@ -100,7 +100,7 @@ def test_options_may_follow_the_command(filled):
     directory, _ = filled
     before = json.loads(gpucache("--dir", directory, "--json", "stats").stdout)
     assert json.loads(gpucache("stats", "--json", "--dir", directory).stdout) == before
-    assert json.loads(gpucache("--dir", directory, "ls", "--json", "--layer", "cubin").stdout)
+    assert json.loads(gpucache("--dir", directory, "ls", "--json", "--stage", "cubin").stdout)
 
 
 def test_a_missing_folder_or_a_cache_turned_off_is_an_error_not_zeros(tmp_path, monkeypatch):
@@ -140,9 +140,9 @@ def test_one_token_length_in_the_command_the_report_and_the_inspector(filled):
     from gpucache_ext.tokens import SHORT_TOKEN_DIGITS
 
     directory, results = filled
-    shown = results[0].layers["cubin"].short_token
+    shown = results[0].stages["cubin"].short_token
     assert len(shown) == SHORT_TOKEN_DIGITS
-    listed = gpucache("--dir", directory, "ls", "--layer", "cubin").stdout
+    listed = gpucache("--dir", directory, "ls", "--stage", "cubin").stdout
     assert shown in listed.split()
     (token_file,) = [p for p in directory.glob("v1/cubin/*/*.entry") if p.name.startswith(shown)]
     token_file.write_bytes(b"damaged")
@@ -155,10 +155,25 @@ def test_an_entrys_size_is_the_same_in_ls_show_and_the_cache(filled):
     from gpucache_ext.report import format_bytes
 
     directory, results = filled
-    token = results[0].layers["cubin"].token
-    (row,) = [r for r in json.loads(gpucache("--dir", directory, "--json", "ls", "--layer", "cubin").stdout)
+    token = results[0].stages["cubin"].token
+    (row,) = [r for r in json.loads(gpucache("--dir", directory, "--json", "ls", "--stage", "cubin").stdout)
               if r["token"] == token]
     shown = gpucache("--dir", directory, "show", token[:12]).stdout
     entry = KernelCache(directory=directory).entry("cubin", token)
     assert row["bytes"] == entry.nbytes and f"size      {format_bytes(entry.nbytes)}" in shown
     assert row["file_bytes"] > row["bytes"]  # the file adds the header
+
+
+def test_the_stage_option_has_one_name_and_the_old_one_still_works(tmp_path, capsys):
+    from gpucache_ext import cli
+
+    directory = tmp_path / "cache"
+    (directory / "v1").mkdir(parents=True)
+    assert cli.main(["--dir", str(directory), "ls", "--stage", "ptx", "--json"]) == 0
+    by_stage = capsys.readouterr().out
+    assert cli.main(["--dir", str(directory), "ls", "--layer", "ptx", "--json"]) == 0
+    assert capsys.readouterr().out == by_stage
+    with pytest.raises(SystemExit):
+        cli.main(["ls", "--help"])
+    shown = capsys.readouterr().out
+    assert "--stage" in shown and "--layer" not in shown

@@ -133,11 +133,11 @@ read[1, 2](after)
     ns = ip.user_ns
     assert list(ns["out"]) == [1.0, 2.0] and list(ns["after"]) == [7.0, 8.0]
     kernel = ns["read"]
-    token = kernel.last.layers["typing"].token
+    token = kernel.last.stages["typing"].token
     assert "inttoptr" in kernel.llvm_ir  # the pointer, not the contents, is in the code
     ip.run_cell("PRICES = cuda.to_device(np.array([1.0, 2.0], dtype=np.float32))\n"
                 "read[1, 2](np.zeros(2, dtype=np.float32))").raise_error()
-    assert kernel.last.layers["typing"].token != token  # another array: another pointer
+    assert kernel.last.stages["typing"].token != token  # another array: another pointer
 
 
 def test_grid_synchronising_kernels_simulate_in_one_block_only(ip):
@@ -218,7 +218,7 @@ def test_signatures_are_written_as_numba_writes_them():
     kernel = Kernel(ns["add_table"], ["void(float32[::1], float32[:])"], CompileConfig(sm=80), KernelCache(),
                     simulate=True)
     result = kernel.compile("void(float32[::1], float32[:])")
-    assert result.layers["typing"].components["signature"].shown == "float32[::1], float32[:]"
+    assert result.stages["typing"].components["signature"].shown == "float32[::1], float32[:]"
     assert "(float32[::1], float32[:])" in repr(kernel) and "array(" not in repr(kernel)
     with pytest.raises(LaunchError, match=r"no signature accepts \(int64\[::1\], int64\[::1\]\); "
                                           r"declared: \(float32\[::1\], float32\[:\]\)"):

@@ -77,13 +77,13 @@ def test_editing_the_cu_file_or_a_header_it_includes_recompiles_and_nothing_else
     # the linked code changes only the cubin: exactly that stage rebuilds
     write(sources / "factor.h", "#define FACTOR 5.0f\n")
     _, header = compile_caller(cache, sources)
-    assert [stage for stage, layer in header.layers.items() if not layer.hit] == ["cubin"]
-    assert any("linked code" in reason for reason in header.layers["cubin"].reasons)
+    assert [stage for stage, layer in header.stages.items() if not layer.hit] == ["cubin"]
+    assert any("linked code" in reason for reason in header.stages["cubin"].reasons)
     assert header.cubin != first.cubin and header.ptx == first.ptx
 
     (sources / "scale.cu").write_text((sources / "scale.cu").read_text().replace("x * FACTOR", "x + FACTOR"))
     _, body = compile_caller(cache, sources)
-    assert [stage for stage, layer in body.layers.items() if not layer.hit] == ["cubin"]
+    assert [stage for stage, layer in body.stages.items() if not layer.hit] == ["cubin"]
     assert body.cubin not in (first.cubin, header.cubin)
     # the same final state compiled fresh gives the same artifacts
     _, fresh = compile_caller(KernelCache(), sources)
@@ -94,9 +94,9 @@ def test_linked_code_persists_with_the_stages_that_carry_it(sources, tmp_path_fa
     directory = tmp_path_factory.mktemp("cache")
     _, first = compile_caller(KernelCache(directory=directory), sources)
     # a new process would find ptx on disk but relink the cubin from it
-    assert KernelCache(directory=directory).evict("cubin", first.layers["cubin"].token)
+    assert KernelCache(directory=directory).evict("cubin", first.stages["cubin"].token)
     _, relinked = compile_caller(KernelCache(directory=directory), sources)
-    assert relinked.layers["ptx"].tier == "disk" and not relinked.layers["cubin"].hit
+    assert relinked.stages["ptx"].tier == "disk" and not relinked.stages["cubin"].hit
     assert relinked.cubin == first.cubin
     assert [link.digest for link in relinked.links] == [link.digest for link in first.links]
 
@@ -186,7 +186,7 @@ def kernel(r, x):
     assert result.cubin[:4] == b"\x7fELF"
     # another FFI object (numba types them all alike) is the same kernel
     ns["ffi"] = cffi.FFI()
-    assert KernelCache().compile(ns["kernel"], sig, SM86).layers["typing"].token == result.layers["typing"].token
+    assert KernelCache().compile(ns["kernel"], sig, SM86).stages["typing"].token == result.stages["typing"].token
 
 
 def test_a_float16_cell_compiles_and_runs_on_the_simulator(ip):
@@ -248,7 +248,7 @@ def test_a_kernels_own_link_option_is_linked_and_keys_the_cubin_alone(sources):
     assert cache.compile(dispatcher, SIG, SM86).hit
     write(sources / "factor.h", "#define FACTOR 7.0f\n")
     edited = cache.compile(dispatcher, SIG, SM86)
-    assert [stage for stage, layer in edited.layers.items() if not layer.hit] == ["cubin"]
+    assert [stage for stage, layer in edited.stages.items() if not layer.hit] == ["cubin"]
     assert edited.cubin != first.cubin
     assert cache.explain(dispatcher, SIG, SM86)["cubin"] == ()
     # the plain function with link= given is the same compile

@@ -30,7 +30,7 @@ def cell(ip, line, body):
 
 def stage_hits(kernel):
     result = kernel.last
-    return {s: layer.hit for s, layer in result.layers.items()}
+    return {s: stage.hit for s, stage in result.stages.items()}
 
 
 def test_identical_rerun_hits_every_stage(ip, capsys):
@@ -82,7 +82,7 @@ def test_decorator_options_override_the_magic_and_enter_the_tokens(ip):
     kernel = ip.user_ns["axpy"]
     assert kernel.config.fastmath and kernel.config.max_registers == 48
     cell(ip, "--sm 80 --quiet", AXPY)
-    assert not ip.user_ns["axpy"].last.layers["llvm"].hit  # fastmath differs: not a stale hit
+    assert not ip.user_ns["axpy"].last.stages["llvm"].hit  # fastmath differs: not a stale hit
 
 
 def test_global_edited_in_another_cell_recompiles(ip):
@@ -99,8 +99,8 @@ def scale(r, x):
     ip.run_cell("SCALE = 3.0")
     cell(ip, "--sm 80", body)
     result = ip.user_ns["scale"].last
-    assert not result.layers["typing"].hit
-    assert "global SCALE 2.0 -> 3.0" in result.layers["typing"].reasons
+    assert not result.stages["typing"].hit
+    assert "global SCALE 2.0 -> 3.0" in result.stages["typing"].reasons
 
 
 def test_device_function_edited_in_another_cell_recompiles_and_launches_right(ip, capsys):
@@ -128,7 +128,7 @@ def bump(v):
     ip.run_cell("apply[1, 8](out, x)")
     np.testing.assert_allclose(ip.user_ns["out"], np.arange(8) + 10.0)
     result = ip.user_ns["apply"].last
-    assert "device function bump changed" in result.layers["typing"].reasons
+    assert "device function bump changed" in result.stages["typing"].reasons
 
 
 def test_kernel_without_signature_compiles_at_first_launch_once_per_signature(ip):
@@ -240,8 +240,8 @@ def test_force_recompiles_every_stage(ip):
     cell(ip, "--sm 80 --quiet", AXPY)
     cell(ip, "--sm 80 --quiet --force", AXPY)
     result = ip.user_ns["axpy"].last
-    assert all(not layer.hit for layer in result.layers.values())
-    assert result.layers["cubin"].reasons == ("forced recompile",)
+    assert all(not stage.hit for stage in result.stages.values())
+    assert result.stages["cubin"].reasons == ("forced recompile",)
 
 
 def test_explain_shows_token_components(ip, capsys):
@@ -375,12 +375,12 @@ def test_launch_errors_are_clear(ip):
 
 def test_kernels_compile_the_same_whether_imports_share_their_cell(ip):
     cell(ip, "--sm 80 --quiet", AXPY)  # imports and kernel in one cell
-    together = ip.user_ns["axpy"].last.layers["typing"].token
+    together = ip.user_ns["axpy"].last.stages["typing"].token
     body = AXPY.split("\n", 3)[3]  # the kernel alone; the imports came from the cell before
     assert "import" not in body
     cell(ip, "--sm 80 --quiet", body)
     apart = ip.user_ns["axpy"].last
-    assert apart.layers["typing"].token == together and apart.hit
+    assert apart.stages["typing"].token == together and apart.hit
 
 
 def test_imports_in_a_cell_bind_what_python_binds(ip):

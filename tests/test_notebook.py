@@ -65,15 +65,15 @@ def report(text: str) -> dict:
 
 
 def stats_table(text: str) -> dict:
-    """`%gpucache stats` (and the inspector's summary) as {layer: {tier or None: (hits, misses)}}."""
-    table, layer = {}, None
+    """`%gpucache stats` (and the inspector's summary) as {stage: {tier or None: (hits, misses)}}."""
+    table, stage = {}, None
     for line in text.splitlines():
         words = line.split()
         if words and words[0] in STAGES:
-            layer = words[0]
-            table[layer] = {None: (int(words[1]), int(words[2]))}
-        elif layer and line.startswith("  ") and words and words[0] in ("memory", "disk", "shared"):
-            table[layer][words[0]] = int(words[1])
+            stage = words[0]
+            table[stage] = {None: (int(words[1]), int(words[2]))}
+        elif stage and line.startswith("  ") and words and words[0] in ("memory", "disk", "shared"):
+            table[stage][words[0]] = int(words[1])
         elif words[:1] == ["all"]:
             break
     assert set(table) == set(STAGES), text

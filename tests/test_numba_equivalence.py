@@ -76,8 +76,8 @@ def test_declared_signatures_are_part_of_the_token(ip):
 
     as_f32, as_f64, undeclared = cell("float32(float32)"), cell("float64(float64)"), cell(None)
     assert len({as_f32.ptx, as_f64.ptx}) == 2
-    assert as_f64.layers["typing"].reasons == ("device function half changed",)
-    assert undeclared.layers["typing"].token != as_f64.layers["typing"].token
+    assert as_f64.stages["typing"].reasons == ("device function half changed",)
+    assert undeclared.stages["typing"].token != as_f64.stages["typing"].token
     again = cell("float32(float32)")
     assert again.hit and again.cubin == as_f32.cubin
     fresh = KernelCache().compile(ip.user_ns["kernel"].py_func, "void(float64[:], float64[:])", SM86)
@@ -107,7 +107,7 @@ def test_grid_synchronisation_compiles_links_cudadevrt_and_persists(tmp_path):
     assert normalise_ptx(result.ptx) == normalise_ptx(expected)
     assert result.cubin[:4] == b"\x7fELF"  # nvJitLink resolved the cudadevrt calls
     again = KernelCache(directory=tmp_path).compile(ns["sequential_rows"], sig, SM86)
-    assert again.layers["cubin"].tier == "disk" and again.cooperative
+    assert again.stages["cubin"].tier == "disk" and again.cooperative
     assert again.cubin == result.cubin
 
 
@@ -150,8 +150,8 @@ def test_a_device_functions_options_are_part_of_the_token():
         ns = notebook_namespace()
         run_cell(ns, DEVICE_OPTIONS.format(options=options))
         results[options] = cache.compile(ns["kernel"], "void(float32[:], float32[:])", SM86)
-    assert len({r.layers["llvm"].token for r in results.values()}) == 4
-    assert all("device function ratio changed" in r.layers["typing"].reasons
+    assert len({r.stages["llvm"].token for r in results.values()}) == 4
+    assert all("device function ratio changed" in r.stages["typing"].reasons
                for options, r in results.items() if options)
     assert results[", fastmath=True"].ptx != results[""].ptx
 
@@ -250,7 +250,7 @@ def foo(r, y):
     assert normalise_ptx(result.ptx) == normalise_ptx(numba_ptx(ns["foo"], sig))
     assert any("alwaysinline" in line and "bar" in line for line in result.llvm_ir.splitlines()
                if line.startswith(("define", "attributes", "declare")))
-    assert "device function bar" in " ".join(result.layers["typing"].components)
+    assert "device function bar" in " ".join(result.stages["typing"].components)
 
 
 def test_an_always_inlined_overload_may_return_a_new_array_as_in_numba():

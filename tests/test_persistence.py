@@ -54,7 +54,7 @@ from tests import kernels
 cache = KernelCache(directory=sys.argv[1])
 result = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=int(sys.argv[2])))
 print(json.dumps({
-    "layers": {s: [l.hit, l.tier, str(l.outcome)] for s, l in result.layers.items()},
+    "layers": {s: [l.hit, l.tier, str(l.outcome)] for s, l in result.stages.items()},
     "cubin": hashlib.sha256(result.cubin).hexdigest(),
 }))
 """
@@ -78,7 +78,7 @@ def test_hits_fill_memory_and_entries_list_their_tiers(tmp_path):
     cache = KernelCache(directory=tmp_path)
     cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
     again = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
-    assert again.layers["cubin"].tier == "memory"
+    assert again.stages["cubin"].tier == "memory"
     stats = cache.stats()["cubin"]["tiers"]
     assert stats["disk"]["hits"] == 1 and stats["memory"]["hits"] == 1 and stats["disk"]["entries"] == 1
     row = cache.entries(stage="cubin")[0]
@@ -282,7 +282,7 @@ def test_size_cap_evicts_least_recently_used(tmp_path):
     assert len(entry_files(tmp_path)) < 36
     # the newest kernel survived the evictions
     newest = KernelCache(directory=tmp_path).compile(funcs[-1], kernels.COPY_SIG, CompileConfig(sm=86))
-    assert newest.layers["cubin"].tier == "disk"
+    assert newest.stages["cubin"].tier == "disk"
 
 
 def test_from_environment(tmp_path, monkeypatch):
@@ -304,9 +304,9 @@ def test_per_target_variants_survive_on_disk(tmp_path):
     KernelCache(directory=tmp_path).compile(kernels.tanh_kernel, sig, CompileConfig(sm=75, fastmath=True))
     later = KernelCache(directory=tmp_path)  # empty memory: everything comes from disk
     same_answers = later.compile(kernels.tanh_kernel, sig, CompileConfig(sm=86, fastmath=True))
-    assert same_answers.layers["llvm"].tier == "disk" and "tanh.approx" in same_answers.llvm_ir
+    assert same_answers.stages["llvm"].tier == "disk" and "tanh.approx" in same_answers.llvm_ir
     older = later.compile(kernels.tanh_kernel, sig, CompileConfig(sm=70, fastmath=True))
-    assert not older.layers["llvm"].hit and "tanh.approx" not in older.llvm_ir
+    assert not older.stages["llvm"].hit and "tanh.approx" not in older.llvm_ir
     fresh = KernelCache().compile(kernels.tanh_kernel, sig, CompileConfig(sm=70, fastmath=True))
     assert older.llvm_ir == fresh.llvm_ir
 

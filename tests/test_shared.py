@@ -85,7 +85,7 @@ def test_entries_are_shared_between_caches(redis_server):
     first = KernelCache(redis_url=redis_server.url).compile(kernels.axpy, kernels.AXPY_SIG, config)
     other = KernelCache(redis_url=redis_server.url)  # another user: empty memory
     result = other.compile(kernels.axpy, kernels.AXPY_SIG, config)
-    assert [result.layers[s].tier for s in ("llvm", "ptx", "cubin")] == ["shared"] * 3
+    assert [result.stages[s].tier for s in ("llvm", "ptx", "cubin")] == ["shared"] * 3
     assert result.cubin == first.cubin
     assert other.stats()["cubin"]["tiers"]["shared"]["entries"] == 1
     assert {row["kernel"] for row in other.entries(stage="cubin")} == {"tests.kernels.axpy"}
@@ -95,10 +95,10 @@ def test_a_shared_hit_fills_the_disk_and_memory_tiers(redis_server, tmp_path):
     config = CompileConfig(sm=80)
     KernelCache(redis_url=redis_server.url).compile(kernels.copy, kernels.COPY_SIG, config)
     cache = KernelCache(directory=tmp_path / "disk", redis_url=redis_server.url)
-    assert cache.compile(kernels.copy, kernels.COPY_SIG, config).layers["cubin"].tier == "shared"
+    assert cache.compile(kernels.copy, kernels.COPY_SIG, config).stages["cubin"].tier == "shared"
     assert cache.stats()["cubin"]["tiers"]["disk"]["entries"] == 1
     alone = KernelCache(directory=tmp_path / "disk")  # the disk copy serves without Redis
-    assert alone.compile(kernels.copy, kernels.COPY_SIG, config).layers["cubin"].tier == "disk"
+    assert alone.compile(kernels.copy, kernels.COPY_SIG, config).stages["cubin"].tier == "disk"
 
 
 def test_redis_stopped_mid_session_warns_once_and_local_tiers_go_on(redis_server, tmp_path):
@@ -125,11 +125,11 @@ def test_signed_entries_reject_a_wrong_or_missing_signature(redis_server):
     KernelCache(redis_url=redis_server.url, secret="team-secret").compile(kernels.copy, kernels.COPY_SIG, config)
 
     trusted = KernelCache(redis_url=redis_server.url, secret="team-secret")
-    assert trusted.compile(kernels.copy, kernels.COPY_SIG, config).layers["cubin"].tier == "shared"
+    assert trusted.compile(kernels.copy, kernels.COPY_SIG, config).stages["cubin"].tier == "shared"
 
     stranger = KernelCache(redis_url=redis_server.url, secret="another-secret")
     result = stranger.compile(kernels.copy, kernels.COPY_SIG, config)
-    assert not result.layers["cubin"].hit
+    assert not result.stages["cubin"].hit
     assert stranger.stats()["cubin"]["tiers"]["shared"]["rejected"] >= 1
 
     # an unsigned entry planted in a signed store is refused too
@@ -137,7 +137,7 @@ def test_signed_entries_reject_a_wrong_or_missing_signature(redis_server):
     KernelCache(redis_url=redis_server.url).compile(kernels.copy, kernels.COPY_SIG, other_config)
     checked = KernelCache(redis_url=redis_server.url, secret="team-secret")
     planted = checked.compile(kernels.copy, kernels.COPY_SIG, other_config)
-    assert not planted.layers["cubin"].hit
+    assert not planted.stages["cubin"].hit
     assert checked.stats()["cubin"]["tiers"]["shared"]["rejected"] >= 1
 
 
@@ -147,18 +147,18 @@ def test_tampered_entry_is_refused(redis_server):
     config = CompileConfig(sm=86)
     first = KernelCache(redis_url=redis_server.url, secret="s").compile(kernels.copy, kernels.COPY_SIG, config)
     client = redis.Redis.from_url(redis_server.url)
-    key = RedisTier(redis_server.url).key("cubin", first.layers["cubin"].token)
+    key = RedisTier(redis_server.url).key("cubin", first.stages["cubin"].token)
     data = bytearray(client.get(key))
     data[-10] ^= 0xFF  # flip bits inside the cubin
     client.set(key, bytes(data))
     result = KernelCache(redis_url=redis_server.url, secret="s").compile(kernels.copy, kernels.COPY_SIG, config)
-    assert not result.layers["cubin"].hit and result.cubin == first.cubin
+    assert not result.stages["cubin"].hit and result.cubin == first.cubin
 
 
 def test_clear_and_evict_reach_redis(redis_server):
     cache = KernelCache(redis_url=redis_server.url)
     result = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
-    assert cache.evict("cubin", result.layers["cubin"].token)
+    assert cache.evict("cubin", result.stages["cubin"].token)
     assert cache.stats()["cubin"]["tiers"]["shared"]["entries"] == 0
     cache.clear()
     assert all(cache.stats()[s]["tiers"]["shared"]["entries"] == 0 for s in ("llvm", "ptx"))

@@ -161,7 +161,7 @@ def test_shared_cache_matches_fresh(key, shared_forward, shared_reverse, fresh):
         got = results[key]
         for stage in ARTIFACT_STAGES:
             if artifact(got, stage) != artifact(want, stage):
-                layer = got.layers[stage]
+                layer = got.stages[stage]
                 problems.append(
                     f"stage {stage}: shared cache ({order} order, "
                     f"{'hit' if layer.hit else 'miss'}) differs from a fresh compile"
@@ -169,7 +169,7 @@ def test_shared_cache_matches_fresh(key, shared_forward, shared_reverse, fresh):
         if got.entry_name != want.entry_name:
             problems.append(f"entry name: shared cache ({order} order) differs from a fresh compile")
         for stage in ("llvm", "ptx", "cubin"):
-            if got.layers[stage].token != want.layers[stage].token:
+            if got.stages[stage].token != want.stages[stage].token:
                 problems.append(
                     f"stage {stage}: token in the shared cache ({order} order) differs from "
                     "the fresh compile's (tokens must be a function of the inputs only)"
@@ -179,7 +179,7 @@ def test_shared_cache_matches_fresh(key, shared_forward, shared_reverse, fresh):
 
 def test_fresh_compiles_miss_everything(fresh):
     for key, res in fresh.items():
-        hits = [stage for stage, layer in res.layers.items() if layer.hit]
+        hits = [stage for stage, layer in res.stages.items() if layer.hit]
         assert not hits, f"{describe(key)}: a brand-new cache reported hits at {hits}"
 
 
@@ -197,7 +197,7 @@ def test_equal_token_implies_equal_artifact(stage, order, shared_forward, shared
     # The fresh results too: a token must mean the same artifact in any cache.
     for source, res_map in ((order, results), ("fresh", fresh)):
         for key, res in res_map.items():
-            token = res.layers[stage].token
+            token = res.stages[stage].token
             seen = by_token.setdefault(token, (source, key, artifact(res, stage)))
             if seen[2] != artifact(res, stage):
                 problems.append(
@@ -236,12 +236,12 @@ AXPY_SIG = KERNELS["axpy"][1]
 def test_axpy_lowering_reused_when_only_sm_changes(fresh):
     cache = KernelCache()
     first = cache.compile(axpy, AXPY_SIG, make_config("base", 80))
-    assert not first.layers["llvm"].hit
+    assert not first.stages["llvm"].hit
     second = cache.compile(axpy, AXPY_SIG, make_config("base", 86))
-    assert second.layers["typing"].hit
-    assert second.layers["llvm"].hit, second.explain()
-    assert not second.layers["ptx"].hit, second.explain()
-    assert not second.layers["cubin"].hit, second.explain()
+    assert second.stages["typing"].hit
+    assert second.stages["llvm"].hit, second.explain()
+    assert not second.stages["ptx"].hit, second.explain()
+    assert not second.stages["cubin"].hit, second.explain()
     assert second.llvm_ir == first.llvm_ir
     want = fresh[("axpy", "base", 86)]
     assert (second.llvm_ir, second.ptx, second.cubin) == (want.llvm_ir, want.ptx, want.cubin)
@@ -254,9 +254,9 @@ def test_axpy_lowering_reused_in_grid(shared_forward):
         for sm in SMS[1:]:
             res = shared_forward[("axpy", variant, sm)]
             where = f"{describe(('axpy', variant, sm))}\n{res.explain()}"
-            assert res.layers["typing"].hit, where
-            assert res.layers["llvm"].hit, where
-            assert not res.layers["cubin"].hit, where
+            assert res.stages["typing"].hit, where
+            assert res.stages["llvm"].hit, where
+            assert not res.stages["cubin"].hit, where
 
 
 @pytest.mark.parametrize("first_sm, second_sm", [(86, 52), (52, 86)])
@@ -265,9 +265,9 @@ def test_atomic_f64_lowering_not_reused_across_sm60(first_sm, second_sm, fresh):
     cache = KernelCache()
     a = cache.compile(func, sig, make_config("base", first_sm))
     b = cache.compile(func, sig, make_config("base", second_sm))
-    assert not b.layers["llvm"].hit, b.explain()
+    assert not b.stages["llvm"].hit, b.explain()
     assert b.llvm_ir != a.llvm_ir
-    assert b.layers["llvm"].token != a.layers["llvm"].token
+    assert b.stages["llvm"].token != a.stages["llvm"].token
     for res, sm in ((a, first_sm), (b, second_sm)):
         want = fresh[("atomic_f64", "base", sm)]
         assert (res.llvm_ir, res.ptx, res.cubin) == (want.llvm_ir, want.ptx, want.cubin), sm
@@ -279,9 +279,9 @@ def test_tanh_fastmath_lowering_not_reused_across_sm75(first_sm, second_sm):
     cache = KernelCache()
     a = cache.compile(func, sig, make_config("fastmath", first_sm))
     b = cache.compile(func, sig, make_config("fastmath", second_sm))
-    assert not b.layers["llvm"].hit, b.explain()
+    assert not b.stages["llvm"].hit, b.explain()
     assert b.llvm_ir != a.llvm_ir
-    assert b.layers["llvm"].token != a.layers["llvm"].token
+    assert b.stages["llvm"].token != a.stages["llvm"].token
     by_sm = {first_sm: a, second_sm: b}
     assert "tanh.approx.f32" in by_sm[75].llvm_ir and "tanh.approx.f32" in by_sm[75].ptx
     assert "tanh.approx" not in by_sm[70].llvm_ir and "tanh.approx" not in by_sm[70].ptx

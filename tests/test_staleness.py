@@ -69,7 +69,7 @@ def test_redefined_enum_recompiles():
     first = cache.compile(ns["kernel"], "void(int64[:])", SM80)
     run_cell(ns, ENUM_CELL.format(value=7))
     second = assert_fresh(cache, ns["kernel"], "void(int64[:])", SM80, differs_from=first)
-    assert any("Shade" in reason for reason in second.layers["typing"].reasons)
+    assert any("Shade" in reason for reason in second.stages["typing"].reasons)
     run_cell(ns, ENUM_CELL.format(value=3))  # back to the first definition: a hit again
     third = cache.compile(ns["kernel"], "void(int64[:])", SM80)
     assert third.hit and third.cubin == first.cubin
@@ -206,7 +206,7 @@ def test_submodule_constant_edited_and_reloaded_recompiles(user_package):
     write(user_package / "cfgpkg" / "sub.py", "K = 5\n")
     importlib.reload(sys.modules["cfgpkg.sub"])
     second = assert_fresh(cache, ns["kernel"], "void(int64[:])", SM80, differs_from=first)
-    assert "global cfgpkg.sub.K 3 -> 5" in second.layers["typing"].reasons
+    assert "global cfgpkg.sub.K 3 -> 5" in second.stages["typing"].reasons
 
 
 def test_user_module_named_like_the_standard_library_is_user_code(user_package):
@@ -290,7 +290,7 @@ def test_lowering_reads_the_hashed_snapshot_not_the_live_array():
     # Typing hits the first entry; lowering for another flag must bake 1, 2, 3
     # (what the token hashed), not the live first array (now 7, 8, 9).
     result = assert_fresh(cache, ns["kernel"], sig, SM80.replace(fastmath=True))
-    assert result.layers["typing"].hit
+    assert result.stages["typing"].hit
 
 
 def test_device_function_lowering_reads_its_snapshot():
@@ -680,10 +680,10 @@ def test_register_jitable_and_njit_user_functions_are_tracked_and_proxied():
     run_cell(ns, JITABLE_CELL.format(factor=2.0))
     cache = KernelCache()
     before = cache.compile(ns["kernel"], "void(float32[:])", SM80)
-    assert any(name.startswith("device function helper") for name in before.layers["typing"].components)
+    assert any(name.startswith("device function helper") for name in before.stages["typing"].components)
     run_cell(ns, JITABLE_CELL.format(factor=4.0))
     after = assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80, differs_from=before)
-    assert "device function helper changed" in after.layers["typing"].reasons
+    assert "device function helper changed" in after.stages["typing"].reasons
     fast = assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80.replace(fastmath=True))
     # lowered with their own options, as numba does, not the kernel's
     assert lowered_flags(fast, "helper") == lowered_flags(after, "helper")

@@ -48,13 +48,13 @@ def test_lowering_that_asks_about_the_target_is_shared_where_answers_agree():
     at_75 = cache.compile(kernels.tanh_kernel, sig, CompileConfig(sm=75, fastmath=True))
     at_86 = cache.compile(kernels.tanh_kernel, sig, CompileConfig(sm=86, fastmath=True))
     at_70 = cache.compile(kernels.tanh_kernel, sig, CompileConfig(sm=70, fastmath=True))
-    assert at_86.layers["llvm"].hit and at_86.llvm_ir == at_75.llvm_ir
-    assert not at_70.layers["llvm"].hit
+    assert at_86.stages["llvm"].hit and at_86.llvm_ir == at_75.llvm_ir
+    assert not at_70.stages["llvm"].hit
     assert "tanh.approx" in at_75.llvm_ir and "tanh.approx" not in at_70.llvm_ir
-    assert at_70.layers["llvm"].reasons == ("target cc>=(7, 5) -> not cc>=(7, 5)",)
+    assert at_70.stages["llvm"].reasons == ("target cc>=(7, 5) -> not cc>=(7, 5)",)
     # without fastmath lowering never asks: one IR for every target
     plain = [cache.compile(kernels.tanh_kernel, sig, CompileConfig(sm=sm)) for sm in (52, 90)]
-    assert plain[1].layers["llvm"].hit
+    assert plain[1].stages["llvm"].hit
 
 
 def test_kernels_that_never_ask_share_ir_across_all_targets():
@@ -62,8 +62,8 @@ def test_kernels_that_never_ask_share_ir_across_all_targets():
     first = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=52))
     for sm in (61, 75, 80, 86, 90):
         result = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=sm))
-        assert result.layers["typing"].hit and result.layers["llvm"].hit
-        assert result.layers["llvm"].token == first.layers["llvm"].token
+        assert result.stages["typing"].hit and result.stages["llvm"].hit
+        assert result.stages["llvm"].token == first.stages["llvm"].token
 
 
 def test_variant_memo_reports_what_it_drops():

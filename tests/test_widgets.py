@@ -167,17 +167,17 @@ def test_compile_time_saved_is_what_the_hits_saved(ip):
     hit = ip.user_ns["axpy"].last
     numbers = summary_numbers(inspector)
     for stage in STAGES:
-        saved = hit.layers[stage].saved_seconds
+        saved = hit.stages[stage].saved_seconds
         assert saved > 0
         # stats() rounds seconds to the microsecond
         assert float(numbers[(stage, None, "saved_seconds")]) == pytest.approx(saved, abs=2e-6)
         assert float(numbers[(stage, "memory", "saved_seconds")]) == pytest.approx(saved, abs=2e-6)
     ip.run_cell("x = 1", store_history=True)  # no compile: nothing counted twice
     assert float(summary_numbers(inspector)[("typing", None, "saved_seconds")]) == pytest.approx(
-        hit.layers["typing"].saved_seconds, abs=2e-6)
+        hit.stages["typing"].saved_seconds, abs=2e-6)
 
 
-def test_chart_has_hits_and_misses_per_layer_per_cell(ip):
+def test_chart_has_hits_and_misses_per_stage_per_cell(ip):
     first = cell(ip, "--sm 80", AXPY)
     second = cell(ip, "--sm 80", AXPY)
     ip.run_cell("y = 2", store_history=True)  # no cache activity: no column
@@ -212,7 +212,7 @@ def test_entries_table_lists_every_entry_and_filters(ip):
         assert row["token"][:8] in words and row["stage"] in words and "memory" in words
         assert "first compile of" in label and "sm_80" in label
     head = part(inspector, "gpucache-entries-head-box").get_state()["value"]
-    for column in ("kernel", "signature", "config", "layer", "token", "tier", "size", "age", "why built"):
+    for column in ("kernel", "signature", "config", "stage", "token", "tier", "size", "age", "why built"):
         assert column in head
 
     kernels = part(inspector, "gpucache-kernel-filter")
@@ -221,7 +221,7 @@ def test_entries_table_lists_every_entry_and_filters(ip):
     kernels.value = names["scale"]
     _, values = listed(inspector)
     assert values == [(r["stage"], r["token"]) for r in cache.entries(kernel="scale")] and len(values) == 4
-    part(inspector, "gpucache-layer-filter").value = "ptx"
+    part(inspector, "gpucache-stage-filter").value = "ptx"
     _, values = listed(inspector)
     assert values == [(r["stage"], r["token"]) for r in cache.entries(stage="ptx", kernel="scale")]
     kernels.value = ""
@@ -235,7 +235,7 @@ def test_entry_view_shows_config_components_artifacts_resources_and_the_diff(ip)
     inspector = gpucache_ext.inspector()
     cache = gpucache_ext.default_cache()
     result = ip.user_ns["axpy"].last
-    token = result.layers["cubin"].token
+    token = result.stages["cubin"].token
     part(inspector, "gpucache-entries").value = ("cubin", token)  # what a click does
     assert inspector.selected == ("cubin", token)
     page = part(inspector, "gpucache-entry-view").get_state()["value"]
@@ -272,10 +272,10 @@ def test_entry_view_shows_config_components_artifacts_resources_and_the_diff(ip)
     else:
         assert "gpucache-sass-note" in page and html.escape(note) in page
 
-    # the other layers' artifacts
+    # the other stages' artifacts
     views = {}
     for stage in ("typing", "llvm", "ptx"):
-        inspector.select(stage, result.layers[stage].token)
+        inspector.select(stage, result.stages[stage].token)
         views[stage] = part(inspector, "gpucache-entry-view").get_state()["value"]
     assert "variable types" in views["typing"] and "typed IR" in views["typing"]
     assert "NVVM IR" in views["llvm"] and "define" in views["llvm"]
@@ -293,7 +293,7 @@ def test_evict_recompile_and_clear_act_on_the_cache_and_update_at_once(ip):
     result = ip.user_ns["axpy"].last
 
     # evict the selected entry
-    token = result.layers["ptx"].token
+    token = result.stages["ptx"].token
     part(inspector, "gpucache-entries").value = ("ptx", token)
     part(inspector, "gpucache-evict").click()
     assert cache.entry("ptx", token) is None
@@ -303,7 +303,7 @@ def test_evict_recompile_and_clear_act_on_the_cache_and_update_at_once(ip):
     assert "evicted ptx entry" in part(inspector, "gpucache-status").get_state()["value"]
 
     # recompile an entry: every stage compiled again, the entry is back
-    cubin = result.layers["cubin"].token
+    cubin = result.stages["cubin"].token
     inspector.select("cubin", cubin)
     before = cache.stats()
     part(inspector, "gpucache-recompile").click()
@@ -315,14 +315,14 @@ def test_evict_recompile_and_clear_act_on_the_cache_and_update_at_once(ip):
     assert "recompiled axpy" in part(inspector, "gpucache-status").get_state()["value"]
     assert chart_points(inspector)["recompile"] == dict.fromkeys(STAGES, (0, 1))
 
-    # clear one layer, then every layer
-    part(inspector, "gpucache-clear-layer").value = "ptx"
+    # clear one stage, then every stage
+    part(inspector, "gpucache-clear-stage").value = "ptx"
     part(inspector, "gpucache-clear").click()
     assert cache.stats()["ptx"]["entries"] == 0 and cache.stats()["cubin"]["entries"] == 2
     assert summary_numbers(inspector)[("ptx", None, "entries")] == "0"
     assert all(stage != "ptx" for stage, _ in listed(inspector)[1])
     assert "cleared ptx: 2 entries dropped" in part(inspector, "gpucache-status").get_state()["value"]
-    part(inspector, "gpucache-clear-layer").value = "all"
+    part(inspector, "gpucache-clear-stage").value = "all"
     part(inspector, "gpucache-clear").click()
     assert all(cache.stats()[s]["entries"] == 0 for s in STAGES)
     assert listed(inspector) == ([], [])
@@ -486,7 +486,7 @@ def test_sass_through_nvdisasm_when_found(ip, tmp_path, monkeypatch):
 
     cell(ip, "--sm 80", AXPY)
     inspector = gpucache_ext.inspector()
-    token = ip.user_ns["axpy"].last.layers["cubin"].token
+    token = ip.user_ns["axpy"].last.stages["cubin"].token
     fake = tmp_path / "nvdisasm"  # a stand-in that needs nothing but Python
     fake.write_text(f"#!{sys.executable}\nimport os, sys\n"
                     'print("FAKE SASS:", *sys.argv[1:], os.path.getsize(sys.argv[2]), "bytes")\n')

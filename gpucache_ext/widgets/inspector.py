@@ -3,16 +3,16 @@
 ``gpucache_ext.inspector(cache=None)`` (what ``%gpucache`` shows) returns one
 widget per cache.  It shows
 
-* per layer (typing, llvm, ptx, cubin) hits, misses, hit rate, entries, bytes,
+* per stage (typing, llvm, ptx, cubin) hits, misses, hit rate, entries, bytes,
   evictions, compile time spent and saved, and the same per tier;
-* a small chart of hits and misses per layer over the session's cells;
-* the cached entries (kernel, signature, config, layer, token, tier, size,
-  age, why it was built), filtered by kernel and layer;
+* a small chart of hits and misses per stage over the session's cells;
+* the cached entries (kernel, signature, config, stage, token, tier, size,
+  age, why it was built), filtered by kernel and stage;
 * the selected entry: its config and which stages read each field, its token
   components, its artifacts (typed IR, NVVM IR, PTX, SASS where nvdisasm is
   found, the link log), its resources, and why it was built, side by side with
-  the nearest other entry of the same kernel and layer;
-* actions: clear a layer, evict the entry, recompile it.
+  the nearest other entry of the same kernel and stage;
+* actions: clear a stage, evict the entry, recompile it.
 
 The widget refreshes after every cell (an IPython ``post_run_cell`` hook,
 installed by ``%load_ext gpucache_ext`` or by the first ``inspector()``) and
@@ -92,11 +92,11 @@ def stats_view(cache) -> StatsView:
 
 
 _ALL = "\u2014 all \u2014"
-_EVERY_LAYER = "all"  # the clear-layer choice for every layer
+_EVERY_STAGE = "all"  # the clear-stage choice for every stage
 
 
 class Inspector(W.VBox):
-    """A live view of a `KernelCache`: per-layer numbers, a chart, the entries,
+    """A live view of a `KernelCache`: per-stage numbers, a chart, the entries,
     one entry in detail, and actions.  Use `inspector(cache)` to get the shared one."""
 
     def __init__(self, cache, history: Optional[CellHistory] = None, siblings=None, **kwargs):
@@ -115,8 +115,8 @@ class Inspector(W.VBox):
         self.kernel_filter = W.Dropdown(description="kernel", options=[(_ALL, "")], value="",
                                         tooltip="Show the entries of one kernel",
                                         layout=W.Layout(width="auto"))
-        self.layer_filter = W.Dropdown(description="layer", options=[(_ALL, "")] + [(s, s) for s in STAGES],
-                                       value="", tooltip="Show the entries of one layer",
+        self.stage_filter = W.Dropdown(description="stage", options=[(_ALL, "")] + [(s, s) for s in STAGES],
+                                       value="", tooltip="Show the entries of one stage",
                                        layout=W.Layout(width="auto"))
         self.count = W.HTML()
         self.entries_head = W.HTML()
@@ -127,12 +127,12 @@ class Inspector(W.VBox):
         self.recompile_button = W.Button(description="Recompile entry", icon="refresh",
                                          tooltip="Compile the selected entry's kernel again from scratch "
                                                  "(same signature and config)", disabled=True)
-        self.clear_layer = W.Dropdown(description="clear",
-                                      options=[(s, s) for s in STAGES] + [("all layers", _EVERY_LAYER)],
-                                      value="cubin", tooltip="The layer to clear",
+        self.clear_stage = W.Dropdown(description="clear",
+                                      options=[(s, s) for s in STAGES] + [("all stages", _EVERY_STAGE)],
+                                      value="cubin", tooltip="The stage to clear",
                                       layout=W.Layout(width="auto"))
-        self.clear_button = W.Button(description="Clear layer", icon="eraser", button_style="danger",
-                                     tooltip="Drop every entry of the chosen layer, in every tier")
+        self.clear_button = W.Button(description="Clear stage", icon="eraser", button_style="danger",
+                                     tooltip="Drop every entry of the chosen stage, in every tier")
         self.status = W.HTML()
         self.entry_view = W.HTML()
 
@@ -144,8 +144,8 @@ class Inspector(W.VBox):
                             (self.evict_button, "gpucache-evict"),
                             (self.recompile_button, "gpucache-recompile"),
                             (self.clear_button, "gpucache-clear"), (self.kernel_filter, "gpucache-kernel-filter"),
-                            (self.layer_filter, "gpucache-layer-filter"),
-                            (self.clear_layer, "gpucache-clear-layer")):
+                            (self.stage_filter, "gpucache-stage-filter"),
+                            (self.clear_stage, "gpucache-clear-stage")):
             widget.add_class(cls)
 
         self.children = [
@@ -154,11 +154,11 @@ class Inspector(W.VBox):
             W.HTML("<h4>Hits and misses per cell</h4>"),
             self.chart,
             W.HTML("<h4>Entries</h4>"),
-            W.HBox([self.kernel_filter, self.layer_filter, self.count],
+            W.HBox([self.kernel_filter, self.stage_filter, self.count],
                    layout=W.Layout(flex_flow="row wrap", align_items="center")),
             self.entries_head,
             self.entries_list,
-            W.HBox([self.evict_button, self.recompile_button, self.clear_layer, self.clear_button],
+            W.HBox([self.evict_button, self.recompile_button, self.clear_stage, self.clear_button],
                    layout=W.Layout(flex_flow="row wrap", align_items="center")),
             self.status,
             self.entry_view,
@@ -166,11 +166,11 @@ class Inspector(W.VBox):
         self.add_class("gpucache-inspector")
 
         self.kernel_filter.observe(self._on_filter, names="value")
-        self.layer_filter.observe(self._on_filter, names="value")
+        self.stage_filter.observe(self._on_filter, names="value")
         self.entries_list.observe(self._on_select, names="value")
         self.evict_button.on_click(lambda _: self.evict_selected())
         self.recompile_button.on_click(lambda _: self.recompile_selected())
-        self.clear_button.on_click(lambda _: self.clear(self.clear_layer.value))
+        self.clear_button.on_click(lambda _: self.clear(self.clear_stage.value))
         self.refresh()
 
     # -- reading -----------------------------------------------------------------
@@ -208,9 +208,9 @@ class Inspector(W.VBox):
             if list(self.kernel_filter.options) != options:
                 self.kernel_filter.options = options
             self.kernel_filter.value = wanted if wanted in kernels else ""
-            kernel, layer = self.kernel_filter.value, self.layer_filter.value
+            kernel, stage = self.kernel_filter.value, self.stage_filter.value
             shown = [r for r in rows if (not kernel or r["kernel"] == kernel)
-                     and (not layer or r["stage"] == layer)]
+                     and (not stage or r["stage"] == stage)]
             listed = shown[:_MAX_LIST_ROWS]
             cells = [entry_cells(r, now) for r in listed]
             widths = _entry_widths(cells)
@@ -263,7 +263,7 @@ class Inspector(W.VBox):
         self._updating = True
         try:
             self.kernel_filter.value = ""
-            self.layer_filter.value = ""
+            self.stage_filter.value = ""
         finally:
             self._updating = False
         self._update_entries()
@@ -296,21 +296,21 @@ class Inspector(W.VBox):
             self._set_status(f"recompile failed: {type(exc).__name__}: {exc}", error=True)
             return None
         self.history.record("recompile", self.cache.lookups())
-        layer = result.layers.get(stage)
-        if layer is not None:
-            self._selected = (stage, layer.token)
+        done = result.stages.get(stage)
+        if done is not None:
+            self._selected = (stage, done.token)
         self._refresh_all()
         self._set_status(f"recompiled {_short_kernel(result.kernel)} {result.signature_text} "
                          f"[{result.config.summary()}] in {format_seconds(result.seconds)}")
         return result
 
     def clear(self, stage: Optional[str] = None) -> None:
-        """Drop every entry of `stage` (None or "all": every layer)."""
-        stage = None if stage in (None, "", _EVERY_LAYER) else stage
+        """Drop every entry of `stage` (None or "all": every stage)."""
+        stage = None if stage in (None, "", _EVERY_STAGE) else stage
         before = sum(1 for r in self.cache.entries(stage=stage))
         self.cache.clear(stage)
         self._refresh_all()
-        self._set_status(f"cleared {stage or 'every layer'}: {before} entr{'y' if before == 1 else 'ies'} dropped")
+        self._set_status(f"cleared {stage or 'every stage'}: {before} entr{'y' if before == 1 else 'ies'} dropped")
 
     def _refresh_all(self) -> None:
         """Refresh this inspector and every other open one of the same cache."""

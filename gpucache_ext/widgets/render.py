@@ -181,7 +181,7 @@ def _cell(stage: str, field: str, value: Any, shown: str, tier: Optional[str] = 
 
 
 def storage_summary(stats) -> str:
-    """What every tier holds, all layers together: "12.3 KiB in memory, 45.6 KiB on disk"."""
+    """What every tier holds, all stages together: "12.3 KiB in memory, 45.6 KiB on disk"."""
     parts = []
     for name in stats.tier_names():  # (KernelCache.stats always lists the memory tier)
         held = sum(int(stats.get(s, {}).get("tiers", {}).get(name, {}).get("bytes", 0)) for s in STAGES)
@@ -191,7 +191,7 @@ def storage_summary(stats) -> str:
 
 
 def summary_rows(stats, saved) -> List[Dict[str, Any]]:
-    """One dict per layer (then per tier, then a total): the numbers the summary shows."""
+    """One dict per stage (then per tier, then a total): the numbers the summary shows."""
     rows = []
     tiers = stats.tier_names()
     totals = dict.fromkeys(("hits", "misses", "entries", "bytes", "evictions", "audits",
@@ -238,14 +238,14 @@ def _shown(field: str, value: Any) -> str:
 
 
 def summary_html(stats, saved) -> str:
-    head = "<th scope=\"col\">layer</th>" + "".join(
+    head = "<th scope=\"col\">stage</th>" + "".join(
         f"<th scope=\"col\">{_esc(title)}</th>" for _, title in _SUMMARY_COLUMNS)
     body = []
     for row in summary_rows(stats, saved):
         stage, tier = row["stage"], row["tier"]
         if tier is None:
-            cls = "gpucache-total" if stage == "all" else "gpucache-layer"
-            title = "all layers" if stage == "all" else stage
+            cls = "gpucache-total" if stage == "all" else "gpucache-stage"
+            title = "all stages" if stage == "all" else stage
         else:
             cls, title = "gpucache-tier", f"\u21b3 {tier}"
         cells = []
@@ -263,7 +263,7 @@ def summary_html(stats, saved) -> str:
         tier_attr = f' data-tier="{_esc(tier)}"' if tier else ""
         body.append(f'<tr class="{cls}" data-stage="{_esc(stage)}"{tier_attr}>'
                     f'<th scope="row">{_esc(title)}</th>{"".join(cells)}</tr>')
-    caption = ("Per layer: lookups that hit and missed, what is cached in memory, compile "
+    caption = ("Per stage: lookups that hit and missed, what is cached in memory, compile "
                "time spent (misses) and saved (hits), and artifacts audited against a fresh "
                "compile (mismatches are soundness bugs); the indented rows give each tier's "
                "hits, entries, bytes and saved time.")
@@ -272,7 +272,7 @@ def summary_html(stats, saved) -> str:
 
 
 class StatsView:
-    """`%gpucache stats`: the inspector's per-layer and per-tier summary, with
+    """`%gpucache stats`: the inspector's per-stage and per-tier summary, with
     its units (KiB, ms) and labels, as text and as HTML."""
 
     def __init__(self, stats):
@@ -293,7 +293,7 @@ class StatsView:
 
 
 def summary_text(stats, saved) -> str:
-    columns = ["layer"] + [title for _, title in _SUMMARY_COLUMNS]
+    columns = ["stage"] + [title for _, title in _SUMMARY_COLUMNS]
     lines = []
     for row in summary_rows(stats, saved):
         title = row["stage"] if row["tier"] is None else f"  {row['tier']}"
@@ -310,7 +310,7 @@ def summary_text(stats, saved) -> str:
 
 
 def chart_svg(points: List[Dict[str, Any]]) -> str:
-    """Hits (up, green) and misses (down, red) per layer, one column per cell."""
+    """Hits (up, green) and misses (down, red) per stage, one column per cell."""
     points = points[-_CHART_POINTS:]
     if not points:
         return ('<p class="gpucache-muted gpucache-chart-empty">No cell has used the cache yet: '
@@ -328,7 +328,7 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
         f'<svg class="gpucache-chart" role="img" aria-labelledby="gpucache-chart-title gpucache-chart-desc" '
         f'xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}">',
-        f'<title id="gpucache-chart-title">Hits and misses per layer over the last {len(points)} '
+        f'<title id="gpucache-chart-title">Hits and misses per stage over the last {len(points)} '
         f'cells that used the cache</title>',
         f'<desc id="gpucache-chart-desc">{_esc(desc)}</desc>',
         '<rect class="gpucache-bar-hit" fill="#2e7d32" x="0" y="4" width="10" height="10"/>',
@@ -381,8 +381,8 @@ def chart_text(points: List[Dict[str, Any]], limit: int = 12) -> str:
     return "\n".join(lines)
 
 
-_ENTRY_COLUMNS = ("kernel", "signature", "config", "layer", "token", "tier", "size", "age", "why built")
-_ENTRY_WIDTHS = {"kernel": 14, "signature": 46, "config": 24, "layer": 6, "token": _TOKEN_SHORT,
+_ENTRY_COLUMNS = ("kernel", "signature", "config", "stage", "token", "tier", "size", "age", "why built")
+_ENTRY_WIDTHS = {"kernel": 14, "signature": 46, "config": 24, "stage": 6, "token": _TOKEN_SHORT,
                  "tier": 14, "size": 8, "age": 4, "why built": 44}
 _RIGHT = ("size", "age")
 
@@ -392,7 +392,7 @@ def entry_cells(row: Dict[str, Any], now: float) -> Dict[str, str]:
         "kernel": _short_kernel(row["kernel"]),
         "signature": row.get("signature", ""),
         "config": row.get("config", ""),
-        "layer": row["stage"],
+        "stage": row["stage"],
         "token": row["token"][:_TOKEN_SHORT],
         "tier": ",".join(row.get("tiers", ())),
         "size": format_bytes(row.get("bytes", 0)),
@@ -594,7 +594,7 @@ def _why_html(stage: str, entry, nearest, names) -> str:
     parts = [f'<ul class="gpucache-reasons">{items}</ul>']
     if nearest is None:
         parts.append('<p class="gpucache-muted">No other entry of this kernel is cached at this '
-                     'layer to compare with.</p>')
+                     'stage to compare with.</p>')
         return "".join(parts)
     rows = []
     for name in names:
@@ -607,7 +607,7 @@ def _why_html(stage: str, entry, nearest, names) -> str:
         rows.append('<tr><td colspan="3">no component differs</td></tr>')
     parts.append(
         '<table class="gpucache-table gpucache-left gpucache-diff"><caption>Side by side with the nearest other '
-        f'entry of {_esc(_short_kernel(entry.kernel))} at this layer: the inputs that differ</caption>'
+        f'entry of {_esc(_short_kernel(entry.kernel))} at this stage: the inputs that differ</caption>'
         '<thead><tr><th scope="col">component</th>'
         f'<th scope="col">this entry <span class="gpucache-code">{_esc(short_token(entry.token))}</span><br>'
         f'<span class="gpucache-muted">{_esc(entry.config)}</span></th>'
