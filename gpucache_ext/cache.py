@@ -101,6 +101,7 @@ class KernelCache:
         self._misses = deque(maxlen=256)
         self._mismatches = deque(maxlen=256)
         self._mismatch_count = 0
+        self._launch_checks = 0
         self._lock = threading.RLock()
         self._auditor = Auditor(parse_audit(audit), audit_background)
 
@@ -138,7 +139,8 @@ class KernelCache:
 
     # -- public API --------------------------------------------------------
     def compile(self, func, sig, config: Optional[CompileConfig] = None, *,
-                force: bool = False, audit: Optional[bool] = None, link=None) -> CompileResult:
+                force: bool = False, audit: Optional[bool] = None, link=None,
+                _why_forced: str = "forced recompile") -> CompileResult:
         """Compile `func` (a Python function or numba.cuda.jit dispatcher) for
         the argument types `sig` and `config`, reusing every cached stage.
 
@@ -158,10 +160,12 @@ class KernelCache:
         link = _link_items(func, link)
         plan = _Plan(self, pyfunc, argtypes, config, link)  # (reloads numba's settings)
         stages.check_numba_runtime()
+        plan.why_forced = _why_forced
         try:
             result = plan.run(force)
         except toolchain.ToolchainChanged:  # a library was replaced since its fingerprint was read
             plan = _Plan(self, pyfunc, argtypes, config, link)
+            plan.why_forced = _why_forced
             result = plan.run(force)
         result.referenced = plan.identity.referenced
         if not force and audit is not False and any(layer.hit for layer in result.stages.values()) \
@@ -187,6 +191,24 @@ class KernelCache:
         plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config,
                      _link_items(func, link))
         return dict(plan.tokens)
+
+    def still_current(self, func, sig, config: Optional[CompileConfig], result: CompileResult, *,
+                      link=None) -> bool:
+        """True when compiling these inputs would give `result` again: every
+        stage's token is the one `result` was built under (nothing it was built
+        from changed).  Nothing is looked up; the check is counted in
+        ``stats().launch_checks``, not as hits.  A kernel asks this at its first
+        launch after a cell, instead of compiling again."""
+        config = CompileConfig() if config is None else config
+        if not result.generic_tokens:
+            return False
+        plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config,
+                     _link_items(func, link))
+        current = {s: t.hex for s, t in plan.tokens.items()} == result.generic_tokens
+        if current:
+            with self._lock:
+                self._launch_checks += 1
+        return current
 
     def explain(self, func, sig, config: Optional[CompileConfig] = None, *,
                 link=None) -> "queries.Explanation":
@@ -228,7 +250,7 @@ class KernelCache:
                     compile_seconds=round(counters.compile_seconds, 6),
                     saved_seconds=round(counters.saved_seconds, 6), audits=counters.audits,
                     audit_mismatches=counters.audit_mismatches, tiers=tiers)
-            return CacheStats(result)
+            return CacheStats(result, self._launch_checks)
 
     def lookups(self) -> Dict[str, Tuple[int, int, int]]:
         """Per stage (hits, misses, not needed) so far: the counters alone,
@@ -288,7 +310,8 @@ class KernelCache:
                 f"no record of the compile that produced {short_token(token)} in this process "
                 "(it was made by another process, or its function is gone); compile it again instead"
             )
-        return self.compile(pyfunc, origin[1], origin[2], force=True, link=origin[3])
+        return self.compile(pyfunc, origin[1], origin[2], force=True, link=origin[3],
+                            _why_forced="recompiled on request")
 
     def clear(self, stage: Optional[str] = None) -> None:
         """Drop the entries of one stage, or of all stages, in every tier (counters are kept)."""
@@ -420,7 +443,8 @@ class KernelCache:
             return None, token, None
 
     def _store(self, stage, token: Token, plan: "_Plan", artifact, seconds, reads):
-        """File a fresh artifact; returns (effective token, reasons it missed)."""
+        """File a fresh artifact; returns (effective token, reasons it missed:
+        for a forced compile, the plan's `why_forced`)."""
         with self._lock:
             kernel = plan.kernel
             if reads:
@@ -431,7 +455,7 @@ class KernelCache:
                 self._put(stage, Entry(token.hex, kernel, None, token.components, 0, 0.0,
                                        variants=variants))
                 token = target_variant(token, reads)
-            reasons = self._explain(stage, token, kernel)
+            reasons = (plan.why_forced,) if plan.forced else self._explain(stage, token, kernel)
             self._put(stage, Entry(token.hex, kernel, artifact, token.components, artifact.nbytes,
                                    seconds, signature=plan.signature_text,
                                    config=plan.config.summary(), reasons=reasons,
@@ -572,6 +596,8 @@ class _Plan:
                 list(self.identity.links) + [linking.read(item, origin) for item in link])
         self.kernel = self.identity.qualname
         self.signature_text = short_signature(argtypes)
+        self.forced = False
+        self.why_forced = "forced recompile"  # what a forced compile's entries say of why they were built
         self.tokens = self._tokens()
         self.stages: Dict[str, StageResult] = {}
 
@@ -618,7 +644,8 @@ class _Plan:
                                            self.identity.links)
         return CompileResult(self.kernel, self.argtypes, self.config,
                              {s: self.stages[s] for s in STAGES},
-                             found["llvm"], found["ptx"], found["cubin"])
+                             found["llvm"], found["ptx"], found["cubin"],
+                             generic_tokens={s: t.hex for s, t in self.tokens.items()})
 
     def _run_typing(self):
         proxy_for = self.cache._fresh_proxies() if self.forced else self.cache._proxy_for
@@ -663,8 +690,6 @@ class _Plan:
         seconds = time.perf_counter() - start
         reads = getattr(artifact, "target_reads", targets.NO_READS)
         token, reasons = self.cache._store(stage, generic, self, artifact, seconds, reads)
-        if self.forced:
-            reasons = ("forced recompile",)
         self.stages[stage] = StageResult(stage, token.hex, Outcome.MISS, None, seconds, reasons,
                                          components=token.components)
         return artifact

@@ -246,6 +246,12 @@ class Kernel:
             result = self.results.get(argtypes)
             if result is not None and self._checked.get(argtypes) == _generation:
                 return result
+        # first launch since a cell ran: what it was built from may have changed
+        if result is not None and self.cache.still_current(self.py_func, argtypes, self.config, result,
+                                                           link=self.options.get("link") or ()):
+            with self._lock:
+                self._checked[argtypes] = _generation
+            return result
         return self._compile(argtypes)
 
     # -- launching -------------------------------------------------------------

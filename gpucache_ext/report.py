@@ -69,12 +69,32 @@ def _stage_cell(done) -> str:
     return "MISS"
 
 
-def _short_reason(result: CompileResult) -> str:
-    for stage in STAGES:
-        done = result.stages[stage]
-        if not done.hit and done.reasons:
-            return "; ".join(done.reasons[:2])
-    return ""
+# Fields that follow fastmath unless set: their change is fastmath's when it changed too.
+_FOLLOW_FASTMATH = ("ftz", "prec_div", "prec_sqrt")
+
+
+def why_text(result: CompileResult) -> str:
+    """Why the stages that compiled did, each reason once, at the first stage
+    it reaches: "llvm: fastmath False -> True; ptx: sm 86 -> 80".  A stage that
+    missed only because the one before it did adds nothing; a field that
+    follows fastmath is left out where fastmath itself changed."""
+    said, parts = set(), []
+    reasons = {stage: result.stages[stage].reasons for stage in STAGES if not result.stages[stage].hit}
+    fastmath = any(r.startswith("fastmath ") for found in reasons.values() for r in found)
+    for stage, found in reasons.items():
+        new = []
+        for reason in found:
+            field = reason.split(" ", 1)[0]
+            if reason.endswith(" input changed") and field in STAGES:
+                continue
+            if fastmath and field in _FOLLOW_FASTMATH and getattr(result.config, field, None) is None:
+                continue
+            if reason not in said:
+                said.add(reason)
+                new.append(reason)
+        if new:
+            parts.append(f"{stage}: {', '.join(new)}")
+    return "; ".join(parts)
 
 
 def _audit_cell(result: CompileResult) -> str:
@@ -117,7 +137,7 @@ class CellReport:
                 row[stage] = _stage_cell(result.stages[stage])
             row["time"] = format_seconds(result.seconds)
             row["saved"] = format_seconds(result.saved_seconds)
-            row["why"] = _short_reason(result)
+            row["why"] = why_text(result)
             row["audit"] = _audit_cell(result)
             rows.append(row)
         return rows

@@ -127,6 +127,9 @@ class CacheStats(Mapping):
     """Per stage `StageStats`: ``stats["ptx"].hits`` (also ``stats["ptx"]["hits"]``)."""
 
     stages: Mapping[str, StageStats]
+    # launches that re-checked a kernel's inputs and found them unchanged
+    # (`KernelCache.still_current`): no stage was looked up, so no hit is counted
+    launch_checks: int = 0
 
     def __getitem__(self, stage):
         return self.stages[stage]
@@ -150,6 +153,7 @@ class CacheStats(Mapping):
         return names
 
     def as_dict(self) -> Dict[str, Any]:
+        """Per stage, plain dicts (as earlier versions returned)."""
         return {stage: value.as_dict() for stage, value in self.stages.items()}
 
 
@@ -187,6 +191,9 @@ class CompileResult:
     # Device arrays read as globals: the code holds their pointers, so the
     # result keeps them alive (as numba's code library does).
     referenced: Tuple[Any, ...] = field(default=(), repr=False)
+    # Each stage's generic token (before per-target variants), from the inputs alone:
+    # what `KernelCache.still_current` compares.
+    generic_tokens: Dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def layers(self) -> Dict[str, StageResult]:

@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from gpucache_ext import CompileConfig, CompileError, KernelCache, Outcome, UnsupportedKernelError
+from gpucache_ext import STAGES, CompileConfig, CompileError, KernelCache, Outcome, UnsupportedKernelError
 
 from . import kernels
 
@@ -383,6 +383,9 @@ def test_entries_evict_and_recompile():
 
     redone = cache.recompile(first.stages["ptx"].token)
     assert all(not layer.hit for layer in redone.stages.values())
+    assert all(layer.reasons == ("recompiled on request",) for layer in redone.stages.values())
+    why_built = {row.stage: row.reasons for row in cache.entries(kernel="axpy") if row.config == "sm_80"}
+    assert why_built == dict.fromkeys(STAGES, ("recompiled on request",))
     assert redone.cubin == first.cubin
     with pytest.raises(KeyError, match="no record"):
         cache.recompile("0" * 64)

@@ -472,3 +472,42 @@ def test_help_names_the_cell_magic_and_its_defaults_as_the_code_has_them(ip, mon
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert "contract multiply-add (default: on, with or without `--fastmath`)" in readme
     assert CompileConfig(fastmath=True).nvvm_math()["fma"] is CompileConfig().nvvm_math()["fma"] is True
+
+
+def test_the_reports_why_names_every_change_at_the_first_stage_it_reaches(ip):
+    from gpucache_ext.report import CellReport
+
+    cell(ip, "--sm 86 --quiet", AXPY)
+    cell(ip, "--sm 80 --fastmath --quiet", AXPY)
+    result = ip.user_ns["axpy"].last
+    why = CellReport([result]).rows()[0]["why"]
+    # fastmath first changes the lowered code, sm first the PTX; the fields that follow
+    # fastmath (ftz, prec_div, prec_sqrt) are fastmath's doing and not repeated
+    assert why == "llvm: fastmath False -> True; ptx: sm 86 -> 80"
+    assert "sm 86 -> 80" in result.stages["ptx"].reasons and "ftz False -> True" in result.stages["ptx"].reasons
+    cell(ip, "--sm 80 --fastmath --no-ftz --max-registers 32 --quiet", AXPY)
+    why = CellReport([ip.user_ns["axpy"].last]).rows()[0]["why"]
+    assert why == "ptx: ftz True -> False; cubin: max_registers None -> 32"
+
+
+def test_launches_are_not_counted_as_lookups(ip):
+    import gpucache_ext
+
+    ip.user_ns["SCALE"] = 2.0
+    cell(ip, "--sm 80 --quiet", AXPY.replace("a * x[i]", "a * x[i] * SCALE"))
+    cache = gpucache_ext.default_cache()
+    counted = {s: (v.hits, v.misses) for s, v in cache.stats().items()}
+    assert counted["typing"] == (0, 1)
+    launch = ("import numpy as np\nx = np.ones(4, np.float32)\nr = np.zeros(4, np.float32)\n"
+              "axpy[1, 4](r, np.float32(1), x, x)")
+    for _ in range(3):  # each a cell: the first launch after a cell re-checks the inputs
+        ip.run_cell(launch).raise_error()
+    stats = cache.stats()
+    assert {s: (v.hits, v.misses) for s, v in stats.items()} == counted  # nothing looked up
+    assert stats.launch_checks == 3
+    assert list(ip.user_ns["r"]) == [3.0] * 4
+    ip.run_cell("SCALE = 3.0").raise_error()  # an input changed: the launch compiles, and that counts
+    ip.run_cell(launch).raise_error()
+    assert list(ip.user_ns["r"]) == [4.0] * 4
+    after = cache.stats()
+    assert after["typing"].misses == 2 and after["cubin"].misses == 2 and after.launch_checks == 3
