@@ -18,7 +18,7 @@ them; none of them keeps a second copy.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from .config import STAGES
 from .results import EntryInfo, Outcome, parse_resources
@@ -55,7 +55,8 @@ def miss_reasons(stage: str, wanted: Mapping[str, Component],
 
 def _candidates(cache: "KernelCache", stage: str, kernel: str) -> Iterator[Tuple[str, Mapping[str, Component]]]:
     """(token, components) of the kernel's entries at `stage`: this process's
-    history first, then, only where that has none, every persistent tier's."""
+    history and memory first, then, only where those know none, every
+    persistent tier's."""
     with cache._lock:
         history = [(token, components) for token, (name, components) in cache._history[stage].items()
                    if name == kernel]
@@ -74,63 +75,53 @@ def _candidates(cache: "KernelCache", stage: str, kernel: str) -> Iterator[Tuple
             continue
 
 
-def nearest(cache: "KernelCache", stage: str, kernel: str, components: Mapping[str, Component],
-            exclude: Optional[str] = None) -> Tuple[Optional[str], List[str]]:
-    """The token of the kernel's entry at `stage` whose components differ
-    least from `components`, and the names that differ; (None, []) if the
-    kernel has none."""
-    best, best_names = None, []
-    for token, theirs in _candidates(cache, stage, kernel):
+def nearest(candidates: Iterable[Tuple[str, Mapping[str, Component]]], components: Mapping[str, Component],
+            exclude: Optional[str] = None):
+    """Of `candidates` ((token, components) pairs), the one whose components
+    differ least from `components` (ties: the first): (token, its components,
+    the names that differ), or None where there is none."""
+    best = None
+    for token, theirs in candidates:
         if token == exclude:
             continue
         names = differing(components, theirs)
-        if best is None or len(names) < len(best_names):
-            best, best_names = (token, theirs), names
+        if best is None or len(names) < len(best[2]):
+            best = (token, theirs, names)
             if not names:
                 break
-    return (best[0], best_names) if best else (None, [])
+    return best
 
 
 def explain_miss(cache: "KernelCache", stage: str, kernel: str,
                  components: Mapping[str, Component]) -> Tuple[str, ...]:
-    """Why `stage` of `kernel` misses with these token components."""
+    """Why `stage` of `kernel` misses with these token components: how they
+    differ from the nearest entry's (see `nearest`)."""
     short = kernel.rsplit(".", 1)[-1]
-    if stage == "typing":
-        known = [token for token, _ in _candidates(cache, "typing", kernel)]
-        if not known and any(True for _ in _candidates(cache, "llvm", kernel)):
+    found = nearest(_candidates(cache, stage, kernel), components)
+    if found is None:
+        if stage == "typing" and any(True for _ in _candidates(cache, "llvm", kernel)):
             # typed IR is kept in memory only; the persistent llvm entries know the kernel
             return (f"first typing of {short} in this process (typed IR is not kept on disk)",)
-    best = None
-    for _, theirs in _candidates(cache, stage, kernel):
-        reasons = miss_reasons(stage, components, theirs)
-        if best is None or len(reasons) < len(best):
-            best = reasons
-            if not reasons:
-                break
-    if best is None:
         return (f"first compile of {short}",)
-    if not best:
-        return ("entry was evicted or cleared",)
-    return best
+    reasons = miss_reasons(stage, components, found[1])
+    return reasons or ("entry was evicted or cleared",)
 
 
 def nearest_entry(cache: "KernelCache", stage: str, token: str) -> Tuple[Optional["Entry"], List[str]]:
     """The other cached entry of the same kernel and stage whose token
-    components differ least from this one's: (entry, differing names), or (None, [])."""
+    components differ least from this one's, in any tier: (entry, the names
+    that differ), or (None, [])."""
     entry = cache.entry(stage, token)
     if entry is None:
         return None, []
-    best, best_names = None, []
-    for row in cache.entries(stage=stage, kernel=entry.kernel):
-        if row.token == token or row.kernel != entry.kernel:
-            continue
-        other = cache.entry(stage, row.token)
-        if other is None:
-            continue
-        names = differing(entry.components, other.components)
-        if best is None or len(names) < len(best_names):
-            best, best_names = other, names
-    return best, best_names
+    others = {}
+    for row in cache.entries(stage=stage):
+        if row.kernel == entry.kernel and row.token != token:
+            other = cache.entry(stage, row.token)
+            if other is not None:
+                others[row.token] = other
+    found = nearest(((t, other.components) for t, other in others.items()), entry.components)
+    return (others[found[0]], found[2]) if found else (None, [])
 
 
 def built_from(cache: "KernelCache", stage: str, token: str,
