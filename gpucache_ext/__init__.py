@@ -20,7 +20,7 @@ from .kernel import Kernel, LaunchError
 from .audit import AuditWarning
 
 # The cache of plain Python code (no IPython session): made on first use.
-# A loaded extension's session keeps its own (see `gpucache_ext.session`).
+# A loaded extension's session keeps its own (see `gpucache_ext.ipython.session`).
 _default_cache = None
 _default_settings = {}
 
@@ -64,7 +64,7 @@ def _session():
 
     if "IPython" not in sys.modules:  # no shell can be running: leave IPython unimported
         return None
-    from .session import current
+    from .ipython.session import current
 
     return current()
 
@@ -86,14 +86,14 @@ def inspector(cache=None):
 
 def load_ipython_extension(ipython):
     """``%load_ext gpucache_ext``: registers %%gpukernel and %gpucache."""
-    from .magic import load
+    from .ipython.magic import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython):
     """``%unload_ext gpucache_ext``: removes what loading registered."""
-    from .magic import unload
+    from .ipython.magic import unload
 
     unload(ipython)
 

@@ -28,7 +28,7 @@ from typing import List, Optional
 
 from .codec import PERSISTENT_STAGES, BadEntry, decode, read_header
 from .disk import DiskTier, configured_directory, default_directory
-from .report import format_age, format_bytes
+from .units import format_age, format_bytes
 from .tokens import short_token
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

@@ -205,7 +205,7 @@ late[1, 1](np.zeros(1, np.float32))
 
 
 def test_syntax_check_leaves_with_the_extension(ip):
-    from gpucache_ext.magic import _check_cell_syntax
+    from gpucache_ext.ipython.cell import _check_cell_syntax
 
     assert ip.input_transformers_post.count(_check_cell_syntax) == 1
     ip.run_line_magic("reload_ext", "gpucache_ext")

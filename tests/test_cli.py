@@ -152,7 +152,7 @@ def test_one_token_length_in_the_command_the_report_and_the_inspector(filled):
 
 def test_an_entrys_size_is_the_same_in_ls_show_and_the_cache(filled):
     from gpucache_ext import KernelCache
-    from gpucache_ext.report import format_bytes
+    from gpucache_ext.units import format_bytes
 
     directory, results = filled
     token = results[0].stages["cubin"].token

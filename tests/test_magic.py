@@ -251,7 +251,7 @@ def test_explain_shows_token_components(ip, capsys):
 
 
 def test_report_has_text_and_html_forms(ip):
-    from gpucache_ext.report import CellReport
+    from gpucache_ext.ipython.report import CellReport
 
     cell(ip, "--sm 80 --quiet", AXPY)
     report = CellReport(ip.user_ns["axpy"].results.values())
@@ -290,7 +290,7 @@ def test_readme_flag_table_lists_every_flag(ip):
     import re
     from pathlib import Path
 
-    from gpucache_ext.magic import GpuCacheMagics
+    from gpucache_ext.ipython.magic import GpuCacheMagics
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     table = "\n".join(line for line in readme.splitlines() if line.startswith("| `--"))
@@ -313,7 +313,7 @@ def test_reload_and_unload(ip):
 
 
 def test_configuration_from_environment(ip, monkeypatch):
-    from gpucache_ext.magic import GpuCacheMagics
+    from gpucache_ext.ipython.magic import GpuCacheMagics
 
     monkeypatch.setenv("GPUCACHE_SM", "75")
     monkeypatch.setenv("GPUCACHE_QUIET", "1")
@@ -475,7 +475,7 @@ def test_help_names_the_cell_magic_and_its_defaults_as_the_code_has_them(ip, mon
 
 
 def test_the_reports_why_names_every_change_at_the_first_stage_it_reaches(ip):
-    from gpucache_ext.report import CellReport
+    from gpucache_ext.ipython.report import CellReport
 
     cell(ip, "--sm 86 --quiet", AXPY)
     cell(ip, "--sm 80 --fastmath --quiet", AXPY)

@@ -26,3 +26,20 @@ def test_the_licence_file_says_what_the_metadata_says():
 def test_the_package_declares_its_inline_types():
     assert (Path(gpucache_ext.__file__).parent / "py.typed").is_file()
     assert 'gpucache_ext = ["py.typed"]' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_the_core_imports_no_ipython():
+    import subprocess
+    import sys
+
+    core = ["cache", "queries", "results", "units", "kernel", "audit", "cli", "disk", "shared", "config"]
+    code = ("import sys\n" + "".join(f"import gpucache_ext.{name}\n" for name in core)
+            + "print(sorted(m for m in ('IPython', 'ipywidgets', 'traitlets') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=300).stdout
+    assert out.strip() == "[]"
+    # the IPython layer is a package of its own
+    shown = subprocess.run([sys.executable, "-c", "import sys, gpucache_ext.ipython.magic; "
+                            "print('IPython' in sys.modules)"], capture_output=True, text=True,
+                           check=True, timeout=300).stdout
+    assert shown.strip() == "True"

@@ -14,7 +14,7 @@ import gpucache_ext
 from gpucache_ext import KernelCache, widgets
 from gpucache_ext.config import STAGES
 from gpucache_ext.results import parse_resources
-from gpucache_ext.session import current
+from gpucache_ext.ipython.session import current
 from gpucache_ext.tiers import Tier
 
 AXPY = '''
@@ -431,7 +431,7 @@ def test_every_tier_gets_its_rows_whatever_its_name(ip):
 
 
 def test_plain_text_and_static_html_fallbacks(ip):
-    from gpucache_ext.report import CellReport
+    from gpucache_ext.ipython.report import CellReport
 
     cell(ip, "--sm 80", AXPY)
     cell(ip, "--sm 86", AXPY)
@@ -527,7 +527,7 @@ def test_unload_removes_the_session_and_everything_it_registered(ip):
 
 
 def test_the_header_totals_what_every_tier_holds(ip, tmp_path):
-    from gpucache_ext.report import format_bytes
+    from gpucache_ext.units import format_bytes
 
     disk_cache = KernelCache(directory=tmp_path)
     ip.user_ns["disk_cache"] = disk_cache

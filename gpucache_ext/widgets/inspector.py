@@ -36,9 +36,9 @@ import ipywidgets as W
 
 from ..config import STAGES
 from ..queries import built_from, nearest_entry
-from ..report import format_seconds
+from ..units import format_seconds
 from ..results import SassUnavailable, disassemble
-from ..session import CellHistory
+from ..ipython.session import CellHistory
 from ..tokens import short_token
 from .render import (_ENTRY_COLUMNS, _MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, _entry_line,
                      _entry_widths, _esc, _short_kernel, chart_svg, entry_cells, entry_html, saved_seconds,
@@ -343,7 +343,7 @@ def inspector(cache=None) -> Inspector:
     """The live inspector widget of `cache` (default: the magic's cache).
 
     In an IPython session with the extension loaded, the session's (see
-    `gpucache_ext.session.Session.inspector`): the same widget for the same
+    `gpucache_ext.ipython.session.Session.inspector`): the same widget for the same
     cache while it is open, refreshed after every cell.  Elsewhere a new
     widget, refreshed by its `refresh` method.
     """

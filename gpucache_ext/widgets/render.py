@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import FIELD_STAGES, STAGES, CompileConfig
-from ..report import format_age, format_bytes, format_seconds
+from ..units import format_age, format_bytes, format_seconds
 from ..results import parse_resources, short_signature
 from ..tokens import short_token
 

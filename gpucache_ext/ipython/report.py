@@ -11,10 +11,11 @@ from __future__ import annotations
 import html
 from typing import Dict, Iterable, List
 
-from .cache import CompileResult
-from .results import Outcome, short_signature  # noqa: F401  (re-exported)
-from .config import STAGES
-from .tokens import short_token
+from ..cache import CompileResult
+from ..results import Outcome, short_signature  # noqa: F401  (re-exported)
+from ..config import STAGES
+from ..tokens import short_token
+from ..units import format_seconds
 
 _STYLE = (
     "<style>"
@@ -28,37 +29,6 @@ _STYLE = (
     ".gpucache-why{opacity:.85}"
     "</style>"
 )
-
-
-def format_seconds(s: float) -> str:
-    """A duration for people: 0.04 ms, 351 ms, 12.3 s."""
-    s = float(s or 0.0)
-    if s == 0:
-        return "0 ms"
-    if s < 0.01:
-        return f"{s * 1e3:.2f} ms"
-    if s < 10:
-        return f"{s * 1e3:.0f} ms"
-    return f"{s:.1f} s"
-
-
-def format_bytes(n: float) -> str:
-    """A size for people, in powers of 1024: 512 B, 8.7 KiB, 1.2 GiB."""
-    n = float(n or 0)
-    for unit in ("B", "KiB", "MiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
-def format_age(seconds: float) -> str:
-    """An age for people: 45s, 3m, 5h, 2d."""
-    age = max(0.0, float(seconds or 0.0))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if age >= size:
-            return f"{age / size:.0f}{unit}"
-    return f"{age:.0f}s"
 
 
 def _stage_cell(done) -> str:

@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from .config import STAGES
+from ..config import STAGES
 
 _HISTORY_POINTS = 500
 
@@ -93,7 +93,7 @@ class Session:
     def cache(self):
         """The session's `KernelCache` (made on first use from the settings)."""
         if self._cache is None:
-            from .cache import KernelCache
+            from ..cache import KernelCache
 
             self._cache = KernelCache.from_environment(**{**self.settings.cache_arguments(), **self._overrides})
             self._histories[self._cache] = CellHistory()  # made here: all its activity is in cells
@@ -116,14 +116,14 @@ class Session:
     def load(self) -> None:
         from IPython.core.error import UsageError
 
-        from .audit import parse_audit
-        from .kernel import gpu_available, simulate_memory
+        from ..audit import parse_audit
+        from ..kernel import gpu_available, simulate_memory
 
         try:
             parse_audit(self.settings.audit)
         except ValueError as exc:
             raise UsageError(f"GpuCacheMagics.audit (or GPUCACHE_AUDIT): {exc}") from None
-        from .magic import _check_cell_syntax
+        from .cell import _check_cell_syntax
 
         self.shell.register_magics(self.magics)
         self.shell.events.register("post_run_cell", self.post_run_cell)
@@ -133,9 +133,9 @@ class Session:
             simulate_memory(True)
 
     def unload(self) -> None:
-        from .kernel import simulate_memory
+        from ..kernel import simulate_memory
 
-        from .magic import _check_cell_syntax
+        from .cell import _check_cell_syntax
 
         with contextlib.suppress(ValueError):
             self.shell.events.unregister("post_run_cell", self.post_run_cell)
@@ -156,7 +156,7 @@ class Session:
         """After every cell: kernels re-check their inputs at their next launch;
         each watched cache's history gets the cell's hits and misses; open
         inspectors refresh."""
-        from .kernel import refresh_all
+        from ..kernel import refresh_all
 
         refresh_all()
         try:
@@ -191,7 +191,7 @@ class Session:
     def inspector(self, cache=None):
         """The live inspector of `cache` (default: the session's): the same
         widget while it is open, so every place it is shown updates together."""
-        from .widgets import Inspector
+        from ..widgets import Inspector
 
         cache = self.cache if cache is None else cache
         for widget in self._open_inspectors():

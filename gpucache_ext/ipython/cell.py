@@ -1,0 +1,313 @@
+"""Running a %%gpukernel cell: its code in the user's namespace, with
+``numba.cuda.jit`` standing in (`CellJit`) so that its kernels become
+`Kernel` objects with the cell's flags; a failing cell puts back the names it
+had bound, and fails as a plain cell would (see `cell_errors`)."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import linecache
+import sys
+from typing import Any, Dict, List, Optional
+
+
+from .. import default_cache
+from ..cache import CompileResult
+from ..kernel import Kernel, check_options, explicit_options
+from ..sources import declare_signatures
+from .cell_errors import _as_cell_error, _cell_names
+from .report import CellReport
+
+# ---------------------------------------------------------------------------
+# Running a cell
+
+
+class _CellContext:
+    """What the kernels defined by one running %%gpukernel cell get: its
+    config, signatures and flags, and where their compile results go."""
+
+    def __init__(self, config, signatures, args, collect):
+        self.config = config
+        self.signatures = signatures
+        self.args = args
+        self.collect = collect
+        self.kernels: List[Kernel] = []
+
+    def device_defaults(self) -> Dict[str, Any]:
+        """The cell's flags that lower a device function, as decorator options."""
+        config = self.config
+        defaults = {name: True for name in ("fastmath", "debug", "lineinfo") if getattr(config, name)}
+        if config.debug:
+            defaults["opt"] = False  # numba warns about debug with opt
+        return defaults
+
+    def make_kernel(self, func, sigs, options) -> Kernel:
+        kernel = Kernel(func, sigs or self.signatures, self.config, default_cache(), options,
+                        simulate=self.args.simulate, on_compile=self.collect, force=self.args.force,
+                        audit=True if self.args.audit else None)
+        self.kernels.append(kernel)
+        return kernel
+
+
+def _real_jit():
+    """numba's own ``jit``."""
+    from numba.cuda import decorators
+
+    return decorators.jit
+
+
+class CellJit:
+    """Stands in for ``numba.cuda.jit``, however it is reached.
+
+    While a %%gpukernel cell runs, ``numba.cuda.jit`` and every name in the
+    user's namespace bound to numba's own ``jit`` are this object, and it
+    makes `Kernel` objects with the running cell's flags.  A name that keeps
+    it after the cell (``from numba.cuda import jit`` inside a cell) still
+    gets each later cell's flags; outside a %%gpukernel cell it is numba's
+    ``jit`` itself.
+    """
+
+    def __init__(self):
+        self.active: Optional[_CellContext] = None
+
+    def __call__(self, func_or_sig=None, device=False, **options):
+        from numba.cuda.core.sigutils import is_signature
+
+        if self.active is None:
+            return _real_jit()(func_or_sig, device=device, **options)
+        if func_or_sig is None or is_signature(func_or_sig) or isinstance(func_or_sig, list):
+            sigs = [] if func_or_sig is None else (
+                list(func_or_sig) if isinstance(func_or_sig, list) else [func_or_sig])
+            return lambda func: self._make(func, sigs, device, options)
+        return self._make(func_or_sig, [], device, options)
+
+    def _make(self, func, sigs, device, options):
+        if self.active is None:  # the decorator was made in a cell and applied after it
+            return _real_jit()(sigs or None, device=device, **options)(func)
+        if device:
+            # A lazy dispatcher: gpucache_ext types and lowers it per calling
+            # kernel, for the kernel's target (a signature here would make numba
+            # compile it now, for the current GPU).  As numba, it is lowered with
+            # its own options: the cell's flags, overridden by its decorator's.
+            # numba still checks the options; those it cannot have are refused.
+            check_options(options, "@cuda.jit(device=True, ...)")
+            dispatcher = _real_jit()(device=True, **{**self.active.device_defaults(), **options})(func)
+            if sigs:  # calls are typed against them, as numba does
+                declare_signatures(dispatcher, sigs)
+            return dispatcher
+        return self.active.make_kernel(func, sigs, options)
+
+    def __repr__(self):
+        return "<gpucache_ext stand-in for numba.cuda.jit>"
+
+
+JIT = CellJit()
+
+
+@contextlib.contextmanager
+def _jit_standing_in(namespace, context: _CellContext):
+    """numba.cuda.jit, and the namespace's names for numba's jit, are `JIT`
+    while the block runs; `JIT` makes kernels for `context`."""
+    import numba.cuda
+
+    # (numba.cuda.decorators.jit stays numba's: its own wrappers call it.)
+    real = _real_jit()
+    aliases = [name for name, value in namespace.items() if value is real]
+    saved = numba.cuda.jit
+    numba.cuda.jit = JIT
+    for name in aliases:
+        namespace[name] = JIT
+    JIT.active = context
+    try:
+        yield
+    finally:
+        JIT.active = None
+        numba.cuda.jit = saved
+        for name in aliases:
+            if namespace.get(name) is JIT:
+                namespace[name] = real
+
+
+def _capture_numba_kernels(namespace, before, context: _CellContext):
+    """Kernels the cell made with numba's own jit, reached in a way the stand-in
+    could not cover (a partial, an alias kept in a module): bind them as Kernels
+    with the cell's flags too.  Options they were given explicitly are kept."""
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    for name, value in list(namespace.items()):
+        if (isinstance(value, CUDADispatcher) and not value.targetoptions.get("device")
+                and before.get(name) is not value):
+            namespace[name] = context.make_kernel(value.py_func, [],
+                                                  explicit_options(value.targetoptions))
+
+
+def _cell_filename(cell: str) -> str:
+    """A name derived from the cell's text, so an unchanged cell keeps its name
+    (and its line-number-dependent debug info keeps hitting) across runs."""
+    return f"<gpukernel-{hashlib.sha1(cell.encode()).hexdigest()[:12]}>"
+
+
+class _ImportsAsAssignments(ast.NodeTransformer):
+    """Turn the cell's module-level imports into plain assignments.
+
+    CPython compiles ``cuda.grid(1)`` differently when ``cuda`` was imported in
+    the same compilation unit (LOAD_ATTR instead of LOAD_METHOD), so a kernel's
+    bytecode, and with it its token, would depend on which cell holds the
+    imports.  Written as assignments, imports bind the same names to the same
+    modules and kernels compile to the same bytecode wherever the imports are.
+    """
+
+    def visit_FunctionDef(self, node):  # only module-level imports matter
+        return node
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+    def visit_Import(self, node):
+        assigns = []
+        for alias in node.names:
+            if alias.asname:  # import a.b as c: c is the submodule
+                target, value = alias.asname, _call("__import__", alias.name, fromlist=["_"])
+            else:  # import a.b: binds a, the top package
+                target, value = alias.name.split(".")[0], _call("__import__", alias.name)
+            assigns.append(_assign(target, value, node))
+        return assigns
+
+    def visit_ImportFrom(self, node):
+        if node.level or any(alias.name == "*" for alias in node.names):
+            return node  # relative and star imports stay as written
+        fromlist = [a.name for a in node.names]
+        return [_imported_name(node, alias, fromlist) for alias in node.names]
+
+
+def _call(func, *args, fromlist=None):
+    keywords = []
+    if fromlist is not None:
+        keywords.append(ast.keyword(arg="fromlist", value=ast.Tuple(
+            elts=[ast.Constant(name) for name in fromlist], ctx=ast.Load())))
+    return ast.Call(func=ast.Name(id=func, ctx=ast.Load()),
+                    args=[ast.Constant(a) for a in args], keywords=keywords)
+
+
+def _imported_name(node, alias, fromlist):
+    """``name = __import__(module, fromlist=...).name``, raising ImportError (as
+    ``from module import name`` does) when the module has no such name."""
+    module = _call("__import__", node.module, fromlist=fromlist)
+    assign = _assign(alias.asname or alias.name,
+                     ast.Attribute(value=module, attr=alias.name, ctx=ast.Load()), node)
+    message = f"cannot import name {alias.name!r} from {node.module!r}"
+    raise_error = ast.Raise(exc=ast.Call(func=ast.Name(id="ImportError", ctx=ast.Load()),
+                                         args=[ast.Constant(message)], keywords=[]),
+                            cause=ast.Constant(None))
+    handler = ast.ExceptHandler(type=ast.Name(id="AttributeError", ctx=ast.Load()), name=None,
+                                body=[raise_error])
+    guarded = ast.Try(body=[assign], handlers=[handler], orelse=[], finalbody=[])
+    return ast.fix_missing_locations(ast.copy_location(guarded, node))
+
+
+def _assign(target, value, node):
+    assign = ast.Assign(targets=[ast.Name(id=target, ctx=ast.Store())], value=value)
+    return ast.fix_missing_locations(ast.copy_location(assign, node))
+
+
+def _compile_cell(source: str, filename: str):
+    """The cell's code, numbered as IPython numbers the cell: line 1 is the
+    magic's own, so the code starts on line 2 (a SyntaxError says so too)."""
+    tree = _ImportsAsAssignments().visit(ast.parse("\n" + source, filename, "exec"))
+    return compile(ast.fix_missing_locations(tree), filename, "exec")
+
+
+def _run_cell(shell, cell, config, signatures, args, line=""):
+    source = shell.transform_cell(cell)
+    filename = _register_cell(shell, source, line, _running_cell_number(shell))
+    code = _compile_cell(source, filename)
+
+    results: List[CompileResult] = []
+    collecting = [True]
+
+    def collect(result):
+        if collecting[0]:
+            results.append(result)
+
+    namespace = shell.user_ns
+    before = dict(namespace)
+    context = _CellContext(config, signatures, args, collect)
+    try:
+        with _jit_standing_in(namespace, context):
+            exec(code, namespace)
+        _capture_numba_kernels(namespace, before, context)
+        for kernel in context.kernels:
+            kernel.compile_declared()
+    except BaseException as exc:
+        _restore_kernel_names(namespace, before, context.kernels)
+        shown = _as_cell_error(shell, exc, filename, context)
+        if shown is exc:
+            raise
+        raise shown from exc
+    finally:
+        collecting[0] = False
+    return CellReport(results, explain=args.explain)
+
+
+def _restore_kernel_names(namespace, before, kernels):
+    made = {id(k) for k in kernels}
+    for name, value in list(namespace.items()):
+        if id(value) in made:
+            if name in before:
+                namespace[name] = before[name]
+            else:
+                del namespace[name]
+
+
+def _register_cell(shell, source: str, line: str, number: Optional[int]) -> str:
+    """Name the cell's code and give tracebacks its lines, the magic line
+    first; with `number`, IPython labels the file ``Cell In[number]``."""
+    filename = _cell_filename(source)
+    magic = ("%%gpukernel " + line).rstrip() + "\n"
+    lines = [magic] + [text if text.endswith("\n") else text + "\n" for text in source.splitlines(True)]
+    linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+    names = _cell_names(shell)
+    if number is not None and names is not None:
+        names[filename] = number
+    return filename
+
+
+def _running_cell_number(shell) -> Optional[int]:
+    """The execution count of the IPython cell running this magic: that of
+    the nearest calling frame whose code is a cell's."""
+    names = _cell_names(shell)
+    frame = sys._getframe(1)
+    while names is not None and frame is not None:
+        number = names.get(frame.f_code.co_filename)
+        if number is not None:
+            return number
+        frame = frame.f_back
+    return None
+
+
+def _check_cell_syntax(lines):
+    """IPython input transformer (``input_transformers_post``): a %%gpukernel
+    cell whose code does not parse fails before it runs, its SyntaxError shown
+    as a plain cell's is, at the cell's line and with no frames."""
+    if not lines or not lines[0].startswith("get_ipython().run_cell_magic('gpukernel', "):
+        return lines
+    try:
+        call = ast.parse("".join(lines)).body[0].value
+        _, line, body = (ast.literal_eval(arg) for arg in call.args)
+    except (SyntaxError, ValueError, AttributeError, IndexError, TypeError):
+        return lines  # not IPython's form of a %%gpukernel cell: leave it to the magic
+    if not isinstance(body, str) or not body.strip():
+        return lines
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return lines
+    source = shell.transform_cell(body)
+    filename = _register_cell(shell, source, line, shell.execution_count)
+    try:
+        _compile_cell(source, filename)
+    except SyntaxError as exc:
+        raise exc.with_traceback(None) from None
+    return lines

@@ -1,0 +1,251 @@
+"""A failing %%gpukernel cell reads as a plain cell's error."""
+
+from __future__ import annotations
+
+import keyword
+import linecache
+import os
+import re
+import types
+from typing import Dict, Optional
+
+
+from ..errors import CompileError, GpuCacheError
+from ..kernel import Kernel
+from ..stages import _def_line
+
+# ---------------------------------------------------------------------------
+# A failing cell reads as a plain cell's error
+#
+# IPython shows a plain cell's error as the cell's own lines ("Cell In[7],
+# line 6") and the frames below them.  A %%gpukernel cell's error would also
+# show the frames of the magic, of this package and, for a kernel that does
+# not compile, of numba's compiler, and no line of the kernel at all: a
+# compile runs after the cell, from this module.  So the cell is registered
+# as IPython registers cells (its lines in linecache, its number with
+# IPython's compiler), and the exception the cell fails with shows, once, as
+# IPython would show it with only the cell's frames: numba's own exception
+# for a kernel that does not compile, at the line numba failed on.  It keeps
+# its whole chain: `%debug` opens at that line and reaches the real frames
+# with ``exceptions``, and `%tb` prints everything.
+
+# this package's files (the folder above this one): their frames are never shown
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _cell_names(shell) -> Optional[Dict[str, int]]:
+    """IPython's map from a cell's code name to its execution count (what
+    its tracebacks read as ``Cell In[N]``), if this shell has one."""
+    names = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    return names if isinstance(names, dict) else None
+
+
+def _is_cell_file(shell, filename) -> bool:
+    names = _cell_names(shell) or {}
+    return isinstance(filename, str) and (
+        filename in names or filename.startswith(("<gpukernel-", "<ipython-input-")))
+
+
+def _as_cell_error(shell, exc, filename, context):
+    """The exception a failing cell raises, set to show as a plain cell's.
+
+    A kernel that did not compile (a `CompileError` chaining the compiler's
+    error) fails the cell with a copy of the compiler's error, at the line of
+    the cell the compiler reported (else the kernel's ``def``), chained to the
+    CompileError.  Any other exception is itself, shown from the cell's first
+    frame on without this package's frames; one raised after the cell's code
+    ran (by a compile), at the kernel it names."""
+    original = exc
+    while isinstance(original, CompileError) and original.__cause__ is not None:
+        original = original.__cause__
+    if original is not exc:
+        shown = _copy_error(original)
+        if shown is not None:
+            frame = _frame_at(_compile_location(shell, exc, original, context))
+            # compiled by a launch in the cell: the launch's line, then the kernel's
+            _show_once(shell, shown, _joined(_cell_frames(exc.__traceback__, filename), frame),
+                       hide_chain=True)
+            return shown.with_traceback(frame)
+    frames = _cell_frames(exc.__traceback__, filename)
+    ours = frames is None or isinstance(exc, GpuCacheError)  # its chain is this package's
+    if frames is None:
+        frames = _frame_at(_compile_location(shell, exc, exc, context))
+    _show_once(shell, exc, frames, hide_chain=ours)
+    return exc
+
+
+def _copy_error(exc):
+    """An exception of `exc`'s type, arguments and attributes, without its
+    traceback and chain (the original keeps them); None if it cannot be made."""
+    try:
+        copy = BaseException.__new__(type(exc))
+        copy.args = exc.args
+        copy.__dict__.update(vars(exc))
+    except Exception:
+        return None
+    copy.__dict__.pop("_render_traceback_", None)
+    return copy
+
+
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)|\bat (<[^>]+>|\S+) \((\d+)\)')
+
+
+def _compile_location(shell, exc, original, context):
+    """(filename, line, function name) of the line of a cell a compile failed
+    on: the compiler's location, else the kernel's ``def``; None if unknown."""
+    for filename, line in _reported_locations(original, exc):
+        if _is_cell_file(shell, filename) and linecache.getline(filename, line).strip():
+            return filename, line, _function_at(shell, context, filename, line)
+    kernel = _kernel_named(context, getattr(exc, "kernel", None))
+    if kernel is not None:
+        code = kernel.py_func.__code__
+        return code.co_filename, _def_line(code), kernel.py_func.__name__
+    return None
+
+
+def _reported_locations(original, exc):
+    """Where the compiler says it failed, most precise first: the errors' own
+    ``loc``, the statement numba's compiler frames were at (innermost first),
+    then the places named in the messages."""
+    chain, seen = [], set()
+    error = original
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        chain.append(error)
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    for error in chain:
+        loc = _loc(error, "loc")
+        if loc:
+            yield loc
+    for error in chain:
+        for entry in reversed(_entries(error.__traceback__)):
+            f_locals = entry.tb_frame.f_locals
+            for name in ("loc", "inst", "stmt", "expr", "self"):
+                value = f_locals.get(name)
+                loc = _loc(value) if name == "loc" else _loc(value, "loc")
+                if loc:
+                    yield loc
+    for error in (*chain, exc):
+        for match in _FILE_LINE.finditer(str(error)):
+            filename, line = match.group(1, 2) if match.group(1) else match.group(3, 4)
+            yield filename, int(line)
+
+
+def _loc(value, attribute=None):
+    """(filename, line) of a numba ``Loc`` (or of `value`'s `attribute`), else None."""
+    try:
+        if attribute is not None:
+            value = getattr(value, attribute, None)
+        filename, line = getattr(value, "filename", None), getattr(value, "line", None)
+    except Exception:  # whatever the object, looking must not fail the error path
+        return None
+    return (filename, line) if isinstance(filename, str) and isinstance(line, int) else None
+
+
+def _entries(tb) -> list:
+    entries = []
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    return entries
+
+
+def _kernel_named(context, qualname):
+    if not qualname:
+        return None
+    for kernel in context.kernels:
+        func = kernel.py_func
+        if qualname in (func.__qualname__, f"{func.__module__}.{func.__qualname__}"):
+            return kernel
+    return None
+
+
+def _function_at(shell, context, filename, line) -> Optional[str]:
+    """The name of the function whose code spans `line` of `filename`: a
+    kernel of this cell, or a function, kernel or device function of the
+    user's namespace."""
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    funcs = [kernel.py_func for kernel in context.kernels]
+    for value in list(shell.user_ns.values()):
+        if isinstance(value, (Kernel, CUDADispatcher)):
+            funcs.append(value.py_func)
+        elif isinstance(value, types.FunctionType):
+            funcs.append(value)
+    for func in funcs:
+        code = getattr(func, "__code__", None)
+        if code is None or code.co_filename != filename:
+            continue
+        lines = [start for start, _, _ in code.co_lines() if start is not None]
+        if lines and code.co_firstlineno <= line <= max(lines):
+            return func.__name__
+    return None
+
+
+class _Marker(Exception):
+    pass
+
+
+def _frame_at(location):
+    """A one-entry traceback at `location` (filename, line, function name or
+    None), inside a function of that name where there is one: where a
+    compiler found an error that running the cell never reached.  Tracebacks
+    and ``%debug`` show the file's lines there.  None for no location."""
+    if location is None:
+        return None
+    filename, line, name = location
+    marker = _Marker()
+    if name and name.isidentifier() and not keyword.iskeyword(name):
+        source = "\n" * (line - 1) + f"def {name}(): raise __marker__\n{name}()\n"
+    else:
+        source = "\n" * (line - 1) + "raise __marker__\n"
+    try:
+        exec(compile(source, filename, "exec"), {"__name__": "__main__", "__marker__": marker})
+    except _Marker:
+        pass
+    inner = _entries(marker.__traceback__)[-1]
+    return types.TracebackType(None, inner.tb_frame, inner.tb_lasti, inner.tb_lineno)
+
+
+def _cell_frames(tb, filename):
+    """The traceback from the cell's own frame on, without this package's
+    frames (an error raised in them shows at the cell line that called in);
+    None if the cell's code is not in it."""
+    entries = _entries(tb)
+    start = next((i for i, e in enumerate(entries) if e.tb_frame.f_code.co_filename == filename), None)
+    if start is None:
+        return None
+    shown = None
+    for entry in reversed(entries[start:]):
+        if not os.path.abspath(entry.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+            shown = types.TracebackType(shown, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return shown
+
+
+def _joined(tb, tail):
+    """Traceback `tb` (possibly None) followed by `tail`."""
+    for entry in reversed(_entries(tb)):
+        tail = types.TracebackType(tail, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return tail
+
+
+def _show_once(shell, exc, tb, hide_chain):
+    """Have IPython show `exc` with traceback `tb` (and, with `hide_chain`,
+    without the exceptions it chains) the next time it shows `exc`: when the
+    cell fails.  After that (``%tb``) IPython shows the whole of it."""
+
+    def render():
+        exc.__dict__.pop("_render_traceback_", None)
+        chain = exc.__cause__, exc.__context__, exc.__suppress_context__
+        if hide_chain:
+            exc.__cause__ = exc.__context__ = None
+        try:
+            return shell.InteractiveTB.structured_traceback(type(exc), exc, tb, tb_offset=0)
+        except Exception:  # as IPython would have shown it
+            return shell.InteractiveTB.structured_traceback(type(exc), exc, exc.__traceback__)
+        finally:  # (setting __cause__ sets __suppress_context__: restored last)
+            exc.__cause__, exc.__context__, exc.__suppress_context__ = chain
+
+    exc._render_traceback_ = render
+
+

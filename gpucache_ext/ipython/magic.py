@@ -1,0 +1,284 @@
+"""The IPython stage: ``%%gpukernel`` and ``%gpucache``.
+
+``%%gpukernel`` runs its cell as ordinary numba-cuda code in the user's
+namespace, with ``cuda.jit`` standing in for numba's during the cell: kernels
+become `Kernel` objects compiled through the shared `KernelCache` with the
+magic's flags (a decorator's own options override them for that kernel);
+device functions stay lazy numba dispatchers, lowered later for each calling
+kernel.  After the cell, kernels with signatures are compiled and a report
+says, per stage, what hit and what missed and why.
+
+Bad flags raise `UsageError` before anything runs.  A failing cell (an
+exception in the body, or a kernel that does not compile) fails the cell and
+puts back the names it had bound to kernels, so earlier kernels stay usable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+from traitlets import Bool, Unicode, default
+
+from .. import default_cache
+from ..config import STAGES, CompileConfig, parse_sm
+from ..errors import ConfigError
+from ..kernel import Kernel, gpu_available
+from ..results import short_signature
+from ..stages import normalize_signature
+from .cell import _run_cell
+
+DEFAULT_SM = 86
+
+_FLAG_OF_FIELD = {
+    "sm": "--sm", "opt": "--opt", "fastmath": "--fastmath", "ftz": "--ftz",
+    "prec_div": "--prec-div", "prec_sqrt": "--prec-sqrt", "fma": "--fma", "debug": "--debug",
+    "lineinfo": "--lineinfo", "max_registers": "--max-registers",
+    "launch_bounds": "--launch-bounds", "lto": "--lto",
+}
+
+
+def _parse_launch_bounds(text):
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(
+            f"--launch-bounds {text}: use T[,B[,C]] (max threads per block, min blocks "
+            "per SM, max blocks per cluster), e.g. --launch-bounds 256,2"
+        ) from None
+
+
+@magics_class
+class GpuCacheMagics(Magics):
+    """The ``%%gpukernel`` cell magic and the ``%gpucache`` line magic.
+
+    Configure with ``c.GpuCacheMagics.<trait>`` in an IPython profile, or with
+    the environment variables named in each trait's help.
+    """
+
+    default_sm = Unicode(
+        help="Target used when a cell gives no --sm (env GPUCACHE_SM). Empty: the "
+             "current GPU's compute capability, else sm_86.",
+    ).tag(config=True)
+    cache_dir = Unicode(
+        help="Directory of the disk cache tier (env GPUCACHE_DIR; 'off' for none). "
+             "Empty: the platform's user cache folder.",
+    ).tag(config=True)
+    redis_url = Unicode(
+        help="Redis URL of the shared cache tier (env GPUCACHE_REDIS_URL); empty: none. "
+             "Set GPUCACHE_SECRET to sign its entries.",
+    ).tag(config=True)
+    quiet = Bool(help="Do not show the per-cell report (env GPUCACHE_QUIET=1).").tag(config=True)
+    audit = Unicode(
+        help="Audit the cache's hits by compiling them again from nothing and comparing "
+             "(env GPUCACHE_AUDIT): 'off', 'all', or the fraction of hits to audit, e.g. '0.1'; "
+             "audits run in a background thread.",
+    ).tag(config=True)
+
+    @default("default_sm")
+    def _default_sm(self):
+        return os.environ.get("GPUCACHE_SM", "")
+
+    @default("cache_dir")
+    def _default_cache_dir(self):
+        return os.environ.get("GPUCACHE_DIR", "")
+
+    @default("redis_url")
+    def _default_redis_url(self):
+        return os.environ.get("GPUCACHE_REDIS_URL", "")
+
+    def __init__(self, shell=None, session=None, **kwargs):
+        super().__init__(shell=shell, **kwargs)
+        # the `gpucache_ext.ipython.session.Session` that registered these magics (None: made standalone)
+        self.session = session
+
+    @property
+    def cache(self):
+        """The cache the magics compile into: the session's, else the default one."""
+        return self.session.cache if self.session is not None else default_cache()
+
+    @default("audit")
+    def _default_audit(self):
+        return os.environ.get("GPUCACHE_AUDIT", "")
+
+    @default("quiet")
+    def _default_quiet(self):
+        return os.environ.get("GPUCACHE_QUIET", "").lower() in ("1", "true", "yes")
+
+    # -- %%gpukernel -------------------------------------------------------------
+    @magic_arguments(name="%gpukernel")  # IPython prefixes one %: the usage reads %%gpukernel
+    @argument("--sm", help="target: 86, 8.6 or sm_86 (default: GPUCACHE_SM, else the current "
+                           "GPU's, else 86)")
+    @argument("--opt", type=int, choices=[0, 1, 2, 3], default=None,
+              help="libNVVM optimisation level (default 3)")
+    @argument("--fastmath", action="store_true", help="fast math in lowering and libNVVM")
+    @argument("--ftz", action=argparse.BooleanOptionalAction, default=None,
+              help="flush denormals to zero (default: follow --fastmath)")
+    @argument("--prec-div", action=argparse.BooleanOptionalAction, default=None,
+              help="IEEE division (default: follow --fastmath)")
+    @argument("--prec-sqrt", action=argparse.BooleanOptionalAction, default=None,
+              help="IEEE square root (default: follow --fastmath)")
+    @argument("--fma", action=argparse.BooleanOptionalAction, default=None,
+              help="contract multiply-add (default: on, with or without --fastmath)")
+    @argument("--lineinfo", action="store_true", help="line information for profilers")
+    @argument("--debug", action="store_true", help="full debug information (use with --opt 0)")
+    @argument("--max-registers", type=int, metavar="N", help="register limit per thread (1-255)")
+    @argument("--launch-bounds", metavar="T[,B[,C]]",
+              help="max threads per block[, min blocks per SM[, max blocks per cluster]]")
+    @argument("--lto", action="store_true", help="link-time optimisation (LTO-IR through nvJitLink)")
+    @argument("--sig", action="append", default=[], metavar="SIG",
+              help="signature for kernels without one, e.g. 'void(float32[:])'; repeatable")
+    @argument("--force", action="store_true", help="recompile every stage and store the results")
+    @argument("--audit", action="store_true",
+              help="compile every hit of this cell again from nothing and compare (slower)")
+    @argument("--explain", action="store_true", help="show every stage's token components")
+    @argument("--simulate", action="store_true", help="run launches on numba's CUDA simulator")
+    @argument("--quiet", action="store_true", help="no per-cell report")
+    @cell_magic
+    def gpukernel(self, line, cell):
+        """Compile the numba-cuda kernels of this cell through gpucache_ext's staged cache.
+
+        The cell is ordinary numba-cuda code: @cuda.jit kernels and
+        @cuda.jit(device=True) functions, plus any other Python.  Kernels are
+        bound to objects launched like numba's (k[blocks, threads](args)) that
+        also expose .ptx, .llvm_ir, .cubin, .resources and .inspect().
+        """
+        args = parse_argstring(self.gpukernel, line)
+        if not cell.strip():
+            raise UsageError("%%gpukernel needs a cell of numba-cuda code below the magic line")
+        config = self._config(args)
+        signatures = self._signatures(args.sig)
+        report = _run_cell(self.shell, cell, config, signatures, args, line)
+        cache = self.cache
+        reported = self.session.audits_reported if self.session is not None else {}
+        seen = reported.get(cache, 0)
+        if cache.audit_mismatch_count > seen:
+            report.audit_findings = cache.audit_mismatches(since=seen)
+        reported[cache] = cache.audit_mismatch_count
+        if not (args.quiet or self.quiet) or report.audit_findings:
+            display(report)
+
+    def _config(self, args) -> CompileConfig:
+        try:
+            sm = args.sm if args.sm is not None else self.resolved_default_sm()
+            return CompileConfig(
+                sm=sm, opt=3 if args.opt is None else args.opt, fastmath=args.fastmath,
+                ftz=args.ftz, prec_div=args.prec_div, prec_sqrt=args.prec_sqrt, fma=args.fma,
+                debug=args.debug, lineinfo=args.lineinfo, max_registers=args.max_registers,
+                launch_bounds=_parse_launch_bounds(args.launch_bounds), lto=args.lto,
+            )
+        except ConfigError as exc:
+            flag = _FLAG_OF_FIELD.get(exc.field, exc.field)
+            given = getattr(args, (exc.field or "").replace("-", "_"), None)
+            if exc.field == "sm" and args.sm is None:
+                raise UsageError(f"default target {sm!r} (GpuCacheMagics.default_sm or "
+                                 f"GPUCACHE_SM): {exc}") from None
+            raise UsageError(f"{flag} {given}: {exc}") from None
+
+    def resolved_default_sm(self):
+        """The target for cells without --sm: configured, else this GPU's, else 86."""
+        if self.default_sm:
+            return self.default_sm
+        if gpu_available():
+            from ..kernel import device_cc
+
+            major, minor = device_cc()
+            try:
+                return parse_sm((major, minor))
+            except ConfigError:
+                pass
+        return DEFAULT_SM
+
+    @staticmethod
+    def _signatures(sigs):
+        parsed = []
+        for sig in sigs:
+            if len(sig) > 1 and sig[0] == sig[-1] and sig[0] in "'\"":
+                sig = sig[1:-1]  # IPython's argument splitting keeps quotes
+            try:
+                normalize_signature(sig)
+            except TypeError as exc:
+                raise UsageError(f"--sig {sig!r}: {exc}") from None
+            parsed.append(sig)
+        return parsed
+
+    # -- %gpucache ----------------------------------------------------------------
+    @line_magic
+    def gpucache(self, line):
+        """Inspect the kernel cache.
+
+        %gpucache                 the live inspector: per-stage numbers, a chart of hits and
+                                  misses per cell, the entries and why they were built, actions
+        %gpucache stats           per-stage hits, misses, entries and bytes
+        %gpucache clear [STAGE]   drop every entry, or one stage's (typing, llvm, ptx, cubin)
+        %gpucache explain NAME    how kernel NAME was compiled, and what would miss now
+        """
+        words = line.split()
+        cache = self.cache
+        if not words:
+            if self.session is not None:
+                return self.session.inspector(cache)
+            from ..widgets import inspector
+
+            return inspector(cache)
+        if words[0] == "stats":
+            if len(words) > 1:
+                raise UsageError("%gpucache stats takes no arguments")
+            from ..widgets import stats_view
+
+            return stats_view(cache)
+        command, rest = words[0], words[1:]
+        if command == "clear":
+            if len(rest) > 1 or (rest and rest[0] not in STAGES):
+                raise UsageError(f"%gpucache clear [STAGE]: STAGE is one of {', '.join(STAGES)}")
+            cache.clear(rest[0] if rest else None)
+            print(f"cleared {rest[0] if rest else 'every'} stage")
+            return None
+        if command == "explain":
+            if len(rest) != 1:
+                raise UsageError("%gpucache explain NAME: NAME is a kernel bound by %%gpukernel")
+            kernel = self.shell.user_ns.get(rest[0])
+            if not isinstance(kernel, Kernel):
+                raise UsageError(f"%gpucache explain {rest[0]}: no %%gpukernel kernel of that name")
+            print(explain_kernel(kernel))
+            return None
+        raise UsageError(f"%gpucache {command}: unknown command; use stats, clear [STAGE] or explain NAME")
+
+
+def explain_kernel(kernel: Kernel) -> str:
+    """The last compile of each signature, and what would miss if compiled now."""
+    if not kernel.results:
+        return f"{kernel.__name__} has not been compiled yet"
+    lines = [kernel.inspect(), "", "if compiled now:"]
+    for argtypes in kernel.results:
+        predicted = kernel.cache.explain(kernel.py_func, argtypes, kernel.config,
+                                         link=kernel.options.get("link") or ())
+        misses = predicted.misses
+        shown = short_signature(argtypes)[1:-1]
+        if not misses:
+            lines.append(f"  ({shown}): every stage hits")
+        for stage, reasons in misses.items():
+            lines.append(f"  ({shown}): {stage} misses: {'; '.join(reasons)}")
+    return "\n".join(lines)
+
+
+def load(shell):
+    """Start a `gpucache_ext.ipython.session.Session` on `shell`: magics, hooks, settings."""
+    from .session import Session
+
+    Session(shell).load()
+
+
+def unload(shell):
+    """Take down the session `load` started (if any)."""
+    from .session import current
+
+    session = current(shell)
+    if session is not None:
+        session.unload()
