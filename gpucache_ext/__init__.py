@@ -11,13 +11,52 @@ The modules tell the pipeline's story: `config` (what can change the output),
 cubin), `cache` (the per-stage tiers and miss explanations).
 """
 
+import importlib
+from typing import TYPE_CHECKING
+
 from .config import FIELD_STAGES, STAGES, CompileConfig
 from .errors import CompileError, ConfigError, GpuCacheError, UnsupportedKernelError
-from .cache import KernelCache
-from .results import (CacheStats, CompileResult, EntryInfo, LayerResult, Outcome, StageResult, StageStats,
-                      TierStats)
-from .kernel import Kernel, LaunchError
-from .audit import AuditWarning
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time, `__getattr__` below
+    from .audit import AuditWarning
+    from .cache import KernelCache
+    from .kernel import Kernel, LaunchError
+    from .results import (CacheStats, CompileResult, EntryInfo, LayerResult, Outcome, StageResult, StageStats,
+                          TierStats)
+
+# The names of modules that import numba-cuda (and so take a second or more),
+# imported on first use (PEP 562): `import gpucache_ext`, the ``gpucache``
+# command and reading cache files import no numba.
+_LAZY = {
+    "KernelCache": "cache",
+    "CompileResult": "results", "StageResult": "results", "LayerResult": "results", "Outcome": "results",
+    "CacheStats": "results", "StageStats": "results", "TierStats": "results", "EntryInfo": "results",
+    "Kernel": "kernel", "LaunchError": "kernel",
+    "AuditWarning": "audit",
+}
+# The package's modules, found as attributes (``gpucache_ext.cache``) as when
+# this file imported them.
+_SUBMODULES = frozenset((
+    "artifacts", "audit", "cache", "cli", "codec", "config", "disk", "errors", "ipython", "kernel", "linking",
+    "queries", "results", "samples", "shared", "sources", "stages", "targets", "tiers", "tokens", "toolchain",
+    "units", "widgets",
+))
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(__all__))
+
 
 # The cache of plain Python code (no IPython session): made on first use.
 # A loaded extension's session keeps its own (see `gpucache_ext.ipython.session`).
@@ -25,7 +64,7 @@ _default_cache = None
 _default_settings = {}
 
 
-def default_cache() -> KernelCache:
+def default_cache() -> "KernelCache":
     """The cache the %%gpukernel magic uses: the loaded extension's session's
     in the running IPython, else a process-wide one.
 
@@ -40,6 +79,8 @@ def default_cache() -> KernelCache:
     if session is not None:
         return session.cache
     if _default_cache is None:
+        from .cache import KernelCache
+
         _default_cache = KernelCache.from_environment(**_default_settings)
     return _default_cache
 

@@ -5,13 +5,20 @@
     gpucache show TOKEN [--out FILE]        an entry's header and artifact
     gpucache clear [--stage S] [--yes]      delete entries (asks first)
     gpucache prune --max-bytes 500M         evict least recently used entries
-    gpucache verify [--fix]                 check every entry's key and checksum
+    gpucache verify [--fix]                 check every entry's key, checksum and toolchain
     gpucache verify --recompile [--sample F]  compile entries again and compare
 
 --dir picks the cache folder (default: GPUCACHE_DIR, else the platform's user
 cache folder); --json prints machine-readable output; both may come before or
 after the command.  Output piped into a command that stops reading (gpucache ls | head)
 ends quietly.
+
+Reading the cache imports no numba: stats and ls read headers only; show and
+verify check entries against the toolchain remembered in the folder's memo
+(see `toolchain`), for which ptx and cubin entries ask numba-cuda where it
+finds libdevice and libcudadevrt (importing numba, loading no CUDA library),
+and probe the tools only for a part the memo does not know.  Only
+verify --recompile compiles.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from .codec import PERSISTENT_STAGES, BadEntry, decode, read_header
 from .disk import DiskTier, configured_directory, default_directory
 from .units import format_age, format_bytes
 from .tokens import short_token
+from .toolchain import stage_toolchain
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _AGES = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -117,6 +125,21 @@ def _head(path: Path) -> bytes:
     return _read_head(path)
 
 
+def _read_toolchain(tier: DiskTier, stages) -> None:
+    """Learn the toolchain that entries of `stages` are checked against (`codec.decode`)
+    from the cache folder's memo, as a new process compiling there learns it.
+
+    llvm entries need package versions only.  For ptx and cubin entries this
+    asks numba-cuda's own search where libdevice and libcudadevrt are (which
+    imports numba, but loads no CUDA library): the memo's values are keyed by
+    the files found, so the check is the one a compile there would make.  A
+    part the memo does not know is probed (loading the library), and
+    remembered."""
+    for stage in PERSISTENT_STAGES:
+        if stage in stages:
+            stage_toolchain(stage, tier.directory)
+
+
 def cmd_stats(tier, args, out):
     stats = {stage: tier.stats(stage) for stage in PERSISTENT_STAGES}
     if args.json:
@@ -169,6 +192,7 @@ def cmd_show(tier, args, out):
     full_token = path.name[: -len(".entry")]
     data = path.read_bytes()
     header, _ = read_header(data)
+    _read_toolchain(tier, (stage,))
     try:
         entry = decode(data, stage, full_token)
         problem = None
@@ -248,7 +272,9 @@ def cmd_prune(tier, args, out):
 
 
 def cmd_verify(tier, args, out):
-    checked = len(tier.scan())
+    files = tier.scan()
+    checked = len(files)
+    _read_toolchain(tier, {stage for stage, _, _ in files})
     bad = tier.verify(fix=args.fix, progress=Progress("verifying", not args.json))
     audit = _recompile_all(tier, args, out) if args.recompile else None
     if args.json:
@@ -357,7 +383,12 @@ def build_parser() -> argparse.ArgumentParser:
     clear.add_argument("--yes", "-y", action="store_true", help="delete without asking")
     prune = add("prune", help="evict least recently used entries down to a size")
     prune.add_argument("--max-bytes", type=parse_bytes, required=True, metavar="N", help="e.g. 500M")
-    verify = add("verify", help="check every entry's key and checksum")
+    verify = add("verify", help="check every entry's key, checksum and toolchain",
+                 description="Check every entry's key, checksum and toolchain (the one a compile "
+                 "in this environment would use, read from the folder's memo as compiles read it). "
+                 "For ptx and cubin entries this imports numba (to ask numba-cuda where it finds "
+                 "libdevice and libcudadevrt) but loads no CUDA library, except to probe a part the "
+                 "memo does not know yet.  --recompile compiles.")
     verify.add_argument("--fix", action="store_true", help="remove bad entries")
     verify.add_argument("--recompile", action="store_true",
                         help="also compile ptx and cubin entries again from their upstream "

@@ -24,7 +24,7 @@ import json
 import struct
 from typing import Dict, List, Optional, Tuple
 
-from . import stages, targets
+from . import artifacts, linking, targets
 from .tiers import Entry
 from .tokens import Component, make_token
 from .toolchain import stage_toolchain
@@ -76,24 +76,22 @@ def _artifact(stage: str, meta: Dict, parts: List[bytes]):
             if described else (parts, [])
         links = tuple(_link(d, blob) for d, blob in zip(described, data))
     if stage == "llvm":
-        return stages.LLVMArtifact(tuple(p.decode() for p in parts), meta["entry_name"],
-                                   _reads_from_json(meta["target_reads"]),
-                                   cooperative=bool(meta.get("cooperative", False)), links=links)
+        return artifacts.LLVMArtifact(tuple(p.decode() for p in parts), meta["entry_name"],
+                                      _reads_from_json(meta["target_reads"]),
+                                      cooperative=bool(meta.get("cooperative", False)), links=links)
     if stage == "ptx":
         count = meta["ptx_count"]
         ltoir = parts[count] if meta["ltoir"] else None
-        return stages.PTXArtifact(tuple(p.decode() for p in parts[:count]), ltoir, meta["entry_name"],
-                                  bool(meta.get("cooperative", False)), links)
+        return artifacts.PTXArtifact(tuple(p.decode() for p in parts[:count]), ltoir, meta["entry_name"],
+                                     bool(meta.get("cooperative", False)), links)
     if stage == "cubin":
         linked = parts[2].decode() if meta["linked_ptx"] else None
-        return stages.CubinArtifact(parts[0], parts[1].decode(), linked, meta["entry_name"], links)
+        return artifacts.CubinArtifact(parts[0], parts[1].decode(), linked, meta["entry_name"], links)
     raise BadEntry(f"unknown stage {stage!r}")
 
 
 def _link(described: Dict, data: bytes):
-    from .linking import LinkInput
-
-    return LinkInput(str(described["name"]), str(described["kind"]), data, str(described["digest"]))
+    return linking.LinkInput(str(described["name"]), str(described["kind"]), data, str(described["digest"]))
 
 
 def encode(stage: str, entry: Entry) -> bytes:

@@ -7,11 +7,13 @@ import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from . import stages
 from .config import STAGES, CompileConfig
 from .tokens import Component, short_token
+
+if TYPE_CHECKING:  # annotations only: stages imports numba-cuda, which reading cache files must not
+    from . import stages
 
 
 class Outcome(str, enum.Enum):

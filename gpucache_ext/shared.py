@@ -10,6 +10,10 @@ Every call has a short timeout.  When Redis is down or slow the tier warns
 once, stays out of the way for a while (``retry_after`` seconds), then tries
 again; the memory and disk tiers go on working meanwhile.  Eviction is left to
 Redis (``maxmemory-policy allkeys-lru``); ``ttl`` optionally expires entries.
+
+redis-py is an optional dependency (``pip install 'gpucache_ext[redis]'``),
+imported only when a shared tier is made; without it, configuring a Redis URL
+raises `RedisNotInstalled`, which says so.
 """
 
 from __future__ import annotations
@@ -20,9 +24,27 @@ from collections import Counter
 from typing import Dict, Iterator, Optional
 
 from .codec import PERSISTENT_STAGES, BadEntry, decode, encode, header_entry, sign, verify
+from .errors import GpuCacheError
 from .tiers import Entry, Tier
 
 _LIST_LIMIT = 10_000
+
+
+class RedisNotInstalled(GpuCacheError, ImportError):
+    """A shared tier was asked for (a Redis URL) but redis-py is not installed."""
+
+
+def _import_redis():
+    try:
+        import redis
+    except ImportError as exc:
+        # (the URL is left out: it may hold a password)
+        raise RedisNotInstalled(
+            "gpucache_ext: a shared Redis cache is configured (GPUCACHE_REDIS_URL, the magic's "
+            "redis_url or KernelCache(redis_url=...)) but the redis package is not installed: "
+            "pip install 'gpucache_ext[redis]'; or leave the URL unset (GPUCACHE_REDIS_URL=off) "
+            "to go on without the shared tier") from exc
+    return redis
 
 
 class RedisTier(Tier):
@@ -33,7 +55,7 @@ class RedisTier(Tier):
 
     def __init__(self, url: str, secret: Optional[str] = None, timeout: float = 0.5,
                  prefix: str = "gpucache:v1", ttl: Optional[int] = None, retry_after: float = 30.0):
-        import redis
+        redis = _import_redis()
 
         self.url = url
         self.client = redis.Redis.from_url(url, socket_timeout=timeout,

@@ -34,7 +34,7 @@ import itertools
 import linecache
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from numba.cuda import types as nbtypes
@@ -63,6 +63,7 @@ from numba.cuda.dispatcher import CUDADispatcher
 from numba.cuda.flags import CUDAFlags
 
 from . import linking, targets
+from .artifacts import CubinArtifact, LLVMArtifact, PTXArtifact  # noqa: F401  (re-exported)
 from .config import CompileConfig
 from .errors import CompileError, UnsupportedKernelError
 
@@ -616,34 +617,7 @@ def _lowering_key(config: CompileConfig):
 
 
 # ---------------------------------------------------------------------------
-# Artifacts and the stages after typing
-
-
-@dataclass
-class LLVMArtifact:
-    """NVVM IR of a kernel and everything it links, after kernel fixup."""
-
-    modules: Tuple[str, ...]
-    entry_name: str
-    target_reads: targets.TargetReads
-    # numba's exception table for the kernel (raises in debug launches);
-    # in memory only, not part of the artifact's bytes.
-    call_helper: Any = field(default=None, repr=False, compare=False)
-    # Grid synchronisation (cuda.cg.this_grid): the cubin links libcudadevrt
-    # and the kernel is launched cooperatively.
-    cooperative: bool = False
-    # numba's own helpers the code needs (its float16 shims), read when the
-    # kernel was lowered; what external functions link keys the cubin instead
-    # (`linking`).
-    links: Tuple[linking.LinkInput, ...] = ()
-
-    @property
-    def text(self) -> str:
-        return "\n\n".join(self.modules)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(len(m) for m in self.modules) + sum(len(x.data) for x in self.links)
+# The stages after typing (their artifacts: `artifacts`)
 
 
 def run_llvm(typed: TypedFunction, config: CompileConfig, external=frozenset()) -> LLVMArtifact:
@@ -695,21 +669,6 @@ def _library_modules(library):
     return [str(module)] + [text for texts in linked for text in texts]
 
 
-@dataclass
-class PTXArtifact:
-    """libNVVM's output: PTX modules, or one LTO-IR blob when lto is on."""
-
-    ptx: Tuple[str, ...]
-    ltoir: Optional[bytes]
-    entry_name: str
-    cooperative: bool = False  # link libcudadevrt (see LLVMArtifact)
-    links: Tuple[linking.LinkInput, ...] = ()  # see LLVMArtifact
-
-    @property
-    def nbytes(self) -> int:
-        return sum(len(p) for p in self.ptx) + len(self.ltoir or b"") + sum(len(x.data) for x in self.links)
-
-
 def nvvm_options(config: CompileConfig) -> dict:
     """The libNVVM options for `config`, exactly as passed to compile_ir."""
     options = {"arch": config.arch, "opt": config.opt}
@@ -738,23 +697,6 @@ def run_ptx(llvm: LLVMArtifact, config: CompileConfig, qualname="kernel") -> PTX
         raise _compile_error(qualname, "ptx", exc) from exc
     ptx = tuple(out.decode().strip("\x00").strip() for out in outputs)
     return PTXArtifact(ptx, None, llvm.entry_name, llvm.cooperative, llvm.links)
-
-
-@dataclass
-class CubinArtifact:
-    """nvJitLink's output, its info log (resource usage) and, with LTO, the linked PTX."""
-
-    cubin: bytes
-    info_log: str
-    linked_ptx: Optional[str]
-    entry_name: str
-    # what the kernel's external functions link (declare_device), linked here
-    links: Tuple[linking.LinkInput, ...] = ()
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.cubin) + len(self.info_log) + len(self.linked_ptx or "") + sum(
-            len(x.data) for x in self.links)
 
 
 def _link(ptx: PTXArtifact, config: CompileConfig, output: str, external=()):

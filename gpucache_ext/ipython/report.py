@@ -9,13 +9,15 @@ display happens through the ``_repr_*_`` protocol.
 from __future__ import annotations
 
 import html
-from typing import Dict, Iterable, List
+from typing import TYPE_CHECKING, Dict, Iterable, List
 
-from ..cache import CompileResult
 from ..results import Outcome, short_signature  # noqa: F401  (re-exported)
 from ..config import STAGES
 from ..tokens import short_token
 from ..units import format_seconds
+
+if TYPE_CHECKING:  # annotations only: cache imports numba-cuda, which the gpucache command must not
+    from ..cache import CompileResult
 
 _STYLE = (
     "<style>"

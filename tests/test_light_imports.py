@@ -1,0 +1,250 @@
+"""Reading cache files imports no numba: `import gpucache_ext`, the codec and
+the ``gpucache`` command's ls, stats, show and verify, each run in a fresh
+process on a folder a real compile filled (in another process), print what
+they printed before and leave numba, the CUDA libraries and IPython alone."""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # fresh processes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FILL = """
+import sys
+from gpucache_ext import CompileConfig, KernelCache
+from tests import kernels
+cache = KernelCache(directory=sys.argv[1])
+for sm in (80, 86):
+    cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=sm))
+cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86, opt=1))
+"""
+
+# What a process imported and loaded, printed as JSON on its last line.
+REPORT = """
+def _report(**extra):
+    import json, re, sys
+    maps = open("/proc/self/maps").read() if sys.platform == "linux" else ""
+    names = sorted(sys.modules)
+    from gpucache_ext import toolchain
+    print(json.dumps({
+        **extra,
+        "numba": [m for m in names if m == "numba" or m.startswith("numba.")],
+        "numba_cuda": [m for m in names if m.startswith("numba_cuda")],
+        "ipython": [m for m in names if m.split(".")[0] in ("IPython", "ipywidgets", "ipykernel")],
+        "libraries": sorted(set(re.findall(r"lib(nvvm|nvrtc|nvJitLink)", maps))),
+        "probes": dict(toolchain.probes),
+    }))
+"""
+
+# The command run by cli.main in this process; "eager" first imports what
+# `import gpucache_ext` used to (the whole pipeline), for the output before.
+COMMAND = REPORT + """
+import contextlib, io, sys
+if sys.argv[1] == "eager":
+    import gpucache_ext.cache, gpucache_ext.kernel  # noqa: F401
+from gpucache_ext import cli
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    status = cli.main(sys.argv[2:])
+_report(status=status, out=out.getvalue())
+"""
+
+# The `numba_cuda` distribution's top-level package holds only its version
+# (what the llvm stage's toolchain names); the compiler is `numba.cuda`.
+VERSION_ONLY = [[], ["numba_cuda", "numba_cuda._version"]]
+
+
+def run(code, *args):
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def gpucache(directory, *args, mode="fresh"):
+    return run(COMMAND, mode, "--dir", directory, *args)
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("filled")
+    done = subprocess.run([sys.executable, "-c", FILL, str(directory)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return directory
+
+
+def tokens(directory, stage):
+    return sorted(p.name[: -len(".entry")] for p in directory.glob(f"v1/{stage}/*/*.entry"))
+
+
+def test_import_gpucache_ext_imports_neither_numba_nor_ipython():
+    seen = run(REPORT + """
+import gpucache_ext
+before = sorted(m for m in __import__("sys").modules if m.split(".")[0] in ("numba", "IPython"))
+assert "KernelCache" in dir(gpucache_ext) and "Kernel" in dir(gpucache_ext)
+from gpucache_ext import KernelCache, Kernel, CompileConfig, CompileResult, default_cache
+assert KernelCache.__module__ == "gpucache_ext.cache" and Kernel.__module__ == "gpucache_ext.kernel"
+assert all(getattr(gpucache_ext, name) is not None for name in gpucache_ext.__all__)
+assert callable(gpucache_ext.configure_default_cache) and callable(gpucache_ext.inspector)
+assert callable(gpucache_ext.load_ipython_extension) and gpucache_ext._default_cache is None
+assert gpucache_ext.stages.LLVMArtifact is gpucache_ext.artifacts.LLVMArtifact
+_report(before=before, version=gpucache_ext.__version__)
+""")
+    assert seen["before"] == []
+    assert seen["numba"]  # and then KernelCache works: it imported numba-cuda
+    assert seen["ipython"] == [] and seen["version"]
+
+
+def test_unknown_names_are_still_attribute_errors():
+    import gpucache_ext
+
+    with pytest.raises(AttributeError, match="no_such_name"):
+        gpucache_ext.no_such_name  # noqa: B018
+    assert set(gpucache_ext.__all__) <= set(dir(gpucache_ext))
+
+
+@pytest.mark.parametrize("args", [("stats",), ("--json", "stats"), ("ls",), ("ls", "--stage", "ptx")],
+                         ids=" ".join)
+def test_stats_and_ls_read_headers_only(filled, args):
+    fresh, before = gpucache(filled, *args), gpucache(filled, *args, mode="eager")
+
+    def without_ages(text):  # ls's age column moves on between the two runs
+        return re.sub(r" +\d+[smhd]  ", " AGE  ", text)
+
+    assert fresh["status"] == 0 and without_ages(fresh["out"]) == without_ages(before["out"])
+    assert (fresh["numba"], fresh["numba_cuda"], fresh["ipython"], fresh["libraries"]) == ([], [], [], [])
+
+
+def test_ls_json_is_the_same(filled):
+    def rows(result):
+        return [{k: v for k, v in row.items() if k != "age_seconds"} for row in json.loads(result["out"])]
+
+    fresh, before = gpucache(filled, "--json", "ls"), gpucache(filled, "--json", "ls", mode="eager")
+    assert rows(fresh) == rows(before) and len(rows(fresh)) == 8
+    assert fresh["numba"] == fresh["numba_cuda"] == fresh["ipython"] == []
+
+
+@pytest.mark.parametrize("stage", ["llvm", "ptx", "cubin"])
+def test_show_reads_the_toolchain_from_the_memo(filled, stage):
+    token = tokens(filled, stage)[0]
+    fresh, before = gpucache(filled, "show", token[:12]), gpucache(filled, "show", token[:12], mode="eager")
+    assert fresh["status"] == 0 and "valid     yes" in fresh["out"] and fresh["out"] == before["out"]
+    assert fresh["ipython"] == [] and fresh["libraries"] == [] and fresh["probes"] == {}
+    if stage == "llvm":  # package versions only
+        assert [fresh["numba"], fresh["numba_cuda"]] in (VERSION_ONLY, [[], []])
+
+
+def test_verify_reads_the_toolchain_from_the_memo_and_loads_no_library(filled):
+    outputs = []
+    for args in (("verify",), ("--json", "verify")):
+        fresh, before = gpucache(filled, *args), gpucache(filled, *args, mode="eager")
+        assert fresh["status"] == 0 and fresh["out"] == before["out"]
+        # ptx and cubin entries: numba-cuda says where libdevice and
+        # libcudadevrt are (importing numba); the memo gives their fingerprints
+        assert fresh["ipython"] == [] and fresh["libraries"] == [] and fresh["probes"] == {}
+        outputs.append(fresh["out"])
+    assert "checked 8 entries: 0 bad" in outputs[0]
+    assert json.loads(outputs[1]) == {"checked": 8, "fixed": False, "bad": []}
+
+
+def test_verify_of_llvm_entries_imports_no_numba(filled, tmp_path):
+    for token in tokens(filled, "llvm"):
+        source = next(filled.glob(f"v1/llvm/*/{token}.entry"))
+        target = tmp_path / source.relative_to(filled)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, target)
+    fresh = gpucache(tmp_path, "verify")
+    assert fresh["status"] == 0 and "checked 2 entries: 0 bad" in fresh["out"]
+    assert [fresh["numba"], fresh["numba_cuda"]] in (VERSION_ONLY, [[], []])
+    assert fresh["ipython"] == [] and fresh["libraries"] == []
+
+
+def _rewrite_header(path: Path, change):
+    """The entry at `path` with its header changed, checksum made good again."""
+    from gpucache_ext.codec import MAGIC, read_header
+
+    data = path.read_bytes()
+    header, start = read_header(data)
+    change(header)
+    head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    body = struct.pack(">I", len(head)) + head + data[start:]
+    path.write_bytes(MAGIC + hashlib.sha256(body).digest() + body)
+
+
+@pytest.mark.parametrize("stage,part", [("llvm", "llvmlite"), ("ptx", "libdevice"), ("cubin", "nvjitlink")])
+def test_verify_through_the_memo_still_finds_another_toolchains_entry(filled, tmp_path, stage, part):
+    directory = tmp_path / "copy"
+    shutil.copytree(filled, directory)
+    token = tokens(directory, stage)[0]
+    path = next(directory.glob(f"v1/{stage}/*/{token}.entry"))
+
+    def other_toolchain(header):
+        header["toolchain"][part] = "0" * len(header["toolchain"][part])
+
+    _rewrite_header(path, other_toolchain)
+    fresh = gpucache(directory, "--json", "verify")
+    assert fresh["status"] == 1
+    bad = json.loads(fresh["out"])["bad"]
+    assert [(b["stage"], Path(b["path"]).name, b["problem"]) for b in bad] == \
+        [(stage, path.name, "built by another toolchain")]
+    shown = gpucache(directory, "show", token)
+    assert shown["status"] == 1 and "valid     NO: built by another toolchain" in shown["out"]
+
+
+def test_codec_reads_and_writes_entries_without_numba(filled):
+    seen = run(REPORT + """
+import sys
+from pathlib import Path
+from gpucache_ext import codec
+directory = Path(sys.argv[1])
+count = 0
+for path in sorted(directory.glob("v1/*/*/*.entry")):
+    stage, token, data = path.parent.parent.name, path.name[: -len(".entry")], path.read_bytes()
+    header, _ = codec.read_header(data)
+    entry = codec.header_entry(data)
+    assert entry.token == token == header["token"] and entry.artifact is None
+    if stage == "llvm":  # its toolchain is package versions: decode checks it without numba
+        decoded = codec.decode(data, stage, token)
+        assert decoded.artifact.entry_name and codec.encode(stage, decoded) == data
+        count += 1
+_report(count=count)
+""", filled)
+    assert seen["count"] == 2
+    assert [seen["numba"], seen["numba_cuda"]] in (VERSION_ONLY, [[], []]) and seen["ipython"] == []
+
+
+def test_verify_recompile_still_compiles(filled, tmp_path):
+    directory = tmp_path / "copy"
+    shutil.copytree(filled, directory)
+    fresh = gpucache(directory, "--json", "verify", "--recompile")
+    assert fresh["status"] == 0, fresh["out"]
+    counts = json.loads(fresh["out"])["recompiled"]["counts"]
+    assert counts["match"] == 6 and counts["mismatch"] == counts["failed"] == 0
+    assert fresh["numba"] and fresh["ipython"] == []
+
+
+def test_verify_without_a_memo_probes_the_tools_and_remembers_them(filled, tmp_path):
+    from gpucache_ext.toolchain import memo_path
+
+    directory = tmp_path / "copy"
+    shutil.copytree(filled, directory)
+    memo_path(directory).unlink()
+    first = gpucache(directory, "verify")
+    assert first["status"] == 0 and "checked 8 entries: 0 bad" in first["out"]
+    assert set(first["probes"]) == {"libnvvm", "libdevice", "nvjitlink", "cudadevrt", "nvrtc"}
+    assert memo_path(directory).is_file()
+    again = gpucache(directory, "verify")
+    assert again["out"] == first["out"] and again["probes"] == {} and again["libraries"] == []
