@@ -567,3 +567,46 @@ def test_cells_ask_the_tiers_what_they_hold_only_for_an_open_inspector(ip, tmp_p
     cell(ip, "--sm 80", AXPY)
     assert CountingDisk.calls > before  # the open inspector refreshed
     assert list(chart_points(inspector).values())[-1]["cubin"] == (1, 0)
+
+
+def test_evict_keeps_the_selection_on_the_neighbouring_row(ip):
+    cell(ip, "--sm 80", AXPY)
+    cell(ip, "--sm 86", AXPY)  # ptx and cubin again: six rows
+    inspector = gpucache_ext.inspector()
+    cache = gpucache_ext.default_cache()
+    select = part(inspector, "gpucache-entries")
+    evict = part(inspector, "gpucache-evict")
+
+    def shown():
+        """What is selected in the list as the frontend has it, and what the entry view shows."""
+        page = part(inspector, "gpucache-entry-view").get_state()["value"]
+        view = [(a["data-stage"], a["data-token"]) for tag, a in data_elements(page)
+                if tag == "div" and "data-token" in a]
+        index = select.get_state()["index"]
+        return (listed(inspector)[1][index] if index is not None else None), view
+
+    _, before = listed(inspector)
+    assert len(before) == 6
+    select.value = before[2]  # a row in the middle, not the first
+    evict.click()
+    assert cache.entry(*before[2]) is None
+    _, after = listed(inspector)
+    assert after == before[:2] + before[3:]
+    assert inspector.selected == before[3]  # the row that followed it
+    assert shown() == (before[3], [before[3]])
+
+    select.value = after[-1]  # the last row: the one before it takes its place
+    evict.click()
+    assert inspector.selected == after[-2] and shown() == (after[-2], [after[-2]])
+
+    # with a filter: the neighbour in the list as filtered
+    part(inspector, "gpucache-stage-filter").value = "ptx"
+    _, ptxs = listed(inspector)
+    assert len(ptxs) == 2
+    select.value = ptxs[0]
+    evict.click()
+    assert inspector.selected == ptxs[1] and listed(inspector)[1] == [ptxs[1]]
+    evict.click()  # the only row: nothing left to select
+    assert inspector.selected is None and listed(inspector) == ([], [])
+    assert evict.disabled
+

@@ -275,11 +275,22 @@ class Inspector(W.VBox):
             return False
         stage, token = self._selected
         found = self.cache.evict(stage, token)
-        self._selected = None
+        # keep the place in the list: the row that followed it, or the one before if it was last
+        self._selected = self._neighbour(self._selected)
         self._refresh_all()
         self._set_status(f"evicted {stage} entry {short_token(token)}" if found
                          else f"{stage} entry {short_token(token)} was already gone")
         return found
+
+    def _neighbour(self, value: Tuple[str, str]) -> Optional[Tuple[str, str]]:
+        """The row after `value` in the list as shown (the previous one if it is
+        last; None if it is the only one or not listed)."""
+        values = [v for _, v in self.entries_list.options]
+        if value not in values:
+            return None
+        index = values.index(value)
+        rest = values[index + 1:] or values[:index][-1:]
+        return rest[0] if rest else None
 
     def recompile_selected(self):
         if self._selected is None:
