@@ -387,9 +387,59 @@ _ENTRY_WIDTHS = {"kernel": 14, "signature": 46, "config": 24, "stage": 6, "token
 _RIGHT = ("size", "age")
 
 
-def entry_cells(row: Dict[str, Any], now: float) -> Dict[str, str]:
+def _distinct_tail(qualname: str, others) -> str:
+    """The shortest dotted tail of `qualname` that no other name of `others` ends with."""
+    parts = qualname.split(".")
+    for k in range(1, len(parts) + 1):
+        tail = parts[-k:]
+        if not any(o != qualname and o.split(".")[-k:] == tail for o in others):
+            return ".".join(tail)
+    return qualname
+
+
+def kernel_labels(rows, sources: Optional[Dict[Tuple[str, str], Optional[str]]] = None
+                  ) -> Dict[Tuple[str, str], str]:
+    """The entries list's kernel column, per row's (stage, token).
+
+    The short name, told apart where two kernels share it: by the shortest
+    tail of their qualified names that differs (``a.axpy``, ``b.axpy``), and
+    where rows of one qualified name come from more than one source (``axpy``
+    defined again, differently, in another cell: the magic names both
+    ``__main__.axpy``) by ``#`` and six hex digits of `sources`' digest for
+    the row (``axpy#3f2a1c``; ``#?`` where it is not known).  `sources` maps
+    (stage, token) to a digest of what the kernel was built from, as the
+    inspector read it from the cache; None where it could not.
+    """
+    sources = sources or {}
+    qualnames: Dict[str, set] = {}
+    digests: Dict[str, set] = {}
+    for row in rows:
+        qualnames.setdefault(_short_kernel(row["kernel"]), set()).add(row["kernel"])
+        digests.setdefault(row["kernel"], set()).add(sources.get((row["stage"], row["token"])))
+    labels = {}
+    for row in rows:
+        kernel = row["kernel"]
+        same = qualnames[_short_kernel(kernel)]
+        name = _short_kernel(kernel) if len(same) == 1 else _distinct_tail(kernel, same)
+        if len(digests[kernel] - {None}) > 1:
+            digest = sources.get((row["stage"], row["token"]))
+            name += "#" + (digest[:6] if digest else "?")
+        labels[(row["stage"], row["token"])] = name
+    return labels
+
+
+def _fit_kernel(text: str, width: int) -> str:
+    """`_fit` that keeps a ``#digest`` suffix whole (it is what tells two rows apart)."""
+    name, mark, digest = text.rpartition("#")
+    if not mark or len(text) <= width or len(digest) + 2 > width:
+        return _fit(text, width)
+    return _fit(name, width - len(digest) - 1) + "#" + digest
+
+
+def entry_cells(row: Dict[str, Any], now: float, kernel: Optional[str] = None) -> Dict[str, str]:
+    """One row's columns as text; `kernel`: its label (`kernel_labels`), else the short name."""
     return {
-        "kernel": _short_kernel(row["kernel"]),
+        "kernel": kernel if kernel is not None else _short_kernel(row["kernel"]),
         "signature": row.get("signature", ""),
         "config": row.get("config", ""),
         "stage": row["stage"],
@@ -408,15 +458,17 @@ def _entry_widths(cells: List[Dict[str, str]]) -> Dict[str, int]:
 def _entry_line(cells: Dict[str, str], widths: Dict[str, int]) -> str:
     parts = []
     for column in _ENTRY_COLUMNS:
-        text = _fit(cells[column], widths[column])
+        text = (_fit_kernel if column == "kernel" else _fit)(cells[column], widths[column])
         parts.append(text.rjust(widths[column]) if column in _RIGHT else text.ljust(widths[column]))
     return "  ".join(parts).rstrip()
 
 
-def entries_text(rows: List[Dict[str, Any]], now: float, limit: int = 20) -> str:
+def entries_text(rows: List[Dict[str, Any]], now: float, limit: int = 20,
+                 labels: Optional[Dict[Tuple[str, str], str]] = None) -> str:
     if not rows:
         return "entries: none cached"
-    cells = [entry_cells(r, now) for r in rows[:limit]]
+    labels = labels or {}
+    cells = [entry_cells(r, now, labels.get((r["stage"], r["token"]))) for r in rows[:limit]]
     widths = _entry_widths(cells)
     lines = [_entry_line({c: c for c in _ENTRY_COLUMNS}, widths)]
     lines += [_entry_line(c, widths) for c in cells]
@@ -425,13 +477,15 @@ def entries_text(rows: List[Dict[str, Any]], now: float, limit: int = 20) -> str
     return "\n".join(lines)
 
 
-def entries_html(rows: List[Dict[str, Any]], now: float, limit: int = _MAX_STATIC_ROWS) -> str:
+def entries_html(rows: List[Dict[str, Any]], now: float, limit: int = _MAX_STATIC_ROWS,
+                 labels: Optional[Dict[Tuple[str, str], str]] = None) -> str:
     if not rows:
         return '<p class="gpucache-muted">No entries are cached.</p>'
+    labels = labels or {}
     head = "".join(f'<th scope="col">{_esc(c)}</th>' for c in _ENTRY_COLUMNS)
     body = []
     for row in rows[:limit]:
-        cells = entry_cells(row, now)
+        cells = entry_cells(row, now, labels.get((row["stage"], row["token"])))
         tds = []
         for column in _ENTRY_COLUMNS:
             cls = "gpucache-text" if column not in _RIGHT else ""
@@ -629,6 +683,7 @@ class EntryDetail:
     downstream: Tuple[Any, ...] = ()  # (EntryInfo, resources) of the cubins built from it
     sass: Optional[str] = None  # a cubin's SASS
     sass_note: Optional[str] = None  # why there is no SASS
+    kernel_label: Optional[str] = None  # the kernel as the entries list names it (`kernel_labels`)
 
 
 def entry_html(detail: Optional[EntryDetail], now: float) -> str:
@@ -643,7 +698,7 @@ def entry_html(detail: Optional[EntryDetail], now: float) -> str:
             f'in {_esc(format_seconds(entry.seconds))}')
     return "".join([
         f'<div class="gpucache-entry" data-stage="{_esc(stage)}" data-token="{_esc(token)}">',
-        f'<h4>{_esc(_short_kernel(entry.kernel))} <span class="gpucache-code">'
+        f'<h4>{_esc(detail.kernel_label or _short_kernel(entry.kernel))} <span class="gpucache-code">'
         f'{_esc(entry.signature)}</span> [{_esc(entry.config)}]</h4>',
         f'<p class="gpucache-muted">{meta}</p>',
         '<div class="gpucache-entry-grid">',
@@ -665,12 +720,14 @@ def entry_html(detail: Optional[EntryDetail], now: float) -> str:
 class CacheSnapshot:
     """The inspector's numbers at one moment, as plain text and static HTML."""
 
-    def __init__(self, stats, points, entries, now: float):
+    def __init__(self, stats, points, entries, now: float,
+                 labels: Optional[Dict[Tuple[str, str], str]] = None):
         self.stats = stats
         self.saved = saved_seconds(stats)
         self.points = list(points)
         self.entries = list(entries)
         self.time = now
+        self.labels = labels if labels is not None else kernel_labels(self.entries)
 
     def text(self) -> str:
         return "\n".join([
@@ -679,7 +736,7 @@ class CacheSnapshot:
             "",
             chart_text(self.points),
             "",
-            entries_text(self.entries, self.time),
+            entries_text(self.entries, self.time, labels=self.labels),
         ])
 
     def html(self) -> str:
@@ -691,7 +748,7 @@ class CacheSnapshot:
             "<h4>Hits and misses per cell</h4>",
             chart_svg(self.points),
             "<h4>Entries</h4>",
-            entries_html(self.entries, self.time),
+            entries_html(self.entries, self.time, labels=self.labels),
             '<p class="gpucache-muted">A static snapshot: in JupyterLab with ipywidgets this is a '
             "live inspector with entry details and actions.</p>",
             "</div>",
