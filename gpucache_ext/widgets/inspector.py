@@ -195,7 +195,7 @@ class Inspector(W.VBox):
                                        layout=W.Layout(width="auto"))
         self.count = W.HTML()
         self.entries_head = W.HTML()
-        self.entries_list = W.Select(options=[], rows=8, layout=W.Layout(width="100%"),
+        self.entries_list = W.Select(options=[], rows=8, layout=W.Layout(width="auto"),
                                      description="", tooltip="Cached entries; select one to see it below")
         self.evict_button = W.Button(description="Evict entry", icon="trash", button_style="warning",
                                      tooltip="Remove the selected entry from every tier", disabled=True)
@@ -231,8 +231,9 @@ class Inspector(W.VBox):
             W.HTML("<h4>Entries</h4>"),
             W.HBox([self.kernel_filter, self.stage_filter, self.count],
                    layout=W.Layout(flex_flow="row wrap", align_items="center")),
-            self.entries_head,
-            self.entries_list,
+            # one box scrolls the header and the list together where the rows are wider than the view
+            W.VBox([self.entries_head, self.entries_list], layout=W.Layout(width="100%"),
+                   _dom_classes=("gpucache-entries-scroll",)),
             W.HBox([self.evict_button, self.recompile_button, self.clear_stage, self.clear_button],
                    layout=W.Layout(flex_flow="row wrap", align_items="center")),
             self.status,

@@ -75,9 +75,19 @@ STYLE = """<style>
   font-size: var(--jp-code-font-size, 12px);
 }
 .gpucache-entries-head {
-  white-space: pre; overflow: hidden; padding: 0 5px; font-weight: 600;
+  white-space: pre; padding: 0 5px; font-weight: 600;
   color: var(--jp-ui-font-color1, #1f1f1f);
 }
+/* The entries: the header and the listbox as wide as their longest line (a listbox
+   cannot scroll sideways), in one box that scrolls sideways where they are wider. */
+.gpucache-entries-scroll { overflow-x: auto !important; overflow-y: hidden !important; max-width: 100%; }
+.gpucache-entries-scroll > .gpucache-entries-head-box, .gpucache-entries-scroll > .gpucache-entries {
+  width: max-content !important; min-width: 100%; flex: 0 0 auto; margin-left: 0; margin-right: 0;
+}
+.gpucache-entries-scroll > .gpucache-entries select { width: max-content; min-width: 100%; flex: 1 0 auto; }
+.gpucache-summary { overflow-x: auto; max-width: 100%; }  /* a narrow view scrolls the table */
+.gpucache-summary-table th, .gpucache-summary-table td { padding: 2px 6px; }
+.gpucache-summary-table td, .gpucache-summary-table tbody th { white-space: nowrap; }
 .gpucache-inspector pre, .gpucache-static pre {
   font-family: var(--jp-code-font-family, SFMono-Regular, Menlo, Consolas, monospace);
   font-size: var(--jp-code-font-size, 12px);
@@ -381,9 +391,11 @@ def chart_text(points: List[Dict[str, Any]], limit: int = 12) -> str:
     return "\n".join(lines)
 
 
-_ENTRY_COLUMNS = ("kernel", "signature", "config", "stage", "token", "tier", "size", "age", "why built")
-_ENTRY_WIDTHS = {"kernel": 14, "signature": 46, "config": 24, "stage": 6, "token": _TOKEN_SHORT,
-                 "tier": 14, "size": 8, "age": 4, "why built": 44}
+# What tells rows apart first (kernel, stage, token, config), so that a narrow view shows
+# it without scrolling; the free text ("why built", whole in the entry view) last.
+_ENTRY_COLUMNS = ("kernel", "stage", "token", "config", "signature", "tier", "size", "age", "why built")
+_ENTRY_WIDTHS = {"kernel": 18, "signature": 46, "config": 22, "stage": 6, "token": _TOKEN_SHORT,
+                 "tier": 14, "size": 9, "age": 4, "why built": 40}
 _RIGHT = ("size", "age")
 
 
