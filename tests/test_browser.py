@@ -303,12 +303,28 @@ ENTRIES_LAYOUT = """() => {
 SCROLL_ENTRIES = """(x) => { const s = document.querySelector('.gpucache-inspector .gpucache-entries-scroll');
   if (s) s.scrollLeft = x; return s ? s.scrollLeft : null; }"""
 
+# Every text of the chart, as laid out: its string and bounding box in the page.
+CHART_TEXTS = """(selector) => {
+  const svg = document.querySelector(selector);
+  const frame = svg.getBoundingClientRect();
+  return {svg: {left: frame.left, right: frame.right, top: frame.top, bottom: frame.bottom},
+          texts: Array.from(svg.querySelectorAll('text')).map(t => {
+            const r = t.getBoundingClientRect();
+            return {text: t.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom};
+          })};
+}"""
+
 WIDTHS = (1000, 1200, 1400)
 ENTRY_COLUMNS = ("kernel", "signature", "config", "stage", "token", "tier", "size", "age", "why built")
 
 
 def _numbers(rows):
     return {(r["stage"], r["tier"], r["field"]): r for r in rows}
+
+
+def _overlaps(a, b, slack=0.5):
+    return (min(a["right"], b["right"]) - max(a["left"], b["left"]) > slack
+            and min(a["bottom"], b["bottom"]) - max(a["top"], b["top"]) > slack)
 
 
 @contextlib.contextmanager
@@ -443,6 +459,63 @@ def test_entries_list_columns_all_reachable_from_1000_to_1400_px(lab):
                     (width, name, title, view)
             assert after["select"]["right"] <= view["right"] + 1, (width, after["select"], view)
             page.evaluate(SCROLL_ENTRIES, 0)
+
+
+def _assert_no_overlap(found, what):
+    texts, frame = found["texts"], found["svg"]
+    assert texts, what
+    for t in texts:  # inside the chart, not cut off at its edges
+        assert frame["left"] - 0.5 <= t["left"] and t["right"] <= frame["right"] + 0.5, (what, t, frame)
+        assert frame["top"] - 0.5 <= t["top"] and t["bottom"] <= frame["bottom"] + 0.5, (what, t, frame)
+    for i, a in enumerate(texts):
+        for b in texts[i + 1:]:
+            assert not _overlaps(a, b), (what, a, b)
+
+
+def _points(labels, seed=0):
+    stages = ("typing", "llvm", "ptx", "cubin")
+    return [{"label": label, "stages": {s: ((i + k + seed) % 3, (i * k + seed) % 2) for k, s in enumerate(stages)}}
+            for i, label in enumerate(labels)]
+
+
+def test_chart_labels_do_not_overlap(lab):
+    """The chart's texts (legend, stage names, cell labels) laid out in Chromium:
+    no two boxes overlap and none leaves the chart, in the inspector after the
+    quickstart at every width, and for few and many cells with long labels."""
+    from gpucache_ext.widgets.render import STYLE, chart_svg
+
+    page = lab.page
+    for width in WIDTHS:
+        with _shot_on_failure(page, lab.folder, f"chart-{width}"):
+            _at_width(page, width)
+            found = page.evaluate(CHART_TEXTS, ".gpucache-inspector svg.gpucache-chart")
+            assert {"typing", "llvm", "ptx", "cubin"} <= {t["text"] for t in found["texts"]}
+            _assert_no_overlap(found, f"quickstart at {width} px")
+
+    cases = {
+        "one cell": _points(["[1]"]),
+        "few cells": _points(["earlier", "[3]", "[4]", "recompile", "[5]"]),
+        "30 cells": _points([f"[{n}]" for n in range(1, 31)]),
+        "30 cells, long labels": _points([f"[{n}]" for n in range(990, 1017)] + ["recompile", "[1017]", "recompile"]),
+        "40 cells (30 shown)": _points([f"[{n}]" for n in range(100, 140)]),
+    }
+    other = lab.browser.new_page(viewport={"width": 1200, "height": 900})
+    try:
+        for name, points in cases.items():
+            for frame in (900, 400):  # as drawn, and scaled down to a narrow output
+                # in the static snapshot's box: the inspector's font (as in JupyterLab without its variables)
+                other.set_content(f'<!doctype html><html><head>{STYLE}</head><body><div class="gpucache-static" '
+                                  f'style="width:{frame}px">{chart_svg(points)}</div></body></html>')
+                other.evaluate(SETTLED)
+                found = other.evaluate(CHART_TEXTS, "svg.gpucache-chart")
+                cells = {t["text"] for t in found["texts"]} & {p["label"] for p in points}
+                shown = points[-30:]
+                # the last cell is labelled, and more than one where there are more
+                assert shown[-1]["label"] in cells and len(cells) >= min(2, len(shown)), (name, cells)
+                _assert_no_overlap(found, f"{name} in {frame} px")
+                other.screenshot(path=str(lab.folder / f"chart-{name.replace(' ', '-')}-{frame}.png"))
+    finally:
+        other.close()
 
 
 def _row_key(label):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import io
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -123,6 +124,9 @@ _MAX_LIST_ROWS = 500
 _MAX_STATIC_ROWS = 40
 _MAX_ARTIFACT_CHARS = 200_000
 _CHART_POINTS = 30
+_CHART_LABEL_CHARS = 12  # a cell label under the chart (whole in the column's tooltip)
+_CHART_CHAR_PX = 7.0  # a character of the chart's 10px text, at most (DejaVu Sans digits: 6.4)
+_CHART_LABEL_GAP = 6
 
 
 # ---------------------------------------------------------------------------
@@ -147,6 +151,11 @@ def _short_kernel(qualname: str) -> str:
 def _fit(text: str, width: int) -> str:
     text = str(text)
     return text if len(text) <= width else text[: max(1, width - 1)] + "\u2026"
+
+
+def _text_width(text: str) -> float:
+    """An upper bound on the width of `text` in the chart's 10px font, in px."""
+    return len(str(text)) * _CHART_CHAR_PX
 
 
 def saved_seconds(stats) -> Dict[str, Dict[str, float]]:
@@ -328,12 +337,18 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
     left, top, row_h, half, bottom = 56, 22, 40, 16, 22
     col = max(10, min(28, int(560 / max(1, len(points)))))
     bar = max(4, col - 4)
-    width = max(320, left + col * len(points) + 8)
+    # the cell labels under the columns: every `step`-th, counted back from the last (always
+    # labelled), so that no two meet; the chart is wide enough for the last one's right half
+    labels = [_fit(p["label"], _CHART_LABEL_CHARS) for p in points]
+    label_w = max(_text_width(label) for label in labels) + _CHART_LABEL_GAP
+    step = max(1, math.ceil(label_w / col))
+    width = max(320, left + col * len(points) + max(8, math.ceil(label_w / 2 - col / 2)))
     height = top + row_h * len(STAGES) + bottom
     peak = max(1, max(max(h, m) for p in points for h, m in p["stages"].values()))
     totals = {s: (sum(p["stages"].get(s, (0, 0))[0] for p in points),
                   sum(p["stages"].get(s, (0, 0))[1] for p in points)) for s in STAGES}
     desc = "; ".join(f"{s}: {h} hits, {m} misses" for s, (h, m) in totals.items())
+    misses_x = 14 + math.ceil(_text_width("hits (up)")) + 12
     parts = [
         f'<svg class="gpucache-chart" role="img" aria-labelledby="gpucache-chart-title gpucache-chart-desc" '
         f'xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -343,8 +358,8 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
         f'<desc id="gpucache-chart-desc">{_esc(desc)}</desc>',
         '<rect class="gpucache-bar-hit" fill="#2e7d32" x="0" y="4" width="10" height="10"/>',
         '<text x="14" y="13">hits (up)</text>',
-        '<rect class="gpucache-bar-miss" fill="#c62828" x="80" y="4" width="10" height="10"/>',
-        '<text x="94" y="13">misses (down)</text>',
+        f'<rect class="gpucache-bar-miss" fill="#c62828" x="{misses_x}" y="4" width="10" height="10"/>',
+        f'<text x="{misses_x + 14}" y="13">misses (down)</text>',
     ]
     for r, stage in enumerate(STAGES):
         base = top + r * row_h + row_h // 2
@@ -366,12 +381,11 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
                 parts.append(f'<rect class="gpucache-bar-miss" fill="#c62828" x="{x}" y="{base + 1}" '
                              f'width="{bar}" height="{h}"/>')
             parts.append("</g>")
-    step = max(1, (len(points) * 28) // max(1, width - left) + 1)
     y = height - 6
-    for i, point in enumerate(points):
-        if i % step == 0 or i == len(points) - 1:
+    for i, label in enumerate(labels):
+        if (len(labels) - 1 - i) % step == 0:
             x = left + i * col + col // 2
-            parts.append(f'<text x="{x}" y="{y}" text-anchor="middle">{_esc(point["label"])}</text>')
+            parts.append(f'<text x="{x}" y="{y}" text-anchor="middle">{_esc(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
