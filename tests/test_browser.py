@@ -259,6 +259,37 @@ CONTRAST = """() => {
 
 # -- the layout checks (items of issue 10), measured in the page -------------------
 
+# What each code cell ran and what its %%gpukernel cell report said, per kernel row.
+CELL_REPORTS = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const out = [];
+  for (const cell of w.content.widgets) {
+    if (cell.model.type !== 'code') continue;
+    const source = cell.model.sharedModel.getSource();
+    const rows = [];
+    for (const table of cell.node.querySelectorAll('table.gpucache-report')) {
+      const head = Array.from(table.querySelectorAll('thead th')).map(th => th.textContent.trim());
+      for (const tr of table.querySelectorAll('tbody tr')) {
+        const row = {};
+        Array.from(tr.children).forEach((td, i) => { row[head[i]] = td.textContent.trim(); });
+        rows.push(row);
+      }
+    }
+    out.push({count: cell.model.executionCount, source, rows});
+  }
+  return out;
+}"""
+
+# The inspector chart's columns: per cell label, per stage (hits, misses).
+CHART_POINTS = """() => {
+  const points = {};
+  for (const g of document.querySelectorAll('.gpucache-inspector svg.gpucache-chart g[data-cell]')) {
+    (points[g.dataset.cell] = points[g.dataset.cell] || {})[g.dataset.stage] =
+        [Number(g.dataset.hits), Number(g.dataset.misses)];
+  }
+  return points;
+}"""
+
 SETTLED = """() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"""
 
 # The entries list: the header and the listbox, in their scrolling box.  Option
@@ -385,6 +416,125 @@ def _at_width(page, width: int):
     page.set_viewport_size({"width": width, "height": 4200})
     page.wait_for_function(f"() => window.innerWidth === {width}", timeout=ACTION_S * 1000)
     page.evaluate(SETTLED)
+
+
+STAGE_NAMES = ("typing", "llvm", "ptx", "cubin")
+
+
+def _reported(row, stage):
+    """A cell report's stage column as (hits, misses): hit, hit:disk, MISS, not needed."""
+    shown = row[stage]
+    return (int(shown.startswith("hit")), int(shown.startswith("MISS")))
+
+
+def test_quickstart_inspector_at_1200_px_screenshot_with_checked_numbers(lab, capsys):
+    """docs/inspector-1200.png and docs/inspector-1200.md: the inspector after the
+    quickstart at a 1200 px wide viewport, its numbers checked against what the
+    quickstart's cells reported.  Both are written to the test's folder (paths
+    printed) and, with GPUCACHE_UPDATE_DOCS=1, to docs/ as well.
+
+    The check: each %%gpukernel cell's report (per kernel row, per stage: hit or
+    MISS) equals the inspector chart's column for that cell; a cell without a
+    report that used the cache (the launch, where launching looks the kernel up)
+    may only hit; and the summary table's hits and misses per stage are the sum
+    of those, its entries one per miss (nothing was evicted)."""
+    page, folder = lab.page, lab.folder
+    with _shot_on_failure(page, folder, "screenshot"):
+        _at_width(page, 1200)
+        cells = page.evaluate(CELL_REPORTS)
+        points = page.evaluate(CHART_POINTS)
+        shown = _numbers(page.evaluate(INSPECTOR_NUMBERS))
+        reports = [cell for cell in cells if cell["rows"]]
+        assert [c["source"].splitlines()[0] for c in reports] == \
+            ["%%gpukernel --sm 80", "%%gpukernel --sm 80", "%%gpukernel --sm 86 --max-registers 32"]
+        totals = {stage: [0, 0] for stage in STAGE_NAMES}
+        others = []
+        for cell in cells:
+            column = points.get(f"[{cell['count']}]")
+            if cell["rows"]:
+                reported = {s: [sum(_reported(row, s)[k] for row in cell["rows"]) for k in (0, 1)]
+                            for s in STAGE_NAMES}
+                assert column == reported, (cell["source"], column, reported)
+            elif column is not None:
+                assert all(misses == 0 for _, misses in column.values()), (cell["source"], column)
+                others.append((cell, column))
+                reported = column
+            else:
+                continue
+            for stage in STAGE_NAMES:
+                totals[stage][0] += reported[stage][0]
+                totals[stage][1] += reported[stage][1]
+        assert set(points) <= {f"[{c['count']}]" for c in cells}, points  # every column is a cell's
+        lines = []
+        for stage in STAGE_NAMES:
+            hits, misses, entries = (int(shown[(stage, None, f)]["value"]) for f in ("hits", "misses", "entries"))
+            assert [hits, misses] == totals[stage], (stage, totals[stage], hits, misses)
+            assert entries == totals[stage][1], (stage, entries, totals[stage])
+            # what people read is the value
+            assert [shown[(stage, None, f)]["text"] for f in ("hits", "misses", "entries")] == \
+                [str(hits), str(misses), str(entries)]
+            lines.append(f"| {stage} | {totals[stage][0]} | {hits} | {totals[stage][1]} | {misses} | {entries} |")
+
+        inspector = page.locator(".gpucache-inspector").first
+        inspector.scroll_into_view_if_needed()
+        page.evaluate(SETTLED)
+        top = inspector.bounding_box()
+        status = page.locator(".gpucache-inspector .gpucache-status").first.bounding_box()
+        clip = {"x": top["x"], "y": top["y"], "width": top["width"],
+                "height": status["y"] + status["height"] - top["y"] + 8}
+        shot = folder / "inspector-1200.png"
+        page.screenshot(path=str(shot), clip=clip, animations="disabled", caret="hide",
+                        timeout=ACTION_S * 1000)
+        size = shot.stat().st_size
+        assert size < 300 * 1024, size
+
+    version, agent = page.evaluate("() => [window.jupyterapp.version, navigator.userAgent]")
+    chrome = re.search(r"(?:Headless)?Chrome/[0-9.]+", agent).group(0)
+    report = [
+        "# The inspector at 1200 px, after the quickstart",
+        "",
+        "Written by `tests/test_browser.py::test_quickstart_inspector_at_1200_px_screenshot_with_checked_numbers`"
+        f" ({time.strftime('%Y-%m-%d %H:%M %Z')}): `notebooks/quickstart.ipynb` run top to bottom in"
+        f" JupyterLab {version} ({chrome}), viewport 1200 px wide. `inspector-1200.png` is the"
+        f" inspector from its title down to its action buttons ({int(clip['width'])} x {int(clip['height'])}"
+        f" px, {size // 1024} KiB). Headless Chromium draws no scrollbars: the entries list scrolls"
+        " sideways to its tier, size, age and why-built columns.",
+        "",
+        "What the quickstart's `%%gpukernel` cells reported (their cell reports, per stage), each equal to"
+        " the inspector chart's column for that cell:",
+        "",
+        "| cell | magic | kernel | config | typing | llvm | ptx | cubin |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for cell in reports:
+        for row in cell["rows"]:
+            report.append(f"| [{cell['count']}] | `{cell['source'].splitlines()[0]}` | {row['kernel']} | "
+                          f"{row['config']} | " + " | ".join(row[s] for s in STAGE_NAMES) + " |")
+    if others:
+        report += ["", "Cells without a report that used the cache (their chart column, hits/misses per stage):",
+                   ""]
+        for cell, column in others:
+            first = cell["source"].splitlines()[0]
+            report.append(f"- [{cell['count']}] `{first}`: "
+                          + ", ".join(f"{s} {column[s][0]}/{column[s][1]}" for s in STAGE_NAMES))
+    report += [
+        "",
+        "The inspector's summary table as shown (each cell's `data-value`, equal to its text), against"
+        " the sum of the above; entries are one per miss (nothing was evicted):",
+        "",
+        "| stage | hits (cells) | hits shown | misses (cells) | misses shown | entries shown |",
+        "|---|---|---|---|---|---|",
+        *lines,
+        "",
+    ]
+    text = "\n".join(report)
+    (folder / "inspector-1200.md").write_text(text)
+    if os.environ.get("GPUCACHE_UPDATE_DOCS"):
+        docs = ROOT / "docs"
+        shutil.copy(shot, docs / "inspector-1200.png")
+        (docs / "inspector-1200.md").write_text(text)
+    with capsys.disabled():
+        print(f"\n{text}\nscreenshot: {shot}")
 
 
 def test_inspector_shows_the_kernels_numbers(lab):
