@@ -5,12 +5,16 @@ Skips only when /usr/bin/chromium is missing and CI is not set; in CI a missing
 browser (or playwright, or jupyterlab) fails the test.  Browsers are never
 downloaded: install Chromium with ``apt-get install -y chromium``.
 
-The test starts JupyterLab (127.0.0.1, a free port, a token, a temporary root
-with a copy of the notebook, temporary settings) and the browser, and stops
-both, and the kernel, however it ends.  Every wait has a timeout.  Screenshots
-go to the test's tmp_path; their paths are printed.
+The module's fixture starts JupyterLab (127.0.0.1, a free port, a token, a
+temporary root with a copy of the notebook, temporary settings; the kernel
+imports this checkout) and the browser, runs the notebook, and stops both, and
+the kernel, however the tests end.  The tests share that page, in file order:
+the ones that only read it first, then those that act (evict, change the
+theme).  Every wait has a timeout.  Screenshots go to the fixture's folder;
+failures print the path of a screenshot of the page.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -24,6 +28,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -105,6 +110,8 @@ class JupyterLab:
             "IPYTHONDIR": str(workdir / "ipython"),
             "GPUCACHE_DIR": str(workdir / "gpucache"),  # a fresh persistent tier, if any
             "JUPYTER_PLATFORM_DIRS": "1",
+            # the kernel imports this checkout, not whatever copy is installed
+            "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
         })
         env.pop("JUPYTER_TOKEN", None)
         command = [
@@ -250,16 +257,132 @@ CONTRAST = """() => {
 }"""
 
 
+# -- the layout checks (items of issue 10), measured in the page -------------------
+
+# What each code cell ran and what its %%gpukernel cell report said, per kernel row.
+CELL_REPORTS = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const out = [];
+  for (const cell of w.content.widgets) {
+    if (cell.model.type !== 'code') continue;
+    const source = cell.model.sharedModel.getSource();
+    const rows = [];
+    for (const table of cell.node.querySelectorAll('table.gpucache-report')) {
+      const head = Array.from(table.querySelectorAll('thead th')).map(th => th.textContent.trim());
+      for (const tr of table.querySelectorAll('tbody tr')) {
+        const row = {};
+        Array.from(tr.children).forEach((td, i) => { row[head[i]] = td.textContent.trim(); });
+        rows.push(row);
+      }
+    }
+    out.push({count: cell.model.executionCount, source, rows});
+  }
+  return out;
+}"""
+
+# The inspector chart's columns: per cell label, per stage (hits, misses).
+CHART_POINTS = """() => {
+  const points = {};
+  for (const g of document.querySelectorAll('.gpucache-inspector svg.gpucache-chart g[data-cell]')) {
+    (points[g.dataset.cell] = points[g.dataset.cell] || {})[g.dataset.stage] =
+        [Number(g.dataset.hits), Number(g.dataset.misses)];
+  }
+  return points;
+}"""
+
+SETTLED = """() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"""
+
+# The entries list: the header and the listbox, in their scrolling box.  Option
+# text is measured with the listbox's own font (options have no boxes of their own).
+ENTRIES_LAYOUT = """() => {
+  const box = document.querySelector('.gpucache-inspector');
+  const scroller = box.querySelector('.gpucache-entries-scroll') || box;
+  const head = box.querySelector('.gpucache-entries-head');
+  const select = box.querySelector('.gpucache-entries select');
+  const style = getComputedStyle(select);
+  const canvas = document.createElement('canvas').getContext('2d');
+  canvas.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+  const inner = select.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  const options = Array.from(select.options).map(o => ({
+      text: o.text.replace(/\\u00a0/g, ' '), width: canvas.measureText(o.text).width}));
+  const rect = e => { const r = e.getBoundingClientRect(); return {left: r.left, right: r.right, top: r.top,
+                                                                   bottom: r.bottom, width: r.width}; };
+  // the header's column titles, each as laid out (a Range over its characters)
+  const text = head.firstChild;
+  const titles = {};
+  for (const name of %s) {
+    const found = new RegExp(`(^| )${name}( |$)`).exec(text.textContent);  // a whole title
+    if (!found) { titles[name] = null; continue; }
+    const at = found.index + found[1].length;
+    const range = document.createRange();
+    range.setStart(text, at); range.setEnd(text, at + name.length);
+    titles[name] = rect(range);
+  }
+  const summary = box.querySelector('.gpucache-summary'), table = summary.querySelector('table');
+  return {
+    summary: {scrollWidth: summary.scrollWidth, clientWidth: summary.clientWidth,
+              overflowX: getComputedStyle(summary).overflowX, table: rect(table)},
+    viewport: window.innerWidth,
+    inspector: rect(box), inspectorScroll: [box.scrollWidth, box.clientWidth],
+    scroller: rect(scroller), scrollerOverflowX: getComputedStyle(scroller).overflowX,
+    scrollWidth: scroller.scrollWidth, clientWidth: scroller.clientWidth, scrollLeft: scroller.scrollLeft,
+    head: rect(head), headScroll: [head.scrollWidth, head.clientWidth],
+    select: rect(select), selectInner: inner, options, titles,
+  };
+}"""
+
+SCROLL_ENTRIES = """(x) => { const s = document.querySelector('.gpucache-inspector .gpucache-entries-scroll');
+  if (s) s.scrollLeft = x; return s ? s.scrollLeft : null; }"""
+
+# Every text of the chart, as laid out: its string and bounding box in the page.
+CHART_TEXTS = """(selector) => {
+  const svg = document.querySelector(selector);
+  const frame = svg.getBoundingClientRect();
+  return {svg: {left: frame.left, right: frame.right, top: frame.top, bottom: frame.bottom},
+          texts: Array.from(svg.querySelectorAll('text')).map(t => {
+            const r = t.getBoundingClientRect();
+            return {text: t.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom};
+          })};
+}"""
+
+WIDTHS = (1000, 1200, 1400)
+ENTRY_COLUMNS = ("kernel", "signature", "config", "stage", "token", "tier", "size", "age", "why built")
+
+
 def _numbers(rows):
     return {(r["stage"], r["tier"], r["field"]): r for r in rows}
 
 
-def test_inspector_renders_in_jupyterlab_with_the_kernels_numbers(tmp_path, capsys):
+def _overlaps(a, b, slack=0.5):
+    return (min(a["right"], b["right"]) - max(a["left"], b["left"]) > slack
+            and min(a["bottom"], b["bottom"]) - max(a["top"], b["top"]) > slack)
+
+
+@contextlib.contextmanager
+def _shot_on_failure(page, folder: Path, name: str):
+    """On failure, a screenshot of the whole page (its path printed)."""
+    try:
+        yield
+    except BaseException:
+        failure = folder / f"failure-{name}.png"
+        try:
+            page.screenshot(path=str(failure), full_page=True, timeout=20_000)
+            print(f"\nbrowser test failed; screenshot: {failure}")
+        except Exception:
+            pass
+        raise
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """JupyterLab with notebooks/quickstart.ipynb run top to bottom, in Chromium;
+    shared by this module's tests, in order (the last ones act on the cache)."""
     _require_chromium()
     from playwright.sync_api import sync_playwright  # a test dependency: missing it fails
 
+    workdir = tmp_path_factory.mktemp("jupyterlab")
     started = time.monotonic()
-    server = JupyterLab(tmp_path)
+    server = JupyterLab(workdir)
     try:
         server.wait_ready()
         with sync_playwright() as playwright:
@@ -268,90 +391,333 @@ def test_inspector_renders_in_jupyterlab_with_the_kernels_numbers(tmp_path, caps
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 4200})
                 page.set_default_timeout(PAGE_S * 1000)
-                page.goto(f"{server.url}/lab/tree/{NOTEBOOK.name}?token={server.token}",
-                          wait_until="domcontentloaded", timeout=PAGE_S * 1000)
-                page.wait_for_function(KERNEL_IDLE, timeout=PAGE_S * 1000, polling=250)
-                server.note_kernels()
-                page.evaluate(RUN_ALL)
-                page.wait_for_function(ALL_RAN, timeout=RUN_ALL_S * 1000, polling=500)
-                assert page.evaluate(ERRORS) == []
-
-                inspector = page.locator(".gpucache-inspector").first
-                inspector.wait_for(state="visible", timeout=ACTION_S * 1000)
-                page.wait_for_selector('.gpucache-inspector td[data-stage="cubin"][data-field="misses"]',
-                                       timeout=ACTION_S * 1000)
-                shown = _numbers(page.evaluate(INSPECTOR_NUMBERS))
-                reported = page.evaluate(STATS_TABLE)  # what `%gpucache stats` printed
-                assert reported is not None, "the %gpucache stats table is not on the page"
-                for stage in ("typing", "llvm", "ptx", "cubin"):
-                    for field in ("hits", "misses", "entries", "bytes", "compile_seconds"):
-                        cell = shown[(stage, None, field)]
-                        assert cell["value"] == reported[stage][field]["value"], (stage, field)
-                        # the numbers people read, in the same units (KiB, ms)
-                        assert cell["text"] == reported[stage][field]["text"], (stage, field)
-                    assert (stage, "memory", "hits") in shown
-                # the notebook's cells: one first compile, sm 80 -> 86 misses ptx and cubin again
-                assert {s: shown[(s, None, "misses")]["text"] for s in ("typing", "llvm", "ptx", "cubin")} \
-                    == {"typing": "1", "llvm": "1", "ptx": "2", "cubin": "2"}
-                assert page.locator(".gpucache-inspector svg.gpucache-chart rect.gpucache-bar-miss").count() >= 4
-                assert page.locator(".gpucache-inspector svg.gpucache-chart rect.gpucache-bar-hit").count() >= 4
-
-                # the entries, and one entry's explanation
-                options = page.locator(".gpucache-inspector .gpucache-entries select option")
-                assert options.count() == 6
-                labels = [t.replace("\u00a0", " ") for t in options.all_inner_texts()]
-                # the ptx entry built for sm_86: stage column, then its token
-                index = next(i for i, t in enumerate(labels)
-                             if re.search(r" ptx +[0-9a-f]{8} ", t) and "sm_86" in t)
-                page.locator(".gpucache-inspector .gpucache-entries select").select_option(index=index)
-                view = page.locator(".gpucache-inspector .gpucache-entry-view")
-                view.locator('.gpucache-entry[data-stage="ptx"]').wait_for(timeout=ACTION_S * 1000)
-                view.get_by_text("sm 80 -> 86").first.wait_for(timeout=ACTION_S * 1000)
-                assert view.locator("table.gpucache-diff tr[data-component='sm']").count() == 1
-                light = page.evaluate(CONTRAST)
-                assert light["light"] == "true" and light["ratio"] >= 4.5, light
-
-                shot = tmp_path / "inspector.png"
-                inspector.screenshot(path=str(shot), timeout=ACTION_S * 1000)
-                page_shot = tmp_path / "notebook.png"
-                page.screenshot(path=str(page_shot), full_page=True, timeout=ACTION_S * 1000)
-
-                # act: evict that entry; the view updates at once
-                page.locator(".gpucache-inspector button", has_text="Evict entry").click()
-                page.wait_for_selector('.gpucache-inspector td[data-stage="ptx"][data-field="entries"]'
-                                       '[data-value="1"]', timeout=ACTION_S * 1000)
-                assert options.count() == 5
-                page.locator(".gpucache-inspector .gpucache-status").get_by_text(
-                    "evicted ptx entry").wait_for(timeout=ACTION_S * 1000)
-
-                # the dark theme: still readable, from JupyterLab's variables
-                page.evaluate("() => { window.jupyterapp.commands.execute('apputils:change-theme', "
-                              "{theme: 'JupyterLab Dark'}); return true; }")
-                page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'",
-                                       timeout=ACTION_S * 1000)
-                page.wait_for_function("() => { const b = document.querySelector('.gpucache-inspector'); "
-                                       "const m = getComputedStyle(b).backgroundColor.match(/\\d+/g); "
-                                       "return m && Number(m[0]) < 100; }", timeout=ACTION_S * 1000)
-                dark = page.evaluate(CONTRAST)
-                assert dark["bgLuminance"] < 0.1 and dark["ratio"] >= 4.5, dark
-                dark_shot = tmp_path / "inspector-dark.png"
-                inspector.screenshot(path=str(dark_shot), timeout=ACTION_S * 1000)
-            except BaseException:
-                failure = tmp_path / "failure.png"
-                try:
-                    page.screenshot(path=str(failure), full_page=True, timeout=20_000)
-                    with capsys.disabled():
-                        print(f"\nbrowser test failed; screenshot: {failure}\nJupyterLab log: "
-                              f"{server.log_path}")
-                except Exception:
-                    pass
-                raise
+                with _shot_on_failure(page, workdir, "quickstart"):
+                    page.goto(f"{server.url}/lab/tree/{NOTEBOOK.name}?token={server.token}",
+                              wait_until="domcontentloaded", timeout=PAGE_S * 1000)
+                    page.wait_for_function(KERNEL_IDLE, timeout=PAGE_S * 1000, polling=250)
+                    server.note_kernels()
+                    page.evaluate(RUN_ALL)
+                    page.wait_for_function(ALL_RAN, timeout=RUN_ALL_S * 1000, polling=500)
+                    assert page.evaluate(ERRORS) == []
+                    page.locator(".gpucache-inspector").first.wait_for(state="visible", timeout=ACTION_S * 1000)
+                    page.wait_for_selector('.gpucache-inspector td[data-stage="cubin"][data-field="misses"]',
+                                           timeout=ACTION_S * 1000)
+                yield SimpleNamespace(server=server, browser=browser, page=page, folder=workdir)
             finally:
                 browser.close()
     finally:
         server.stop()
     assert server.process.poll() is not None
     assert not any(_alive(pid) for pid in server.kernels)
+    print(f"\nbrowser tests: {time.monotonic() - started:.1f} s; JupyterLab log: {server.log_path}")
+
+
+def _at_width(page, width: int):
+    page.set_viewport_size({"width": width, "height": 4200})
+    page.wait_for_function(f"() => window.innerWidth === {width}", timeout=ACTION_S * 1000)
+    page.evaluate(SETTLED)
+
+
+STAGE_NAMES = ("typing", "llvm", "ptx", "cubin")
+
+
+def _reported(row, stage):
+    """A cell report's stage column as (hits, misses): hit, hit:disk, MISS, not needed."""
+    shown = row[stage]
+    return (int(shown.startswith("hit")), int(shown.startswith("MISS")))
+
+
+def test_quickstart_inspector_at_1200_px_screenshot_with_checked_numbers(lab, capsys):
+    """docs/inspector-1200.png and docs/inspector-1200.md: the inspector after the
+    quickstart at a 1200 px wide viewport, its numbers checked against what the
+    quickstart's cells reported.  Both are written to the test's folder (paths
+    printed) and, with GPUCACHE_UPDATE_DOCS=1, to docs/ as well.
+
+    The check: each %%gpukernel cell's report (per kernel row, per stage: hit or
+    MISS) equals the inspector chart's column for that cell; a cell without a
+    report that used the cache (the launch, where launching looks the kernel up)
+    may only hit; and the summary table's hits and misses per stage are the sum
+    of those, its entries one per miss (nothing was evicted)."""
+    page, folder = lab.page, lab.folder
+    with _shot_on_failure(page, folder, "screenshot"):
+        _at_width(page, 1200)
+        cells = page.evaluate(CELL_REPORTS)
+        points = page.evaluate(CHART_POINTS)
+        shown = _numbers(page.evaluate(INSPECTOR_NUMBERS))
+        reports = [cell for cell in cells if cell["rows"]]
+        assert [c["source"].splitlines()[0] for c in reports] == \
+            ["%%gpukernel --sm 80", "%%gpukernel --sm 80", "%%gpukernel --sm 86 --max-registers 32"]
+        totals = {stage: [0, 0] for stage in STAGE_NAMES}
+        others = []
+        for cell in cells:
+            column = points.get(f"[{cell['count']}]")
+            if cell["rows"]:
+                reported = {s: [sum(_reported(row, s)[k] for row in cell["rows"]) for k in (0, 1)]
+                            for s in STAGE_NAMES}
+                assert column == reported, (cell["source"], column, reported)
+            elif column is not None:
+                assert all(misses == 0 for _, misses in column.values()), (cell["source"], column)
+                others.append((cell, column))
+                reported = column
+            else:
+                continue
+            for stage in STAGE_NAMES:
+                totals[stage][0] += reported[stage][0]
+                totals[stage][1] += reported[stage][1]
+        assert set(points) <= {f"[{c['count']}]" for c in cells}, points  # every column is a cell's
+        lines = []
+        for stage in STAGE_NAMES:
+            hits, misses, entries = (int(shown[(stage, None, f)]["value"]) for f in ("hits", "misses", "entries"))
+            assert [hits, misses] == totals[stage], (stage, totals[stage], hits, misses)
+            assert entries == totals[stage][1], (stage, entries, totals[stage])
+            # what people read is the value
+            assert [shown[(stage, None, f)]["text"] for f in ("hits", "misses", "entries")] == \
+                [str(hits), str(misses), str(entries)]
+            lines.append(f"| {stage} | {totals[stage][0]} | {hits} | {totals[stage][1]} | {misses} | {entries} |")
+
+        inspector = page.locator(".gpucache-inspector").first
+        inspector.scroll_into_view_if_needed()
+        page.evaluate(SETTLED)
+        top = inspector.bounding_box()
+        status = page.locator(".gpucache-inspector .gpucache-status").first.bounding_box()
+        clip = {"x": top["x"], "y": top["y"], "width": top["width"],
+                "height": status["y"] + status["height"] - top["y"] + 8}
+        shot = folder / "inspector-1200.png"
+        page.screenshot(path=str(shot), clip=clip, animations="disabled", caret="hide",
+                        timeout=ACTION_S * 1000)
+        size = shot.stat().st_size
+        assert size < 300 * 1024, size
+
+    version, agent = page.evaluate("() => [window.jupyterapp.version, navigator.userAgent]")
+    chrome = re.search(r"(?:Headless)?Chrome/[0-9.]+", agent).group(0)
+    report = [
+        "# The inspector at 1200 px, after the quickstart",
+        "",
+        "Written by `tests/test_browser.py::test_quickstart_inspector_at_1200_px_screenshot_with_checked_numbers`"
+        f" ({time.strftime('%Y-%m-%d %H:%M %Z')}): `notebooks/quickstart.ipynb` run top to bottom in"
+        f" JupyterLab {version} ({chrome}), viewport 1200 px wide. `inspector-1200.png` is the"
+        f" inspector from its title down to its action buttons ({int(clip['width'])} x {int(clip['height'])}"
+        f" px, {size // 1024} KiB). Headless Chromium draws no scrollbars: the entries list scrolls"
+        " sideways to its tier, size, age and why-built columns.",
+        "",
+        "What the quickstart's `%%gpukernel` cells reported (their cell reports, per stage), each equal to"
+        " the inspector chart's column for that cell:",
+        "",
+        "| cell | magic | kernel | config | typing | llvm | ptx | cubin |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for cell in reports:
+        for row in cell["rows"]:
+            report.append(f"| [{cell['count']}] | `{cell['source'].splitlines()[0]}` | {row['kernel']} | "
+                          f"{row['config']} | " + " | ".join(row[s] for s in STAGE_NAMES) + " |")
+    if others:
+        report += ["", "Cells without a report that used the cache (their chart column, hits/misses per stage):",
+                   ""]
+        for cell, column in others:
+            first = cell["source"].splitlines()[0]
+            report.append(f"- [{cell['count']}] `{first}`: "
+                          + ", ".join(f"{s} {column[s][0]}/{column[s][1]}" for s in STAGE_NAMES))
+    report += [
+        "",
+        "The inspector's summary table as shown (each cell's `data-value`, equal to its text), against"
+        " the sum of the above; entries are one per miss (nothing was evicted):",
+        "",
+        "| stage | hits (cells) | hits shown | misses (cells) | misses shown | entries shown |",
+        "|---|---|---|---|---|---|",
+        *lines,
+        "",
+    ]
+    text = "\n".join(report)
+    (folder / "inspector-1200.md").write_text(text)
+    if os.environ.get("GPUCACHE_UPDATE_DOCS"):
+        docs = ROOT / "docs"
+        shutil.copy(shot, docs / "inspector-1200.png")
+        (docs / "inspector-1200.md").write_text(text)
     with capsys.disabled():
-        print(f"\nbrowser test: {time.monotonic() - started:.1f} s; screenshots: {shot}, "
-              f"{dark_shot}, {page_shot}")
+        print(f"\n{text}\nscreenshot: {shot}")
+
+
+def test_inspector_shows_the_kernels_numbers(lab):
+    page = lab.page
+    with _shot_on_failure(page, lab.folder, "numbers"):
+        _at_width(page, 1400)
+        shown = _numbers(page.evaluate(INSPECTOR_NUMBERS))
+        reported = page.evaluate(STATS_TABLE)  # what `%gpucache stats` printed
+        assert reported is not None, "the %gpucache stats table is not on the page"
+        for stage in ("typing", "llvm", "ptx", "cubin"):
+            for field in ("hits", "misses", "entries", "bytes", "compile_seconds"):
+                cell = shown[(stage, None, field)]
+                assert cell["value"] == reported[stage][field]["value"], (stage, field)
+                # the numbers people read, in the same units (KiB, ms)
+                assert cell["text"] == reported[stage][field]["text"], (stage, field)
+            assert (stage, "memory", "hits") in shown
+        # the notebook's cells: one first compile, sm 80 -> 86 misses ptx and cubin again
+        assert {s: shown[(s, None, "misses")]["text"] for s in ("typing", "llvm", "ptx", "cubin")} \
+            == {"typing": "1", "llvm": "1", "ptx": "2", "cubin": "2"}
+        assert page.locator(".gpucache-inspector svg.gpucache-chart rect.gpucache-bar-miss").count() >= 4
+        assert page.locator(".gpucache-inspector svg.gpucache-chart rect.gpucache-bar-hit").count() >= 4
+
+        # the entries, and one entry's explanation
+        options = page.locator(".gpucache-inspector .gpucache-entries select option")
+        assert options.count() == 6
+        labels = [t.replace("\u00a0", " ") for t in options.all_inner_texts()]
+        # the ptx entry built for sm_86: stage column, then its token
+        index = next(i for i, t in enumerate(labels)
+                     if re.search(r" ptx +[0-9a-f]{8} ", t) and "sm_86" in t)
+        page.locator(".gpucache-inspector .gpucache-entries select").select_option(index=index)
+        view = page.locator(".gpucache-inspector .gpucache-entry-view")
+        view.locator('.gpucache-entry[data-stage="ptx"]').wait_for(timeout=ACTION_S * 1000)
+        view.get_by_text("sm 80 -> 86").first.wait_for(timeout=ACTION_S * 1000)
+        assert view.locator("table.gpucache-diff tr[data-component='sm']").count() == 1
+        light = page.evaluate(CONTRAST)
+        assert light["light"] == "true" and light["ratio"] >= 4.5, light
+        page.locator(".gpucache-inspector").first.screenshot(path=str(lab.folder / "inspector.png"),
+                                                             timeout=ACTION_S * 1000)
+
+
+def test_entries_list_columns_all_reachable_from_1000_to_1400_px(lab):
+    page = lab.page
+    for width in WIDTHS:
+        with _shot_on_failure(page, lab.folder, f"entries-{width}"):
+            _at_width(page, width)
+            page.evaluate(SCROLL_ENTRIES, 0)
+            before = page.evaluate(ENTRIES_LAYOUT % json.dumps(ENTRY_COLUMNS))
+            page.screenshot(path=str(lab.folder / f"entries-{width}.png"), timeout=ACTION_S * 1000)
+            # the inspector fits the page; nothing overflows it unseen
+            assert before["inspector"]["right"] <= width, before["inspector"]
+            assert before["inspectorScroll"][0] <= before["inspectorScroll"][1] + 1, before["inspectorScroll"]
+            # the summary table: all of it in view, or in a box that scrolls
+            summary = before["summary"]
+            if summary["scrollWidth"] > summary["clientWidth"] + 1:
+                assert summary["overflowX"] in ("auto", "scroll"), summary
+            # the listbox is wide enough for every row: nothing is cut off inside it
+            assert before["options"] and all(o["width"] <= before["selectInner"] + 1 for o in before["options"]), \
+                (width, before["selectInner"], max(o["width"] for o in before["options"]))
+            # the header shows every column title (nothing clipped inside it)
+            assert before["headScroll"][0] <= before["headScroll"][1] + 1, before["headScroll"]
+            assert all(before["titles"][name] for name in ENTRY_COLUMNS), before["titles"]
+            # where the list is wider than its box, the box scrolls; scrolled to the end,
+            # the last column (header and rows) is in view
+            if before["scrollWidth"] > before["clientWidth"] + 1:
+                assert before["scrollerOverflowX"] in ("auto", "scroll"), before["scrollerOverflowX"]
+            page.evaluate(SCROLL_ENTRIES, 10 ** 6)
+            after = page.evaluate(ENTRIES_LAYOUT % json.dumps(ENTRY_COLUMNS))
+            view = after["scroller"]
+            for name in ENTRY_COLUMNS[-1:]:
+                title = after["titles"][name]
+                assert view["left"] - 1 <= title["left"] and title["right"] <= view["right"] + 1, \
+                    (width, name, title, view)
+            assert after["select"]["right"] <= view["right"] + 1, (width, after["select"], view)
+            page.evaluate(SCROLL_ENTRIES, 0)
+
+
+def _assert_no_overlap(found, what):
+    texts, frame = found["texts"], found["svg"]
+    assert texts, what
+    for t in texts:  # inside the chart, not cut off at its edges
+        assert frame["left"] - 0.5 <= t["left"] and t["right"] <= frame["right"] + 0.5, (what, t, frame)
+        assert frame["top"] - 0.5 <= t["top"] and t["bottom"] <= frame["bottom"] + 0.5, (what, t, frame)
+    for i, a in enumerate(texts):
+        for b in texts[i + 1:]:
+            assert not _overlaps(a, b), (what, a, b)
+
+
+def _points(labels, seed=0):
+    stages = ("typing", "llvm", "ptx", "cubin")
+    return [{"label": label, "stages": {s: ((i + k + seed) % 3, (i * k + seed) % 2) for k, s in enumerate(stages)}}
+            for i, label in enumerate(labels)]
+
+
+def test_chart_labels_do_not_overlap(lab):
+    """The chart's texts (legend, stage names, cell labels) laid out in Chromium:
+    no two boxes overlap and none leaves the chart, in the inspector after the
+    quickstart at every width, and for few and many cells with long labels."""
+    from gpucache_ext.widgets.render import STYLE, chart_svg
+
+    page = lab.page
+    for width in WIDTHS:
+        with _shot_on_failure(page, lab.folder, f"chart-{width}"):
+            _at_width(page, width)
+            found = page.evaluate(CHART_TEXTS, ".gpucache-inspector svg.gpucache-chart")
+            assert {"typing", "llvm", "ptx", "cubin"} <= {t["text"] for t in found["texts"]}
+            _assert_no_overlap(found, f"quickstart at {width} px")
+
+    cases = {
+        "one cell": _points(["[1]"]),
+        "few cells": _points(["earlier", "[3]", "[4]", "recompile", "[5]"]),
+        "30 cells": _points([f"[{n}]" for n in range(1, 31)]),
+        "30 cells, long labels": _points([f"[{n}]" for n in range(990, 1017)] + ["recompile", "[1017]", "recompile"]),
+        "40 cells (30 shown)": _points([f"[{n}]" for n in range(100, 140)]),
+    }
+    other = lab.browser.new_page(viewport={"width": 1200, "height": 900})
+    try:
+        for name, points in cases.items():
+            for frame in (900, 400):  # as drawn, and scaled down to a narrow output
+                # in the static snapshot's box: the inspector's font (as in JupyterLab without its variables)
+                other.set_content(f'<!doctype html><html><head>{STYLE}</head><body><div class="gpucache-static" '
+                                  f'style="width:{frame}px">{chart_svg(points)}</div></body></html>')
+                other.evaluate(SETTLED)
+                found = other.evaluate(CHART_TEXTS, "svg.gpucache-chart")
+                cells = {t["text"] for t in found["texts"]} & {p["label"] for p in points}
+                shown = points[-30:]
+                # the last cell is labelled, and more than one where there are more
+                assert shown[-1]["label"] in cells and len(cells) >= min(2, len(shown)), (name, cells)
+                _assert_no_overlap(found, f"{name} in {frame} px")
+                other.screenshot(path=str(lab.folder / f"chart-{name.replace(' ', '-')}-{frame}.png"))
+    finally:
+        other.close()
+
+
+def _row_key(label):
+    """(stage, short token) of an entries list row."""
+    return re.search(r" (typing|llvm|ptx|cubin) +([0-9a-f]{8}) ", label.replace("\u00a0", " ")).groups()
+
+
+def test_evict_in_the_browser_updates_at_once_and_keeps_the_place(lab):
+    page = lab.page
+    with _shot_on_failure(page, lab.folder, "evict"):
+        _at_width(page, 1400)
+        select = page.locator(".gpucache-inspector .gpucache-entries select")
+        options = page.locator(".gpucache-inspector .gpucache-entries select option")
+        assert options.count() == 6
+        labels = [t.replace("\u00a0", " ") for t in options.all_inner_texts()]
+        index = next(i for i, t in enumerate(labels)
+                     if re.search(r" ptx +[0-9a-f]{8} ", t) and "sm_86" in t)
+        assert index < len(labels) - 1
+        token = re.search(r" ptx +([0-9a-f]{8}) ", labels[index]).group(1)
+        select.select_option(index=index)
+        page.locator(".gpucache-inspector .gpucache-entry-view "
+                     f'.gpucache-entry[data-stage="ptx"][data-token^="{token}"]').wait_for(timeout=ACTION_S * 1000)
+        page.locator(".gpucache-inspector button", has_text="Evict entry").click()
+        page.wait_for_selector('.gpucache-inspector td[data-stage="ptx"][data-field="entries"]'
+                               '[data-value="1"]', timeout=ACTION_S * 1000)
+        assert options.count() == 5
+        page.locator(".gpucache-inspector .gpucache-status").get_by_text(
+            f"evicted ptx entry {token}").wait_for(timeout=ACTION_S * 1000)
+        # the row that followed it is selected, in the list and in the entry view
+        rows = [_row_key(t) for t in labels]
+        assert [_row_key(t) for t in options.all_inner_texts()] == rows[:index] + rows[index + 1:]
+        page.wait_for_function(f"() => document.querySelector('.gpucache-inspector .gpucache-entries select')"
+                               f".selectedIndex === {index}", timeout=ACTION_S * 1000)
+        stage, following = _row_key(labels[index + 1])
+        page.locator(".gpucache-inspector .gpucache-entry-view "
+                     f'.gpucache-entry[data-stage="{stage}"][data-token^="{following}"]').wait_for(
+                         timeout=ACTION_S * 1000)
+
+
+def test_dark_theme_is_readable(lab):
+    page = lab.page
+    with _shot_on_failure(page, lab.folder, "dark"):
+        # the dark theme: still readable, from JupyterLab's variables
+        page.evaluate("() => { window.jupyterapp.commands.execute('apputils:change-theme', "
+                      "{theme: 'JupyterLab Dark'}); return true; }")
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'",
+                               timeout=ACTION_S * 1000)
+        page.wait_for_function("() => { const b = document.querySelector('.gpucache-inspector'); "
+                               "const m = getComputedStyle(b).backgroundColor.match(/\\d+/g); "
+                               "return m && Number(m[0]) < 100; }", timeout=ACTION_S * 1000)
+        dark = page.evaluate(CONTRAST)
+        assert dark["bgLuminance"] < 0.1 and dark["ratio"] >= 4.5, dark
+        dark_shot = lab.folder / "inspector-dark.png"
+        page.locator(".gpucache-inspector").first.screenshot(path=str(dark_shot), timeout=ACTION_S * 1000)
+        print(f"\nscreenshots: {lab.folder}")

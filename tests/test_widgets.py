@@ -567,3 +567,112 @@ def test_cells_ask_the_tiers_what_they_hold_only_for_an_open_inspector(ip, tmp_p
     cell(ip, "--sm 80", AXPY)
     assert CountingDisk.calls > before  # the open inspector refreshed
     assert list(chart_points(inspector).values())[-1]["cubin"] == (1, 0)
+
+
+def test_evict_keeps_the_selection_on_the_neighbouring_row(ip):
+    cell(ip, "--sm 80", AXPY)
+    cell(ip, "--sm 86", AXPY)  # ptx and cubin again: six rows
+    inspector = gpucache_ext.inspector()
+    cache = gpucache_ext.default_cache()
+    select = part(inspector, "gpucache-entries")
+    evict = part(inspector, "gpucache-evict")
+
+    def shown():
+        """What is selected in the list as the frontend has it, and what the entry view shows."""
+        page = part(inspector, "gpucache-entry-view").get_state()["value"]
+        view = [(a["data-stage"], a["data-token"]) for tag, a in data_elements(page)
+                if tag == "div" and "data-token" in a]
+        index = select.get_state()["index"]
+        return (listed(inspector)[1][index] if index is not None else None), view
+
+    _, before = listed(inspector)
+    assert len(before) == 6
+    select.value = before[2]  # a row in the middle, not the first
+    evict.click()
+    assert cache.entry(*before[2]) is None
+    _, after = listed(inspector)
+    assert after == before[:2] + before[3:]
+    assert inspector.selected == before[3]  # the row that followed it
+    assert shown() == (before[3], [before[3]])
+
+    select.value = after[-1]  # the last row: the one before it takes its place
+    evict.click()
+    assert inspector.selected == after[-2] and shown() == (after[-2], [after[-2]])
+
+    # with a filter: the neighbour in the list as filtered
+    part(inspector, "gpucache-stage-filter").value = "ptx"
+    _, ptxs = listed(inspector)
+    assert len(ptxs) == 2
+    select.value = ptxs[0]
+    evict.click()
+    assert inspector.selected == ptxs[1] and listed(inspector)[1] == [ptxs[1]]
+    evict.click()  # the only row: nothing left to select
+    assert inspector.selected is None and listed(inspector) == ([], [])
+    assert evict.disabled
+
+
+def kernel_column(inspector):
+    """{(stage, token): the kernel column of its row} as the list shows it."""
+    labels, values = listed(inspector)
+    return {value: label.split()[0] for label, value in zip(labels, values)}
+
+
+def test_two_kernels_of_one_name_from_two_cells_are_told_apart(ip):
+    first = cell(ip, "--sm 80", AXPY)
+    first_tokens = {s: r.token for s, r in ip.user_ns["axpy"].last.stages.items()}
+    cell(ip, "--sm 80", AXPY.replace("a * x[i] + y[i]", "a * x[i] - y[i]"))  # another axpy
+    second_tokens = {s: r.token for s, r in ip.user_ns["axpy"].last.stages.items()}
+    assert first.success and set(first_tokens.values()).isdisjoint(second_tokens.values())
+    cache = gpucache_ext.default_cache()
+    assert {r["kernel"] for r in cache.entries()} == {"__main__.axpy"}  # the same qualified name
+    inspector = gpucache_ext.inspector()
+    column = kernel_column(inspector)
+    assert len(column) == 8
+    mine = {column[(s, t)] for s, t in first_tokens.items()}
+    theirs = {column[(s, t)] for s, t in second_tokens.items()}
+    # one label per kernel, on every stage's row, and the two differ
+    assert len(mine) == 1 and len(theirs) == 1 and mine != theirs, column
+    assert all(re.fullmatch(r"axpy#[0-9a-f]{6}", label) for label in mine | theirs)
+    # the selected entry's heading names it the same way
+    inspector.select("ptx", second_tokens["ptx"])
+    assert f"<h4>{theirs.pop()} " in part(inspector, "gpucache-entry-view").get_state()["value"]
+    # and so does the static fallback
+    text = inspector._repr_mimebundle_()["text/plain"]
+    assert f"\n{mine.pop()} " in text
+
+    # the first axpy's typed IR evicted: its other rows still read as one kernel, not the other,
+    # by what this inspector read before, or (a new one) by the evicted typing entry's token
+    before = column[("llvm", first_tokens["llvm"])]
+    cache.evict("typing", first_tokens["typing"])
+    inspector.refresh()
+    for view, expected in ((inspector, before), (widgets.Inspector(cache), f"axpy#{first_tokens['typing'][:6]}")):
+        column = kernel_column(view)
+        assert {column[(s, first_tokens[s])] for s in ("llvm", "ptx", "cubin")} == {expected}
+        assert expected not in {column[(s, second_tokens[s])] for s in STAGES}
+
+
+def test_one_kernel_keeps_its_plain_name(ip):
+    cell(ip, "--sm 80", AXPY)
+    cell(ip, "--sm 86", AXPY)  # same source, another target
+    cell(ip, "--sm 80", AXPY.replace("float32", "float64"))  # and another signature
+    assert set(kernel_column(gpucache_ext.inspector()).values()) == {"axpy"}
+
+
+def test_kernels_of_one_short_name_in_two_modules_show_their_qualified_names(ip):
+    import types
+
+    cache = KernelCache()
+    body = AXPY.replace('@cuda.jit("void(float32[:], float32, float32[:], float32[:])")', "")
+    kernels = {}
+    for name in ("pkg.first", "pkg.second"):
+        module = types.ModuleType(name)
+        exec(compile(body, f"<{name}>", "exec"), module.__dict__)
+        kernels[name] = cache.compile(module.axpy, "void(float32[:], float32, float32[:], float32[:])")
+    inspector = gpucache_ext.inspector(cache)
+    column = kernel_column(inspector)
+    for name, result in kernels.items():
+        assert result.kernel == f"{name}.axpy"
+        assert {column[(s, r.token)] for s, r in result.stages.items()} == {f"{name.split('.')[1]}.axpy"}
+    # the kernel filter names them the same way as before
+    names = part(inspector, "gpucache-kernel-filter").get_state()["_options_labels"]
+    assert {"pkg.first.axpy", "pkg.second.axpy"} <= set(names)

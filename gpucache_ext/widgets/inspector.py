@@ -7,7 +7,9 @@ widget per cache.  It shows
   evictions, compile time spent and saved, and the same per tier;
 * a small chart of hits and misses per stage over the session's cells;
 * the cached entries (kernel, signature, config, stage, token, tier, size,
-  age, why it was built), filtered by kernel and stage;
+  age, why it was built), filtered by kernel and stage; kernels that share a
+  name are told apart (``a.axpy`` and ``b.axpy``; ``axpy#3f2a1c`` for two
+  sources of one qualified name, see `Sources`);
 * the selected entry: its config and which stages read each field, its token
   components, its artifacts (typed IR, NVVM IR, PTX, SASS where nvdisasm is
   found, the link log), its resources, and why it was built, side by side with
@@ -28,21 +30,23 @@ entry, what an entry built) and hands what it read to the pure renderers of
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import time
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 import ipywidgets as W
 
-from ..config import STAGES
+from ..config import STAGES, CompileConfig
 from ..queries import built_from, nearest_entry
 from ..units import format_seconds
 from ..results import SassUnavailable, disassemble
 from ..ipython.session import CellHistory
 from ..tokens import short_token
 from .render import (_ENTRY_COLUMNS, _MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, _entry_line,
-                     _entry_widths, _esc, _short_kernel, chart_svg, entry_cells, entry_html, saved_seconds,
-                     storage_summary, summary_html)
+                     _entry_widths, _esc, _short_kernel, chart_svg, entry_cells, entry_html, kernel_labels,
+                     saved_seconds, storage_summary, summary_html)
 
 _sass_cache: "OrderedDict[str, Tuple[Optional[str], Optional[str]]]" = OrderedDict()
 
@@ -61,7 +65,74 @@ def sass_of(token: str, cubin: bytes) -> Tuple[Optional[str], Optional[str]]:
     return found
 
 
-def entry_detail(cache, stage: str, token: str) -> Optional[EntryDetail]:
+# The typing inputs that are not the kernel's own: what it was typed for and with which config.
+_NOT_SOURCE = frozenset({"signature"} | {f.name for f in dataclasses.fields(CompileConfig)})
+_MAX_SOURCES = 8192
+
+
+class Sources:
+    """Which source each entry was built from, read from the cache.
+
+    Every entry names its upstream entry's token among its components
+    (cubin -> ptx -> llvm -> typing); the typing entry's components are the
+    kernel's inputs.  The digest of those, signature and config aside (the
+    code, the globals it reads, the toolchain), tells apart two kernels of one
+    qualified name: ``axpy`` defined in two cells is ``__main__.axpy`` both
+    times.  Where an upstream entry is gone (typed IR is kept in memory only),
+    the missing entry's token stands in for it.  Tokens name their inputs, so
+    what was found is remembered; what stood in is read again once new typing
+    entries appear.
+    """
+
+    def __init__(self):
+        self.found: Dict[Tuple[str, str], str] = {}
+        self.guessed: Dict[Tuple[str, str], str] = {}
+        self._typing = frozenset()
+
+    def of(self, cache, rows) -> Dict[Tuple[str, str], Optional[str]]:
+        typing = frozenset(r["token"] for r in rows if r["stage"] == "typing")
+        if typing - self._typing:
+            self.guessed.clear()
+        self._typing = typing
+        if len(self.found) > _MAX_SOURCES:
+            self.found.clear()
+        return {(r["stage"], r["token"]): self._source(cache, r["stage"], r["token"]) for r in rows}
+
+    def _source(self, cache, stage: str, token: str) -> Optional[str]:
+        path: List[Tuple[str, str]] = []
+        while True:
+            key = (stage, token)
+            for memo in (self.found, self.guessed):
+                if key in memo:
+                    return self._remember(path, memo[key], memo)
+            entry = cache.entry(stage, token)
+            if entry is None:  # gone: the row itself (unknown), else its upstream (its token stands in)
+                return self._remember(path, token, self.guessed) if path else None
+            path.append(key)
+            if stage == "typing":
+                return self._remember(path, _source_digest(entry.components), self.found)
+            upstream = STAGES[STAGES.index(stage) - 1]
+            part = entry.components.get(upstream)
+            if part is None:
+                return self._remember(path, token, self.guessed)
+            stage, token = upstream, part.digest
+
+    @staticmethod
+    def _remember(path, value: str, memo) -> str:
+        for key in path:
+            memo[key] = value
+        return value
+
+
+def _source_digest(components) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(components):
+        if name not in _NOT_SOURCE:
+            digest.update(f"{name}\0{components[name].digest}\0".encode())
+    return digest.hexdigest()
+
+
+def entry_detail(cache, stage: str, token: str, kernel_label: Optional[str] = None) -> Optional[EntryDetail]:
     """Read what the entry view shows of one entry (None if it is gone)."""
     entry = cache.entry(stage, token)
     if entry is None:
@@ -73,13 +144,15 @@ def entry_detail(cache, stage: str, token: str) -> Optional[EntryDetail]:
     if stage == "cubin" and entry.artifact is not None:
         sass, note = sass_of(token, getattr(entry.artifact, "cubin", b"") or b"")
     return EntryDetail(stage, entry, tuple(rows[0].tiers) if rows else (), nearest, tuple(names),
-                       downstream, sass, note)
+                       downstream, sass, note, kernel_label)
 
 
-def snapshot(cache, history: Optional[CellHistory] = None) -> CacheSnapshot:
+def snapshot(cache, history: Optional[CellHistory] = None, sources: Optional[Sources] = None) -> CacheSnapshot:
     """The inspector's numbers now, as a static `CacheSnapshot`."""
-    return CacheSnapshot(cache.stats(), history.points if history is not None else (), cache.entries(),
-                         time.time())
+    rows = cache.entries()
+    labels = kernel_labels(rows, (sources or Sources()).of(cache, rows))
+    return CacheSnapshot(cache.stats(), history.points if history is not None else (), rows, time.time(),
+                         labels)
 
 
 def stats_view(cache) -> StatsView:
@@ -108,6 +181,8 @@ class Inspector(W.VBox):
         self._selected: Optional[Tuple[str, str]] = None
         self._updating = False
         self._rows: List[Dict[str, Any]] = []
+        self._sources = Sources()
+        self._labels: Dict[Tuple[str, str], str] = {}
 
         self.header = W.HTML()
         self.summary = W.HTML()
@@ -120,7 +195,7 @@ class Inspector(W.VBox):
                                        layout=W.Layout(width="auto"))
         self.count = W.HTML()
         self.entries_head = W.HTML()
-        self.entries_list = W.Select(options=[], rows=8, layout=W.Layout(width="100%"),
+        self.entries_list = W.Select(options=[], rows=8, layout=W.Layout(width="auto"),
                                      description="", tooltip="Cached entries; select one to see it below")
         self.evict_button = W.Button(description="Evict entry", icon="trash", button_style="warning",
                                      tooltip="Remove the selected entry from every tier", disabled=True)
@@ -156,8 +231,9 @@ class Inspector(W.VBox):
             W.HTML("<h4>Entries</h4>"),
             W.HBox([self.kernel_filter, self.stage_filter, self.count],
                    layout=W.Layout(flex_flow="row wrap", align_items="center")),
-            self.entries_head,
-            self.entries_list,
+            # one box scrolls the header and the list together where the rows are wider than the view
+            W.VBox([self.entries_head, self.entries_list], layout=W.Layout(width="100%"),
+                   _dom_classes=("gpucache-entries-scroll",)),
             W.HBox([self.evict_button, self.recompile_button, self.clear_stage, self.clear_button],
                    layout=W.Layout(flex_flow="row wrap", align_items="center")),
             self.status,
@@ -194,6 +270,7 @@ class Inspector(W.VBox):
         self.summary.value = summary_html(stats, saved)
         self.chart.value = chart_svg(points)
         self._rows = rows
+        self._labels = kernel_labels(rows, self._sources.of(self.cache, rows))
         self._update_entries()
 
     def _update_entries(self):
@@ -212,7 +289,7 @@ class Inspector(W.VBox):
             shown = [r for r in rows if (not kernel or r["kernel"] == kernel)
                      and (not stage or r["stage"] == stage)]
             listed = shown[:_MAX_LIST_ROWS]
-            cells = [entry_cells(r, now) for r in listed]
+            cells = [entry_cells(r, now, self._labels.get((r["stage"], r["token"]))) for r in listed]
             widths = _entry_widths(cells)
             # (the listbox keeps the labels' spaces, so the columns line up)
             self.entries_head.value = ('<div class="gpucache-entries-head" aria-hidden="true">'
@@ -240,7 +317,8 @@ class Inspector(W.VBox):
             self.entry_view.value = ('<p class="gpucache-muted">Select an entry above to see its '
                                      'config, token components, artifacts and why it was built.</p>')
             return
-        self.entry_view.value = entry_html(entry_detail(self.cache, *selected), time.time())
+        self.entry_view.value = entry_html(entry_detail(self.cache, *selected, self._labels.get(selected)),
+                                           time.time())
 
     def _on_filter(self, change):
         if not self._updating:
@@ -275,11 +353,22 @@ class Inspector(W.VBox):
             return False
         stage, token = self._selected
         found = self.cache.evict(stage, token)
-        self._selected = None
+        # keep the place in the list: the row that followed it, or the one before if it was last
+        self._selected = self._neighbour(self._selected)
         self._refresh_all()
         self._set_status(f"evicted {stage} entry {short_token(token)}" if found
                          else f"{stage} entry {short_token(token)} was already gone")
         return found
+
+    def _neighbour(self, value: Tuple[str, str]) -> Optional[Tuple[str, str]]:
+        """The row after `value` in the list as shown (the previous one if it is
+        last; None if it is the only one or not listed)."""
+        values = [v for _, v in self.entries_list.options]
+        if value not in values:
+            return None
+        index = values.index(value)
+        rest = values[index + 1:] or values[:index][-1:]
+        return rest[0] if rest else None
 
     def recompile_selected(self):
         if self._selected is None:
@@ -325,7 +414,7 @@ class Inspector(W.VBox):
 
     # -- display -----------------------------------------------------------------
     def snapshot(self) -> CacheSnapshot:
-        return snapshot(self.cache, self.history)
+        return snapshot(self.cache, self.history, self._sources)
 
     def __repr__(self) -> str:
         return self.snapshot().text()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import io
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -75,9 +76,19 @@ STYLE = """<style>
   font-size: var(--jp-code-font-size, 12px);
 }
 .gpucache-entries-head {
-  white-space: pre; overflow: hidden; padding: 0 5px; font-weight: 600;
+  white-space: pre; padding: 0 5px; font-weight: 600;
   color: var(--jp-ui-font-color1, #1f1f1f);
 }
+/* The entries: the header and the listbox as wide as their longest line (a listbox
+   cannot scroll sideways), in one box that scrolls sideways where they are wider. */
+.gpucache-entries-scroll { overflow-x: auto !important; overflow-y: hidden !important; max-width: 100%; }
+.gpucache-entries-scroll > .gpucache-entries-head-box, .gpucache-entries-scroll > .gpucache-entries {
+  width: max-content !important; min-width: 100%; flex: 0 0 auto; margin-left: 0; margin-right: 0;
+}
+.gpucache-entries-scroll > .gpucache-entries select { width: max-content; min-width: 100%; flex: 1 0 auto; }
+.gpucache-summary { overflow-x: auto; max-width: 100%; }  /* a narrow view scrolls the table */
+.gpucache-summary-table th, .gpucache-summary-table td { padding: 2px 6px; }
+.gpucache-summary-table td, .gpucache-summary-table tbody th { white-space: nowrap; }
 .gpucache-inspector pre, .gpucache-static pre {
   font-family: var(--jp-code-font-family, SFMono-Regular, Menlo, Consolas, monospace);
   font-size: var(--jp-code-font-size, 12px);
@@ -113,6 +124,9 @@ _MAX_LIST_ROWS = 500
 _MAX_STATIC_ROWS = 40
 _MAX_ARTIFACT_CHARS = 200_000
 _CHART_POINTS = 30
+_CHART_LABEL_CHARS = 12  # a cell label under the chart (whole in the column's tooltip)
+_CHART_CHAR_PX = 7.0  # a character of the chart's 10px text, at most (DejaVu Sans digits: 6.4)
+_CHART_LABEL_GAP = 6
 
 
 # ---------------------------------------------------------------------------
@@ -137,6 +151,11 @@ def _short_kernel(qualname: str) -> str:
 def _fit(text: str, width: int) -> str:
     text = str(text)
     return text if len(text) <= width else text[: max(1, width - 1)] + "\u2026"
+
+
+def _text_width(text: str) -> float:
+    """An upper bound on the width of `text` in the chart's 10px font, in px."""
+    return len(str(text)) * _CHART_CHAR_PX
 
 
 def saved_seconds(stats) -> Dict[str, Dict[str, float]]:
@@ -318,12 +337,18 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
     left, top, row_h, half, bottom = 56, 22, 40, 16, 22
     col = max(10, min(28, int(560 / max(1, len(points)))))
     bar = max(4, col - 4)
-    width = max(320, left + col * len(points) + 8)
+    # the cell labels under the columns: every `step`-th, counted back from the last (always
+    # labelled), so that no two meet; the chart is wide enough for the last one's right half
+    labels = [_fit(p["label"], _CHART_LABEL_CHARS) for p in points]
+    label_w = max(_text_width(label) for label in labels) + _CHART_LABEL_GAP
+    step = max(1, math.ceil(label_w / col))
+    width = max(320, left + col * len(points) + max(8, math.ceil(label_w / 2 - col / 2)))
     height = top + row_h * len(STAGES) + bottom
     peak = max(1, max(max(h, m) for p in points for h, m in p["stages"].values()))
     totals = {s: (sum(p["stages"].get(s, (0, 0))[0] for p in points),
                   sum(p["stages"].get(s, (0, 0))[1] for p in points)) for s in STAGES}
     desc = "; ".join(f"{s}: {h} hits, {m} misses" for s, (h, m) in totals.items())
+    misses_x = 14 + math.ceil(_text_width("hits (up)")) + 12
     parts = [
         f'<svg class="gpucache-chart" role="img" aria-labelledby="gpucache-chart-title gpucache-chart-desc" '
         f'xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -333,8 +358,8 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
         f'<desc id="gpucache-chart-desc">{_esc(desc)}</desc>',
         '<rect class="gpucache-bar-hit" fill="#2e7d32" x="0" y="4" width="10" height="10"/>',
         '<text x="14" y="13">hits (up)</text>',
-        '<rect class="gpucache-bar-miss" fill="#c62828" x="80" y="4" width="10" height="10"/>',
-        '<text x="94" y="13">misses (down)</text>',
+        f'<rect class="gpucache-bar-miss" fill="#c62828" x="{misses_x}" y="4" width="10" height="10"/>',
+        f'<text x="{misses_x + 14}" y="13">misses (down)</text>',
     ]
     for r, stage in enumerate(STAGES):
         base = top + r * row_h + row_h // 2
@@ -356,12 +381,11 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
                 parts.append(f'<rect class="gpucache-bar-miss" fill="#c62828" x="{x}" y="{base + 1}" '
                              f'width="{bar}" height="{h}"/>')
             parts.append("</g>")
-    step = max(1, (len(points) * 28) // max(1, width - left) + 1)
     y = height - 6
-    for i, point in enumerate(points):
-        if i % step == 0 or i == len(points) - 1:
+    for i, label in enumerate(labels):
+        if (len(labels) - 1 - i) % step == 0:
             x = left + i * col + col // 2
-            parts.append(f'<text x="{x}" y="{y}" text-anchor="middle">{_esc(point["label"])}</text>')
+            parts.append(f'<text x="{x}" y="{y}" text-anchor="middle">{_esc(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -381,15 +405,67 @@ def chart_text(points: List[Dict[str, Any]], limit: int = 12) -> str:
     return "\n".join(lines)
 
 
-_ENTRY_COLUMNS = ("kernel", "signature", "config", "stage", "token", "tier", "size", "age", "why built")
-_ENTRY_WIDTHS = {"kernel": 14, "signature": 46, "config": 24, "stage": 6, "token": _TOKEN_SHORT,
-                 "tier": 14, "size": 8, "age": 4, "why built": 44}
+# What tells rows apart first (kernel, stage, token, config), so that a narrow view shows
+# it without scrolling; the free text ("why built", whole in the entry view) last.
+_ENTRY_COLUMNS = ("kernel", "stage", "token", "config", "signature", "tier", "size", "age", "why built")
+_ENTRY_WIDTHS = {"kernel": 18, "signature": 46, "config": 22, "stage": 6, "token": _TOKEN_SHORT,
+                 "tier": 14, "size": 9, "age": 4, "why built": 40}
 _RIGHT = ("size", "age")
 
 
-def entry_cells(row: Dict[str, Any], now: float) -> Dict[str, str]:
+def _distinct_tail(qualname: str, others) -> str:
+    """The shortest dotted tail of `qualname` that no other name of `others` ends with."""
+    parts = qualname.split(".")
+    for k in range(1, len(parts) + 1):
+        tail = parts[-k:]
+        if not any(o != qualname and o.split(".")[-k:] == tail for o in others):
+            return ".".join(tail)
+    return qualname
+
+
+def kernel_labels(rows, sources: Optional[Dict[Tuple[str, str], Optional[str]]] = None
+                  ) -> Dict[Tuple[str, str], str]:
+    """The entries list's kernel column, per row's (stage, token).
+
+    The short name, told apart where two kernels share it: by the shortest
+    tail of their qualified names that differs (``a.axpy``, ``b.axpy``), and
+    where rows of one qualified name come from more than one source (``axpy``
+    defined again, differently, in another cell: the magic names both
+    ``__main__.axpy``) by ``#`` and six hex digits of `sources`' digest for
+    the row (``axpy#3f2a1c``; ``#?`` where it is not known).  `sources` maps
+    (stage, token) to a digest of what the kernel was built from, as the
+    inspector read it from the cache; None where it could not.
+    """
+    sources = sources or {}
+    qualnames: Dict[str, set] = {}
+    digests: Dict[str, set] = {}
+    for row in rows:
+        qualnames.setdefault(_short_kernel(row["kernel"]), set()).add(row["kernel"])
+        digests.setdefault(row["kernel"], set()).add(sources.get((row["stage"], row["token"])))
+    labels = {}
+    for row in rows:
+        kernel = row["kernel"]
+        same = qualnames[_short_kernel(kernel)]
+        name = _short_kernel(kernel) if len(same) == 1 else _distinct_tail(kernel, same)
+        if len(digests[kernel] - {None}) > 1:
+            digest = sources.get((row["stage"], row["token"]))
+            name += "#" + (digest[:6] if digest else "?")
+        labels[(row["stage"], row["token"])] = name
+    return labels
+
+
+def _fit_kernel(text: str, width: int) -> str:
+    """`_fit` that keeps a ``#digest`` suffix whole (it is what tells two rows apart)."""
+    name, mark, digest = text.rpartition("#")
+    if not mark or len(text) <= width or len(digest) + 2 > width:
+        return _fit(text, width)
+    return _fit(name, width - len(digest) - 1) + "#" + digest
+
+
+def entry_cells(row: Dict[str, Any], now: float, kernel: Optional[str] = None) -> Dict[str, str]:
+    """One row's columns as text; `kernel`: its label (`kernel_labels`), else the short name."""
     return {
-        "kernel": _short_kernel(row["kernel"]),
+        "kernel": kernel if kernel is not None else _short_kernel(row["kernel"]),
         "signature": row.get("signature", ""),
         "config": row.get("config", ""),
         "stage": row["stage"],
@@ -408,15 +484,17 @@ def _entry_widths(cells: List[Dict[str, str]]) -> Dict[str, int]:
 def _entry_line(cells: Dict[str, str], widths: Dict[str, int]) -> str:
     parts = []
     for column in _ENTRY_COLUMNS:
-        text = _fit(cells[column], widths[column])
+        text = (_fit_kernel if column == "kernel" else _fit)(cells[column], widths[column])
         parts.append(text.rjust(widths[column]) if column in _RIGHT else text.ljust(widths[column]))
     return "  ".join(parts).rstrip()
 
 
-def entries_text(rows: List[Dict[str, Any]], now: float, limit: int = 20) -> str:
+def entries_text(rows: List[Dict[str, Any]], now: float, limit: int = 20,
+                 labels: Optional[Dict[Tuple[str, str], str]] = None) -> str:
     if not rows:
         return "entries: none cached"
-    cells = [entry_cells(r, now) for r in rows[:limit]]
+    labels = labels or {}
+    cells = [entry_cells(r, now, labels.get((r["stage"], r["token"]))) for r in rows[:limit]]
     widths = _entry_widths(cells)
     lines = [_entry_line({c: c for c in _ENTRY_COLUMNS}, widths)]
     lines += [_entry_line(c, widths) for c in cells]
@@ -425,13 +503,15 @@ def entries_text(rows: List[Dict[str, Any]], now: float, limit: int = 20) -> str
     return "\n".join(lines)
 
 
-def entries_html(rows: List[Dict[str, Any]], now: float, limit: int = _MAX_STATIC_ROWS) -> str:
+def entries_html(rows: List[Dict[str, Any]], now: float, limit: int = _MAX_STATIC_ROWS,
+                 labels: Optional[Dict[Tuple[str, str], str]] = None) -> str:
     if not rows:
         return '<p class="gpucache-muted">No entries are cached.</p>'
+    labels = labels or {}
     head = "".join(f'<th scope="col">{_esc(c)}</th>' for c in _ENTRY_COLUMNS)
     body = []
     for row in rows[:limit]:
-        cells = entry_cells(row, now)
+        cells = entry_cells(row, now, labels.get((row["stage"], row["token"])))
         tds = []
         for column in _ENTRY_COLUMNS:
             cls = "gpucache-text" if column not in _RIGHT else ""
@@ -629,6 +709,7 @@ class EntryDetail:
     downstream: Tuple[Any, ...] = ()  # (EntryInfo, resources) of the cubins built from it
     sass: Optional[str] = None  # a cubin's SASS
     sass_note: Optional[str] = None  # why there is no SASS
+    kernel_label: Optional[str] = None  # the kernel as the entries list names it (`kernel_labels`)
 
 
 def entry_html(detail: Optional[EntryDetail], now: float) -> str:
@@ -643,7 +724,7 @@ def entry_html(detail: Optional[EntryDetail], now: float) -> str:
             f'in {_esc(format_seconds(entry.seconds))}')
     return "".join([
         f'<div class="gpucache-entry" data-stage="{_esc(stage)}" data-token="{_esc(token)}">',
-        f'<h4>{_esc(_short_kernel(entry.kernel))} <span class="gpucache-code">'
+        f'<h4>{_esc(detail.kernel_label or _short_kernel(entry.kernel))} <span class="gpucache-code">'
         f'{_esc(entry.signature)}</span> [{_esc(entry.config)}]</h4>',
         f'<p class="gpucache-muted">{meta}</p>',
         '<div class="gpucache-entry-grid">',
@@ -665,12 +746,14 @@ def entry_html(detail: Optional[EntryDetail], now: float) -> str:
 class CacheSnapshot:
     """The inspector's numbers at one moment, as plain text and static HTML."""
 
-    def __init__(self, stats, points, entries, now: float):
+    def __init__(self, stats, points, entries, now: float,
+                 labels: Optional[Dict[Tuple[str, str], str]] = None):
         self.stats = stats
         self.saved = saved_seconds(stats)
         self.points = list(points)
         self.entries = list(entries)
         self.time = now
+        self.labels = labels if labels is not None else kernel_labels(self.entries)
 
     def text(self) -> str:
         return "\n".join([
@@ -679,7 +762,7 @@ class CacheSnapshot:
             "",
             chart_text(self.points),
             "",
-            entries_text(self.entries, self.time),
+            entries_text(self.entries, self.time, labels=self.labels),
         ])
 
     def html(self) -> str:
@@ -691,7 +774,7 @@ class CacheSnapshot:
             "<h4>Hits and misses per cell</h4>",
             chart_svg(self.points),
             "<h4>Entries</h4>",
-            entries_html(self.entries, self.time),
+            entries_html(self.entries, self.time, labels=self.labels),
             '<p class="gpucache-muted">A static snapshot: in JupyterLab with ipywidgets this is a '
             "live inspector with entry details and actions.</p>",
             "</div>",
