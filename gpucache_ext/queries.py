@@ -12,15 +12,19 @@ them; none of them keeps a second copy.
   restart is explained against the entries on disk);
 - `nearest_entry`: the same, for an entry already cached (the inspector);
 - `built_from`: the cubins built from an entry, with their resources;
+- `Sources`: the other way, what source (code, globals, toolchain) each entry
+  was built from, which tells apart two kernels of one qualified name;
 - `predict`: what compiling would do now, stage by stage (`KernelCache.explain`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
-from .config import STAGES
+from .config import STAGES, CompileConfig
 from .results import EntryInfo, Outcome, parse_resources
 from .tokens import Component, explain_difference
 
@@ -191,3 +195,71 @@ def predict(cache: "KernelCache", tokens, config, kernel: str) -> Explanation:
             outcomes[stage] = Outcome.MISS
             reasons[stage] = explain_miss(cache, stage, kernel, token.components)
     return Explanation({s: reasons[s] for s in STAGES}, {s: outcomes[s] for s in STAGES})
+
+
+# What source each entry was built from (telling apart kernels of one name)
+
+_NOT_SOURCE = frozenset({"signature"} | {f.name for f in dataclasses.fields(CompileConfig)})
+_MAX_SOURCES = 8192
+
+
+class Sources:
+    """Which source each entry was built from, read from the cache.
+
+    Every entry names its upstream entry's token among its components
+    (cubin -> ptx -> llvm -> typing); the typing entry's components are the
+    kernel's inputs.  The digest of those, signature and config aside (the
+    code, the globals it reads, the toolchain), tells apart two kernels of one
+    qualified name: ``axpy`` defined in two cells is ``__main__.axpy`` both
+    times.  Where an upstream entry is gone (typed IR is kept in memory only),
+    the missing entry's token stands in for it.  Tokens name their inputs, so
+    what was found is remembered; what stood in is read again once new typing
+    entries appear.
+    """
+
+    def __init__(self):
+        self.found: Dict[Tuple[str, str], str] = {}
+        self.guessed: Dict[Tuple[str, str], str] = {}
+        self._typing = frozenset()
+
+    def of(self, cache, rows) -> Dict[Tuple[str, str], Optional[str]]:
+        typing = frozenset(r["token"] for r in rows if r["stage"] == "typing")
+        if typing - self._typing:
+            self.guessed.clear()
+        self._typing = typing
+        if len(self.found) > _MAX_SOURCES:
+            self.found.clear()
+        return {(r["stage"], r["token"]): self._source(cache, r["stage"], r["token"]) for r in rows}
+
+    def _source(self, cache, stage: str, token: str) -> Optional[str]:
+        path: List[Tuple[str, str]] = []
+        while True:
+            key = (stage, token)
+            for memo in (self.found, self.guessed):
+                if key in memo:
+                    return self._remember(path, memo[key], memo)
+            entry = cache.entry(stage, token)
+            if entry is None:  # gone: the row itself (unknown), else its upstream (its token stands in)
+                return self._remember(path, token, self.guessed) if path else None
+            path.append(key)
+            if stage == "typing":
+                return self._remember(path, _source_digest(entry.components), self.found)
+            upstream = STAGES[STAGES.index(stage) - 1]
+            part = entry.components.get(upstream)
+            if part is None:
+                return self._remember(path, token, self.guessed)
+            stage, token = upstream, part.digest
+
+    @staticmethod
+    def _remember(path, value: str, memo) -> str:
+        for key in path:
+            memo[key] = value
+        return value
+
+
+def _source_digest(components) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(components):
+        if name not in _NOT_SOURCE:
+            digest.update(f"{name}\0{components[name].digest}\0".encode())
+    return digest.hexdigest()

@@ -9,7 +9,7 @@ widget per cache.  It shows
 * the cached entries (kernel, signature, config, stage, token, tier, size,
   age, why it was built), filtered by kernel and stage; kernels that share a
   name are told apart (``a.axpy`` and ``b.axpy``; ``axpy#3f2a1c`` for two
-  sources of one qualified name, see `Sources`);
+  sources of one qualified name, see `gpucache_ext.queries.Sources`);
 * the selected entry: its config and which stages read each field, its token
   components, its artifacts (typed IR, NVVM IR, PTX, SASS where nvdisasm is
   found, the link log), its resources, and why it was built, side by side with
@@ -30,16 +30,14 @@ entry, what an entry built) and hands what it read to the pure renderers of
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import time
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 import ipywidgets as W
 
-from ..config import STAGES, CompileConfig
-from ..queries import built_from, nearest_entry
+from ..config import STAGES
+from ..queries import Sources, built_from, nearest_entry
 from ..units import format_seconds
 from ..results import SassUnavailable, disassemble
 from ..ipython.session import CellHistory
@@ -66,72 +64,6 @@ def sass_of(token: str, cubin: bytes) -> Tuple[Optional[str], Optional[str]]:
 
 
 # The typing inputs that are not the kernel's own: what it was typed for and with which config.
-_NOT_SOURCE = frozenset({"signature"} | {f.name for f in dataclasses.fields(CompileConfig)})
-_MAX_SOURCES = 8192
-
-
-class Sources:
-    """Which source each entry was built from, read from the cache.
-
-    Every entry names its upstream entry's token among its components
-    (cubin -> ptx -> llvm -> typing); the typing entry's components are the
-    kernel's inputs.  The digest of those, signature and config aside (the
-    code, the globals it reads, the toolchain), tells apart two kernels of one
-    qualified name: ``axpy`` defined in two cells is ``__main__.axpy`` both
-    times.  Where an upstream entry is gone (typed IR is kept in memory only),
-    the missing entry's token stands in for it.  Tokens name their inputs, so
-    what was found is remembered; what stood in is read again once new typing
-    entries appear.
-    """
-
-    def __init__(self):
-        self.found: Dict[Tuple[str, str], str] = {}
-        self.guessed: Dict[Tuple[str, str], str] = {}
-        self._typing = frozenset()
-
-    def of(self, cache, rows) -> Dict[Tuple[str, str], Optional[str]]:
-        typing = frozenset(r["token"] for r in rows if r["stage"] == "typing")
-        if typing - self._typing:
-            self.guessed.clear()
-        self._typing = typing
-        if len(self.found) > _MAX_SOURCES:
-            self.found.clear()
-        return {(r["stage"], r["token"]): self._source(cache, r["stage"], r["token"]) for r in rows}
-
-    def _source(self, cache, stage: str, token: str) -> Optional[str]:
-        path: List[Tuple[str, str]] = []
-        while True:
-            key = (stage, token)
-            for memo in (self.found, self.guessed):
-                if key in memo:
-                    return self._remember(path, memo[key], memo)
-            entry = cache.entry(stage, token)
-            if entry is None:  # gone: the row itself (unknown), else its upstream (its token stands in)
-                return self._remember(path, token, self.guessed) if path else None
-            path.append(key)
-            if stage == "typing":
-                return self._remember(path, _source_digest(entry.components), self.found)
-            upstream = STAGES[STAGES.index(stage) - 1]
-            part = entry.components.get(upstream)
-            if part is None:
-                return self._remember(path, token, self.guessed)
-            stage, token = upstream, part.digest
-
-    @staticmethod
-    def _remember(path, value: str, memo) -> str:
-        for key in path:
-            memo[key] = value
-        return value
-
-
-def _source_digest(components) -> str:
-    digest = hashlib.sha256()
-    for name in sorted(components):
-        if name not in _NOT_SOURCE:
-            digest.update(f"{name}\0{components[name].digest}\0".encode())
-    return digest.hexdigest()
-
-
 def entry_detail(cache, stage: str, token: str, kernel_label: Optional[str] = None) -> Optional[EntryDetail]:
     """Read what the entry view shows of one entry (None if it is gone)."""
     entry = cache.entry(stage, token)
