@@ -267,6 +267,10 @@ def test_gpucache_line_magic(ip, capsys):
     assert ip.run_line_magic("gpucache", "stats").stats == gpucache_ext.default_cache().stats()
     ip.run_line_magic("gpucache", "explain axpy")
     assert "every stage hits" in capsys.readouterr().out
+    ip.run_line_magic("gpucache", "clear typing")  # typed IR gone: a compile would not need it
+    ip.run_line_magic("gpucache", "explain axpy")
+    out = capsys.readouterr().out
+    assert "every stage hits" in out and "typing misses" not in out
     ip.run_line_magic("gpucache", "clear ptx")
     assert gpucache_ext.default_cache().stats()["ptx"]["entries"] == 0
     ip.run_line_magic("gpucache", "explain axpy")
