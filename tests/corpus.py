@@ -208,6 +208,15 @@ def _options_key(dispatcher):
     return repr(sorted((k, repr(v)) for k, v in dispatcher.targetoptions.items()))
 
 
+def _first_difference(theirs: str, ours: str) -> str:
+    """The first line where our normalised PTX departs from numba-cuda's."""
+    a, b = theirs.splitlines(), ours.splitlines()
+    for number, (x, y) in enumerate(zip(a, b), 1):
+        if x != y:
+            return f"line {number}: numba-cuda {x.strip()[:160]!r}, ours {y.strip()[:160]!r}"
+    return f"numba-cuda has {len(a)} lines, ours {len(b)}"
+
+
 def _reason(exc) -> str:
     """An error's first line with the specifics (names, numbers, paths) blurred
     so that reasons group."""
@@ -256,9 +265,10 @@ def compare(dispatcher, argtypes, settings, variant):
         return "refused", _reason(exc)
     except Exception as exc:
         return "failed", f"{type(exc).__name__}: {_reason(exc)}"
-    if normalise_ptx(result.ptx) == normalise_ptx(expected):
+    ours, theirs = normalise_ptx(result.ptx), normalise_ptx(expected)
+    if ours == theirs:
         return "equivalent", ""
-    return "different", ""
+    return "different", _first_difference(theirs, ours)
 
 
 def _config_flags(flags):

@@ -23,8 +23,10 @@ With debug info, symbol names are also spelt out in the DWARF sections, as
 ``.b8`` bytes: those bytes are read as text (so the names normalise), the
 sections' numbers are dropped, because lengths and offsets there follow from
 the names' lengths, and each section is compared as the sorted list of its
-lines, because its entries follow the order of functions.  Line numbers are
-still compared, through the code's ``.loc`` directives.
+lines, because its entries follow the order of functions (and with it the form
+of a reference to an entry: an offset within its unit, or an address in the
+section where the order put it in another unit).  Line numbers are still
+compared, through the code's ``.loc`` directives.
 """
 
 from __future__ import annotations
@@ -70,7 +72,10 @@ def _debug_section(item: str) -> str:
         if raw:
             out.extend(part.decode("latin-1") for part in bytes(raw).split(b"\0"))
             raw.clear()
-        out.append(re.sub(r"^(\.b(?:16|32|64)) ((?:[\w.$]+\+)?)\d+$", r"\1 \2N", stripped))
+        line = re.sub(r"^(\.b(?:16|32|64)) ((?:[\w.$]+\+)?)\d+$", r"\1 \2N", stripped)
+        # a reference to another entry: a 4-byte offset within its unit, or an
+        # 8-byte address in the section where the order put it in another unit
+        out.append(".b32 N" if line == ".b64 .debug_info+N" else line)
     return "\n".join(sorted(out))
 
 
