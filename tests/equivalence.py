@@ -20,13 +20,15 @@ are normalised, nothing else:
 Comment lines (compiler banners) are dropped.
 
 With debug info, symbol names are also spelt out in the DWARF sections, as
-``.b8`` bytes: those bytes are read as text (so the names normalise), the
-sections' numbers are dropped, because lengths and offsets there follow from
-the names' lengths, and each section is compared as the sorted list of its
-lines, because its entries follow the order of functions (and with it the form
-of a reference to an entry: an offset within its unit, or an address in the
-section where the order put it in another unit).  Line numbers are still
-compared, through the code's ``.loc`` directives.
+``.b8`` bytes: the text those bytes spell is compared (so the names
+normalise), the sections' numbers are dropped, because lengths and offsets
+there follow from the names' lengths, and each section is compared as the
+sorted list of its lines, because its entries follow the order of functions.
+That order is numba's set order, different from run to run, and the layout
+follows it: whether a reference to an entry is an offset within its unit or
+an address in the section (another unit), and with it the abbreviation codes
+and attribute forms between the strings; those are not compared.  Line
+numbers are still compared, through the code's ``.loc`` directives.
 """
 
 from __future__ import annotations
@@ -70,13 +72,25 @@ def _debug_section(item: str) -> str:
             raw.extend(int(v) for v in stripped[4:].split(","))
             continue
         if raw:
-            out.extend(part.decode("latin-1") for part in bytes(raw).split(b"\0"))
+            out.extend(_strings(raw))
             raw.clear()
         line = re.sub(r"^(\.b(?:16|32|64)) ((?:[\w.$]+\+)?)\d+$", r"\1 \2N", stripped)
         # a reference to another entry: a 4-byte offset within its unit, or an
         # 8-byte address in the section where the order put it in another unit
         out.append(".b32 N" if line == ".b64 .debug_info+N" else line)
     return "\n".join(sorted(out))
+
+
+_TEXT = re.compile(rb"[\x20-\x7e]{2,}")
+
+
+def _strings(raw: bytes):
+    """The text a DWARF byte run spells (names, files, the producer), each
+    string once per place it appears.  The bytes between them (abbreviation
+    codes, attribute forms, flags) follow the layout of the units, which
+    follows the functions' order: that order is numba's set order (see the
+    module's docstring), so they are not compared."""
+    return [match.group(0).decode("ascii") for match in _TEXT.finditer(bytes(raw))]
 
 
 _POSITIONAL = re.compile(r"(__local_depot|\$L__BB|\$L__func_begin|\$L__func_end|\$L__tmp|// callseq )\d+")

@@ -270,3 +270,14 @@ def add(a_ptr):
     sig = (types.CPointer(types.float32),)
     result = KernelCache().compile(ns["add"], sig, SM86)
     assert normalise_ptx(result.ptx) == normalise_ptx(numba_ptx(ns["add"], sig))
+
+
+def test_debug_sections_compare_their_text_not_their_layout_bytes():
+    def ptx(name: bytes, abbrev: int) -> str:
+        data = bytes([abbrev, 0x11, 0x01]) + b"\0" + name + b"\0" + bytes([0x03, 0x08])
+        return (".version 8.5\n.target sm_86\n.address_size 64\n.section .debug_info\n{\n"
+                + ".b8 " + ",".join(str(b) for b in data) + "\n.b32 120\n}\n")
+
+    same = normalise_ptx(ptx(b"kernel.py", 3))
+    assert normalise_ptx(ptx(b"kernel.py", 7)) == same  # an abbreviation code: layout
+    assert normalise_ptx(ptx(b"kernel2.py", 3)) != same  # a file name: compared
