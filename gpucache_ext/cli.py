@@ -2,10 +2,10 @@
 
     gpucache stats                          entries and bytes per stage
     gpucache ls [--kernel K] [--stage S] [--older-than 2d] [--newer-than 1h]
-    gpucache show TOKEN [--out FILE]        an entry's header and artifact
+    gpucache show TOKEN [--out FILE] [--toolchain]  an entry's header and artifact
     gpucache clear [--stage S] [--yes]      delete entries (asks first)
     gpucache prune --max-bytes 500M         evict least recently used entries
-    gpucache verify [--fix]                 check every entry's key, checksum and toolchain
+    gpucache verify [--fix] [--toolchain]   check every entry's key and checksum (and toolchain)
     gpucache verify --recompile [--sample F]  compile entries again and compare
 
 --dir picks the cache folder (default: GPUCACHE_DIR, else the platform's user
@@ -14,11 +14,13 @@ after the command.  Output piped into a command that stops reading (gpucache ls 
 ends quietly.
 
 Reading the cache imports no numba: stats and ls read headers only; show and
-verify check entries against the toolchain remembered in the folder's memo
-(see `toolchain`), for which ptx and cubin entries ask numba-cuda where it
-finds libdevice and libcudadevrt (importing numba, loading no CUDA library),
-and probe the tools only for a part the memo does not know.  Only
-verify --recompile compiles.
+verify check every entry's key and checksum, and the toolchain of llvm
+entries (package versions).  The toolchain of ptx and cubin entries is
+compared with --toolchain: it is read from the folder's memo (see
+`toolchain`) once numba-cuda says where it finds libdevice and libcudadevrt
+(importing numba, loading no CUDA library).  Without it an entry of another
+toolchain still reads as intact, which it is: its token names its toolchain,
+so no compile here is ever served it.  Only verify --recompile compiles.
 """
 
 from __future__ import annotations
@@ -125,6 +127,12 @@ def _head(path: Path) -> bytes:
     return _read_head(path)
 
 
+def _toolchain_stages(args):
+    """The stages whose entries' toolchain is compared: llvm's (package
+    versions) always, ptx's and cubin's with --toolchain."""
+    return PERSISTENT_STAGES if getattr(args, "toolchain", False) else ("llvm",)
+
+
 def _read_toolchain(tier: DiskTier, stages) -> None:
     """Learn the toolchain that entries of `stages` are checked against (`codec.decode`)
     from the cache folder's memo, as a new process compiling there learns it.
@@ -192,9 +200,11 @@ def cmd_show(tier, args, out):
     full_token = path.name[: -len(".entry")]
     data = path.read_bytes()
     header, _ = read_header(data)
-    _read_toolchain(tier, (stage,))
+    compared = stage in _toolchain_stages(args)
+    if compared:
+        _read_toolchain(tier, (stage,))
     try:
-        entry = decode(data, stage, full_token)
+        entry = decode(data, stage, full_token, check_toolchain=compared)
         problem = None
     except BadEntry as exc:
         entry, problem = None, str(exc)
@@ -212,7 +222,8 @@ def cmd_show(tier, args, out):
         f"created   {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(header['created']))}\n"
         f"size      {format_bytes(header['size'])} (compile took {header['seconds'] * 1e3:.1f} ms)\n"
         f"built     {'; '.join(header['reasons']) or '-'}\n"
-        f"valid     {'yes' if problem is None else 'NO: ' + problem}")
+        f"valid     {'yes' if problem is None else 'NO: ' + problem}"
+        + ("" if compared or problem else " (key and checksum; --toolchain also compares its toolchain)"))
     out("components:")
     for name, (digest, shown) in sorted(header["components"].items()):
         out(f"  {name:<28} {short_token(digest)}  {shown}")
@@ -274,11 +285,13 @@ def cmd_prune(tier, args, out):
 def cmd_verify(tier, args, out):
     files = tier.scan()
     checked = len(files)
-    _read_toolchain(tier, {stage for stage, _, _ in files})
-    bad = tier.verify(fix=args.fix, progress=Progress("verifying", not args.json))
+    compared = _toolchain_stages(args)
+    _read_toolchain(tier, {stage for stage, _, _ in files if stage in compared})
+    bad = tier.verify(fix=args.fix, progress=Progress("verifying", not args.json), toolchain_stages=compared)
+    uncompared = sorted({stage for stage, _, _ in files} - set(compared))
     audit = _recompile_all(tier, args, out) if args.recompile else None
     if args.json:
-        report = {"checked": checked, "fixed": args.fix,
+        report = {"checked": checked, "fixed": args.fix, "toolchain_not_compared": uncompared,
                   "bad": [{"stage": s, "path": str(p), "problem": why} for s, p, why in bad]}
         if audit is not None:
             report["recompiled"] = audit
@@ -286,7 +299,9 @@ def cmd_verify(tier, args, out):
     else:
         for stage, path, why in bad:
             out(f"BAD {stage} {short_token(path.name)}: {why}{' (removed)' if args.fix else ''}")
-        out(f"checked {checked} entries: {len(bad)} bad" + (", removed" if args.fix and bad else ""))
+        out(f"checked {checked} entries: {len(bad)} bad" + (", removed" if args.fix and bad else "")
+            + (f" (the toolchain of {' and '.join(uncompared)} entries not compared: --toolchain)"
+               if uncompared else ""))
         if audit is not None:
             counts = audit["counts"]
             out(f"recompiled {counts['match'] + counts['mismatch']} entries: {counts['mismatch']} "
@@ -378,17 +393,21 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("token", help="the token or its first 6+ hex digits")
     _stage_option(show)
     show.add_argument("--out", type=Path, help="write the artifact (IR, PTX or cubin) here")
+    show.add_argument("--toolchain", action="store_true",
+                      help="also compare a ptx or cubin entry's toolchain with this environment's")
     clear = add("clear", help="delete entries (asks first)")
     _stage_option(clear)
     clear.add_argument("--yes", "-y", action="store_true", help="delete without asking")
     prune = add("prune", help="evict least recently used entries down to a size")
     prune.add_argument("--max-bytes", type=parse_bytes, required=True, metavar="N", help="e.g. 500M")
-    verify = add("verify", help="check every entry's key, checksum and toolchain",
-                 description="Check every entry's key, checksum and toolchain (the one a compile "
-                 "in this environment would use, read from the folder's memo as compiles read it). "
-                 "For ptx and cubin entries this imports numba (to ask numba-cuda where it finds "
-                 "libdevice and libcudadevrt) but loads no CUDA library, except to probe a part the "
-                 "memo does not know yet.  --recompile compiles.")
+    verify = add("verify", help="check every entry's key and checksum (and toolchain)",
+                 description="Check every entry's key and checksum, and the toolchain of llvm entries; "
+                 "with --toolchain also that of ptx and cubin entries (imports numba-cuda to find "
+                 "libdevice and libcudadevrt as a compile would, loads no CUDA library unless the "
+                 "folder's memo lacks a part).  An entry of another toolchain is intact and never "
+                 "served here (its token names its toolchain).  --recompile compiles.")
+    verify.add_argument("--toolchain", action="store_true",
+                        help="also compare ptx and cubin entries' toolchain with this environment's")
     verify.add_argument("--fix", action="store_true", help="remove bad entries")
     verify.add_argument("--recompile", action="store_true",
                         help="also compile ptx and cubin entries again from their upstream "

@@ -151,8 +151,9 @@ def check_sum(data: bytes) -> None:
         raise BadEntry("checksum mismatch")
 
 
-def decode(data: bytes, stage: str, token: str) -> Entry:
-    """The entry stored as `data`, checked against the key it was looked up by."""
+def decode(data: bytes, stage: str, token: str, check_toolchain: bool = True) -> Entry:
+    """The entry stored as `data`, checked against the key it was looked up by
+    and (unless `check_toolchain` is False) against this process's toolchain."""
     check_sum(data)
     header, start = read_header(data)
     try:
@@ -162,7 +163,7 @@ def decode(data: bytes, stage: str, token: str) -> Entry:
         # The token must be the hash of the components it was filed with.
         if make_token(stage, {k: v for k, v in components.items() if k != "stage"}).hex != token:
             raise BadEntry("components do not hash to the token")
-        if header["toolchain"] != stage_toolchain(stage):
+        if check_toolchain and header["toolchain"] != stage_toolchain(stage):
             raise BadEntry("built by another toolchain")
         payload = data[start:]
         if len(payload) != header["size"] or sum(header["parts"]) != header["size"]:

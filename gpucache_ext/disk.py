@@ -206,8 +206,10 @@ class DiskTier(Tier):
         self._sizes = None
         return removed, freed
 
-    def verify(self, fix: bool = False, progress: Optional[Callable[[int, int], None]] = None):
-        """Check every entry's key and checksum; with `fix`, delete the bad ones.
+    def verify(self, fix: bool = False, progress: Optional[Callable[[int, int], None]] = None,
+               toolchain_stages=PERSISTENT_STAGES):
+        """Check every entry's key and checksum, and for `toolchain_stages` the
+        toolchain it was built by; with `fix`, delete the bad ones.
 
         Returns a list of (stage, path, reason) for the bad entries."""
         bad = []
@@ -215,7 +217,7 @@ class DiskTier(Tier):
         for done, (stage, path, _) in enumerate(files, 1):
             token = path.name[: -len(_SUFFIX)]
             try:
-                decode(path.read_bytes(), stage, token)
+                decode(path.read_bytes(), stage, token, check_toolchain=stage in toolchain_stages)
             except BadEntry as exc:
                 bad.append((stage, path, str(exc)))
                 if fix:

@@ -138,26 +138,35 @@ def test_ls_json_is_the_same(filled):
 
 
 @pytest.mark.parametrize("stage", ["llvm", "ptx", "cubin"])
-def test_show_reads_the_toolchain_from_the_memo(filled, stage):
+def test_show_imports_no_numba_and_reads_the_toolchain_from_the_memo(filled, stage):
     token = tokens(filled, stage)[0]
     fresh, before = gpucache(filled, "show", token[:12]), gpucache(filled, "show", token[:12], mode="eager")
     assert fresh["status"] == 0 and "valid     yes" in fresh["out"] and fresh["out"] == before["out"]
     assert fresh["ipython"] == [] and fresh["libraries"] == [] and fresh["probes"] == {}
-    if stage == "llvm":  # package versions only
-        assert [fresh["numba"], fresh["numba_cuda"]] in (VERSION_ONLY, [[], []])
+    assert [fresh["numba"], fresh["numba_cuda"]] in (VERSION_ONLY, [[], []])
+    # --toolchain: ptx and cubin entries' toolchain too, from the memo (numba-cuda
+    # says where libdevice and libcudadevrt are), loading no CUDA library
+    strict = gpucache(filled, "show", "--toolchain", token[:12])
+    assert strict["status"] == 0 and "valid     yes\n" in strict["out"] + "\n"
+    assert strict["libraries"] == [] and strict["probes"] == {}
 
 
-def test_verify_reads_the_toolchain_from_the_memo_and_loads_no_library(filled):
+def test_verify_imports_no_numba_and_reads_the_toolchain_from_the_memo(filled):
     outputs = []
-    for args in (("verify",), ("--json", "verify")):
+    for args in (("verify",), ("--json", "verify"), ("verify", "--toolchain"), ("--json", "verify", "--toolchain")):
         fresh, before = gpucache(filled, *args), gpucache(filled, *args, mode="eager")
         assert fresh["status"] == 0 and fresh["out"] == before["out"]
-        # ptx and cubin entries: numba-cuda says where libdevice and
-        # libcudadevrt are (importing numba); the memo gives their fingerprints
         assert fresh["ipython"] == [] and fresh["libraries"] == [] and fresh["probes"] == {}
+        if "--toolchain" not in args:
+            assert [fresh["numba"], fresh["numba_cuda"]] in (VERSION_ONLY, [[], []])
+        # (with --toolchain, numba-cuda says where libdevice and libcudadevrt
+        # are, importing numba; the memo gives their fingerprints)
         outputs.append(fresh["out"])
-    assert "checked 8 entries: 0 bad" in outputs[0]
-    assert json.loads(outputs[1]) == {"checked": 8, "fixed": False, "bad": []}
+    assert "checked 8 entries: 0 bad (the toolchain of cubin and ptx entries not compared" in outputs[0]
+    assert json.loads(outputs[1]) == {"checked": 8, "fixed": False, "bad": [],
+                                      "toolchain_not_compared": ["cubin", "ptx"]}
+    assert outputs[2].strip().endswith("checked 8 entries: 0 bad")
+    assert json.loads(outputs[3]) == {"checked": 8, "fixed": False, "bad": [], "toolchain_not_compared": []}
 
 
 def test_verify_of_llvm_entries_imports_no_numba(filled, tmp_path):
@@ -195,13 +204,17 @@ def test_verify_through_the_memo_still_finds_another_toolchains_entry(filled, tm
         header["toolchain"][part] = "0" * len(header["toolchain"][part])
 
     _rewrite_header(path, other_toolchain)
-    fresh = gpucache(directory, "--json", "verify")
+    fresh = gpucache(directory, "--json", "verify", "--toolchain")
     assert fresh["status"] == 1
     bad = json.loads(fresh["out"])["bad"]
     assert [(b["stage"], Path(b["path"]).name, b["problem"]) for b in bad] == \
         [(stage, path.name, "built by another toolchain")]
-    shown = gpucache(directory, "show", token)
+    shown = gpucache(directory, "show", "--toolchain", token)
     assert shown["status"] == 1 and "valid     NO: built by another toolchain" in shown["out"]
+    # without --toolchain, llvm's toolchain (package versions) is still compared; a
+    # ptx or cubin entry of another toolchain is intact, and never served here
+    plain = gpucache(directory, "--json", "verify")
+    assert plain["status"] == (1 if stage == "llvm" else 0)
 
 
 def test_codec_reads_and_writes_entries_without_numba(filled):
@@ -242,9 +255,11 @@ def test_verify_without_a_memo_probes_the_tools_and_remembers_them(filled, tmp_p
     directory = tmp_path / "copy"
     shutil.copytree(filled, directory)
     memo_path(directory).unlink()
-    first = gpucache(directory, "verify")
+    plain = gpucache(directory, "verify")  # key and checksum: no tool asked, no memo written
+    assert plain["status"] == 0 and plain["probes"] == {} and not memo_path(directory).exists()
+    first = gpucache(directory, "verify", "--toolchain")
     assert first["status"] == 0 and "checked 8 entries: 0 bad" in first["out"]
     assert set(first["probes"]) == {"libnvvm", "libdevice", "nvjitlink", "cudadevrt", "nvrtc"}
     assert memo_path(directory).is_file()
-    again = gpucache(directory, "verify")
+    again = gpucache(directory, "verify", "--toolchain")
     assert again["out"] == first["out"] and again["probes"] == {} and again["libraries"] == []
