@@ -96,6 +96,10 @@ class KernelCache:
         self._stats = {s: _StageCounters() for s in STAGES}
         self._tier_hits = {s: {} for s in STAGES}
         self._history = {s: OrderedDict() for s in STAGES}  # token -> (kernel, components)
+        # per stage, what the persistent tiers held when first asked (kernel ->
+        # [(token, components)]): what a miss of a kernel this process has not
+        # built yet is explained against (see queries); one listing per stage
+        self._persisted_by_kernel: Dict[str, Dict[str, list]] = {}
         self._origins: "OrderedDict[str, tuple]" = OrderedDict()  # cubin token -> inputs
         self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
         self._misses = deque(maxlen=256)
@@ -402,6 +406,24 @@ class KernelCache:
     # -- tiers -------------------------------------------------------------
     def _tiers_for(self, stage):
         return [tier for tier in self.tiers if stage in tier.stages]
+
+    def _persisted(self, stage) -> Dict[str, list]:
+        """The persistent tiers' entries of `stage` by kernel, listed once per
+        process (reading every header costs about 20 us an entry); entries
+        this process stores after that are in its history instead."""
+        with self._lock:
+            found = self._persisted_by_kernel.get(stage)
+            if found is None:
+                found = {}
+                for tier in self._tiers_for(stage):
+                    try:
+                        for entry in tier.entries(stage):
+                            if not entry.is_marker:
+                                found.setdefault(entry.kernel, []).append((entry.token, entry.components))
+                    except Exception:  # a listing that fails (a server gone) explains nothing
+                        continue
+                self._persisted_by_kernel[stage] = found
+            return found
 
     def _find(self, stage, token_hex, fill=True) -> Tuple[Optional[Entry], Optional[str]]:
         """Search memory, then each persistent tier; a lower hit fills the tiers above."""

@@ -70,13 +70,7 @@ def _candidates(cache: "KernelCache", stage: str, kernel: str) -> Iterator[Tuple
     yield from memory
     if history or memory:
         return
-    for tier in cache._tiers_for(stage):
-        try:
-            for entry in tier.entries(stage):
-                if entry.kernel == kernel and not entry.is_marker:
-                    yield entry.token, entry.components
-        except Exception:  # a listing that fails (a server gone) explains nothing
-            continue
+    yield from cache._persisted(stage).get(kernel, ())
 
 
 def nearest(candidates: Iterable[Tuple[str, Mapping[str, Component]]], components: Mapping[str, Component],

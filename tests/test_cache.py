@@ -494,3 +494,22 @@ def test_the_old_name_layers_still_works_and_says_it_is_deprecated():
     from gpucache_ext import LayerResult, StageResult
 
     assert LayerResult is StageResult
+
+
+def test_misses_list_the_persistent_tiers_once_per_stage(tmp_path):
+    from gpucache_ext.disk import DiskTier
+
+    KernelCache(directory=tmp_path).compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    listings = []
+
+    class CountingDisk(DiskTier):
+        def entries(self, stage):
+            listings.append(stage)
+            return super().entries(stage)
+
+    cache = KernelCache(tiers=[CountingDisk(tmp_path)])  # a new session over the same folder
+    first = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
+    cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))  # another kernel: no new listing
+    cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=75))
+    assert "ptx" in listings and len(listings) == len(set(listings))  # each stage listed once at most
+    assert "sm 86 -> 80" in first.stages["ptx"].reasons  # explained against the entry on disk
