@@ -162,14 +162,12 @@ class KernelCache:
         pyfunc = python_function(func)
         argtypes = stages.normalize_signature(sig)
         link = _link_items(func, link)
-        plan = _Plan(self, pyfunc, argtypes, config, link)  # (reloads numba's settings)
+        plan = _Plan(self, pyfunc, argtypes, config, link, _why_forced)  # (reloads numba's settings)
         stages.check_numba_runtime()
-        plan.why_forced = _why_forced
         try:
             result = plan.run(force)
         except toolchain.ToolchainChanged:  # a library was replaced since its fingerprint was read
-            plan = _Plan(self, pyfunc, argtypes, config, link)
-            plan.why_forced = _why_forced
+            plan = _Plan(self, pyfunc, argtypes, config, link, _why_forced)
             result = plan.run(force)
         result.referenced = plan.identity.referenced
         if not force and audit is not False and any(layer.hit for layer in result.stages.values()) \
@@ -191,10 +189,7 @@ class KernelCache:
         These are the generic tokens: where typing or lowering turn out to read
         the target, the entry is filed under the token plus ``sm``.
         """
-        config = CompileConfig() if config is None else config
-        plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config,
-                     _link_items(func, link))
-        return dict(plan.tokens)
+        return dict(self._plan(func, sig, config, link).tokens)
 
     def still_current(self, func, sig, config: Optional[CompileConfig], result: CompileResult, *,
                       link=None) -> bool:
@@ -203,11 +198,9 @@ class KernelCache:
         from changed).  Nothing is looked up; the check is counted in
         ``stats().launch_checks``, not as hits.  A kernel asks this at its first
         launch after a cell, instead of compiling again."""
-        config = CompileConfig() if config is None else config
         if not result.generic_tokens:
             return False
-        plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config,
-                     _link_items(func, link))
+        plan = self._plan(func, sig, config, link)
         current = {s: t.hex for s, t in plan.tokens.items()} == result.generic_tokens
         if current:
             with self._lock:
@@ -220,10 +213,14 @@ class KernelCache:
         or filling any tier: per stage the reasons it would compile
         (``explain(...)["ptx"]``, empty where it would not), and its outcome
         (``.outcomes[stage]``: hit, miss, or not needed)."""
+        plan = self._plan(func, sig, config, link)
+        return queries.predict(self, plan.tokens, plan.config, plan.kernel)
+
+    def _plan(self, func, sig, config, link) -> "_Plan":
+        """The plan (tokens) of these inputs, for the queries that compile nothing."""
         config = CompileConfig() if config is None else config
-        plan = _Plan(self, python_function(func), stages.normalize_signature(sig), config,
+        return _Plan(self, python_function(func), stages.normalize_signature(sig), config,
                      _link_items(func, link))
-        return queries.predict(self, plan.tokens, config, plan.kernel)
 
     def stats(self) -> CacheStats:
         """Per stage (`StageStats`): hits, misses, not needed (typing, when a
@@ -602,7 +599,8 @@ def _check_stage(stage):
 class _Plan:
     """One compile: the tokens, the lookups, and the stages that must run."""
 
-    def __init__(self, cache: KernelCache, pyfunc, argtypes, config: CompileConfig, link=()):
+    def __init__(self, cache: KernelCache, pyfunc, argtypes, config: CompileConfig, link=(),
+                 why_forced: str = "forced recompile"):
         self.cache = cache
         self.pyfunc = pyfunc
         self.argtypes = argtypes
@@ -619,7 +617,7 @@ class _Plan:
         self.kernel = self.identity.qualname
         self.signature_text = short_signature(argtypes)
         self.forced = False
-        self.why_forced = "forced recompile"  # what a forced compile's entries say of why they were built
+        self.why_forced = why_forced  # what a forced compile's entries say of why they were built
         self.tokens = self._tokens()
         self.stages: Dict[str, StageResult] = {}
 
