@@ -12,6 +12,7 @@ cubin), `cache` (the per-stage tiers and miss explanations).
 """
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING
 
 from .config import FIELD_STAGES, STAGES, CompileConfig
@@ -34,22 +35,14 @@ _LAZY = {
     "Kernel": "kernel", "LaunchError": "kernel",
     "AuditWarning": "audit",
 }
-# The package's modules, found as attributes (``gpucache_ext.cache``) as when
-# this file imported them.
-_SUBMODULES = frozenset((
-    "artifacts", "audit", "cache", "cli", "codec", "config", "disk", "errors", "ipython", "kernel", "linking",
-    "queries", "results", "samples", "shared", "sources", "stages", "targets", "tiers", "tokens", "toolchain",
-    "units", "widgets",
-))
-
-
 def __getattr__(name):
     module = _LAZY.get(name)
     if module is not None:
         value = getattr(importlib.import_module(f".{module}", __name__), name)
         globals()[name] = value
         return value
-    if name in _SUBMODULES:
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        # the package's modules are attributes (``gpucache_ext.cache``), as when this file imported them
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
