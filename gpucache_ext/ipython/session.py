@@ -54,18 +54,17 @@ class CellHistory:
     def __init__(self, lookups: Optional[Dict[str, Tuple[int, int, int]]] = None):
         self.points: List[Dict[str, Any]] = []
         self.last: Dict[str, Tuple[int, int]] = {s: (v[0], v[1]) for s, v in (lookups or {}).items()}
-        self.cells = 0
 
-    def record(self, label: Optional[str], lookups: Dict[str, Tuple[int, int, int]]) -> Optional[dict]:
-        """Add a point with the hits and misses since the last one (if any changed)."""
-        self.cells += 1
+    def record(self, label: str, lookups: Dict[str, Tuple[int, int, int]]) -> Optional[dict]:
+        """Add a point labelled `label` with the hits and misses since the last
+        one (if any changed)."""
         now = {s: (int(v[0]), int(v[1])) for s, v in lookups.items() if s in STAGES}
         delta = {s: (now[s][0] - self.last.get(s, (0, 0))[0], now[s][1] - self.last.get(s, (0, 0))[1])
                  for s in now}
         self.last.update(now)
         if not any(h or m for h, m in delta.values()):
             return None
-        point = {"label": label or f"#{self.cells}", "stages": delta, "time": time.time()}
+        point = {"label": label, "stages": delta, "time": time.time()}
         self.points.append(point)
         del self.points[:-_HISTORY_POINTS]
         return point
@@ -162,7 +161,7 @@ class Session:
         try:
             self.cell_count += 1
             count = getattr(result, "execution_count", None)
-            label = f"[{count}]" if count else None
+            label = f"[{count}]" if count else f"#{self.cell_count}"  # (a cell run without a count)
             caches = [widget.cache for widget in self._open_inspectors()]
             if self._cache is not None:
                 caches.append(self._cache)
