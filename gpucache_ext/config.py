@@ -40,6 +40,9 @@ FIELD_STAGES = {
     "lto": ("ptx", "cubin"),
 }
 
+# Fields that, left at None, follow fastmath (see `CompileConfig.nvvm_math`).
+FOLLOW_FASTMATH = ("ftz", "prec_div", "prec_sqrt")
+
 # Stages that may read the target while they run (tracked, see above).
 TARGET_TRACKED_STAGES = ("typing", "llvm")
 

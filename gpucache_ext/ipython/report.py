@@ -12,7 +12,7 @@ import html
 from typing import TYPE_CHECKING, Dict, Iterable, List
 
 from ..results import Outcome, short_signature  # noqa: F401  (re-exported)
-from ..config import STAGES
+from ..config import FOLLOW_FASTMATH, STAGES
 from ..tokens import short_token
 from ..units import format_seconds
 
@@ -41,8 +41,6 @@ def _stage_cell(done) -> str:
     return "MISS"
 
 
-# Fields that follow fastmath unless set: their change is fastmath's when it changed too.
-_FOLLOW_FASTMATH = ("ftz", "prec_div", "prec_sqrt")
 
 
 def why_text(result: CompileResult) -> str:
@@ -59,7 +57,7 @@ def why_text(result: CompileResult) -> str:
             field = reason.split(" ", 1)[0]
             if reason.endswith(" input changed") and field in STAGES:
                 continue
-            if fastmath and field in _FOLLOW_FASTMATH and getattr(result.config, field, None) is None:
+            if fastmath and field in FOLLOW_FASTMATH and getattr(result.config, field, None) is None:
                 continue
             if reason not in said:
                 said.add(reason)

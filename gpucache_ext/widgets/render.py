@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..config import FIELD_STAGES, STAGES, CompileConfig
+from ..config import FIELD_STAGES, FOLLOW_FASTMATH, STAGES, CompileConfig
 from ..units import format_age, format_bytes, format_seconds
 from ..results import parse_resources, short_signature
 from ..tokens import short_token
@@ -636,7 +636,7 @@ def _config_html(stage: str, summary: str, fields: Optional[Dict[str, Any]] = No
     for field in dataclasses.fields(CompileConfig):
         name = field.name
         value = values.get(name)
-        shown = "follow fastmath" if value is None and name in ("ftz", "prec_div", "prec_sqrt") \
+        shown = "follow fastmath" if value is None and name in FOLLOW_FASTMATH \
             else "default" if value is None and name == "fma" else str(value)
         if value is None and name in effective and effective[name] is not None:
             shown += f" (= {effective[name]})"
