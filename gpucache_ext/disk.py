@@ -62,6 +62,32 @@ def configured_directory(directory=None) -> Optional[Path]:
     return Path(directory).expanduser()
 
 
+def write_atomically(path: Path, data: bytes, prefix: str) -> Optional[int]:
+    """Write `data` to `path` through a temporary file (named `prefix`...) in
+    its folder and `os.replace`: readers see the old file or the new one, never
+    a torn one.  Returns the size of the file it replaced (None: there was
+    none); raises OSError, leaving no temporary file behind."""
+    temp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".part")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        try:
+            replaced = path.stat().st_size
+        except FileNotFoundError:
+            replaced = None
+        os.replace(temp, path)
+        temp = None
+        return replaced
+    finally:
+        if temp is not None:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+
+
 class DiskTier(Tier):
     """Entries of the llvm, ptx and cubin stages as files under one directory."""
 
@@ -126,27 +152,12 @@ class DiskTier(Tier):
         data = encode(stage, entry)
         path = self.path(stage, entry.token)
         self._sizes_by_stage()  # count what was there before this write
-        temp = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, temp = tempfile.mkstemp(dir=path.parent, prefix=_TEMP_PREFIX, suffix=".part")
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            try:  # a rewrite replaces the old file's bytes, it does not add to them
-                replaced = path.stat().st_size
-            except FileNotFoundError:
-                replaced = None
-            os.replace(temp, path)
-            temp = None
+            # a rewrite replaces the old file's bytes, it does not add to them
+            replaced = write_atomically(path, data, _TEMP_PREFIX)
         except OSError as exc:
             self._stop_writing(exc)
             return
-        finally:
-            if temp is not None:
-                try:
-                    os.unlink(temp)
-                except OSError:
-                    pass
         self._account(stage, 0 if replaced is not None else 1, len(data) - (replaced or 0))
         if self.max_bytes is not None and self._total_bytes() > self.max_bytes:
             self.prune(int(self.max_bytes * 0.9))

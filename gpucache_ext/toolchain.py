@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import threading
 from collections import Counter
 from importlib import metadata
@@ -338,22 +337,13 @@ def _write_memo(directory: Path, name: str, key: Optional[str], value: Optional[
         keys[key] = value
     while len(keys) > _MEMO_KEYS_PER_PART:
         keys.pop(next(iter(keys)))
-    temp = None
+    from .disk import write_atomically  # (disk imports codec, which imports this module)
+
+    data = json.dumps({"format": _MEMO_FORMAT, "parts": parts}, sort_keys=True).encode()
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-toolchain-", suffix=".part")
-        with os.fdopen(fd, "w") as handle:
-            json.dump({"format": _MEMO_FORMAT, "parts": parts}, handle, sort_keys=True)
-        os.replace(temp, memo_path(directory))
-        temp = None
+        write_atomically(memo_path(directory), data, ".tmp-toolchain-")
     except OSError:
         pass
-    finally:
-        if temp is not None:
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
 
 
 def _same_file(a: Optional[str], b: Optional[str]) -> bool:
