@@ -25,17 +25,19 @@ import time
 import warnings
 import weakref
 from collections import OrderedDict, deque
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import queries, stages, targets, toolchain
+from . import queries, settings, stages, targets, toolchain
 from .audit import AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, first_difference, parse_audit
 from .config import STAGES, CompileConfig
-from .errors import UnsupportedKernelError
+from .errors import SecurityWarning, UnsupportedKernelError
 from .results import (CacheStats, CompileResult, EntryInfo, LayerResult, Outcome, StageResult,  # noqa: F401
-                      StageStats, TierStats, parse_resources, short_signature)
+                      StageStats, TierInfo, TierStats, parse_resources, short_signature)
 from .disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
-from .disk import OFF_VALUES, DiskTier, configured_directory
-from .shared import RedisTier
+from .disk import OFF_VALUES, DiskTier, configured_directory, default_directory
+from .shared import RedisTier, UnsignedSharedTier, display_url
+from .signing import Keyring
 from .tiers import Entry, MemoryTier, Tier
 from .sources import declared_signatures, identify, python_function, rebind
 from .tokens import Component, Token, component, extend_token, make_token, short_token
@@ -69,10 +71,18 @@ class KernelCache:
     Persistent tiers hold the llvm, ptx and cubin stages and are searched in
     order after memory; a hit in a lower tier fills the ones above it:
     ``directory`` adds a disk tier there (capped at ``max_disk_bytes``),
-    ``redis_url`` a shared Redis tier (entries signed with ``secret`` when
-    given), ``tiers`` any others.  `KernelCache.from_environment` builds one
-    from the ``GPUCACHE_*`` variables.  Safe to use from several threads and,
-    through the disk tier, from several processes.
+    ``redis_url`` a shared Redis tier (keys under ``redis_prefix``, expiring
+    after ``redis_ttl``), ``tiers`` any others.  `KernelCache.from_environment`
+    builds one from the ``GPUCACHE_*`` variables.  Safe to use from several
+    threads and, through the disk tier, from several processes.
+
+    Signing (see `gpucache_ext.settings`): ``secret`` (a secret, or several,
+    the first signing; None: ``GPUCACHE_SECRET`` and
+    ``GPUCACHE_SECRET_PREVIOUS``) signs the disk and shared tiers' entries and
+    is required of every entry they read.  Without a secret the shared tier is
+    left out, with a `SecurityWarning`, unless ``allow_unsigned`` (None:
+    ``GPUCACHE_SHARED_UNSIGNED``).  ``redis_prefix`` and ``redis_ttl``: None
+    reads ``GPUCACHE_REDIS_PREFIX`` and ``GPUCACHE_REDIS_TTL``.
 
     ``audit`` checks the cache's own hits (see `gpucache_ext.audit`): False
     (default), True for every compile that hit a stage, or the fraction of
@@ -82,16 +92,29 @@ class KernelCache:
 
     def __init__(self, max_entries=None, max_bytes=None, *, directory=None,
                  max_disk_bytes: Optional[int] = DEFAULT_DISK_BYTES, redis_url: Optional[str] = None,
-                 secret: Optional[str] = None, tiers: Sequence[Tier] = (), audit=False,
-                 audit_background: bool = True):
+                 secret: settings.SecretArgument = None, allow_unsigned: Optional[bool] = None,
+                 redis_prefix: Optional[str] = None, redis_ttl=None, tiers: Sequence[Tier] = (),
+                 audit=False, audit_background: bool = True):
         limits = _per_stage(max_entries, DEFAULT_MAX_ENTRIES, "max_entries")
         byte_limits = _per_stage(max_bytes, dict.fromkeys(STAGES), "max_bytes")
         self._memory = {s: MemoryTier(limits[s], byte_limits[s]) for s in STAGES}
+        keyring = settings.keyring(secret, allow_unsigned)
         self.tiers: List[Tier] = []
+        # configured tiers left out, as `tier_info` shows them
+        self._refused: List[TierInfo] = []
         if directory is not None:
-            self.tiers.append(DiskTier(directory, max_disk_bytes))
+            directory = Path(directory).expanduser()
+            self.tiers.append(DiskTier(directory, max_disk_bytes, keyring=Keyring(keyring.secrets, True),
+                                       private=directory == default_directory()))
         if redis_url:
-            self.tiers.append(RedisTier(redis_url, secret=secret))
+            try:
+                self.tiers.append(RedisTier(redis_url, keyring, prefix=redis_prefix, ttl=redis_ttl))
+            except UnsignedSharedTier as exc:
+                warnings.warn(str(exc), SecurityWarning, stacklevel=2)
+                self._refused.append(TierInfo(
+                    "shared", display_url(redis_url), signed=False, used=False,
+                    note="not used: no secret (set GPUCACHE_SECRET, or GPUCACHE_SHARED_UNSIGNED=1 "
+                         "to use it unsigned)"))
         self.tiers.extend(tiers)
         self._stats = {s: _StageCounters() for s in STAGES}
         self._tier_hits = {s: {} for s in STAGES}
@@ -117,9 +140,9 @@ class KernelCache:
         user cache folder; ``off`` for none), overridden by `directory`.
         ``GPUCACHE_MAX_BYTES``: the disk tier's cap (default 1 GiB).
         ``GPUCACHE_REDIS_URL``: a shared Redis tier, overridden by
-        `redis_url` (``"off"``: none).  ``GPUCACHE_SECRET``: sign and check the shared tier's
-        entries.  ``GPUCACHE_AUDIT``: audit hits ("all", or a fraction such as
-        0.1; see `gpucache_ext.audit`).
+        `redis_url` (``"off"``: none).  ``GPUCACHE_AUDIT``: audit hits ("all",
+        or a fraction such as 0.1; see `gpucache_ext.audit`).  Signing, the key
+        prefix and expiry are read as the constructor reads them (``GPUCACHE_SECRET``...).
         """
         env = os.environ
         directory = configured_directory(directory)
@@ -138,8 +161,7 @@ class KernelCache:
             redis_url = env.get("GPUCACHE_REDIS_URL")
         if redis_url is not None and str(redis_url).strip().lower() in OFF_VALUES:
             redis_url = None  # "off" (or empty): no shared tier, whatever the environment says
-        return cls(directory=directory, max_disk_bytes=max_disk_bytes, redis_url=redis_url,
-                   secret=env.get("GPUCACHE_SECRET") or None, **kwargs)
+        return cls(directory=directory, max_disk_bytes=max_disk_bytes, redis_url=redis_url, **kwargs)
 
     # -- public API --------------------------------------------------------
     def compile(self, func, sig, config: Optional[CompileConfig] = None, *,
@@ -243,7 +265,8 @@ class KernelCache:
                     count, saved = hits.get(tier.name, (0, 0.0))
                     held = tier.stats(stage)
                     tiers[tier.name] = TierStats(count, round(saved, 6), int(held["entries"]),
-                                                 int(held["bytes"]), held.get("corrupt"), held.get("rejected"))
+                                                 int(held["bytes"]), held.get("corrupt"), held.get("rejected"),
+                                                 held.get("rejected_by"), held.get("previous_secret"))
                 counters = self._stats[stage]
                 result[stage] = StageStats(
                     hits=counters.hits, misses=counters.misses, not_needed=counters.not_needed,
@@ -251,7 +274,29 @@ class KernelCache:
                     compile_seconds=round(counters.compile_seconds, 6),
                     saved_seconds=round(counters.saved_seconds, 6), audits=counters.audits,
                     audit_mismatches=counters.audit_mismatches, tiers=tiers)
-            return CacheStats(result, self._launch_checks)
+            return CacheStats(result, self._launch_checks, tuple(self.tier_info()))
+
+    def tier_info(self) -> List[TierInfo]:
+        """Each persistent tier (and each configured one left out): where it
+        is, whether its entries are signed, and what it refused, by reason.
+        Asks no server anything."""
+        found = []
+        for tier in self.tiers:
+            signed = tier.signed
+            rejected: Dict[str, int] = {}
+            for counter in getattr(tier, "rejected", {}).values():
+                for reason, count in counter.items():
+                    rejected[reason] = rejected.get(reason, 0) + count
+            notes = []
+            if tier.name == "shared" and not signed:
+                notes.append("unsigned: whoever can write to the server can change these kernels "
+                             "(GPUCACHE_SHARED_UNSIGNED)")
+            if getattr(tier, "exposed", None):
+                notes.append(f"other users can write here ({tier.exposed}); set GPUCACHE_SECRET")
+            found.append(TierInfo(tier.name, tier.location, signed, True,
+                                  "; ".join(notes), rejected,
+                                  int(sum(getattr(tier, "previous", {}).values()))))
+        return found + list(self._refused)
 
     def lookups(self) -> Dict[str, Tuple[int, int, int]]:
         """Per stage (hits, misses, not needed) so far: the counters alone,

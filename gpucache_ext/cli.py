@@ -35,8 +35,10 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from . import settings
 from .codec import PERSISTENT_STAGES, BadEntry, decode, read_header
 from .disk import DiskTier, configured_directory, default_directory
+from .signing import Keyring, Rejected, strip
 from .units import format_age, format_bytes
 from .tokens import short_token
 from .toolchain import stage_toolchain
@@ -101,7 +103,7 @@ def _rows(tier: DiskTier, stages, kernel=None, older=None, newer=None, progress=
         if progress:
             progress(done, len(files))
         try:
-            header, _ = read_header(_head(path))
+            header, _ = read_header(strip(_head(path)))
         except (OSError, BadEntry):
             continue
         if header.get("marker"):
@@ -199,13 +201,15 @@ def cmd_show(tier, args, out):
     stage, path = _find(tier, args.token, args.stage)
     full_token = path.name[: -len(".entry")]
     data = path.read_bytes()
-    header, _ = read_header(data)
+    header, _ = read_header(strip(data))
     compared = stage in _toolchain_stages(args)
     if compared:
         _read_toolchain(tier, (stage,))
     try:
-        entry = decode(data, stage, full_token, check_toolchain=compared)
+        entry = decode(tier.keyring.open(data)[0], stage, full_token, check_toolchain=compared)
         problem = None
+    except Rejected as exc:
+        entry, problem = None, f"signature: {exc}"
     except BadEntry as exc:
         entry, problem = None, str(exc)
     artifact = entry.artifact if entry is not None else None
@@ -443,7 +447,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(json.dumps(value, indent=2, default=str) if args.json else value)
 
     try:
-        tier = DiskTier(_cache_folder(args), max_bytes=None)
+        # signed entries are checked with the secrets a compile here would use
+        tier = DiskTier(_cache_folder(args), max_bytes=None,
+                        keyring=Keyring(settings.secrets(), allow_unsigned=True), warn=False)
         status = COMMANDS[args.command](tier, args, out)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return status

@@ -7,10 +7,8 @@ component (so the key can be checked on load, and misses explained in another
 process), the kernel, signature and config summary, the stage's toolchain,
 when it was made, the payload's size, and how the payload splits into the
 artifact's parts.  The checksum covers header and payload: any flipped bit
-or missing byte is caught.  A shared store adds an HMAC-SHA256 over all of it
-when a secret is set:
-
-    b"GPUCSIG1" | HMAC (32 bytes) | entry
+or missing byte is caught.  With a secret, the disk and shared tiers sign
+these bytes (see `gpucache_ext.signing`).
 
 `decode` refuses anything that does not check out (`BadEntry`); callers treat
 that as a miss, never as an error for the user.
@@ -19,10 +17,9 @@ that as a miss, never as an error for the user.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import struct
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 from . import artifacts, linking, targets
 from .tiers import Entry
@@ -30,7 +27,6 @@ from .tokens import Component, make_token
 from .toolchain import stage_toolchain
 
 MAGIC = b"GPUCACHE"
-SIGNED_MAGIC = b"GPUCSIG1"
 FORMAT_VERSION = 1
 PERSISTENT_STAGES = ("llvm", "ptx", "cubin")  # typed IR is not portable
 _HEADER_LIMIT = 16 << 20
@@ -200,22 +196,3 @@ def header_entry(data: bytes) -> Entry:
                      variants=variants)
     except (KeyError, TypeError, ValueError) as exc:
         raise BadEntry(f"malformed header: {exc}") from None
-
-
-def sign(data: bytes, secret: Optional[bytes]) -> bytes:
-    """`data` prefixed with its HMAC when a secret is set, else unchanged."""
-    if not secret:
-        return data
-    return SIGNED_MAGIC + hmac.new(secret, data, hashlib.sha256).digest() + data
-
-
-def verify(data: bytes, secret: Optional[bytes]) -> bytes:
-    """The entry inside `data`; with a secret, only if signed with that secret."""
-    if secret:
-        if data[:8] != SIGNED_MAGIC or len(data) < 40:
-            raise BadEntry("unsigned entry in a signed store")
-        mac, body = data[8:40], data[40:]
-        if not hmac.compare_digest(mac, hmac.new(secret, body, hashlib.sha256).digest()):
-            raise BadEntry("bad signature")
-        return body
-    return data[40:] if data[:8] == SIGNED_MAGIC else data

@@ -15,11 +15,18 @@ recently used entries (hits refresh an entry's mtime) under a file lock, so
 several processes can share one directory.  If the directory cannot be
 written (read-only, disk full), the tier warns once and goes on read-only:
 the notebook keeps working from memory.
+
+With a secret (``GPUCACHE_SECRET``) entries are signed and checked as the
+shared tier's are (see `gpucache_ext.signing`): a folder on a cluster file
+system is as open as a Redis server.  The default folder is created private
+to the user (0700); a folder that other users can write to gives a
+`SecurityWarning` unless entries are signed.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -31,6 +38,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 from filelock import FileLock, Timeout
 
 from .codec import FORMAT_VERSION, PERSISTENT_STAGES, BadEntry, decode, encode, header_entry
+from .errors import SecurityWarning
+from .signing import HEAD_BYTES, PREVIOUS, Keyring, Rejected, accepted, signature_length, strip
 from .tiers import Entry, Tier
 
 DEFAULT_MAX_BYTES = 1 << 30
@@ -88,25 +97,70 @@ def write_atomically(path: Path, data: bytes, prefix: str) -> Optional[int]:
                 pass
 
 
+def writable_by_others(directory: Path) -> Optional[str]:
+    """Why users other than this one can write entries under `directory`
+    (the folder, its format folder or a stage's folder), or None."""
+    if not hasattr(os, "geteuid"):  # (no POSIX modes to read)
+        return None
+    me = os.geteuid()
+    root = directory / f"v{FORMAT_VERSION}"
+    for folder in (directory, root, *(root / stage for stage in PERSISTENT_STAGES)):
+        try:
+            st = folder.stat()
+        except OSError:
+            continue
+        if st.st_uid != me and st.st_uid != 0:
+            return f"{folder} belongs to user id {st.st_uid}"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            who = "everyone" if st.st_mode & stat.S_IWOTH else "its group"
+            return f"{folder} is writable by {who} (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
 class DiskTier(Tier):
-    """Entries of the llvm, ptx and cubin stages as files under one directory."""
+    """Entries of the llvm, ptx and cubin stages as files under one directory.
+
+    ``keyring`` signs and checks entries (default: none; entries unsigned,
+    and signed ones read unchecked).  ``private`` creates the folder, if it
+    does not exist, readable by this user alone (the default folder is)."""
 
     name = "disk"
     stages = PERSISTENT_STAGES
 
-    def __init__(self, directory, max_bytes: Optional[int] = DEFAULT_MAX_BYTES):
+    def __init__(self, directory, max_bytes: Optional[int] = DEFAULT_MAX_BYTES, *,
+                 keyring: Optional[Keyring] = None, private: bool = False, warn: bool = True):
         if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 1):
             raise ValueError(f"max_bytes={max_bytes!r} is invalid; use None or a positive int")
         self.directory = Path(directory).expanduser()
         self.root = self.directory / f"v{FORMAT_VERSION}"
         self.max_bytes = max_bytes
+        self.keyring = keyring if keyring is not None else Keyring(allow_unsigned=True)
         self.writable = True
         self.corrupt: Counter = Counter()
+        self.rejected: Dict[str, Counter] = {stage: Counter() for stage in self.stages}
+        self.previous: Counter = Counter()  # entries read that a retired secret signed
+        if private and not self.directory.exists():
+            try:
+                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError:
+                pass  # (the first write says what is wrong)
+        # why others could plant entries here, when nothing checks them (None: they cannot)
+        self.exposed = None if self.keyring.signs else writable_by_others(self.directory)
+        if self.exposed and warn:
+            warnings.warn(
+                f"gpucache_ext: other users can write to the cache folder {self.directory} ({self.exposed}), "
+                "so they could plant machine code that runs in your kernels. Set GPUCACHE_SECRET to sign "
+                f"and check its entries, or make the folder yours alone: chmod 700 {self.directory}",
+                SecurityWarning, stacklevel=3)
         self._sizes: Optional[Dict[str, List[int]]] = None  # stage -> [count, bytes]
         self._lock = threading.Lock()
 
     def __repr__(self):
-        return f"<DiskTier {self.directory} max_bytes={self.max_bytes}>"
+        return f"<DiskTier {self.directory} max_bytes={self.max_bytes} signed={self.signed}>"
+
+    @property
+    def location(self) -> str:
+        return str(self.directory)
 
     # -- paths -------------------------------------------------------------
     def path(self, stage: str, token: str) -> Path:
@@ -135,7 +189,14 @@ class DiskTier(Tier):
         except OSError:  # absent, vanished, unreadable: a miss
             return None
         try:
-            entry = decode(data, stage, token)
+            body, signed = self.keyring.open(data)
+        except Rejected as refusal:  # (left there: the compile that follows replaces it)
+            self.rejected[stage][refusal.reason] += 1
+            return None
+        if signed == PREVIOUS:
+            self.previous[stage] += 1
+        try:
+            entry = decode(body, stage, token)
         except BadEntry:
             self.corrupt[stage] += 1
             self._remove(stage, path)
@@ -149,7 +210,7 @@ class DiskTier(Tier):
     def put(self, stage: str, entry: Entry) -> None:
         if not self.writable:
             return
-        data = encode(stage, entry)
+        data = self.keyring.sign(encode(stage, entry))
         path = self.path(stage, entry.token)
         self._sizes_by_stage()  # count what was there before this write
         try:
@@ -172,13 +233,29 @@ class DiskTier(Tier):
     def entries(self, stage: str) -> Iterator[Entry]:
         for path in self._files(stage):
             try:
-                yield header_entry(_read_head(path))
+                head = _read_head(path)
+                if accepted(self.keyring.classify(head)):  # (what `get` would refuse is not listed)
+                    yield header_entry(strip(head))
             except (OSError, BadEntry):
                 continue
 
     def stats(self, stage: str) -> Dict[str, int]:
         count, size = self._sizes_by_stage()[stage]
-        return {"entries": count, "bytes": size, "corrupt": self.corrupt[stage]}
+        return {"entries": count, "bytes": size, "corrupt": self.corrupt[stage],
+                "rejected": sum(self.rejected[stage].values()), "rejected_by": dict(self.rejected[stage]),
+                "previous_secret": self.previous[stage]}
+
+    def signatures(self, stage: str) -> Dict[str, int]:
+        """How this stage's entries are signed, from their first bytes (no
+        signature checked: see `gpucache_ext.signing.Keyring.classify`)."""
+        found: Counter = Counter()
+        for path in self._files(stage):
+            try:
+                with open(path, "rb") as handle:
+                    found[self.keyring.classify(handle.read(HEAD_BYTES))] += 1
+            except OSError:
+                continue
+        return dict(found)
 
     # -- maintenance ---------------------------------------------------------
     def scan(self, stage: Optional[str] = None) -> List[Tuple[str, Path, os.stat_result]]:
@@ -218,9 +295,11 @@ class DiskTier(Tier):
         return removed, freed
 
     def verify(self, fix: bool = False, progress: Optional[Callable[[int, int], None]] = None,
-               toolchain_stages=PERSISTENT_STAGES):
-        """Check every entry's key and checksum, and for `toolchain_stages` the
-        toolchain it was built by; with `fix`, delete the bad ones.
+               toolchain_stages=PERSISTENT_STAGES, resigned: Optional[List] = None):
+        """Check every entry's signature (when signed), key and checksum, and
+        for `toolchain_stages` the toolchain it was built by; with `fix`,
+        delete the bad ones and sign again those a previous secret signed
+        (listed in `resigned` as (stage, path)).
 
         Returns a list of (stage, path, reason) for the bad entries."""
         bad = []
@@ -228,7 +307,17 @@ class DiskTier(Tier):
         for done, (stage, path, _) in enumerate(files, 1):
             token = path.name[: -len(_SUFFIX)]
             try:
-                decode(path.read_bytes(), stage, token, check_toolchain=stage in toolchain_stages)
+                data = path.read_bytes()
+                body, signed = self.keyring.open(data)
+                decode(body, stage, token, check_toolchain=stage in toolchain_stages)
+                if signed == PREVIOUS and resigned is not None:
+                    resigned.append((stage, path))
+                    if fix:
+                        write_atomically(path, self.keyring.sign(body), _TEMP_PREFIX)
+            except Rejected as exc:
+                bad.append((stage, path, f"signature: {exc}"))
+                if fix:
+                    self._remove(stage, path)
             except BadEntry as exc:
                 bad.append((stage, path, str(exc)))
                 if fix:
@@ -292,11 +381,12 @@ class DiskTier(Tier):
 
 
 def _read_head(path: Path) -> bytes:
-    """The first bytes of an entry file: enough for its header."""
+    """The first bytes of an entry file (any signature included): enough for its header."""
     with open(path, "rb") as handle:
         start = handle.read(65536)
-        if len(start) >= 44:
-            length = int.from_bytes(start[40:44], "big")
-            if 44 + length > len(start):
-                start += handle.read(44 + length - len(start))
+        skip = signature_length(start)
+        if len(start) >= skip + 44:
+            end = skip + 44 + int.from_bytes(start[skip + 40:skip + 44], "big")
+            if end > len(start):
+                start += handle.read(end - len(start))
         return start

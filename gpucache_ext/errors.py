@@ -39,3 +39,8 @@ class CompileError(GpuCacheError):
 
 class UnsupportedKernelError(GpuCacheError):
     """The kernel uses a feature the staged pipeline cannot cache soundly."""
+
+
+class SecurityWarning(UserWarning):
+    """A cache tier that others could plant machine code in: a shared tier
+    without a secret (then not used), or a cache folder other users can write to."""

@@ -100,7 +100,29 @@ class TierStats(_Record):
     entries: int
     bytes: int  # the artifacts' bytes
     corrupt: Optional[int] = None  # persistent tiers: unreadable entries met
-    rejected: Optional[int] = None  # signed tiers: entries whose signature did not check
+    rejected: Optional[int] = None  # persistent tiers: entries refused for their signature
+    # persistent tiers: the refusals by reason (gpucache_ext.signing.REASONS)
+    rejected_by: Optional[Mapping[str, int]] = None
+    previous_secret: Optional[int] = None  # entries read that a retired secret signed
+
+
+@dataclass(frozen=True, eq=False)
+class TierInfo(_Record):
+    """A persistent tier as a user should know it: where, whether its entries
+    are signed, and what it refused (since the cache was made)."""
+
+    name: str  # "disk", "shared"
+    location: str  # a folder, or a Redis URL (password hidden) and key prefix
+    signed: bool  # entries signed with a secret and required to be
+    used: bool  # False: configured but left out (a shared tier without a secret)
+    note: str = ""  # what the user should know: "unsigned: ...", "not used: ..."
+    rejected: Mapping[str, int] = field(default_factory=dict)  # refusals by reason
+    previous_secret: int = 0  # entries read that a retired secret signed
+
+    @property
+    def state(self) -> str:
+        """"signed", "unsigned" or "not used", for reports."""
+        return "not used" if not self.used else ("signed" if self.signed else "unsigned")
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,6 +154,8 @@ class CacheStats(Mapping):
     # launches that re-checked a kernel's inputs and found them unchanged
     # (`KernelCache.still_current`): no stage was looked up, so no hit is counted
     launch_checks: int = 0
+    # the persistent tiers: signed or not, what they refused (`KernelCache.tier_info`)
+    tiers: Tuple[TierInfo, ...] = ()
 
     def __getitem__(self, stage):
         return self.stages[stage]

@@ -1,10 +1,17 @@
 """The shared tier: entries in Redis, for a team or a cluster.
 
 Enabled with ``GPUCACHE_REDIS_URL`` (or ``KernelCache(redis_url=...)``).  It
-stores the same bytes as the disk tier under ``gpucache:v1:<stage>:<token>``.
-With ``GPUCACHE_SECRET`` set, entries are signed (HMAC-SHA256) and unsigned or
-badly signed entries are rejected, so whoever can write to the store cannot
-plant code in other users' kernels.
+stores the same bytes as the disk tier under ``<prefix>:v1:<stage>:<token>``
+(``GPUCACHE_REDIS_PREFIX``, default ``gpucache``: one prefix per team or
+project on a shared server).
+
+Machine code from the store runs on the reader's GPU, so the tier is signed
+by default: with ``GPUCACHE_SECRET`` set, entries are signed (HMAC-SHA256,
+see `gpucache_ext.signing`) and unsigned, tampered or foreign entries are
+refused, counted by reason, and compiled again.  Without a secret the tier
+is not made (`UnsignedSharedTier`; a `KernelCache` warns and goes on
+without it) unless the user opts in (``allow_unsigned=True`` or
+``GPUCACHE_SHARED_UNSIGNED=1``).
 
 Every call has a short timeout.  When Redis is down or slow the tier warns
 once, stays out of the way for a while (``retry_after`` seconds), then tries
@@ -21,10 +28,14 @@ from __future__ import annotations
 import time
 import warnings
 from collections import Counter
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
-from .codec import PERSISTENT_STAGES, BadEntry, decode, encode, header_entry, sign, verify
+from urllib.parse import urlsplit, urlunsplit
+
+from . import settings
+from .codec import PERSISTENT_STAGES, FORMAT_VERSION, BadEntry, decode, encode, header_entry
 from .errors import GpuCacheError
+from .signing import HEAD_BYTES, PREVIOUS, Keyring, Rejected
 from .tiers import Entry, Tier
 
 _LIST_LIMIT = 10_000
@@ -32,6 +43,33 @@ _LIST_LIMIT = 10_000
 
 class RedisNotInstalled(GpuCacheError, ImportError):
     """A shared tier was asked for (a Redis URL) but redis-py is not installed."""
+
+
+class UnsignedSharedTier(GpuCacheError, ValueError):
+    """A shared tier without a secret, and no opt-in to use it unsigned."""
+
+
+def unsigned_message(url: str) -> str:
+    return (f"gpucache_ext: the shared cache at {display_url(url)} is not used: no secret is set "
+            "(GPUCACHE_SECRET), and without one anyone who can write to that Redis server could plant "
+            "machine code that runs in your kernels. Set GPUCACHE_SECRET (the same value for everyone "
+            "who shares the cache) to sign and check its entries; or, to use it unsigned anyway, "
+            "GPUCACHE_SHARED_UNSIGNED=1 (allow_unsigned=True).")
+
+
+def display_url(url: str) -> str:
+    """`url` with any password hidden, for messages and reports."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        user = f"{parts.username}:***@" if parts.username else ":***@"
+        return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+    except ValueError:
+        return "<a Redis URL>"
 
 
 def _import_redis():
@@ -53,28 +91,42 @@ class RedisTier(Tier):
     name = "shared"
     stages = PERSISTENT_STAGES
 
-    def __init__(self, url: str, secret: Optional[str] = None, timeout: float = 0.5,
-                 prefix: str = "gpucache:v1", ttl: Optional[int] = None, retry_after: float = 30.0):
+    def __init__(self, url: str, keyring: Optional[Keyring] = None, *, secret=None,
+                 allow_unsigned: Optional[bool] = None, prefix: Optional[str] = None,
+                 ttl=None, timeout: float = 0.5, retry_after: float = 30.0):
+        """`keyring` (else `secret` and `allow_unsigned`), `prefix` and `ttl`
+        as `gpucache_ext.settings` reads them (None: from the environment).
+        Raises `UnsignedSharedTier` for a tier with no secret and no opt-in."""
+        self.prefix = settings.redis_prefix(prefix)
+        self.ttl = settings.redis_ttl(ttl)
+        self.keyring = keyring if keyring is not None else settings.keyring(secret, allow_unsigned)
+        if not self.keyring.signs and not self.keyring.allow_unsigned:
+            raise UnsignedSharedTier(unsigned_message(url))
         redis = _import_redis()
 
         self.url = url
         self.client = redis.Redis.from_url(url, socket_timeout=timeout,
                                            socket_connect_timeout=timeout, retry_on_timeout=False)
-        self.secret = secret.encode() if isinstance(secret, str) else secret
-        self.prefix = prefix
-        self.ttl = ttl
         self.retry_after = retry_after
         self.corrupt: Counter = Counter()
-        self.rejected: Counter = Counter()
+        self.rejected: Dict[str, Counter] = {stage: Counter() for stage in self.stages}
+        self.previous: Counter = Counter()  # entries read that a retired secret signed
         self._down_until = 0.0
         self._warned = False
         self._errors = (redis.RedisError, OSError)
 
     def __repr__(self):
-        return f"<RedisTier {self.url} signed={bool(self.secret)}>"
+        return f"<RedisTier {display_url(self.url)} prefix={self.prefix!r} signed={self.signed}>"
+
+    @property
+    def location(self) -> str:
+        return f"{display_url(self.url)} prefix {self.prefix}"
 
     def key(self, stage: str, token: str) -> str:
-        return f"{self.prefix}:{stage}:{token}"
+        return f"{self._pattern(stage)}{token}"
+
+    def _pattern(self, stage: str) -> str:
+        return f"{self.prefix}:v{FORMAT_VERSION}:{stage}:"
 
     @property
     def available(self) -> bool:
@@ -101,10 +153,12 @@ class RedisTier(Tier):
         if data is None:
             return None
         try:
-            body = verify(data, self.secret)
-        except BadEntry:
-            self.rejected[stage] += 1
+            body, signed = self.keyring.open(data)
+        except Rejected as refusal:
+            self.rejected[stage][refusal.reason] += 1
             return None
+        if signed == PREVIOUS:
+            self.previous[stage] += 1
         try:
             return decode(body, stage, token)
         except BadEntry:
@@ -112,7 +166,7 @@ class RedisTier(Tier):
             return None
 
     def put(self, stage: str, entry: Entry) -> None:
-        data = sign(encode(stage, entry), self.secret)
+        data = self.keyring.sign(encode(stage, entry))
         self._call(lambda: self.client.set(self.key(stage, entry.token), data, ex=self.ttl))
 
     def delete(self, stage: str, token: str) -> bool:
@@ -121,7 +175,7 @@ class RedisTier(Tier):
     def clear(self, stage: str) -> None:
         def clear_all():
             batch = []
-            for key in self.client.scan_iter(match=f"{self.prefix}:{stage}:*", count=500):
+            for key in self.client.scan_iter(match=f"{self._pattern(stage)}*", count=500):
                 batch.append(key)
                 if len(batch) >= 500:
                     self.client.delete(*batch)
@@ -133,7 +187,7 @@ class RedisTier(Tier):
     def _keys(self, stage: str):
         def scan():
             keys = []
-            for key in self.client.scan_iter(match=f"{self.prefix}:{stage}:*", count=500):
+            for key in self.client.scan_iter(match=f"{self._pattern(stage)}*", count=500):
                 keys.append(key)
                 if len(keys) >= _LIST_LIMIT:
                     break
@@ -147,8 +201,8 @@ class RedisTier(Tier):
             if data is None:
                 continue
             try:
-                yield header_entry(verify(data, self.secret))
-            except BadEntry:
+                yield header_entry(self.keyring.open(data)[0])
+            except (Rejected, BadEntry):
                 continue
 
     def stats(self, stage: str) -> Dict[str, int]:
@@ -161,4 +215,35 @@ class RedisTier(Tier):
             return pipe.execute()
         lengths = self._call(sizes, []) if keys else []
         return {"entries": len(lengths), "bytes": int(sum(lengths)),
-                "corrupt": self.corrupt[stage], "rejected": self.rejected[stage]}
+                "corrupt": self.corrupt[stage], "rejected": sum(self.rejected[stage].values()),
+                "rejected_by": dict(self.rejected[stage]), "previous_secret": self.previous[stage]}
+
+    def signatures(self, stage: str) -> Dict[str, int]:
+        """How this stage's entries are signed, from their first bytes (no
+        signature checked: see `gpucache_ext.signing.Keyring.classify`)."""
+        keys = self._keys(stage)
+
+        def heads():
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.getrange(key, 0, HEAD_BYTES - 1)
+            return pipe.execute()
+        found: Counter = Counter()
+        for head in (self._call(heads, []) if keys else []):
+            if head:
+                found[self.keyring.classify(head)] += 1
+        return dict(found)
+
+    def raw(self, stage: str) -> Iterator[Tuple[str, bytes]]:
+        """(key, stored bytes) of every entry of `stage`, for verify."""
+        keys = self._keys(stage)
+        for start in range(0, len(keys), 200):
+            batch = keys[start:start + 200]
+            values = self._call(lambda batch=batch: self.client.mget(batch), [])
+            for key, data in zip(batch, values):
+                if data is not None:
+                    yield key.decode() if isinstance(key, bytes) else key, data
+
+    def replace(self, key: str, data: bytes) -> None:
+        """Store `data` under `key`, keeping the key's expiry (verify's re-signing)."""
+        self._call(lambda: self.client.set(key, data, keepttl=True))

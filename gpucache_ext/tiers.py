@@ -100,6 +100,17 @@ class Tier:
 
     name: str = "tier"
     stages: Tuple[str, ...] = ()
+    keyring = None  # a `gpucache_ext.signing.Keyring`: signs and checks entries
+
+    @property
+    def signed(self) -> bool:
+        """Entries are signed, and required to be."""
+        return self.keyring is not None and self.keyring.signs
+
+    @property
+    def location(self) -> str:
+        """Where the entries are, for people."""
+        return self.name
 
     def get(self, stage: str, token: str) -> Optional[Entry]:
         raise NotImplementedError

@@ -3,7 +3,8 @@
 - `gpu`-marked tests skip cleanly on machines without a GPU.
 - The magic's default cache keeps no disk tier during the tests (each test
   that wants one makes it in a temporary folder), so runs do not see each
-  other's entries or the user's cache.
+  other's entries or the user's cache; the user's shared-tier settings
+  (URL, secrets, prefix) are cleared too.
 """
 
 import os
@@ -11,7 +12,10 @@ import os
 import pytest
 
 os.environ["GPUCACHE_DIR"] = "off"
-os.environ.pop("GPUCACHE_REDIS_URL", None)
+# the user's shared-tier settings are not the tests' (each test sets what it needs)
+for _name in ("GPUCACHE_REDIS_URL", "GPUCACHE_SECRET", "GPUCACHE_SECRET_PREVIOUS", "GPUCACHE_SHARED_UNSIGNED",
+              "GPUCACHE_REDIS_PREFIX", "GPUCACHE_REDIS_TTL"):
+    os.environ.pop(_name, None)
 
 
 def pytest_collection_finish(session):

@@ -480,6 +480,7 @@ def test_a_miss_after_a_restart_is_explained_against_the_entries_on_disk(tmp_pat
 
 def test_from_environment_turns_a_tier_off_with_off(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUCACHE_REDIS_URL", "redis://127.0.0.1:1/0")  # never contacted here
+    monkeypatch.setenv("GPUCACHE_SECRET", "s")
     monkeypatch.setenv("GPUCACHE_DIR", str(tmp_path))
     assert [t.name for t in KernelCache.from_environment().tiers] == ["disk", "shared"]
     assert [t.name for t in KernelCache.from_environment(redis_url="off").tiers] == ["disk"]

@@ -425,6 +425,7 @@ def test_the_magics_cache_uses_the_configured_directory(tmp_path, monkeypatch):
     config.GpuCacheMagics.cache_dir = str(tmp_path / "from-profile")
     config.GpuCacheMagics.redis_url = "redis://127.0.0.1:1/0"  # nothing listens: never contacted here
     monkeypatch.setattr(shell, "config", config)
+    monkeypatch.setenv("GPUCACHE_SECRET", "s")
     try:
         shell.run_line_magic("load_ext", "gpucache_ext")
         cache = gpucache_ext.default_cache()

@@ -83,8 +83,8 @@ def redis_server(tmp_path):
 
 def test_entries_are_shared_between_caches(redis_server):
     config = CompileConfig(sm=86)
-    first = KernelCache(redis_url=redis_server.url).compile(kernels.axpy, kernels.AXPY_SIG, config)
-    other = KernelCache(redis_url=redis_server.url)  # another user: empty memory
+    first = KernelCache(redis_url=redis_server.url, secret="team").compile(kernels.axpy, kernels.AXPY_SIG, config)
+    other = KernelCache(redis_url=redis_server.url, secret="team")  # another user: empty memory
     result = other.compile(kernels.axpy, kernels.AXPY_SIG, config)
     assert [result.stages[s].tier for s in ("llvm", "ptx", "cubin")] == ["shared"] * 3
     assert result.cubin == first.cubin
@@ -94,16 +94,16 @@ def test_entries_are_shared_between_caches(redis_server):
 
 def test_a_shared_hit_fills_the_disk_and_memory_tiers(redis_server, tmp_path):
     config = CompileConfig(sm=80)
-    KernelCache(redis_url=redis_server.url).compile(kernels.copy, kernels.COPY_SIG, config)
-    cache = KernelCache(directory=tmp_path / "disk", redis_url=redis_server.url)
+    KernelCache(redis_url=redis_server.url, secret="team").compile(kernels.copy, kernels.COPY_SIG, config)
+    cache = KernelCache(directory=tmp_path / "disk", redis_url=redis_server.url, secret="team")
     assert cache.compile(kernels.copy, kernels.COPY_SIG, config).stages["cubin"].tier == "shared"
     assert cache.stats()["cubin"]["tiers"]["disk"]["entries"] == 1
-    alone = KernelCache(directory=tmp_path / "disk")  # the disk copy serves without Redis
+    alone = KernelCache(directory=tmp_path / "disk", secret="team")  # the disk copy serves without Redis
     assert alone.compile(kernels.copy, kernels.COPY_SIG, config).stages["cubin"].tier == "disk"
 
 
 def test_redis_stopped_mid_session_warns_once_and_local_tiers_go_on(redis_server, tmp_path):
-    cache = KernelCache(directory=tmp_path, redis_url=redis_server.url)
+    cache = KernelCache(directory=tmp_path, redis_url=redis_server.url, secret="team")
     cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
     redis_server.stop()
     with warnings.catch_warnings(record=True) as caught:
@@ -135,7 +135,8 @@ def test_signed_entries_reject_a_wrong_or_missing_signature(redis_server):
 
     # an unsigned entry planted in a signed store is refused too
     other_config = CompileConfig(sm=80)
-    KernelCache(redis_url=redis_server.url).compile(kernels.copy, kernels.COPY_SIG, other_config)
+    KernelCache(redis_url=redis_server.url, allow_unsigned=True).compile(kernels.copy, kernels.COPY_SIG,
+                                                                         other_config)
     checked = KernelCache(redis_url=redis_server.url, secret="team-secret")
     planted = checked.compile(kernels.copy, kernels.COPY_SIG, other_config)
     assert not planted.stages["cubin"].hit
@@ -148,7 +149,7 @@ def test_tampered_entry_is_refused(redis_server):
     config = CompileConfig(sm=86)
     first = KernelCache(redis_url=redis_server.url, secret="s").compile(kernels.copy, kernels.COPY_SIG, config)
     client = redis.Redis.from_url(redis_server.url)
-    key = RedisTier(redis_server.url).key("cubin", first.stages["cubin"].token)
+    key = RedisTier(redis_server.url, secret="s").key("cubin", first.stages["cubin"].token)
     data = bytearray(client.get(key))
     data[-10] ^= 0xFF  # flip bits inside the cubin
     client.set(key, bytes(data))
@@ -157,7 +158,7 @@ def test_tampered_entry_is_refused(redis_server):
 
 
 def test_clear_and_evict_reach_redis(redis_server):
-    cache = KernelCache(redis_url=redis_server.url)
+    cache = KernelCache(redis_url=redis_server.url, secret="s")
     result = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
     assert cache.evict("cubin", result.stages["cubin"].token)
     assert cache.stats()["cubin"]["tiers"]["shared"]["entries"] == 0
@@ -170,7 +171,7 @@ def test_redis_url_from_environment(redis_server, monkeypatch):
     monkeypatch.setenv("GPUCACHE_REDIS_URL", redis_server.url)
     monkeypatch.setenv("GPUCACHE_SECRET", "x")
     cache = KernelCache.from_environment()
-    assert [t.name for t in cache.tiers] == ["shared"] and cache.tiers[0].secret == b"x"
+    assert [t.name for t in cache.tiers] == ["shared"] and cache.tiers[0].keyring.secrets == (b"x",)
 
 
 MISSING_REDIS = """
@@ -199,7 +200,7 @@ def test_a_redis_url_without_redis_py_says_how_to_install_it(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run([sys.executable, "-c", MISSING_REDIS], cwd=root, capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": root, "GPUCACHE_DIR": "off",
-                                            "GPUCACHE_REDIS_URL": "off"})
+                                            "GPUCACHE_REDIS_URL": "off", "GPUCACHE_SECRET": "s"})
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
