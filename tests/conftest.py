@@ -1,6 +1,7 @@
 """Shared test setup.
 
 - `gpu`-marked tests skip cleanly on machines without a GPU.
+- `redis_server`: a real redis-server on loopback (tests/redis_server.py).
 - The magic's default cache keeps no disk tier during the tests (each test
   that wants one makes it in a temporary folder), so runs do not see each
   other's entries or the user's cache; the user's shared-tier settings
@@ -10,6 +11,8 @@
 import os
 
 import pytest
+
+from .redis_server import redis_server  # noqa: F401  (a fixture for every test module)
 
 os.environ["GPUCACHE_DIR"] = "off"
 # the user's shared-tier settings are not the tests' (each test sets what it needs)

