@@ -41,6 +41,7 @@ from .codec import FORMAT_VERSION, PERSISTENT_STAGES, BadEntry, decode, encode, 
 from .errors import SecurityWarning
 from .signing import HEAD_BYTES, PREVIOUS, Keyring, Rejected, accepted, signature_length, strip
 from .tiers import Entry, Tier
+from .toolchain import sign_memo
 
 DEFAULT_MAX_BYTES = 1 << 30
 _SUFFIX = ".entry"
@@ -144,6 +145,8 @@ class DiskTier(Tier):
                 self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             except OSError:
                 pass  # (the first write says what is wrong)
+        if self.keyring.signs:  # the toolchain memo kept in the folder is signed too
+            sign_memo(self.directory, self.keyring)
         # why others could plant entries here, when nothing checks them (None: they cannot)
         self.exposed = None if self.keyring.signs else writable_by_others(self.directory)
         if self.exposed and warn:

@@ -14,7 +14,9 @@ the Python packages and environment variables that decide where they look.
 A file that cannot be found that way is asked about (probed) every process.
 Every value read from the memo is checked against the tools themselves before
 a stage that uses them runs in this process (`confirm`), so nothing is ever
-stored under a fingerprint the code was not built with.
+stored under a fingerprint the code was not built with.  A disk tier with a
+secret signs its folder's memo as it signs entries (`sign_memo`): a memo
+someone else wrote there is not read.
 
 numba also reads environment variables (and `.numba_config.yaml`) at every
 compile.  Those that change output are either folded into the llvm token
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 from .errors import GpuCacheError
+from .signing import Keyring
 from .tokens import Component, component
 
 # numba settings that change lowered code, and so enter the llvm token:
@@ -280,6 +283,23 @@ def memo_path(directory) -> Path:
     return Path(directory) / MEMO_NAME
 
 
+_memo_keyrings: Dict[Path, Keyring] = {}  # folder -> the keyring its disk tier signs with
+
+
+def sign_memo(directory, keyring) -> None:
+    """Sign and check the memo in `directory` with `keyring` (a disk tier
+    with a secret does): a folder others can write to must not be able to
+    feed this process another toolchain's fingerprint."""
+    with _lock:
+        _memo_keyrings[Path(directory)] = keyring
+        _memos.pop(Path(directory), None)
+
+
+def _memo_keyring(directory: Path):
+    # (no secret: unsigned, and a signed memo read unchecked)
+    return _memo_keyrings.get(Path(directory)) or Keyring(allow_unsigned=True)
+
+
 @functools.lru_cache(maxsize=1)
 def _environment() -> str:
     """What, besides the files themselves, decides which files are found and
@@ -313,8 +333,8 @@ def _key(name: str, path: str) -> str:
 
 def _read_memo(directory: Path) -> Dict[str, Dict[str, str]]:
     """The memo's parts, or {} where it is absent, unreadable or malformed."""
-    try:
-        data = json.loads(memo_path(directory).read_bytes())
+    try:  # (a memo that is not signed as its folder's entries are is not read)
+        data = json.loads(_memo_keyring(directory).open(memo_path(directory).read_bytes())[0])
         if data.get("format") != _MEMO_FORMAT:
             return {}
         parts = data["parts"]
@@ -339,7 +359,8 @@ def _write_memo(directory: Path, name: str, key: Optional[str], value: Optional[
         keys.pop(next(iter(keys)))
     from .disk import write_atomically  # (disk imports codec, which imports this module)
 
-    data = json.dumps({"format": _MEMO_FORMAT, "parts": parts}, sort_keys=True).encode()
+    data = _memo_keyring(directory).sign(json.dumps({"format": _MEMO_FORMAT, "parts": parts},
+                                                    sort_keys=True).encode())
     try:
         write_atomically(memo_path(directory), data, ".tmp-toolchain-")
     except OSError:

@@ -262,6 +262,25 @@ def test_a_corrupt_memo_is_ignored_and_rewritten(fake_nvvm, tmp_path, content):
     assert json.loads(memo_path(cache_dir).read_text())["parts"]["libnvvm"][key] == "version 1"
 
 
+def test_with_a_secret_the_memo_is_signed_and_a_planted_one_is_not_read(fake_nvvm, tmp_path, monkeypatch):
+    from gpucache_ext.disk import DiskTier
+    from gpucache_ext.signing import Keyring
+
+    monkeypatch.setattr(toolchain, "_memo_keyrings", {})
+    cache_dir = tmp_path / "cache"
+    DiskTier(cache_dir, keyring=Keyring(["team"]))  # a signed disk tier signs its folder's memo
+    assert toolchain._part("libnvvm", cache_dir) == "version 1"
+    assert memo_path(cache_dir).read_bytes().startswith(b"GPUCSIG2")
+    new_process()
+    assert toolchain._part("libnvvm", cache_dir) == "version 1" and fake_nvvm.probes == 1  # read, signed
+    # someone else who can write to the folder plants a memo with another fingerprint
+    key = toolchain._key("libnvvm", str(fake_nvvm.path))
+    memo_path(cache_dir).write_text(json.dumps({"format": 1, "parts": {"libnvvm": {key: "planted"}}}))
+    new_process()
+    assert toolchain._part("libnvvm", cache_dir) == "version 1" and fake_nvvm.probes == 2
+    assert memo_path(cache_dir).read_bytes().startswith(b"GPUCSIG2")  # and it is signed again
+
+
 def test_an_unreadable_memo_folder_only_costs_a_probe(fake_nvvm, tmp_path):
     blocker = tmp_path / "a file"
     blocker.write_text("not a folder")
