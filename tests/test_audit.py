@@ -21,7 +21,6 @@ from gpucache_ext.audit import parse_audit
 from gpucache_ext.disk import DiskTier
 
 from . import kernels
-from .test_shared import redis_server  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 SM80 = CompileConfig(sm=80)
