@@ -12,6 +12,11 @@
 3. Lookup time with 10,000 entries on disk against 100 entries: a new
    KernelCache (empty memory) compiling a kernel whose artifacts are on disk,
    and a raw DiskTier.get of random stored tokens.  Target within 1.5x.
+4. What signing costs (GPUCACHE_SECRET): a signed folder against an unsigned
+   one, for a raw DiskTier.get (HMAC-SHA256 checked on every read) and for a
+   new KernelCache compiling a kernel found on disk.  Targets within 1.5x
+   (a raw read: the HMAC is one more pass over the bytes, as the checksum is)
+   and 1.2x (a compile from disk).
 """
 
 import argparse
@@ -91,13 +96,13 @@ def new_process(runs):
     return statistics.median(cold), statistics.median(warm)
 
 
-def fill(directory, count, size=8192):
+def fill(directory, count, size=8192, keyring=None):
     from gpucache_ext.disk import DiskTier
     from gpucache_ext.stages import CubinArtifact
     from gpucache_ext.tiers import Entry
     from gpucache_ext.tokens import component, make_token
 
-    tier = DiskTier(directory, max_bytes=None)
+    tier = DiskTier(directory, max_bytes=None, keyring=keyring)
     blob = random.Random(0).randbytes(size)
     tokens = []
     for i in range(count):
@@ -140,6 +145,39 @@ def lookups(sizes, runs):
             {n: statistics.median(v) for n, v in through_cache.items()})
 
 
+def signing(runs):
+    """Median lookup times from an unsigned folder and a signed one, interleaved."""
+    from gpucache_ext import CompileConfig, KernelCache
+    from gpucache_ext.signing import Keyring
+    from tests import kernels
+
+    config = CompileConfig(sm=86)
+    rng = random.Random(2)
+    kinds = {"unsigned": None, "signed": "bench-secret"}
+    raw = {k: [] for k in kinds}
+    through_cache = {k: [] for k in kinds}
+    with tempfile.TemporaryDirectory() as root:
+        stores = {}
+        for kind, secret in kinds.items():
+            directory = Path(root) / kind
+            tier, tokens = fill(directory, 100, keyring=Keyring([secret] if secret else [], True))
+            KernelCache(directory=directory, secret=secret or "").compile(kernels.axpy, kernels.AXPY_SIG, config)
+            stores[kind] = (directory, secret, tier, tokens)
+        for _ in range(runs * 20):
+            for kind, (directory, secret, tier, tokens) in stores.items():
+                for token in rng.sample(tokens, 10):
+                    start = time.perf_counter()
+                    assert tier.get("cubin", token) is not None
+                    raw[kind].append(time.perf_counter() - start)
+                cache = KernelCache(directory=directory, secret=secret or "")
+                start = time.perf_counter()
+                result = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
+                through_cache[kind].append(time.perf_counter() - start)
+                assert result.stages["cubin"].tier == "disk"
+    return ({k: statistics.median(v) for k, v in raw.items()},
+            {k: statistics.median(v) for k, v in through_cache.items()})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -154,6 +192,7 @@ def main():
     raw, through_cache = lookups((100, 10_000), args.runs)
     raw_100, raw_10k = raw[100], raw[10_000]
     cache_100, cache_10k = through_cache[100], through_cache[10_000]
+    signed_raw, signed_cache = signing(args.runs)
     rows = [
         ("new process, kernel on disk vs cold", cold, warm, cold / warm, ">= 50x", cold / warm >= 50),
         ("new process, toolchain: probed vs memo", probed, remembered, probed / remembered, ">= 5x",
@@ -162,6 +201,12 @@ def main():
          raw_10k / raw_100 <= 1.5),
         ("compile from disk, 10,000 vs 100 entries", cache_10k, cache_100, cache_10k / cache_100, "<= 1.5x",
          cache_10k / cache_100 <= 1.5),
+        ("DiskTier.get, signed vs unsigned", signed_raw["signed"], signed_raw["unsigned"],
+         signed_raw["signed"] / signed_raw["unsigned"], "<= 1.5x",
+         signed_raw["signed"] / signed_raw["unsigned"] <= 1.5),
+        ("compile from disk, signed vs unsigned", signed_cache["signed"], signed_cache["unsigned"],
+         signed_cache["signed"] / signed_cache["unsigned"], "<= 1.2x",
+         signed_cache["signed"] / signed_cache["unsigned"] <= 1.2),
     ]
     print(f"disk tier benchmark, medians of {args.runs} runs (16x16 tiled matmul, sm_86)\n")
     print(f"{'measure':<42}{'a (ms)':>10}{'b (ms)':>10}{'a/b':>9}  target    result")
