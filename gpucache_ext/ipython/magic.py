@@ -213,9 +213,11 @@ class GpuCacheMagics(Magics):
     def gpucache(self, line):
         """Inspect the kernel cache.
 
-        %gpucache                 the live inspector: per-stage numbers, a chart of hits and
-                                  misses per cell, the entries and why they were built, actions
-        %gpucache stats           per-stage hits, misses, entries and bytes
+        %gpucache                 the live inspector: per-stage numbers, the persistent tiers
+                                  (signed or not, what they refused), a chart of hits and misses
+                                  per cell, the entries and why they were built, actions
+        %gpucache stats           per-stage hits, misses, entries and bytes; per persistent tier
+                                  where it is, whether its entries are signed, what it refused
         %gpucache clear [STAGE]   drop every entry, or one stage's (typing, llvm, ptx, cubin)
         %gpucache explain NAME    how kernel NAME was compiled, and what would miss now
         """
