@@ -118,7 +118,9 @@ STYLE = """<style>
 .gpucache-status { min-height: 1.4em; }
 .gpucache-status-error { color: var(--jp-error-color1, #c62828); font-weight: 600; }
 .gpucache-status-ok { color: var(--jp-ui-font-color1, #1f1f1f); }
+.gpucache-tiers { overflow-x: auto; max-width: 100%; }  /* a narrow view scrolls the table */
 .gpucache-tiers-table .gpucache-muted { font-weight: normal; }
+.gpucache-tiers-table .gpucache-where { white-space: nowrap; }
 </style>"""
 
 _TOKEN_SHORT = 8
@@ -340,7 +342,14 @@ REASON_HELP = {
     "unsigned": "no signature, and this cache requires one",
     "other secret": "signed with a secret this cache does not hold: a retired one, or another team's",
 }
-ROTATION_HELP = "rotation in progress (`gpucache verify --fix` signs them again with GPUCACHE_SECRET)"
+
+
+def _rotation_help(command: str) -> str:
+    return f"rotation in progress ({command} signs them again with GPUCACHE_SECRET)"
+
+
+# what entries read signed by a previous secret mean, and what to do
+ROTATION_HELP = _rotation_help("`gpucache verify --fix`")
 
 
 def _tiers_of(stats) -> Tuple[Any, ...]:
@@ -444,11 +453,12 @@ def tier_security_html(tiers) -> str:
                else "") + "</div>"
             for reason, count in row["rejected"].items())
         previous = row["previous_secret"]
-        rotation = (f'{_esc(entries_phrase(previous))}<div class="gpucache-muted">{_esc(ROTATION_HELP)}</div>'
+        command = '<span class="gpucache-code">gpucache verify --fix</span>'
+        rotation = (f'{_esc(entries_phrase(previous))}<div class="gpucache-muted">{_rotation_help(command)}</div>'
                     if previous else "none")
         body.append(
             f'<tr data-tier="{_esc(row["tier"])}"><th scope="row">{_esc(row["tier"])}</th>'
-            f'<td class="gpucache-code gpucache-wrap">{_esc(row["location"])}</td>'
+            f'<td class="gpucache-code gpucache-where">{_esc(row["location"])}</td>'
             f'<td data-tier-field="state" data-value="{_esc(row["state"])}"{_class(state_class)}>'
             f'{_esc(row["shown"])}{note}</td>'
             f'<td data-tier-field="rejected" data-value="{row["refused"]}"'
