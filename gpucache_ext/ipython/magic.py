@@ -31,6 +31,7 @@ from ..kernel import Kernel, gpu_available
 from ..results import short_signature
 from ..stages import normalize_signature
 from .cell import _run_cell
+from .report import refusals_between
 
 DEFAULT_SM = 86
 
@@ -154,6 +155,8 @@ class GpuCacheMagics(Magics):
             raise UsageError("%%gpukernel needs a cell of numba-cuda code below the magic line")
         config = self._config(args)
         signatures = self._signatures(args.sig)
+        before = self.cache
+        refusals = before.tier_info()  # (asks no server: what the tiers refused so far)
         report = _run_cell(self.shell, cell, config, signatures, args, line)
         cache = self.cache
         reported = self.session.audits_reported if self.session is not None else {}
@@ -161,7 +164,10 @@ class GpuCacheMagics(Magics):
         if cache.audit_mismatch_count > seen:
             report.audit_findings = cache.audit_mismatches(since=seen)
         reported[cache] = cache.audit_mismatch_count
-        if not (args.quiet or self.quiet) or report.audit_findings:
+        # the tiers' signing marks the cell's hits; what they refused during the cell gets a line
+        report.tiers = cache.tier_info()
+        report.refused = refusals_between(refusals if cache is before else (), report.tiers)
+        if not (args.quiet or self.quiet) or report.audit_findings or report.refused:
             display(report)
 
     def _config(self, args) -> CompileConfig:
@@ -213,9 +219,11 @@ class GpuCacheMagics(Magics):
     def gpucache(self, line):
         """Inspect the kernel cache.
 
-        %gpucache                 the live inspector: per-stage numbers, a chart of hits and
-                                  misses per cell, the entries and why they were built, actions
-        %gpucache stats           per-stage hits, misses, entries and bytes
+        %gpucache                 the live inspector: per-stage numbers, the persistent tiers
+                                  (signed or not, what they refused), a chart of hits and misses
+                                  per cell, the entries and why they were built, actions
+        %gpucache stats           per-stage hits, misses, entries and bytes; per persistent tier
+                                  where it is, whether its entries are signed, what it refused
         %gpucache clear [STAGE]   drop every entry, or one stage's (typing, llvm, ptx, cubin)
         %gpucache explain NAME    how kernel NAME was compiled, and what would miss now
         """

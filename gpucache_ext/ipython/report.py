@@ -1,5 +1,7 @@
 """What a %%gpukernel cell reports: per kernel and signature, per stage, hit
-or miss (and from which tier), time spent, time saved, and why it missed.
+or miss (and from which tier), time spent, time saved, and why it missed;
+under the table, a line when a hit came from an unsigned shared tier, and
+one when the cache refused entries for their signature during the cell.
 
 A `CellReport` shows as a small HTML table in notebooks and as plain text in a
 terminal (or any frontend without HTML).  Nothing here imports IPython:
@@ -9,7 +11,7 @@ display happens through the ``_repr_*_`` protocol.
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Dict, Iterable, List
+from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional
 
 from ..results import Outcome, short_signature  # noqa: F401  (re-exported)
 from ..config import FOLLOW_FASTMATH, STAGES
@@ -18,6 +20,7 @@ from ..units import format_seconds
 
 if TYPE_CHECKING:  # annotations only: cache imports numba-cuda, which the gpucache command must not
     from ..cache import CompileResult
+    from ..results import TierInfo
 
 _STYLE = (
     "<style>"
@@ -29,18 +32,34 @@ _STYLE = (
     ".gpucache-hit{color:var(--jp-success-color1,#2e7d32)}"
     ".gpucache-miss{color:var(--jp-error-color1,#c62828);font-weight:bold}"
     ".gpucache-why{opacity:.85}"
+    ".gpucache-warn{color:var(--jp-warn-color1,#e65100);font-weight:bold}"
     "</style>"
 )
 
 
-def _stage_cell(done) -> str:
+def _stage_cell(done, unsigned=()) -> str:
+    """hit, hit:TIER, hit:TIER (unsigned) for a tier in `unsigned`, MISS or not needed."""
     if done.outcome is Outcome.NOT_NEEDED:
         return "not needed"
     if done.hit:
-        return "hit" if done.tier in ("memory", None) else f"hit:{done.tier}"
+        if done.tier in ("memory", None):
+            return "hit"
+        return f"hit:{done.tier}" + (" (unsigned)" if done.tier in unsigned else "")
     return "MISS"
 
 
+def refusals_between(before: Iterable[TierInfo], after: Iterable[TierInfo]) -> Dict[str, Dict[str, int]]:
+    """What the persistent tiers refused between two `KernelCache.tier_info`
+    readings: {tier name: {reason: count}}, only the tiers that refused some."""
+    earlier = {(info.name, info.location, reason): count
+               for info in before for reason, count in info.rejected.items()}
+    found: Dict[str, Dict[str, int]] = {}
+    for info in after:
+        for reason, count in info.rejected.items():
+            grew = count - earlier.get((info.name, info.location, reason), 0)
+            if grew > 0:
+                found.setdefault(info.name, {})[reason] = grew
+    return found
 
 
 def why_text(result: CompileResult) -> str:
@@ -87,11 +106,40 @@ class CellReport:
     """One row per kernel and signature compiled (or found) in a cell."""
 
     def __init__(self, results: Iterable[CompileResult], explain: bool = False,
-                 audit_findings: Iterable = ()):
+                 audit_findings: Iterable = (), tiers: Iterable[TierInfo] = (),
+                 refused: Optional[Mapping[str, Mapping[str, int]]] = None):
         self.results: List[CompileResult] = list(results)
         self.explain = explain
         # mismatches background audits found since the previous cell
         self.audit_findings = list(audit_findings)
+        # the cache's persistent tiers (`KernelCache.tier_info`): hits from an unsigned one are marked
+        self.tiers = list(tiers)
+        # entries the tiers refused for their signature during the cell: {tier: {reason: count}}
+        # (see `refusals_between`)
+        self.refused = {tier: dict(reasons) for tier, reasons in (refused or {}).items() if reasons}
+
+    def _unsigned(self) -> Dict[str, str]:
+        """The tiers whose hits are marked unsigned, with what to know and do about them."""
+        if not self.tiers:
+            return {}
+        from ..widgets.render import tier_rows
+
+        return {row["tier"]: row["note"] for row in tier_rows(self.tiers) if row["shown"] == "UNSIGNED"}
+
+    def _security_text(self) -> List[str]:
+        """A line per unsigned tier a hit of this cell came from, and one for
+        the entries refused during the cell: nothing when all is signed."""
+        unsigned = self._unsigned()
+        hit_from = {done.tier for result in self.results for done in result.stages.values()
+                    if done.outcome is Outcome.HIT}
+        lines = [f"{tier} tier is unsigned: {note}" for tier, note in unsigned.items() if tier in hit_from]
+        if self.refused:
+            from ..widgets.render import entries_phrase, refusals_text
+
+            lines.append("refused in this cell (not used): " + "; ".join(
+                f"{entries_phrase(sum(reasons.values()))} of the {tier} tier, {refusals_text(reasons)}"
+                for tier, reasons in self.refused.items()))
+        return lines
 
     def _findings_text(self) -> List[str]:
         return [f"audit: the cached {m.stage} of {m.kernel.rsplit('.', 1)[-1]} (token {short_token(m.token)}) "
@@ -100,11 +148,12 @@ class CellReport:
 
     def rows(self) -> List[Dict[str, str]]:
         rows = []
+        unsigned = self._unsigned()
         for result in self.results:
             row = {"kernel": _kernel_name(result), "signature": short_signature(result.signature),
                    "config": result.config.summary()}
             for stage in STAGES:
-                row[stage] = _stage_cell(result.stages[stage])
+                row[stage] = _stage_cell(result.stages[stage], unsigned)
             row["time"] = format_seconds(result.seconds)
             row["saved"] = format_seconds(result.saved_seconds)
             row["why"] = why_text(result)
@@ -121,14 +170,15 @@ class CellReport:
     def __repr__(self) -> str:
         rows = self.rows()
         if not rows:
-            return "\n".join(["gpukernel: no kernel compiled in this cell", *self._findings_text()])
+            return "\n".join(["gpukernel: no kernel compiled in this cell", *self._security_text(),
+                              *self._findings_text()])
         columns = self._columns()
         widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
         lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
         lines += ["  ".join(r[c].ljust(widths[c]) for c in columns).rstrip() for r in rows]
         if self.explain:
             lines += ["", *self._explanations_text()]
-        return "\n".join(lines + self._findings_text())
+        return "\n".join(lines + self._security_text() + self._findings_text())
 
     def _repr_pretty_(self, printer, cycle):
         printer.text(repr(self))
@@ -151,8 +201,9 @@ class CellReport:
 
     def _repr_html_(self) -> str:
         rows = self.rows()
-        findings = "".join(f'<p class="gpucache-miss">{html.escape(line)}</p>'
-                           for line in self._findings_text())
+        findings = "".join(f'<p class="gpucache-warn">{html.escape(line)}</p>' for line in self._security_text())
+        findings += "".join(f'<p class="gpucache-miss">{html.escape(line)}</p>'
+                            for line in self._findings_text())
         if not rows:
             return f"{_STYLE}<p>gpukernel: no kernel compiled in this cell</p>{findings}"
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self._columns())
@@ -162,7 +213,8 @@ class CellReport:
             for column in self._columns():
                 text = html.escape(row[column])
                 if column in STAGES or column == "audit":
-                    cls = "gpucache-miss" if row[column].startswith(("MISS", "MISMATCH", "FAILED")) else "gpucache-hit"
+                    cls = "gpucache-miss" if row[column].startswith(("MISS", "MISMATCH", "FAILED")) \
+                        else "gpucache-warn" if row[column].endswith("(unsigned)") else "gpucache-hit"
                     cells.append(f'<td class="{cls}">{text}</td>')
                 elif column == "why":
                     cells.append(f'<td class="gpucache-why">{text}</td>')

@@ -5,6 +5,9 @@ widget per cache.  It shows
 
 * per stage (typing, llvm, ptx, cubin) hits, misses, hit rate, entries, bytes,
   evictions, compile time spent and saved, and the same per tier;
+* the persistent tiers: where each is, whether its entries are signed (or
+  why it is not used), what it refused by reason, and entries a previous
+  secret signed (`gpucache_ext.widgets.render.tier_security_html`);
 * a small chart of hits and misses per stage over the session's cells;
 * the cached entries (kernel, signature, config, stage, token, tier, size,
   age, why it was built), filtered by kernel and stage; kernels that share a
@@ -44,7 +47,7 @@ from ..ipython.session import CellHistory
 from ..tokens import short_token
 from .render import (_ENTRY_COLUMNS, _MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, _entry_line,
                      _entry_widths, _esc, _short_kernel, chart_svg, entry_cells, entry_html, kernel_labels,
-                     saved_seconds, storage_summary, summary_html)
+                     saved_seconds, storage_summary, summary_html, tier_security_html)
 
 _sass_cache: "OrderedDict[str, Tuple[Optional[str], Optional[str]]]" = OrderedDict()
 
@@ -118,6 +121,7 @@ class Inspector(W.VBox):
 
         self.header = W.HTML()
         self.summary = W.HTML()
+        self.tier_view = W.HTML()
         self.chart = W.HTML()
         self.kernel_filter = W.Dropdown(description="kernel", options=[(_ALL, "")], value="",
                                         tooltip="Show the entries of one kernel",
@@ -144,6 +148,7 @@ class Inspector(W.VBox):
         self.entry_view = W.HTML()
 
         for widget, cls in ((self.header, "gpucache-header"), (self.summary, "gpucache-summary"),
+                            (self.tier_view, "gpucache-tiers"),
                             (self.chart, "gpucache-chart-box"), (self.count, "gpucache-count"),
                             (self.entries_head, "gpucache-entries-head-box"),
                             (self.entries_list, "gpucache-entries"), (self.status, "gpucache-status"),
@@ -158,6 +163,7 @@ class Inspector(W.VBox):
         self.children = [
             self.header,
             self.summary,
+            self.tier_view,
             W.HTML("<h4>Hits and misses per cell</h4>"),
             self.chart,
             W.HTML("<h4>Entries</h4>"),
@@ -200,6 +206,7 @@ class Inspector(W.VBox):
             f'{kernels} kernel{"s" if kernels != 1 else ""}, {_esc(storage_summary(stats))}; updated '
             f'{time.strftime("%H:%M:%S")}{" after cell " + _esc(points[-1]["label"]) if points else ""}</p>')
         self.summary.value = summary_html(stats, saved)
+        self.tier_view.value = tier_security_html(stats.tiers)
         self.chart.value = chart_svg(points)
         self._rows = rows
         self._labels = kernel_labels(rows, self._sources.of(self.cache, rows))

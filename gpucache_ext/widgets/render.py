@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..config import FIELD_STAGES, FOLLOW_FASTMATH, STAGES, CompileConfig
 from ..units import format_age, format_bytes, format_seconds
 from ..results import parse_resources, short_signature
+from ..signing import REASONS
 from ..tokens import short_token
 
 # ---------------------------------------------------------------------------
@@ -117,6 +118,9 @@ STYLE = """<style>
 .gpucache-status { min-height: 1.4em; }
 .gpucache-status-error { color: var(--jp-error-color1, #c62828); font-weight: 600; }
 .gpucache-status-ok { color: var(--jp-ui-font-color1, #1f1f1f); }
+.gpucache-tiers { overflow-x: auto; max-width: 100%; }  /* a narrow view scrolls the table */
+.gpucache-tiers-table .gpucache-muted { font-weight: normal; }
+.gpucache-tiers-table .gpucache-where { white-space: nowrap; }
 </style>"""
 
 _TOKEN_SHORT = 8
@@ -292,20 +296,22 @@ def summary_html(stats, saved) -> str:
 
 class StatsView:
     """`%gpucache stats`: the inspector's per-stage and per-tier summary, with
-    its units (KiB, ms) and labels, as text and as HTML."""
+    its units (KiB, ms) and labels, then the persistent tiers' security
+    (`tier_security_text`), as text and as HTML."""
 
     def __init__(self, stats):
         self.stats = stats
         self.saved = saved_seconds(stats)
 
     def __repr__(self) -> str:
-        return summary_text(self.stats, self.saved)
+        tiers = tier_security_text(_tiers_of(self.stats))
+        return summary_text(self.stats, self.saved) + (f"\n\n{tiers}" if tiers else "")
 
     def _repr_pretty_(self, printer, cycle):
         printer.text(repr(self))
 
     def _repr_html_(self) -> str:
-        return STYLE + summary_html(self.stats, self.saved)
+        return STYLE + summary_html(self.stats, self.saved) + tier_security_html(_tiers_of(self.stats))
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
         return {"text/plain": repr(self), "text/html": self._repr_html_()}
@@ -326,6 +332,146 @@ def summary_text(stats, saved) -> str:
                          for i, c in enumerate(cells)).rstrip()
 
     return "\n".join([fmt(columns)] + [fmt(line) for line in lines])
+
+
+# -- the persistent tiers: where, whether signed, what they refused ----------
+
+# what each refusal reason (gpucache_ext.signing.REASONS) means, for people
+REASON_HELP = {
+    "bad signature": "changed since it was signed: tampered with, or damaged",
+    "unsigned": "no signature, and this cache requires one",
+    "other secret": "signed with a secret this cache does not hold: a retired one, or another team's",
+}
+
+
+def _rotation_help(command: str) -> str:
+    return f"rotation in progress ({command} signs them again with GPUCACHE_SECRET)"
+
+
+# what entries read signed by a previous secret mean, and what to do
+ROTATION_HELP = _rotation_help("`gpucache verify --fix`")
+
+
+def _tiers_of(stats) -> Tuple[Any, ...]:
+    """The `TierInfo`s of a `CacheStats` (none for stats from elsewhere)."""
+    return tuple(getattr(stats, "tiers", ()) or ())
+
+
+def entries_phrase(count: int) -> str:
+    """"1 entry", "3 entries"."""
+    return f"{count} entr{'y' if count == 1 else 'ies'}"
+
+
+def unsigned_warning(info) -> bool:
+    """True for a tier in use whose entries are not signed although its note
+    says why that matters (a shared tier, a folder others can write to); an
+    unsigned private folder is not one."""
+    return bool(info.used and not info.signed and info.note)
+
+
+def _ordered(rejected) -> List[Tuple[str, int]]:
+    """Refusals by reason, in `REASONS` order (then any others), none empty."""
+    known = [(reason, int(rejected[reason])) for reason in REASONS if rejected.get(reason)]
+    return known + [(reason, int(count)) for reason, count in sorted(rejected.items())
+                    if reason not in REASONS and count]
+
+
+def refusals_text(rejected) -> str:
+    """`rejected` ({reason: count}) for people: "3 other secret (signed with a
+    secret this cache does not hold: ...), 1 bad signature (...)"."""
+    return ", ".join(f"{count} {reason}" + (f" ({REASON_HELP[reason]})" if reason in REASON_HELP else "")
+                     for reason, count in _ordered(rejected))
+
+
+def tier_rows(tiers) -> List[Dict[str, Any]]:
+    """One dict per persistent tier (`KernelCache.tier_info`, `CacheStats.tiers`):
+    tier, location, state ("signed", "unsigned", "not used"), shown (the state
+    as reported: "UNSIGNED" where `unsigned_warning`), note (what to know and
+    do, without the state it starts with), warn, rejected ({reason: count}),
+    refused (their total) and previous_secret (entries read that a retired
+    secret signed)."""
+    rows = []
+    for info in tiers:
+        state, note = info.state, info.note or ""
+        if note.startswith(f"{state}: "):
+            note = note[len(state) + 2:]
+        warn = state == "not used" or unsigned_warning(info)
+        if warn and state == "unsigned" and "GPUCACHE_SECRET" not in note:
+            note += "; set GPUCACHE_SECRET (the same for everyone who shares it) to sign its entries"
+        rejected = dict(_ordered(info.rejected or {}))
+        rows.append({"tier": info.name, "location": info.location, "state": state,
+                     "shown": "UNSIGNED" if warn and state == "unsigned" else state, "note": note,
+                     "warn": warn, "rejected": rejected, "refused": sum(rejected.values()),
+                     "previous_secret": int(info.previous_secret or 0)})
+    return rows
+
+
+def _tier_details(row: Dict[str, Any]) -> List[str]:
+    """What a tier refused, and read signed by a previous secret, as lines."""
+    lines = []
+    if row["refused"]:
+        lines.append(f"refused {entries_phrase(row['refused'])}: {refusals_text(row['rejected'])}")
+    if row["previous_secret"]:
+        lines.append(f"read {entries_phrase(row['previous_secret'])} signed by a previous secret: {ROTATION_HELP}")
+    return lines
+
+
+def tier_security_text(tiers) -> str:
+    """The persistent tiers, a line each (where, and whether their entries are
+    signed), then what each refused; "" without persistent tiers."""
+    rows = tier_rows(tiers)
+    if not rows:
+        return ""
+    name_width = max(len(row["tier"]) for row in rows)
+    where_width = max(len(row["location"]) for row in rows)
+    lines = ["persistent tiers"]
+    for row in rows:
+        state = row["shown"] + (f": {row['note']}" if row["note"] else "")
+        lines.append(f"  {row['tier'].ljust(name_width)}  {row['location'].ljust(where_width)}  {state}")
+        lines += [" " * (name_width + 4) + line for line in _tier_details(row)]
+    return "\n".join(lines)
+
+
+def _class(cls: str) -> str:
+    return f' class="{cls}"' if cls else ""
+
+
+def tier_security_html(tiers) -> str:
+    """`tier_security_text` as a table; each value in a ``data-tier-field``
+    cell's ``data-value`` (state, rejected, previous_secret); "" without
+    persistent tiers."""
+    rows = tier_rows(tiers)
+    if not rows:
+        return ""
+    body = []
+    for row in rows:
+        state_class = "gpucache-warn" if row["warn"] else "gpucache-hit" if row["state"] == "signed" else ""
+        note = f'<div class="gpucache-muted">{_esc(row["note"])}</div>' if row["note"] else ""
+        reasons = "".join(
+            f'<div data-reason="{_esc(reason)}" data-count="{count}">{count} {_esc(reason)}'
+            + (f' <span class="gpucache-muted">({_esc(REASON_HELP[reason])})</span>' if reason in REASON_HELP
+               else "") + "</div>"
+            for reason, count in row["rejected"].items())
+        previous = row["previous_secret"]
+        command = '<span class="gpucache-code">gpucache verify --fix</span>'
+        rotation = (f'{_esc(entries_phrase(previous))}<div class="gpucache-muted">{_rotation_help(command)}</div>'
+                    if previous else "none")
+        body.append(
+            f'<tr data-tier="{_esc(row["tier"])}"><th scope="row">{_esc(row["tier"])}</th>'
+            f'<td class="gpucache-code gpucache-where">{_esc(row["location"])}</td>'
+            f'<td data-tier-field="state" data-value="{_esc(row["state"])}"{_class(state_class)}>'
+            f'{_esc(row["shown"])}{note}</td>'
+            f'<td data-tier-field="rejected" data-value="{row["refused"]}"'
+            f'{_class("gpucache-miss" if row["refused"] else "")}>{reasons or "none"}</td>'
+            f'<td data-tier-field="previous_secret" data-value="{previous}"'
+            f'{_class("gpucache-warn" if previous else "")}>{rotation}</td></tr>')
+    caption = ("Persistent tiers: where the entries are, whether they are signed (and required to be), "
+               "the entries refused for their signature, and those read that a previous secret signed, "
+               "since the cache was made.")
+    head = "".join(f'<th scope="col">{title}</th>'
+                   for title in ("tier", "where", "entries", "refused", "signed by a previous secret"))
+    return (f'<table class="gpucache-table gpucache-left gpucache-tiers-table"><caption>{caption}</caption>'
+            f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
 
 def chart_svg(points: List[Dict[str, Any]]) -> str:
@@ -756,9 +902,11 @@ class CacheSnapshot:
         self.labels = labels if labels is not None else kernel_labels(self.entries)
 
     def text(self) -> str:
+        tiers = tier_security_text(_tiers_of(self.stats))
         return "\n".join([
             "gpucache inspector",
             summary_text(self.stats, self.saved),
+            *(["", tiers] if tiers else []),
             "",
             chart_text(self.points),
             "",
@@ -771,6 +919,7 @@ class CacheSnapshot:
             '<div class="gpucache-static">',
             "<h3>gpucache inspector</h3>",
             summary_html(self.stats, self.saved),
+            tier_security_html(_tiers_of(self.stats)),
             "<h4>Hits and misses per cell</h4>",
             chart_svg(self.points),
             "<h4>Entries</h4>",
