@@ -6,7 +6,7 @@ and check the shared (Redis) cache.
     gpucache show TOKEN [--out FILE] [--toolchain]  an entry's header and artifact
     gpucache clear [--stage S] [--yes]      delete entries (asks first)
     gpucache prune --max-bytes 500M         evict least recently used entries
-    gpucache verify [--fix] [--toolchain]   check every entry's key and checksum (and toolchain)
+    gpucache verify [--fix] [--toolchain]   check every entry: signature, key, checksum (toolchain)
     gpucache verify --recompile [--sample F]  compile entries again and compare
 
 --dir picks the cache folder (default: GPUCACHE_DIR, else the platform's user
@@ -441,12 +441,15 @@ def cmd_verify(tier, args, out):
     checked = len(files)
     compared = _toolchain_stages(args)
     _read_toolchain(tier, {stage for stage, _, _ in files if stage in compared})
-    bad = tier.verify(fix=args.fix, progress=Progress("verifying", not args.json), toolchain_stages=compared)
+    previous: list = []  # (stage, path) of entries a previous secret signed (re-signed with --fix)
+    bad = tier.verify(fix=args.fix, progress=Progress("verifying", not args.json), toolchain_stages=compared,
+                      resigned=previous)
     uncompared = sorted({stage for stage, _, _ in files} - set(compared))
     audit = _recompile_all(tier, args, out) if args.recompile else None
     if args.json:
         report = {"checked": checked, "fixed": args.fix, "toolchain_not_compared": uncompared,
-                  "bad": [{"stage": s, "path": str(p), "problem": why} for s, p, why in bad]}
+                  "bad": [{"stage": s, "path": str(p), "problem": why} for s, p, why in bad],
+                  "previous_secret": len(previous), "resigned": len(previous) if args.fix else 0}
         if audit is not None:
             report["recompiled"] = audit
         out(report)
@@ -456,6 +459,8 @@ def cmd_verify(tier, args, out):
         out(f"checked {checked} entries: {len(bad)} bad" + (", removed" if args.fix and bad else "")
             + (f" (the toolchain of {' and '.join(uncompared)} entries not compared: --toolchain)"
                if uncompared else ""))
+        if previous:
+            out(_resigning(len(previous), args.fix, "gpucache verify"))
         if audit is not None:
             counts = audit["counts"]
             out(f"recompiled {counts['match'] + counts['mismatch']} entries: {counts['mismatch']} "
@@ -464,6 +469,12 @@ def cmd_verify(tier, args, out):
                 f"others need their upstream entry); {counts['failed']} failed")
     mismatched = audit is not None and (audit["counts"]["mismatch"] or audit["counts"]["failed"])
     return 1 if (bad and not args.fix) or mismatched else 0
+
+
+def _resigning(count: int, fixed: bool, verify: str) -> str:
+    return (f"{_count(count, 'entry', 'entries')} signed with a previous secret: "
+            + ("signed again with GPUCACHE_SECRET" if fixed
+               else f"{verify} --fix signs them again with GPUCACHE_SECRET"))
 
 
 def _recompile_all(tier: DiskTier, args, out) -> dict:
@@ -564,15 +575,18 @@ def build_parser() -> argparse.ArgumentParser:
     clear.add_argument("--yes", "-y", action="store_true", help="delete without asking")
     prune = add("prune", help="evict least recently used entries down to a size")
     prune.add_argument("--max-bytes", type=parse_bytes, required=True, metavar="N", help="e.g. 500M")
-    verify = add("verify", help="check every entry's key and checksum (and toolchain)",
-                 description="Check every entry's key and checksum, and the toolchain of llvm entries; "
-                 "with --toolchain also that of ptx and cubin entries (imports numba-cuda to find "
-                 "libdevice and libcudadevrt as a compile would, loads no CUDA library unless the "
-                 "folder's memo lacks a part).  An entry of another toolchain is intact and never "
-                 "served here (its token names its toolchain).  --recompile compiles.")
+    verify = add("verify", help="check every entry's signature, key and checksum (and toolchain)",
+                 description="Check every entry's signature (with a secret), key and checksum, and the "
+                 "toolchain of llvm entries; with --toolchain also that of ptx and cubin entries (imports "
+                 "numba-cuda to find libdevice and libcudadevrt as a compile would, loads no CUDA library "
+                 "unless the folder's memo lacks a part).  An entry of another toolchain is intact and "
+                 "never served here (its token names its toolchain).  --recompile compiles.  Entries "
+                 "signed with a previous secret (GPUCACHE_SECRET_PREVIOUS) are counted; --fix signs them "
+                 "again with GPUCACHE_SECRET.")
     verify.add_argument("--toolchain", action="store_true",
                         help="also compare ptx and cubin entries' toolchain with this environment's")
-    verify.add_argument("--fix", action="store_true", help="remove bad entries")
+    verify.add_argument("--fix", action="store_true",
+                        help="remove bad entries, sign again those signed with a previous secret")
     verify.add_argument("--recompile", action="store_true",
                         help="also compile ptx and cubin entries again from their upstream "
                              "entries and compare; evict any that differ")
