@@ -8,6 +8,7 @@ and check the shared (Redis) cache.
     gpucache prune --max-bytes 500M         evict least recently used entries
     gpucache verify [--fix] [--toolchain]   check every entry: signature, key, checksum (toolchain)
     gpucache verify --recompile [--sample F]  compile entries again and compare
+    gpucache verify --shared [--fix]        check every shared entry's signature, key and checksum
 
 --dir picks the cache folder (default: GPUCACHE_DIR, else the platform's user
 cache folder); --redis-url the shared cache (default: GPUCACHE_REDIS_URL; "off":
@@ -39,6 +40,7 @@ import re
 import sys
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import List, Optional
 from urllib.parse import urlsplit
@@ -47,7 +49,7 @@ from . import settings
 from .codec import PERSISTENT_STAGES, BadEntry, decode, read_header
 from .disk import OFF_VALUES, DiskTier, configured_directory, default_directory
 from .shared import display_url
-from .signing import (CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED, Keyring,
+from .signing import (BAD_SIGNATURE, CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED, Keyring,
                       Rejected, strip)
 from .units import format_age, format_bytes
 from .tokens import short_token
@@ -59,6 +61,9 @@ _AGES = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 # columns); the last two are what this reader refuses
 _SIGNATURE_KINDS = (CURRENT, PREVIOUS, NOT_SIGNED, UNSIGNED, OTHER_SECRET)
 _REFUSED_KINDS = (UNSIGNED, OTHER_SECRET)
+# what verify --shared finds in an entry; all but the first two are bad
+_OK, _PREVIOUS_SECRET, _CORRUPT, _OTHER_TOOLCHAIN = "ok", "previous secret", "corrupt", "other toolchain"
+_OUTCOMES = (_OK, _PREVIOUS_SECRET, UNSIGNED, BAD_SIGNATURE, OTHER_SECRET, _CORRUPT, _OTHER_TOOLCHAIN)
 # the command reads whole stages at once: a longer timeout than a compile's lookups
 _REDIS_TIMEOUT = 5.0
 
@@ -155,7 +160,7 @@ def _toolchain_stages(args):
     return PERSISTENT_STAGES if getattr(args, "toolchain", False) else ("llvm",)
 
 
-def _read_toolchain(tier: DiskTier, stages) -> None:
+def _read_toolchain(directory: Optional[Path], stages) -> None:
     """Learn the toolchain that entries of `stages` are checked against (`codec.decode`)
     from the cache folder's memo, as a new process compiling there learns it.
 
@@ -167,7 +172,7 @@ def _read_toolchain(tier: DiskTier, stages) -> None:
     remembered."""
     for stage in PERSISTENT_STAGES:
         if stage in stages:
-            stage_toolchain(stage, tier.directory)
+            stage_toolchain(stage, directory)
 
 
 def cmd_stats(tier, args, out):
@@ -354,7 +359,7 @@ def cmd_show(tier, args, out):
     header, _ = read_header(strip(data))
     compared = stage in _toolchain_stages(args)
     if compared:
-        _read_toolchain(tier, (stage,))
+        _read_toolchain(tier.directory, (stage,))
     try:
         entry = decode(tier.keyring.open(data)[0], stage, full_token, check_toolchain=compared)
         problem = None
@@ -437,10 +442,12 @@ def cmd_prune(tier, args, out):
 
 
 def cmd_verify(tier, args, out):
+    if args.shared:
+        return _verify_shared(args, out)
     files = tier.scan()
     checked = len(files)
     compared = _toolchain_stages(args)
-    _read_toolchain(tier, {stage for stage, _, _ in files if stage in compared})
+    _read_toolchain(tier.directory, {stage for stage, _, _ in files if stage in compared})
     previous: list = []  # (stage, path) of entries a previous secret signed (re-signed with --fix)
     bad = tier.verify(fix=args.fix, progress=Progress("verifying", not args.json), toolchain_stages=compared,
                       resigned=previous)
@@ -475,6 +482,85 @@ def _resigning(count: int, fixed: bool, verify: str) -> str:
     return (f"{_count(count, 'entry', 'entries')} signed with a previous secret: "
             + ("signed again with GPUCACHE_SECRET" if fixed
                else f"{verify} --fix signs them again with GPUCACHE_SECRET"))
+
+
+def _verify_shared(args, out) -> int:
+    """verify --shared: every entry under the prefix, opened as a reader here
+    opens it (signature), then its key and checksum (and toolchain with
+    --toolchain); --fix re-signs what a previous secret signed, keeping the
+    key's expiry, and deletes the bad ones."""
+    from .shared import UnsignedSharedTier
+
+    if args.recompile:
+        raise CommandError("--recompile compiles disk entries again; it does not work with --shared")
+    url = _redis_url(args)
+    if url is None:
+        raise CommandError("no shared cache is configured: set GPUCACHE_REDIS_URL or give --redis-url URL")
+    compared = PERSISTENT_STAGES if args.toolchain else ()
+    if compared:  # (learned as a compile here learns it: from the disk folder's memo, if there is one)
+        folder = configured_directory(args.dir)
+        _read_toolchain(folder if folder is not None and folder.is_dir() else None, compared)
+    counts = Counter({outcome: 0 for outcome in _OUTCOMES})
+    bad, resigned, removed = [], 0, 0
+    try:
+        with _quiet():
+            tier = _shared_tier(url)
+            keyring = tier.keyring
+            for stage in PERSISTENT_STAGES:
+                start = len(tier.key(stage, ""))
+                for key, data in tier.raw(stage):
+                    token = key[start:]
+                    outcome, body, problem = _check(keyring, data, stage, token, stage in compared)
+                    counts[outcome] += 1
+                    if outcome == _PREVIOUS_SECRET and args.fix:
+                        tier.replace(key, keyring.sign(body))
+                        resigned += 1
+                    elif outcome not in (_OK, _PREVIOUS_SECRET):
+                        bad.append({"stage": stage, "token": token, "key": key, "outcome": outcome,
+                                    "problem": problem})
+                        removed += bool(args.fix and tier.delete(stage, token))
+            _stopped(tier)
+    except UnsignedSharedTier:
+        raise CommandError(
+            f"the shared cache at {display_url(url)} cannot be checked: no secret is set. Set "
+            "GPUCACHE_SECRET (the secret its entries are signed with) to check signatures, keys and "
+            "checksums; or GPUCACHE_SHARED_UNSIGNED=1 to check keys and checksums only") from None
+    checked = sum(counts.values())
+    if args.json:
+        out({"tier": "shared", "location": tier.location, "checked": checked, "fixed": args.fix,
+             "signatures_checked": keyring.signs, "toolchain_compared": bool(compared),
+             "counts": dict(counts), "resigned": resigned, "removed": removed, "bad": bad})
+    else:
+        if not keyring.signs:
+            out("signatures not checked: no GPUCACHE_SECRET (GPUCACHE_SHARED_UNSIGNED=1); "
+                "keys and checksums only")
+        for row in bad:
+            out(f"BAD {row['stage']} {short_token(row['token'])}: {row['problem']}"
+                f"{' (removed)' if args.fix else ''}")
+        kinds = ", ".join(f"{counts[o]} {o}" for o in _OUTCOMES[2:] if counts[o])
+        out(f"checked {_count(checked, 'entry', 'entries')} of the shared cache at {tier.location}: "
+            f"{counts[_OK]} ok, {counts[_PREVIOUS_SECRET]} signed with a previous secret, "
+            f"{len(bad)} bad" + (f" ({kinds})" if kinds else "") + (", removed" if args.fix and bad else "")
+            + ("" if compared else " (toolchains not compared: --toolchain)"))
+        if counts[_PREVIOUS_SECRET]:
+            out(_resigning(counts[_PREVIOUS_SECRET], args.fix, "gpucache verify --shared")
+                + (", keeping their expiry" if args.fix else ""))
+    return 1 if bad and not args.fix else 0
+
+
+def _check(keyring: Keyring, data: bytes, stage: str, token: str, toolchain: bool):
+    """(outcome, the entry inside `data`, the problem) of one stored entry."""
+    try:
+        body, signed = keyring.open(data)
+    except Rejected as exc:
+        return exc.reason, None, f"signature: {exc}"
+    try:
+        decode(body, stage, token, check_toolchain=False)
+    except BadEntry as exc:
+        return _CORRUPT, body, str(exc)
+    if toolchain and read_header(body)[0]["toolchain"] != stage_toolchain(stage):
+        return _OTHER_TOOLCHAIN, body, "built by another toolchain"
+    return (_PREVIOUS_SECRET if signed == PREVIOUS else _OK), body, None
 
 
 def _recompile_all(tier: DiskTier, args, out) -> dict:
@@ -531,12 +617,12 @@ def _upstream(tier: DiskTier, stage: str, token: str, cc):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpucache", description="Look after gpucache_ext's disk cache: list, show, check, "
-        "prune and clear its entries; and show the shared (Redis) cache's.  Entries are "
+        "prune and clear its entries; and show and check the shared (Redis) cache's.  Entries are "
         "read with the secrets a compile here reads (GPUCACHE_SECRET, GPUCACHE_SECRET_PREVIOUS).")
     parser.add_argument("--dir", type=Path, help="cache folder (default: GPUCACHE_DIR, else "
                                                  f"{default_directory()})")
-    parser.add_argument("--redis-url", metavar="URL", help="the shared cache, for stats "
-                        "(default: GPUCACHE_REDIS_URL; off: none)")
+    parser.add_argument("--redis-url", metavar="URL", help="the shared cache, for stats and verify "
+                        "--shared (default: GPUCACHE_REDIS_URL; off: none)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     # --dir, --redis-url and --json are also accepted after the command (their defaults stay the main parser's)
     json_after = argparse.ArgumentParser(add_help=False)
@@ -580,13 +666,17 @@ def build_parser() -> argparse.ArgumentParser:
                  "toolchain of llvm entries; with --toolchain also that of ptx and cubin entries (imports "
                  "numba-cuda to find libdevice and libcudadevrt as a compile would, loads no CUDA library "
                  "unless the folder's memo lacks a part).  An entry of another toolchain is intact and "
-                 "never served here (its token names its toolchain).  --recompile compiles.  Entries "
-                 "signed with a previous secret (GPUCACHE_SECRET_PREVIOUS) are counted; --fix signs them "
-                 "again with GPUCACHE_SECRET.")
+                 "never served here (its token names its toolchain).  --recompile compiles.  --shared "
+                 "checks the shared cache's entries instead (their toolchain only with --toolchain); "
+                 "it needs GPUCACHE_SECRET, or GPUCACHE_SHARED_UNSIGNED=1 to check keys and checksums "
+                 "only.  Entries signed with a previous secret (GPUCACHE_SECRET_PREVIOUS) are counted; "
+                 "--fix signs them again with GPUCACHE_SECRET.")
     verify.add_argument("--toolchain", action="store_true",
                         help="also compare ptx and cubin entries' toolchain with this environment's")
     verify.add_argument("--fix", action="store_true",
                         help="remove bad entries, sign again those signed with a previous secret")
+    verify.add_argument("--shared", action="store_true",
+                        help="check the shared cache (GPUCACHE_REDIS_URL or --redis-url) instead")
     verify.add_argument("--recompile", action="store_true",
                         help="also compile ptx and cubin entries again from their upstream "
                              "entries and compare; evict any that differ")
@@ -615,8 +705,10 @@ def _cache_folder(args) -> Path:
 
 
 def _disk_tier(args) -> Optional[DiskTier]:
-    """The disk tier the command works on; None for stats of a shared cache
-    where there is no disk cache (args.disk_problem)."""
+    """The disk tier the command works on; None for verify --shared, and for
+    stats of a shared cache where there is no disk cache (args.disk_problem)."""
+    if args.command == "verify" and args.shared:
+        return None
     try:
         folder = _cache_folder(args)
     except CommandError as exc:
