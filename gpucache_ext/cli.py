@@ -1,16 +1,22 @@
-"""The gpucache command (also python -m gpucache_ext): look after the disk cache.
+"""The gpucache command (also python -m gpucache_ext): look after the disk cache,
+and check the shared (Redis) cache.
 
-    gpucache stats                          entries and bytes per stage
+    gpucache stats                          entries, bytes and signatures per stage and tier
     gpucache ls [--kernel K] [--stage S] [--older-than 2d] [--newer-than 1h]
     gpucache show TOKEN [--out FILE] [--toolchain]  an entry's header and artifact
     gpucache clear [--stage S] [--yes]      delete entries (asks first)
     gpucache prune --max-bytes 500M         evict least recently used entries
-    gpucache verify [--fix] [--toolchain]   check every entry's key and checksum (and toolchain)
+    gpucache verify [--fix] [--toolchain]   check every entry: signature, key, checksum (toolchain)
     gpucache verify --recompile [--sample F]  compile entries again and compare
+    gpucache verify --shared [--fix]        check every shared entry's signature, key and checksum
 
 --dir picks the cache folder (default: GPUCACHE_DIR, else the platform's user
-cache folder); --json prints machine-readable output; both may come before or
-after the command.  Output piped into a command that stops reading (gpucache ls | head)
+cache folder); --redis-url the shared cache (default: GPUCACHE_REDIS_URL; "off":
+none); --json prints machine-readable output; all three may come before or
+after the command.  The tiers are read with the settings every cache reads
+(`gpucache_ext.settings`: GPUCACHE_SECRET, GPUCACHE_SECRET_PREVIOUS,
+GPUCACHE_SHARED_UNSIGNED, GPUCACHE_REDIS_PREFIX); a Redis password is never
+printed.  Output piped into a command that stops reading (gpucache ls | head)
 ends quietly.
 
 Reading the cache imports no numba: stats and ls read headers only; show and
@@ -26,25 +32,40 @@ so no compile here is ever served it.  Only verify --recompile compiles.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
 import re
 import sys
 import time
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import List, Optional
+from urllib.parse import urlsplit
 
 from . import settings
 from .codec import PERSISTENT_STAGES, BadEntry, decode, read_header
-from .disk import DiskTier, configured_directory, default_directory
-from .signing import Keyring, Rejected, strip
+from .disk import OFF_VALUES, DiskTier, configured_directory, default_directory
+from .shared import display_url
+from .signing import (BAD_SIGNATURE, CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED, Keyring,
+                      Rejected, strip)
 from .units import format_age, format_bytes
 from .tokens import short_token
 from .toolchain import stage_toolchain
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _AGES = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# how entries are signed, as `Keyring.classify` reads their first bytes (stats'
+# columns); the last two are what this reader refuses
+_SIGNATURE_KINDS = (CURRENT, PREVIOUS, NOT_SIGNED, UNSIGNED, OTHER_SECRET)
+_REFUSED_KINDS = (UNSIGNED, OTHER_SECRET)
+# what verify --shared finds in an entry; all but the first two are bad
+_OK, _PREVIOUS_SECRET, _CORRUPT, _OTHER_TOOLCHAIN = "ok", "previous secret", "corrupt", "other toolchain"
+_OUTCOMES = (_OK, _PREVIOUS_SECRET, UNSIGNED, BAD_SIGNATURE, OTHER_SECRET, _CORRUPT, _OTHER_TOOLCHAIN)
+# the command reads whole stages at once: a longer timeout than a compile's lookups
+_REDIS_TIMEOUT = 5.0
 
 
 class CommandError(Exception):
@@ -73,6 +94,10 @@ def parse_age(text: str) -> float:
     if not match:
         raise argparse.ArgumentTypeError(f"{text!r} is not an age; use e.g. 30m, 12h or 7d")
     return float(match.group(1)) * _AGES[match.group(2)]
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 class Progress:
@@ -135,7 +160,7 @@ def _toolchain_stages(args):
     return PERSISTENT_STAGES if getattr(args, "toolchain", False) else ("llvm",)
 
 
-def _read_toolchain(tier: DiskTier, stages) -> None:
+def _read_toolchain(directory: Optional[Path], stages) -> None:
     """Learn the toolchain that entries of `stages` are checked against (`codec.decode`)
     from the cache folder's memo, as a new process compiling there learns it.
 
@@ -147,22 +172,152 @@ def _read_toolchain(tier: DiskTier, stages) -> None:
     remembered."""
     for stage in PERSISTENT_STAGES:
         if stage in stages:
-            stage_toolchain(stage, tier.directory)
+            stage_toolchain(stage, directory)
 
 
 def cmd_stats(tier, args, out):
-    stats = {stage: tier.stats(stage) for stage in PERSISTENT_STAGES}
+    disk = (_tier_report(tier, "unsigned: no GPUCACHE_SECRET, signatures are not checked")
+            if tier is not None else {"location": None, "used": False, "note": args.disk_problem})
+    shared = _shared_report(_redis_url(args))
     if args.json:
-        out({"directory": str(tier.directory), "stages": stats,
-             "bytes": sum(s["bytes"] for s in stats.values())})
-        return 0
-    out(f"cache directory: {tier.directory}")
-    out(f"{'stage':<7}{'entries':>10}{'on disk':>14}")
-    for stage, s in stats.items():
-        out(f"{stage:<7}{s['entries']:>10}{format_bytes(s['bytes']):>14}")
-    out(f"{'total':<7}{sum(s['entries'] for s in stats.values()):>10}"
-        f"{format_bytes(sum(s['bytes'] for s in stats.values())):>14}")
-    return 0
+        out({"directory": str(tier.directory) if tier is not None else None,
+             "stages": disk.get("stages", {}), "bytes": disk.get("bytes", 0), "disk": disk, "shared": shared})
+    else:
+        _print_tier("disk cache", disk, "gpucache verify", out)
+        if shared is not None:
+            out("")
+            _print_tier("shared cache", shared, "gpucache verify --shared", out)
+    return 1 if shared is not None and "error" in shared else 0
+
+
+def _tier_report(tier, unsigned: str) -> dict:
+    """Entries, bytes and how they are signed per stage (from each entry's
+    first bytes: `Keyring.classify`; verify checks the signatures)."""
+    stages = {}
+    for stage in PERSISTENT_STAGES:
+        counts, found = tier.stats(stage), tier.signatures(stage)
+        stages[stage] = {"entries": counts["entries"], "bytes": counts["bytes"],
+                         "signatures": {kind: found.get(kind, 0) for kind in _SIGNATURE_KINDS}}
+
+    def total(kind):
+        return sum(s["signatures"][kind] for s in stages.values())
+    secrets = len(tier.keyring.secrets)
+    signing = ("signed with GPUCACHE_SECRET" + ("; GPUCACHE_SECRET_PREVIOUS accepted for reading"
+                                                 if secrets > 1 else "")) if secrets else unsigned
+    return {"location": tier.location, "used": True, "signed": bool(secrets), "signing": signing,
+            "stages": stages, "entries": sum(s["entries"] for s in stages.values()),
+            "bytes": sum(s["bytes"] for s in stages.values()),
+            "refused": {kind: total(kind) for kind in _REFUSED_KINDS}, "previous_secret": total(PREVIOUS)}
+
+
+def _print_tier(label: str, report: dict, verify: str, out) -> None:
+    if "error" in report:
+        out(report["error"])
+        return
+    if not report["used"]:
+        out(f"{label}: {report['note']}")
+        return
+    out(f"{label}: {report['location']} ({report['signing']})")
+    columns = ("current", "previous", "not signed", "refused: unsigned", "other secret")
+    out(f"{'stage':<7}{'entries':>9}{'size':>12}" + "".join(f"{c:>{len(c) + 2}}" for c in columns))
+    rows = [(stage, s["entries"], s["bytes"], s["signatures"]) for stage, s in report["stages"].items()]
+    rows.append(("total", report["entries"], report["bytes"],
+                 {kind: sum(s["signatures"][kind] for s in report["stages"].values())
+                  for kind in _SIGNATURE_KINDS}))
+    for name, entries, size, signatures in rows:
+        out(f"{name:<7}{entries:>9}{format_bytes(size):>12}"
+            + "".join(f"{signatures[kind]:>{len(c) + 2}}" for kind, c in zip(_SIGNATURE_KINDS, columns)))
+    refused = report["refused"]
+    if sum(refused.values()):
+        out(f"{_count(sum(refused.values()), 'entry', 'entries')} would be refused here ("
+            + ", ".join(f"{n} {kind}" for kind, n in refused.items() if n)
+            + f"): a compile here builds them again; {verify} --fix removes them")
+    if report["previous_secret"]:
+        out(f"{_count(report['previous_secret'], 'entry', 'entries')} signed with a previous secret: "
+            f"{verify} --fix signs them again with GPUCACHE_SECRET")
+
+
+def _redis_url(args) -> Optional[str]:
+    """The shared cache's URL: --redis-url, else GPUCACHE_REDIS_URL; None when
+    unset or off (read as `KernelCache.from_environment` reads it)."""
+    url = args.redis_url if args.redis_url is not None else os.environ.get("GPUCACHE_REDIS_URL")
+    if url is None or url.strip().lower() in OFF_VALUES:
+        return None
+    return url.strip()
+
+
+def _hide(text: str, url: str) -> str:
+    """`text` with `url`'s password (if any) hidden: a server's error may quote it."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    return text.replace(password, "***") if password else text
+
+
+def _shared_tier(url: str):
+    """The shared tier as a cache here would make it (settings from the
+    environment), checked to answer; raises `UnsignedSharedTier` for a tier
+    without a secret and no opt-in, `CommandError` for anything else."""
+    from .shared import RedisNotInstalled, RedisTier, UnsignedSharedTier
+
+    try:
+        tier = RedisTier(url, settings.keyring(), timeout=_REDIS_TIMEOUT)
+    except UnsignedSharedTier:
+        raise
+    except (settings.SettingError, RedisNotInstalled) as exc:
+        raise CommandError(str(exc)) from None
+    except ValueError as exc:  # redis-py reads no such URL
+        raise CommandError(f"{display_url(url)} is not a Redis URL ({_hide(str(exc), url)}); "
+                           "use e.g. redis://cache-host:6379/0") from None
+    import redis
+
+    try:
+        tier.client.ping()
+    except (redis.RedisError, OSError) as exc:
+        raise _NotAnswering(f"the shared cache at {tier.location} is not answering "
+                            f"({_hide(str(exc), url)})") from None
+    return tier
+
+
+class _NotAnswering(CommandError):
+    """The shared cache's server is down, unreachable or refuses this client."""
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The shared tier warns when Redis stops answering; the command says so itself."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def _stopped(tier) -> None:
+    if not tier.available:  # a call failed after the first ping
+        raise _NotAnswering(f"the shared cache at {tier.location} stopped answering; nothing more was "
+                            "read from it, run the command again")
+
+
+def _shared_report(url: Optional[str]) -> Optional[dict]:
+    """stats of the shared tier at `url` (None: none configured)."""
+    if url is None:
+        return None
+    from .shared import UnsignedSharedTier
+
+    try:
+        with _quiet():
+            tier = _shared_tier(url)
+            report = _tier_report(tier, "unsigned: GPUCACHE_SHARED_UNSIGNED=1 and no GPUCACHE_SECRET, so "
+                                        "anyone who can write to the server can change your kernels")
+            _stopped(tier)
+    except UnsignedSharedTier:
+        return {"location": display_url(url), "used": False, "signed": False,
+                "note": f"{display_url(url)} is not used: no secret is set. Set GPUCACHE_SECRET (the same "
+                        "for everyone who shares it) to sign and check its entries, or "
+                        "GPUCACHE_SHARED_UNSIGNED=1 to use it unsigned"}
+    except _NotAnswering as exc:
+        return {"location": display_url(url), "used": True, "error": str(exc)}
+    return report
 
 
 def cmd_ls(tier, args, out):
@@ -204,7 +359,7 @@ def cmd_show(tier, args, out):
     header, _ = read_header(strip(data))
     compared = stage in _toolchain_stages(args)
     if compared:
-        _read_toolchain(tier, (stage,))
+        _read_toolchain(tier.directory, (stage,))
     try:
         entry = decode(tier.keyring.open(data)[0], stage, full_token, check_toolchain=compared)
         problem = None
@@ -287,16 +442,21 @@ def cmd_prune(tier, args, out):
 
 
 def cmd_verify(tier, args, out):
+    if args.shared:
+        return _verify_shared(args, out)
     files = tier.scan()
     checked = len(files)
     compared = _toolchain_stages(args)
-    _read_toolchain(tier, {stage for stage, _, _ in files if stage in compared})
-    bad = tier.verify(fix=args.fix, progress=Progress("verifying", not args.json), toolchain_stages=compared)
+    _read_toolchain(tier.directory, {stage for stage, _, _ in files if stage in compared})
+    previous: list = []  # (stage, path) of entries a previous secret signed (re-signed with --fix)
+    bad = tier.verify(fix=args.fix, progress=Progress("verifying", not args.json), toolchain_stages=compared,
+                      resigned=previous)
     uncompared = sorted({stage for stage, _, _ in files} - set(compared))
     audit = _recompile_all(tier, args, out) if args.recompile else None
     if args.json:
         report = {"checked": checked, "fixed": args.fix, "toolchain_not_compared": uncompared,
-                  "bad": [{"stage": s, "path": str(p), "problem": why} for s, p, why in bad]}
+                  "bad": [{"stage": s, "path": str(p), "problem": why} for s, p, why in bad],
+                  "previous_secret": len(previous), "resigned": len(previous) if args.fix else 0}
         if audit is not None:
             report["recompiled"] = audit
         out(report)
@@ -306,6 +466,8 @@ def cmd_verify(tier, args, out):
         out(f"checked {checked} entries: {len(bad)} bad" + (", removed" if args.fix and bad else "")
             + (f" (the toolchain of {' and '.join(uncompared)} entries not compared: --toolchain)"
                if uncompared else ""))
+        if previous:
+            out(_resigning(len(previous), args.fix, "gpucache verify"))
         if audit is not None:
             counts = audit["counts"]
             out(f"recompiled {counts['match'] + counts['mismatch']} entries: {counts['mismatch']} "
@@ -314,6 +476,91 @@ def cmd_verify(tier, args, out):
                 f"others need their upstream entry); {counts['failed']} failed")
     mismatched = audit is not None and (audit["counts"]["mismatch"] or audit["counts"]["failed"])
     return 1 if (bad and not args.fix) or mismatched else 0
+
+
+def _resigning(count: int, fixed: bool, verify: str) -> str:
+    return (f"{_count(count, 'entry', 'entries')} signed with a previous secret: "
+            + ("signed again with GPUCACHE_SECRET" if fixed
+               else f"{verify} --fix signs them again with GPUCACHE_SECRET"))
+
+
+def _verify_shared(args, out) -> int:
+    """verify --shared: every entry under the prefix, opened as a reader here
+    opens it (signature), then its key and checksum (and toolchain with
+    --toolchain); --fix re-signs what a previous secret signed, keeping the
+    key's expiry, and deletes the bad ones."""
+    from .shared import UnsignedSharedTier
+
+    if args.recompile:
+        raise CommandError("--recompile compiles disk entries again; it does not work with --shared")
+    url = _redis_url(args)
+    if url is None:
+        raise CommandError("no shared cache is configured: set GPUCACHE_REDIS_URL or give --redis-url URL")
+    compared = PERSISTENT_STAGES if args.toolchain else ()
+    if compared:  # (learned as a compile here learns it: from the disk folder's memo, if there is one)
+        folder = configured_directory(args.dir)
+        _read_toolchain(folder if folder is not None and folder.is_dir() else None, compared)
+    counts = Counter({outcome: 0 for outcome in _OUTCOMES})
+    bad, resigned, removed = [], 0, 0
+    try:
+        with _quiet():
+            tier = _shared_tier(url)
+            keyring = tier.keyring
+            for stage in PERSISTENT_STAGES:
+                start = len(tier.key(stage, ""))
+                for key, data in tier.raw(stage):
+                    token = key[start:]
+                    outcome, body, problem = _check(keyring, data, stage, token, stage in compared)
+                    counts[outcome] += 1
+                    if outcome == _PREVIOUS_SECRET and args.fix:
+                        tier.replace(key, keyring.sign(body))
+                        resigned += 1
+                    elif outcome not in (_OK, _PREVIOUS_SECRET):
+                        bad.append({"stage": stage, "token": token, "key": key, "outcome": outcome,
+                                    "problem": problem})
+                        removed += bool(args.fix and tier.delete(stage, token))
+            _stopped(tier)
+    except UnsignedSharedTier:
+        raise CommandError(
+            f"the shared cache at {display_url(url)} cannot be checked: no secret is set. Set "
+            "GPUCACHE_SECRET (the secret its entries are signed with) to check signatures, keys and "
+            "checksums; or GPUCACHE_SHARED_UNSIGNED=1 to check keys and checksums only") from None
+    checked = sum(counts.values())
+    if args.json:
+        out({"tier": "shared", "location": tier.location, "checked": checked, "fixed": args.fix,
+             "signatures_checked": keyring.signs, "toolchain_compared": bool(compared),
+             "counts": dict(counts), "resigned": resigned, "removed": removed, "bad": bad})
+    else:
+        if not keyring.signs:
+            out("signatures not checked: no GPUCACHE_SECRET (GPUCACHE_SHARED_UNSIGNED=1); "
+                "keys and checksums only")
+        for row in bad:
+            out(f"BAD {row['stage']} {short_token(row['token'])}: {row['problem']}"
+                f"{' (removed)' if args.fix else ''}")
+        kinds = ", ".join(f"{counts[o]} {o}" for o in _OUTCOMES[2:] if counts[o])
+        out(f"checked {_count(checked, 'entry', 'entries')} of the shared cache at {tier.location}: "
+            f"{counts[_OK]} ok, {counts[_PREVIOUS_SECRET]} signed with a previous secret, "
+            f"{len(bad)} bad" + (f" ({kinds})" if kinds else "") + (", removed" if args.fix and bad else "")
+            + ("" if compared else " (toolchains not compared: --toolchain)"))
+        if counts[_PREVIOUS_SECRET]:
+            out(_resigning(counts[_PREVIOUS_SECRET], args.fix, "gpucache verify --shared")
+                + (", keeping their expiry" if args.fix else ""))
+    return 1 if bad and not args.fix else 0
+
+
+def _check(keyring: Keyring, data: bytes, stage: str, token: str, toolchain: bool):
+    """(outcome, the entry inside `data`, the problem) of one stored entry."""
+    try:
+        body, signed = keyring.open(data)
+    except Rejected as exc:
+        return exc.reason, None, f"signature: {exc}"
+    try:
+        decode(body, stage, token, check_toolchain=False)
+    except BadEntry as exc:
+        return _CORRUPT, body, str(exc)
+    if toolchain and read_header(body)[0]["toolchain"] != stage_toolchain(stage):
+        return _OTHER_TOOLCHAIN, body, "built by another toolchain"
+    return (_PREVIOUS_SECRET if signed == PREVIOUS else _OK), body, None
 
 
 def _recompile_all(tier: DiskTier, args, out) -> dict:
@@ -370,13 +617,17 @@ def _upstream(tier: DiskTier, stage: str, token: str, cc):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpucache", description="Look after gpucache_ext's disk cache: list, show, check, "
-        "prune and clear its entries.")
+        "prune and clear its entries; and show and check the shared (Redis) cache's.  Entries are "
+        "read with the secrets a compile here reads (GPUCACHE_SECRET, GPUCACHE_SECRET_PREVIOUS).")
     parser.add_argument("--dir", type=Path, help="cache folder (default: GPUCACHE_DIR, else "
                                                  f"{default_directory()})")
+    parser.add_argument("--redis-url", metavar="URL", help="the shared cache, for stats and verify "
+                        "--shared (default: GPUCACHE_REDIS_URL; off: none)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    # --dir and --json are also accepted after the command (their defaults stay the main parser's)
+    # --dir, --redis-url and --json are also accepted after the command (their defaults stay the main parser's)
     json_after = argparse.ArgumentParser(add_help=False)
     json_after.add_argument("--dir", type=Path, default=argparse.SUPPRESS, help="cache folder")
+    json_after.add_argument("--redis-url", metavar="URL", default=argparse.SUPPRESS, help="the shared cache")
     json_after.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                             help="machine-readable output")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -387,7 +638,13 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--layer", dest="stage", choices=PERSISTENT_STAGES, help=argparse.SUPPRESS)
 
     add = functools.partial(sub.add_parser, parents=[json_after])
-    add("stats", help="entries and bytes per stage")
+    add("stats", help="entries, bytes and signatures per stage and tier",
+        description="Entries and bytes per stage, of the disk cache and of the shared cache when a "
+        "Redis URL is set, and how they are signed: with the current secret (GPUCACHE_SECRET), a "
+        "previous one (GPUCACHE_SECRET_PREVIOUS), not signed (read unchecked: no secret), and what "
+        "this reader refuses (unsigned, or signed with a secret it does not hold).  Read from each "
+        "entry's first bytes: verify checks the signatures themselves.  Exits 1 when the shared "
+        "cache does not answer.")
     ls = add("ls", help="list entries")
     ls.add_argument("--kernel", help="only this kernel (name or qualified name)")
     _stage_option(ls)
@@ -404,15 +661,22 @@ def build_parser() -> argparse.ArgumentParser:
     clear.add_argument("--yes", "-y", action="store_true", help="delete without asking")
     prune = add("prune", help="evict least recently used entries down to a size")
     prune.add_argument("--max-bytes", type=parse_bytes, required=True, metavar="N", help="e.g. 500M")
-    verify = add("verify", help="check every entry's key and checksum (and toolchain)",
-                 description="Check every entry's key and checksum, and the toolchain of llvm entries; "
-                 "with --toolchain also that of ptx and cubin entries (imports numba-cuda to find "
-                 "libdevice and libcudadevrt as a compile would, loads no CUDA library unless the "
-                 "folder's memo lacks a part).  An entry of another toolchain is intact and never "
-                 "served here (its token names its toolchain).  --recompile compiles.")
+    verify = add("verify", help="check every entry's signature, key and checksum (and toolchain)",
+                 description="Check every entry's signature (with a secret), key and checksum, and the "
+                 "toolchain of llvm entries; with --toolchain also that of ptx and cubin entries (imports "
+                 "numba-cuda to find libdevice and libcudadevrt as a compile would, loads no CUDA library "
+                 "unless the folder's memo lacks a part).  An entry of another toolchain is intact and "
+                 "never served here (its token names its toolchain).  --recompile compiles.  --shared "
+                 "checks the shared cache's entries instead (their toolchain only with --toolchain); "
+                 "it needs GPUCACHE_SECRET, or GPUCACHE_SHARED_UNSIGNED=1 to check keys and checksums "
+                 "only.  Entries signed with a previous secret (GPUCACHE_SECRET_PREVIOUS) are counted; "
+                 "--fix signs them again with GPUCACHE_SECRET.")
     verify.add_argument("--toolchain", action="store_true",
                         help="also compare ptx and cubin entries' toolchain with this environment's")
-    verify.add_argument("--fix", action="store_true", help="remove bad entries")
+    verify.add_argument("--fix", action="store_true",
+                        help="remove bad entries, sign again those signed with a previous secret")
+    verify.add_argument("--shared", action="store_true",
+                        help="check the shared cache (GPUCACHE_REDIS_URL or --redis-url) instead")
     verify.add_argument("--recompile", action="store_true",
                         help="also compile ptx and cubin entries again from their upstream "
                              "entries and compare; evict any that differ")
@@ -440,6 +704,23 @@ def _cache_folder(args) -> Path:
     return directory
 
 
+def _disk_tier(args) -> Optional[DiskTier]:
+    """The disk tier the command works on; None for verify --shared, and for
+    stats of a shared cache where there is no disk cache (args.disk_problem)."""
+    if args.command == "verify" and args.shared:
+        return None
+    try:
+        folder = _cache_folder(args)
+    except CommandError as exc:
+        if args.command != "stats" or _redis_url(args) is None:
+            raise
+        args.disk_problem = str(exc)
+        return None
+    # signed entries are checked with the secrets a compile here would use
+    return DiskTier(folder, max_bytes=None, keyring=Keyring(settings.secrets(), allow_unsigned=True),
+                    warn=False)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
 
@@ -447,10 +728,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(json.dumps(value, indent=2, default=str) if args.json else value)
 
     try:
-        # signed entries are checked with the secrets a compile here would use
-        tier = DiskTier(_cache_folder(args), max_bytes=None,
-                        keyring=Keyring(settings.secrets(), allow_unsigned=True), warn=False)
-        status = COMMANDS[args.command](tier, args, out)
+        status = COMMANDS[args.command](_disk_tier(args), args, out)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return status
     except CommandError as exc:

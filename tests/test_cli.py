@@ -1,6 +1,7 @@
 """The gpucache command, run as a real subprocess on a real cache directory."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,9 @@ pytestmark = pytest.mark.slow  # each test runs the command as subprocesses
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def gpucache(*args, expect=0):
+def gpucache(*args, expect=0, env=None):
     done = subprocess.run([sys.executable, "-m", "gpucache_ext", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
     assert done.returncode == expect, done.stdout + done.stderr
     return done
 
@@ -36,8 +37,11 @@ def test_stats_and_ls(filled):
     stats = json.loads(gpucache("--dir", directory, "--json", "stats").stdout)
     assert stats["stages"]["cubin"]["entries"] == 3 and stats["stages"]["llvm"]["entries"] == 2
     assert stats["bytes"] == sum(p.stat().st_size for p in directory.glob("v1/*/*/*.entry"))
+    assert stats["disk"]["refused"] == {"unsigned": 0, "other secret": 0} and not stats["disk"]["signed"]
+    assert stats["stages"]["cubin"]["signatures"]["not signed"] == 3
     text = gpucache("--dir", directory, "stats").stdout
     assert "cubin" in text and "total" in text and str(directory) in text
+    assert "(unsigned: no GPUCACHE_SECRET" in text and "shared cache" not in text
 
     rows = json.loads(gpucache("--dir", directory, "--json", "ls", "--kernel", "axpy", "--stage", "cubin").stdout)
     assert sorted(r["config"] for r in rows) == ["sm_80", "sm_86"]
@@ -177,3 +181,33 @@ def test_the_stage_option_has_one_name_and_the_old_one_still_works(tmp_path, cap
         cli.main(["ls", "--help"])
     shown = capsys.readouterr().out
     assert "--stage" in shown and "--layer" not in shown
+
+
+def test_verify_signs_again_what_a_previous_secret_signed_and_removes_unsigned_entries(tmp_path):
+    first = KernelCache(directory=tmp_path, secret="old").compile(kernels.copy, kernels.COPY_SIG,
+                                                                  CompileConfig(sm=86))
+    # written without a secret: unsigned (the llvm entry is sm_86's, read unchecked)
+    planted = KernelCache(directory=tmp_path, secret="").compile(kernels.copy, kernels.COPY_SIG,
+                                                                 CompileConfig(sm=80))
+    unsigned = [s for s in ("llvm", "ptx", "cubin") if not planted.stages[s].hit]
+    assert "cubin" in unsigned
+    rotated = {"GPUCACHE_SECRET": "new", "GPUCACHE_SECRET_PREVIOUS": "old"}
+
+    stats = json.loads(gpucache("--dir", tmp_path, "--json", "stats", env=rotated).stdout)
+    assert stats["disk"]["signed"] and stats["disk"]["previous_secret"] == 3
+    assert stats["disk"]["refused"] == {"unsigned": len(unsigned), "other secret": 0}
+    only_new = json.loads(gpucache("--dir", tmp_path, "--json", "stats", env={"GPUCACHE_SECRET": "new"}).stdout)
+    assert only_new["disk"]["refused"] == {"unsigned": len(unsigned), "other secret": 3}
+
+    report = json.loads(gpucache("--dir", tmp_path, "--json", "verify", env=rotated, expect=1).stdout)
+    assert report["previous_secret"] == 3 and report["resigned"] == 0 and len(report["bad"]) == len(unsigned)
+    assert "--fix signs them again" in gpucache("--dir", tmp_path, "verify", env=rotated, expect=1).stdout
+    fixed = gpucache("--dir", tmp_path, "verify", "--fix", env=rotated).stdout
+    assert "3 entries signed with a previous secret: signed again with GPUCACHE_SECRET" in fixed
+
+    after = json.loads(gpucache("--dir", tmp_path, "--json", "verify", env={"GPUCACHE_SECRET": "new"}).stdout)
+    assert after["checked"] == 3 and after["bad"] == [] and after["previous_secret"] == 0
+    result = KernelCache(directory=tmp_path, secret="new").compile(kernels.copy, kernels.COPY_SIG,
+                                                                   CompileConfig(sm=86))
+    assert [result.stages[s].tier for s in ("llvm", "ptx", "cubin")] == ["disk"] * 3
+    assert result.cubin == first.cubin

@@ -164,9 +164,11 @@ def test_verify_imports_no_numba_and_reads_the_toolchain_from_the_memo(filled):
         outputs.append(fresh["out"])
     assert "checked 8 entries: 0 bad (the toolchain of cubin and ptx entries not compared" in outputs[0]
     assert json.loads(outputs[1]) == {"checked": 8, "fixed": False, "bad": [],
-                                      "toolchain_not_compared": ["cubin", "ptx"]}
+                                      "toolchain_not_compared": ["cubin", "ptx"],
+                                      "previous_secret": 0, "resigned": 0}
     assert outputs[2].strip().endswith("checked 8 entries: 0 bad")
-    assert json.loads(outputs[3]) == {"checked": 8, "fixed": False, "bad": [], "toolchain_not_compared": []}
+    assert json.loads(outputs[3]) == {"checked": 8, "fixed": False, "bad": [], "toolchain_not_compared": [],
+                                      "previous_secret": 0, "resigned": 0}
 
 
 def test_verify_of_llvm_entries_imports_no_numba(filled, tmp_path):
