@@ -314,9 +314,9 @@ class DiskTier(Tier):
                 body, signed = self.keyring.open(data)
                 decode(body, stage, token, check_toolchain=stage in toolchain_stages)
                 if signed == PREVIOUS and resigned is not None:
-                    resigned.append((stage, path))
                     if fix:
                         write_atomically(path, self.keyring.sign(body), _TEMP_PREFIX)
+                    resigned.append((stage, path))  # (after the write: one that fails is not listed)
             except Rejected as exc:
                 bad.append((stage, path, f"signature: {exc}"))
                 if fix:

@@ -61,6 +61,10 @@ def secrets(given: SecretArgument = None, env: Optional[Mapping[str, str]] = Non
     ``GPUCACHE_SECRET`` and ``GPUCACHE_SECRET_PREVIOUS``."""
     if given is None:
         env = _env(env)
+        if env.get(SECRET_PREVIOUS) and not env.get(SECRET):
+            raise SettingError(f"{SECRET_PREVIOUS} is set but {SECRET} is not: {SECRET_PREVIOUS} is only "
+                               f"read with, never signed with; set {SECRET} to the secret that signs "
+                               f"(the new one, during a rotation)")
         return tuple(s for s in (env.get(SECRET), env.get(SECRET_PREVIOUS)) if s)
     if isinstance(given, (str, bytes, bytearray)):
         return (given,) if given else ()

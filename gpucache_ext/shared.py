@@ -142,7 +142,7 @@ class RedisTier(Tier):
             if not self._warned:
                 self._warned = True
                 warnings.warn(
-                    f"gpucache_ext: the shared cache at {self.url} is not answering ({exc}); going on "
+                    f"gpucache_ext: the shared cache at {display_url(self.url)} is not answering ({exc}); going on "
                     f"with the local tiers and trying again every {self.retry_after:g} s",
                     RuntimeWarning, stacklevel=3)
             return default
@@ -184,12 +184,13 @@ class RedisTier(Tier):
                 self.client.delete(*batch)
         self._call(clear_all)
 
-    def _keys(self, stage: str):
+    def _keys(self, stage: str, limit: Optional[int] = _LIST_LIMIT):
+        """The stage's keys: the first `limit` (a listing for the inspector), or all."""
         def scan():
             keys = []
             for key in self.client.scan_iter(match=f"{self._pattern(stage)}*", count=500):
                 keys.append(key)
-                if len(keys) >= _LIST_LIMIT:
+                if limit is not None and len(keys) >= limit:
                     break
             return keys
         return self._call(scan, [])
@@ -221,7 +222,7 @@ class RedisTier(Tier):
     def signatures(self, stage: str) -> Dict[str, int]:
         """How this stage's entries are signed, from their first bytes (no
         signature checked: see `gpucache_ext.signing.Keyring.classify`)."""
-        keys = self._keys(stage)
+        keys = self._keys(stage, limit=None)
 
         def heads():
             pipe = self.client.pipeline(transaction=False)
@@ -236,7 +237,7 @@ class RedisTier(Tier):
 
     def raw(self, stage: str) -> Iterator[Tuple[str, bytes]]:
         """(key, stored bytes) of every entry of `stage`, for verify."""
-        keys = self._keys(stage)
+        keys = self._keys(stage, limit=None)
         for start in range(0, len(keys), 200):
             batch = keys[start:start + 200]
             values = self._call(lambda batch=batch: self.client.mget(batch), [])

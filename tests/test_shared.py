@@ -146,3 +146,17 @@ def test_redis_is_an_optional_extra_the_tests_install():
     assert not any(dep.startswith("redis") for dep in project["dependencies"])
     assert project["optional-dependencies"]["redis"] == ["redis>=5"]
     assert any("redis" in dep and dep.startswith("gpucache_ext[") for dep in project["optional-dependencies"]["test"])
+
+
+def test_a_password_in_the_url_is_never_shown():
+    url = "redis://:hunter2@127.0.0.1:1/0"  # nothing listens there
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cache = KernelCache(redis_url=url, secret="s")
+        cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+        refused = KernelCache(redis_url=url)  # no secret: left out, with a warning
+    messages = [str(w.message) for w in caught if "shared cache" in str(w.message)]
+    assert any("not answering" in m for m in messages) and any("is not used" in m for m in messages)
+    assert all("hunter2" not in m and ":***@127.0.0.1:1" in m for m in messages), messages
+    shown = [info.location for info in cache.tier_info() + refused.tier_info()] + [repr(cache.tiers[0])]
+    assert all("hunter2" not in text and "***" in text for text in shown), shown

@@ -84,6 +84,8 @@ def test_secrets_come_from_the_environment_unless_given():
     assert settings.secrets(["a", "b"], env) == ("a", "b")
     assert settings.secrets("", env) == () and settings.secrets((), env) == ()  # explicitly none
     assert settings.secrets(None, {}) == ()
+    with pytest.raises(settings.SettingError, match="GPUCACHE_SECRET_PREVIOUS is set but GPUCACHE_SECRET is not"):
+        settings.secrets(None, {"GPUCACHE_SECRET_PREVIOUS": "old"})  # a rotation half done: refused
     assert settings.keyring(None, None, env).secrets == (b"new", b"old")
 
 
