@@ -113,7 +113,7 @@ class KernelCache:
                 warnings.warn(str(exc), SecurityWarning, stacklevel=2)
                 self._refused.append(TierInfo(
                     "shared", display_url(redis_url), signed=False, used=False,
-                    note="not used: no secret (set GPUCACHE_SECRET, or GPUCACHE_SHARED_UNSIGNED=1 "
+                    note="no secret (set GPUCACHE_SECRET, or GPUCACHE_SHARED_UNSIGNED=1 "
                          "to use it unsigned)"))
         self.tiers.extend(tiers)
         self._stats = {s: _StageCounters() for s in STAGES}
@@ -289,10 +289,12 @@ class KernelCache:
                     rejected[reason] = rejected.get(reason, 0) + count
             notes = []
             if tier.name == "shared" and not signed:
-                notes.append("unsigned: whoever can write to the server can change these kernels "
-                             "(GPUCACHE_SHARED_UNSIGNED)")
+                notes.append("whoever can write to the server can change these kernels "
+                             "(GPUCACHE_SHARED_UNSIGNED); set GPUCACHE_SECRET (the same for everyone "
+                             "who shares it) to sign its entries")
             if getattr(tier, "exposed", None):
-                notes.append(f"other users can write here ({tier.exposed}); set GPUCACHE_SECRET")
+                notes.append(f"other users can write here ({tier.exposed}); set GPUCACHE_SECRET to sign "
+                             "its entries, or make the folder yours alone (chmod 700)")
             found.append(TierInfo(tier.name, tier.location, signed, True,
                                   "; ".join(notes), rejected,
                                   int(sum(getattr(tier, "previous", {}).values()))))

@@ -115,7 +115,7 @@ class TierInfo(_Record):
     location: str  # a folder, or a Redis URL (password hidden) and key prefix
     signed: bool  # entries signed with a secret and required to be
     used: bool  # False: configured but left out (a shared tier without a secret)
-    note: str = ""  # what the user should know: "unsigned: ...", "not used: ..."
+    note: str = ""  # what the user should know, and the fix (the state itself is `state`)
     rejected: Mapping[str, int] = field(default_factory=dict)  # refusals by reason
     previous_secret: int = 0  # entries read that a retired secret signed
 

@@ -387,17 +387,13 @@ def tier_rows(tiers) -> List[Dict[str, Any]]:
     """One dict per persistent tier (`KernelCache.tier_info`, `CacheStats.tiers`):
     tier, location, state ("signed", "unsigned", "not used"), shown (the state
     as reported: "UNSIGNED" where `unsigned_warning`), note (what to know and
-    do, without the state it starts with), warn, rejected ({reason: count}),
+    do), warn, rejected ({reason: count}),
     refused (their total) and previous_secret (entries read that a retired
     secret signed)."""
     rows = []
     for info in tiers:
         state, note = info.state, info.note or ""
-        if note.startswith(f"{state}: "):
-            note = note[len(state) + 2:]
         warn = state == "not used" or unsigned_warning(info)
-        if warn and state == "unsigned" and "GPUCACHE_SECRET" not in note:
-            note += "; set GPUCACHE_SECRET (the same for everyone who shares it) to sign its entries"
         rejected = dict(_ordered(info.rejected or {}))
         rows.append({"tier": info.name, "location": info.location, "state": state,
                      "shown": "UNSIGNED" if warn and state == "unsigned" else state, "note": note,
