@@ -126,6 +126,8 @@ class KernelCache:
         self._origins: "OrderedDict[str, tuple]" = OrderedDict()  # cubin token -> inputs
         self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
         self._misses = deque(maxlen=256)
+        # (stage, token) -> why a tier refused its entry, until the stage is compiled again
+        self._refusals: "OrderedDict[Tuple[str, str], str]" = OrderedDict()
         self._mismatches = deque(maxlen=256)
         self._mismatch_count = 0
         self._launch_checks = 0
@@ -476,7 +478,14 @@ class KernelCache:
             return entry, "memory"
         above = []
         for tier in self._tiers_for(stage):
+            refused = getattr(tier, "rejected", {}).get(stage)
+            before = dict(refused) if refused is not None else None
             entry = tier.get(stage, token_hex)
+            if before is not None and refused != before:  # the tier held an entry and refused it
+                reason = next(r for r in refused if refused[r] != before.get(r, 0))
+                self._refusals[(stage, token_hex)] = f"{tier.name} entry refused: {reason}"
+                while len(self._refusals) > 256:
+                    self._refusals.popitem(last=False)
             if entry is not None:
                 if fill:
                     self._memory[stage].put(entry)
@@ -513,6 +522,7 @@ class KernelCache:
         for a forced compile, the plan's `why_forced`)."""
         with self._lock:
             kernel = plan.kernel
+            refusals = [self._refusals.pop((stage, token.hex), None)]
             if reads:
                 marker, _ = self._find(stage, token.hex, fill=False)
                 variants = list(marker.variants) if marker is not None and marker.is_marker else []
@@ -521,7 +531,10 @@ class KernelCache:
                 self._put(stage, Entry(token.hex, kernel, None, token.components, 0, 0.0,
                                        variants=variants))
                 token = target_variant(token, reads)
+            refusals.append(self._refusals.pop((stage, token.hex), None))
             reasons = (plan.why_forced,) if plan.forced else self._explain(stage, token, kernel)
+            # an entry a tier refused (its signature) is why this stage compiled, first of all
+            reasons = tuple(dict.fromkeys(r for r in refusals if r)) + reasons
             self._put(stage, Entry(token.hex, kernel, artifact, token.components, artifact.nbytes,
                                    seconds, signature=plan.signature_text,
                                    config=plan.config.summary(), reasons=reasons,

@@ -65,6 +65,7 @@ def test_signed_entries_reject_a_wrong_or_missing_signature(redis_server):
     result = stranger.compile(kernels.copy, kernels.COPY_SIG, config)
     assert not result.stages["cubin"].hit
     assert stranger.stats()["cubin"]["tiers"]["shared"]["rejected"] >= 1
+    assert result.stages["cubin"].reasons[0] == "shared entry refused: other secret"  # the miss says why
 
     # an unsigned entry planted in a signed store is refused too
     other_config = CompileConfig(sm=80)
@@ -73,6 +74,7 @@ def test_signed_entries_reject_a_wrong_or_missing_signature(redis_server):
     checked = KernelCache(redis_url=redis_server.url, secret="team-secret")
     planted = checked.compile(kernels.copy, kernels.COPY_SIG, other_config)
     assert not planted.stages["cubin"].hit
+    assert planted.stages["cubin"].reasons[0] == "shared entry refused: unsigned"
     assert checked.stats()["cubin"]["tiers"]["shared"]["rejected"] >= 1
 
 
