@@ -340,15 +340,25 @@ def test_a_folder_others_can_write_to_warns_unless_entries_are_signed(tmp_path, 
     assert security_warnings(signed_env) == security_warnings(signed_ctor) == []
 
 
-def test_the_default_folder_is_created_private(tmp_path):
+def test_the_default_folder_is_created_private_and_later_processes_trust_it(tmp_path):
+    """Under umask 002 (a user's own group, as Debian and Fedora set it up)
+    the folders made inside come out group-writable: harmless inside a 0700
+    folder, so no warning; once the folder is opened up, a warning."""
     xdg = tmp_path / "xdg"
     env = {"GPUCACHE_DIR": None, "XDG_CACHE_HOME": str(xdg)}
-    [report] = run([job("environment")], env)
+    [report] = run([job("environment")], env, umask=0o002)
     folder = xdg / "gpucache_ext"
     assert [info["location"] for info in report["tier_info"]] == [str(folder)]
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert sorted(disk_entries(folder)) == ["cubin", "llvm", "ptx"]
     assert security_warnings(report) == []
+    [later] = run([job("environment")], env, umask=0o002)
+    assert security_warnings(later) == [] and hit_tiers(later["steps"][0]) == ["disk"] * 3
+
+    folder.chmod(0o755)  # opened up: the group-writable folders inside can be reached now
+    [opened] = run([job("environment", steps=[{"do": "entries"}])], env, umask=0o002)
+    [message] = security_warnings(opened)
+    assert f"{folder / 'v1'} is writable by its group" in message
 
 
 # -- 7. an argument wins over the environment -----------------------------------
