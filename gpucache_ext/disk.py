@@ -100,11 +100,15 @@ def write_atomically(path: Path, data: bytes, prefix: str) -> Optional[int]:
 
 def writable_by_others(directory: Path) -> Optional[str]:
     """Why users other than this one can write entries under `directory`
-    (the folder, its format folder or a stage's folder), or None."""
+    (the folder, its format folder or a stage's folder), or None.  A write
+    bit counts only for those who can get to the folder: inside a folder its
+    group (or everyone else) cannot enter, as the default 0700 one, subfolders
+    that the umask left group-writable are still this user's alone."""
     if not hasattr(os, "geteuid"):  # (no POSIX modes to read)
         return None
     me = os.geteuid()
     root = directory / f"v{FORMAT_VERSION}"
+    shut = 0  # the write bits of those a folder above shuts out (no search bit for them)
     for folder in (directory, root, *(root / stage for stage in PERSISTENT_STAGES)):
         try:
             st = folder.stat()
@@ -112,9 +116,13 @@ def writable_by_others(directory: Path) -> Optional[str]:
             continue
         if st.st_uid != me and st.st_uid != 0:
             return f"{folder} belongs to user id {st.st_uid}"
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            who = "everyone" if st.st_mode & stat.S_IWOTH else "its group"
+        writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) & ~shut
+        if writable:
+            who = "everyone" if writable & stat.S_IWOTH else "its group"
             return f"{folder} is writable by {who} (mode {stat.S_IMODE(st.st_mode):o})"
+        if folder in (directory, root):  # (the stage folders are inside both)
+            shut |= (0 if st.st_mode & stat.S_IXGRP else stat.S_IWGRP) | \
+                (0 if st.st_mode & stat.S_IXOTH else stat.S_IWOTH)
     return None
 
 
