@@ -163,6 +163,7 @@ def outcome(report):
     return reasons.pop() if len(reasons) == 1 else repr(refusals)
 
 
+@pytest.mark.slow  # (six processes: 10-25 s)
 def test_the_matrix_of_writers_and_readers_each_way_a_cache_is_built(redis_server):
     client = client_for(redis_server)
     env = {"GPUCACHE_REDIS_URL": redis_server.url}
