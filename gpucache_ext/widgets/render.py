@@ -465,7 +465,7 @@ def tier_security_html(tiers) -> str:
                "the entries refused for their signature, and those read that a previous secret signed, "
                "since the cache was made.")
     head = "".join(f'<th scope="col">{title}</th>'
-                   for title in ("tier", "where", "entries", "refused", "signed by a previous secret"))
+                   for title in ("tier", "where", "signing", "refused", "signed by a previous secret"))
     return (f'<table class="gpucache-table gpucache-left gpucache-tiers-table"><caption>{caption}</caption>'
             f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
