@@ -731,7 +731,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         status = COMMANDS[args.command](_disk_tier(args), args, out)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return status
-    except CommandError as exc:
+    except (CommandError, settings.SettingError) as exc:  # (a setting names its variable and the fix)
         print(f"gpucache {args.command}: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:

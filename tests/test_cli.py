@@ -98,6 +98,10 @@ def test_bad_arguments_are_clear(tmp_path):
     assert "invalid choice" in gpucache("--dir", tmp_path, "ls", "--stage", "sass", expect=2).stderr
     assert "7d" in gpucache("--dir", tmp_path, "ls", "--older-than", "soon", expect=2).stderr
     assert "no entries" in gpucache("--dir", tmp_path, "ls").stdout
+    # a bad setting is named, with its fix, and no traceback
+    done = gpucache("--dir", tmp_path, "stats", expect=2, env={"GPUCACHE_SECRET_PREVIOUS": "old"})
+    assert "GPUCACHE_SECRET_PREVIOUS is set but GPUCACHE_SECRET is not" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_options_may_follow_the_command(filled):

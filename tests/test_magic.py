@@ -456,6 +456,25 @@ def test_the_magics_cache_uses_the_configured_directory(tmp_path, monkeypatch):
     shell.run_line_magic("load_ext", "gpucache_ext")
 
 
+@pytest.mark.parametrize("name, value, message", [
+    ("GPUCACHE_REDIS_TTL", "soon", "GPUCACHE_REDIS_TTL='soon' is invalid"),
+    ("GPUCACHE_REDIS_PREFIX", "team *", "GPUCACHE_REDIS_PREFIX='team \\*' is invalid"),
+    ("GPUCACHE_SHARED_UNSIGNED", "maybe", "GPUCACHE_SHARED_UNSIGNED='maybe' is invalid"),
+    ("GPUCACHE_SECRET_PREVIOUS", "old", "GPUCACHE_SECRET_PREVIOUS is set but GPUCACHE_SECRET is not"),
+])
+def test_a_bad_shared_tier_setting_stops_the_load_with_its_name_and_fix(ip, monkeypatch, name, value, message):
+    ip.run_line_magic("unload_ext", "gpucache_ext")
+    monkeypatch.setenv(name, value)
+    try:
+        with pytest.raises(UsageError, match=message):
+            ip.run_line_magic("load_ext", "gpucache_ext")
+        assert "gpukernel" not in ip.magics_manager.magics["cell"]  # nothing half loaded
+    finally:
+        monkeypatch.delenv(name)
+        ip.run_line_magic("load_ext", "gpucache_ext")
+    assert "gpukernel" in ip.magics_manager.magics["cell"]
+
+
 def test_help_names_the_cell_magic_and_its_defaults_as_the_code_has_them(ip, monkeypatch):
     import re
     from pathlib import Path

@@ -73,7 +73,8 @@ class GpuCacheMagics(Magics):
     ).tag(config=True)
     redis_url = Unicode(
         help="Redis URL of the shared cache tier (env GPUCACHE_REDIS_URL); empty: none. "
-             "Set GPUCACHE_SECRET to sign its entries.",
+             "It is used only with a secret to sign and check its entries (GPUCACHE_SECRET), "
+             "or unsigned where GPUCACHE_SHARED_UNSIGNED=1.",
     ).tag(config=True)
     quiet = Bool(help="Do not show the per-cell report (env GPUCACHE_QUIET=1).").tag(config=True)
     audit = Unicode(

@@ -122,6 +122,14 @@ class Session:
             parse_audit(self.settings.audit)
         except ValueError as exc:
             raise UsageError(f"GpuCacheMagics.audit (or GPUCACHE_AUDIT): {exc}") from None
+        from .. import settings
+
+        try:  # the shared tier's settings, read as the cache will read them (each names its variable)
+            settings.keyring()
+            settings.redis_prefix()
+            settings.redis_ttl()
+        except settings.SettingError as exc:
+            raise UsageError(str(exc)) from None
         from .cell import _check_cell_syntax
 
         self.shell.register_magics(self.magics)
