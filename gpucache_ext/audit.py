@@ -194,10 +194,13 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
     """Compile a stored ptx or cubin entry again from its upstream entry.
 
     `find_upstream(stage, token_hex, cc)` returns the upstream stage's entry
-    (resolving per-target variants) or None.  Returns (status, difference):
-    status "match", "mismatch", "tainted" (its upstream token is in `tainted`:
-    it was built from an entry found wrong), "skipped" (no upstream entry, or
-    an llvm entry, which needs the kernel's Python source) or "failed".
+    (resolving per-target variants) or None; the entry names the token of the
+    one it was built from (``entry.upstream``), whose digest must be the one
+    its own token hashes.  Returns (status, difference): status "match",
+    "mismatch", "tainted" (its upstream token is in `tainted`: it was built
+    from an entry found wrong), "skipped" (no upstream entry, one that holds
+    other bytes now, or an llvm entry, which needs the kernel's Python
+    source) or "failed".
     """
     from . import stages
     from .config import CompileConfig
@@ -205,14 +208,14 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
     upstream_stage = UPSTREAM.get(stage)
     if upstream_stage is None or entry.is_marker or not entry.config_fields:
         return "skipped", None
-    upstream_token = entry.components.get(upstream_stage)
-    if upstream_token is None:
+    keyed_on = entry.components.get(upstream_stage)  # the digest of the bytes it was built from
+    if keyed_on is None or not entry.upstream:
         return "skipped", None
-    if upstream_token.digest in tainted:
-        return "tainted", f"    built from {upstream_stage} entry {short_token(upstream_token.digest)}, which was wrong"
+    if entry.upstream in tainted:
+        return "tainted", f"    built from {upstream_stage} entry {short_token(entry.upstream)}, which was wrong"
     config = CompileConfig(**entry.config_fields)
-    upstream = find_upstream(upstream_stage, upstream_token.digest, config.cc)
-    if upstream is None:
+    upstream = find_upstream(upstream_stage, entry.upstream, config.cc)
+    if upstream is None or upstream.digest != keyed_on.digest:  # gone, or holds other bytes now
         return "skipped", None
     try:
         if stage == "ptx":

@@ -26,9 +26,10 @@ import warnings
 import weakref
 from collections import OrderedDict, deque
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from . import queries, settings, stages, targets, toolchain
+from .codec import content_digest
 from .audit import AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, first_difference, parse_audit
 from .config import STAGES, CompileConfig
 from .errors import SecurityWarning, UnsupportedKernelError
@@ -48,13 +49,14 @@ _HISTORY_LIMIT = 4096
 
 
 class _StageCounters:
-    __slots__ = ("hits", "misses", "not_needed", "compile_seconds", "saved_seconds", "audits",
+    __slots__ = ("hits", "misses", "not_needed", "cutoffs", "compile_seconds", "saved_seconds", "audits",
                  "audit_mismatches")
 
     def __init__(self):
         self.hits = 0
         self.misses = 0
         self.not_needed = 0  # a later stage hit and this one's entry was gone: nothing looked up
+        self.cutoffs = 0  # hits right after the stage before rebuilt to the same bytes
         self.compile_seconds = 0.0
         self.saved_seconds = 0.0  # what the entries that hit took to compile
         self.audits = 0  # artifacts compared with a fresh compile
@@ -238,7 +240,7 @@ class KernelCache:
         (``explain(...)["ptx"]``, empty where it would not), and its outcome
         (``.outcomes[stage]``: hit, miss, or not needed)."""
         plan = self._plan(func, sig, config, link)
-        return queries.predict(self, plan.tokens, plan.config, plan.kernel)
+        return queries.predict(self, plan, plan.kernel)
 
     def _plan(self, func, sig, config, link) -> "_Plan":
         """The plan (tokens) of these inputs, for the queries that compile nothing."""
@@ -272,6 +274,7 @@ class KernelCache:
                 counters = self._stats[stage]
                 result[stage] = StageStats(
                     hits=counters.hits, misses=counters.misses, not_needed=counters.not_needed,
+                    cutoffs=counters.cutoffs,
                     entries=memory.artifact_count(), bytes=memory.bytes, evictions=memory.evictions,
                     compile_seconds=round(counters.compile_seconds, 6),
                     saved_seconds=round(counters.saved_seconds, 6), audits=counters.audits,
@@ -389,6 +392,11 @@ class KernelCache:
         cached, fresh_artifacts = result.artifacts(), fresh.artifacts()
         for stage in AUDITED_STAGES:
             difference = first_difference(stage, cached[stage], fresh_artifacts[stage])
+            if difference is None and result.stages[stage].token != fresh.stages[stage].token:
+                # the same bytes, reached through another chain of digests: a stored digest is wrong
+                difference = (f"    filed under {short_token(result.stages[stage].token)}; a fresh compile "
+                              f"files it under {short_token(fresh.stages[stage].token)} (the digests its "
+                              "token is made of differ)")
             with self._lock:
                 self._stats[stage].audits += 1
                 if difference is not None:
@@ -415,17 +423,20 @@ class KernelCache:
         the chain taints what follows) and file the fresh artifacts instead."""
         artifacts = fresh.artifacts()
         with self._lock:
+            upstream = ""
             for stage in STAGES:
-                layer = result.stages[stage]
-                self.evict(stage, layer.token)
+                self.evict(stage, result.stages[stage].token)
+                layer = fresh.stages[stage]  # (ptx and cubin: the fresh bytes' digests make their tokens)
                 if stage in artifacts:
                     artifact = artifacts[stage]
                     self._put(stage, Entry(layer.token, result.kernel, artifact, dict(layer.components),
-                                           artifact.nbytes, fresh.stages[stage].seconds,
+                                           artifact.nbytes, layer.seconds,
                                            signature=short_signature(result.signature),
                                            config=result.config.summary(),
                                            reasons=("replaced after an audit mismatch",),
-                                           config_fields=result.config.fields()))
+                                           config_fields=result.config.fields(),
+                                           digest=content_digest(stage, artifact), upstream=upstream))
+                upstream = layer.token
 
     def audit_wait(self) -> None:
         """Block until every audit submitted so far is done."""
@@ -517,7 +528,7 @@ class KernelCache:
                     return found, variant, tier
             return None, token, None
 
-    def _store(self, stage, token: Token, plan: "_Plan", artifact, seconds, reads):
+    def _store(self, stage, token: Token, plan: "_Plan", artifact, seconds, reads, digest=None, upstream=""):
         """File a fresh artifact; returns (effective token, reasons it missed:
         for a forced compile, the plan's `why_forced`)."""
         with self._lock:
@@ -538,7 +549,7 @@ class KernelCache:
             self._put(stage, Entry(token.hex, kernel, artifact, token.components, artifact.nbytes,
                                    seconds, signature=plan.signature_text,
                                    config=plan.config.summary(), reasons=reasons,
-                                   config_fields=plan.config.fields()))
+                                   config_fields=plan.config.fields(), digest=digest, upstream=upstream))
             self._remember(stage, token, kernel)
             self._stats[stage].compile_seconds += seconds
             return token, reasons
@@ -550,10 +561,11 @@ class KernelCache:
         while len(history) > _HISTORY_LIMIT:
             history.popitem(last=False)
 
-    def _count(self, stage, hit, tier=None, saved=0.0):
+    def _count(self, stage, hit, tier=None, saved=0.0, cutoff=False):
         with self._lock:
             if hit:
                 self._stats[stage].hits += 1
+                self._stats[stage].cutoffs += cutoff
                 self._stats[stage].saved_seconds += saved
                 if tier is not None:
                     count, total = self._tier_hits[stage].get(tier, (0, 0.0))
@@ -678,6 +690,7 @@ class _Plan:
         self.signature_text = short_signature(argtypes)
         self.forced = False
         self.why_forced = why_forced  # what a forced compile's entries say of why they were built
+        self._parts: Dict[str, Dict[str, Component]] = {}  # each stage's token components
         self.tokens = self._tokens()
         self.stages: Dict[str, StageResult] = {}
 
@@ -703,29 +716,47 @@ class _Plan:
                 parts["linked code"] = component(
                     [link.digest for link in self.identity.links],
                     ", ".join(link.name for link in self.identity.links))
+            self._parts[stage] = parts
             tokens[stage] = upstream = make_token(stage, parts)
         return tokens
 
+    def content_token(self, stage: str, upstream_digest: str) -> Token:
+        """The token ptx and cubin entries are filed under: the stage's inputs,
+        with the upstream artifact's digest in place of the upstream token."""
+        parts = dict(self._parts[stage])
+        parts[STAGES[STAGES.index(stage) - 1]] = Component(upstream_digest, f"output {short_token(upstream_digest)}")
+        return make_token(stage, parts)
+
     def run(self, force=False) -> CompileResult:
+        """llvm is looked up by its token; ptx and cubin by their content
+        tokens, which need the digest of the artifact before them: found
+        (stored with its entry) or built.  A stage rebuilt to the same bytes
+        as before thus leaves the stages after it hits (early cutoff)."""
         self.forced = force
-        found = {stage: None if force else self._lookup(stage) for stage in ("cubin", "ptx", "llvm")}
-        if found["llvm"] is None:
-            typed = None if force else self._lookup("typing")
+        llvm = None if force else self._lookup("llvm", self.tokens["llvm"])
+        if llvm is None:
+            typed = None if force else self._lookup("typing", self.tokens["typing"])
             if typed is None:
-                typed = self._compile("typing", self._run_typing)
-            found["llvm"] = self._compile("llvm", stages.run_llvm, typed, self.config,
-                                          self.identity.link_keys)
+                typed = self._compile("typing", self.tokens["typing"], self._run_typing)
+            llvm = self._compile("llvm", self.tokens["llvm"], stages.run_llvm, typed.artifact, self.config,
+                                 self.identity.link_keys)
         else:
             self._peek_typing()
-        if found["ptx"] is None:
-            found["ptx"] = self._compile("ptx", stages.run_ptx, found["llvm"], self.config, self.kernel)
-        if found["cubin"] is None:
-            found["cubin"] = self._compile("cubin", stages.run_cubin, found["ptx"], self.config, self.kernel,
-                                           self.identity.links)
+        ptx = self._downstream("ptx", llvm, stages.run_ptx, self.config, self.kernel)
+        cubin = self._downstream("cubin", ptx, stages.run_cubin, self.config, self.kernel, self.identity.links)
         return CompileResult(self.kernel, self.argtypes, self.config,
                              {s: self.stages[s] for s in STAGES},
-                             found["llvm"], found["ptx"], found["cubin"],
+                             llvm.artifact, ptx.artifact, cubin.artifact,
                              generic_tokens={s: t.hex for s, t in self.tokens.items()})
+
+    def _downstream(self, stage, upstream: "_Found", fn, *args) -> "_Found":
+        """Look up `stage` by the content token of `upstream`'s artifact, else build it."""
+        token = self.content_token(stage, upstream.digest)
+        rebuilt = self.stages[upstream.stage].outcome is Outcome.MISS
+        found = None if self.forced else self._lookup(stage, token, cutoff=rebuilt)
+        if found is None:
+            found = self._compile(stage, token, fn, upstream.artifact, *args, upstream=upstream.token)
+        return found
 
     def _run_typing(self):
         proxy_for = self.cache._fresh_proxies() if self.forced else self.cache._proxy_for
@@ -738,15 +769,16 @@ class _Plan:
         typed.snapshot_bytes = self.identity.snapshot_bytes
         return typed
 
-    def _lookup(self, stage):
+    def _lookup(self, stage, token: Token, cutoff: bool = False) -> Optional["_Found"]:
         start = time.perf_counter()
-        entry, token, tier = self.cache._lookup(stage, self.tokens[stage], self.config.cc)
+        entry, token, tier = self.cache._lookup(stage, token, self.config.cc)
         if entry is None:
             return None
-        self.cache._count(stage, True, tier, entry.seconds)
+        self.cache._count(stage, True, tier, entry.seconds, cutoff=cutoff)
         self.stages[stage] = StageResult(stage, token.hex, Outcome.HIT, tier, time.perf_counter() - start,
-                                         components=token.components, saved_seconds=entry.seconds)
-        return entry.artifact
+                                         components=token.components, saved_seconds=entry.seconds,
+                                         cutoff=cutoff)
+        return _Found(stage, entry.artifact, entry.digest, token.hex)
 
     def _peek_typing(self):
         """Report typing when a later stage hit: a hit if still cached, else not needed."""
@@ -761,15 +793,24 @@ class _Plan:
         self.stages["typing"] = StageResult("typing", token.hex, outcome, tier, 0.0,
                                             components=token.components, saved_seconds=saved)
 
-    def _compile(self, stage, fn, *args):
-        generic = self.tokens[stage]
+    def _compile(self, stage, generic: Token, fn, *args, upstream: str = "") -> "_Found":
         toolchain.confirm(stage)  # the fingerprint in the tokens is that of the tools about to run
         self.cache._count(stage, False)
         start = time.perf_counter()
         artifact = fn(*args)
         seconds = time.perf_counter() - start
         reads = getattr(artifact, "target_reads", targets.NO_READS)
-        token, reasons = self.cache._store(stage, generic, self, artifact, seconds, reads)
+        digest = content_digest(stage, artifact) if stage != "typing" else None
+        token, reasons = self.cache._store(stage, generic, self, artifact, seconds, reads, digest, upstream)
         self.stages[stage] = StageResult(stage, token.hex, Outcome.MISS, None, seconds, reasons,
                                          components=token.components)
-        return artifact
+        return _Found(stage, artifact, digest, token.hex)
+
+
+class _Found(NamedTuple):
+    """A stage's artifact in one compile, found or built: what the next stage needs."""
+
+    stage: str
+    artifact: Any
+    digest: Optional[str]  # of its canonical bytes (None for typing)
+    token: str  # the token it is filed under

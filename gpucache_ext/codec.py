@@ -90,6 +90,20 @@ def _link(described: Dict, data: bytes):
     return linking.LinkInput(str(described["name"]), str(described["kind"]), data, str(described["digest"]))
 
 
+def content_digest(stage: str, artifact) -> str:
+    """The SHA-256 of an llvm, ptx or cubin artifact's canonical bytes:
+    everything of it the next stage can read (code, entry name, flags, linked
+    inputs), exactly as stored.  The next stage's token hashes it instead of
+    the upstream token, so that a stage rebuilt to the same bytes stops the
+    chain (see `KernelCache`)."""
+    meta, parts = _parts(stage, artifact)
+    hasher = hashlib.sha256(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
+    for part in parts:
+        hasher.update(len(part).to_bytes(8, "big"))
+        hasher.update(part)
+    return hasher.hexdigest()
+
+
 def encode(stage: str, entry: Entry) -> bytes:
     """The bytes of `entry` (an artifact or a marker) for `stage`."""
     if entry.is_marker:
@@ -111,6 +125,8 @@ def encode(stage: str, entry: Entry) -> bytes:
         "created": entry.created,
         "seconds": entry.seconds,
         "marker": entry.is_marker,
+        "digest": entry.digest,
+        "upstream": entry.upstream,
         "meta": meta,
         "parts": [len(p) for p in parts],
         "size": len(payload),
@@ -172,11 +188,15 @@ def decode(data: bytes, stage: str, token: str, check_toolchain: bool = True) ->
         if header["marker"]:
             variants = [_reads_from_json(v) for v in meta["variants"]]
             return Entry(token, header["kernel"], None, components, 0, 0.0, header["created"],
-                         variants=variants)
+                         variants=variants, upstream=str(header.get("upstream") or ""))
         artifact = _artifact(stage, meta, parts)
+        digest = header.get("digest")
+        if not isinstance(digest, str) or len(digest) != 64:
+            raise BadEntry("no content digest")  # (what the next stage's token needs)
         return Entry(token, header["kernel"], artifact, components, artifact.nbytes,
                      float(header["seconds"]), float(header["created"]), header["signature"],
-                     header["config"], tuple(header["reasons"]), header.get("config_fields"))
+                     header["config"], tuple(header["reasons"]), header.get("config_fields"),
+                     digest=digest, upstream=str(header.get("upstream") or ""))
     except BadEntry:
         raise
     except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
@@ -193,6 +213,6 @@ def header_entry(data: bytes) -> Entry:
         return Entry(header["token"], header["kernel"], None, components, int(header["size"]),
                      float(header["seconds"]), float(header["created"]), header["signature"],
                      header["config"], tuple(header["reasons"]), header.get("config_fields"),
-                     variants=variants)
+                     variants=variants, digest=header.get("digest"), upstream=str(header.get("upstream") or ""))
     except (KeyError, TypeError, ValueError) as exc:
         raise BadEntry(f"malformed header: {exc}") from None

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optio
 
 from .config import STAGES, CompileConfig
 from .results import EntryInfo, Outcome, parse_resources
-from .tokens import Component, explain_difference
+from .tokens import Component, explain_difference, make_token
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import KernelCache
@@ -125,17 +125,25 @@ def nearest_entry(cache: "KernelCache", stage: str, token: str) -> Tuple[Optiona
 def built_from(cache: "KernelCache", stage: str, token: str,
                kernel: str) -> List[Tuple[EntryInfo, Dict[str, int]]]:
     """The cubin entries downstream of one entry (same kernel), with the
-    resources their link logs report."""
+    resources their link logs report.  A ptx or cubin entry names the bytes it
+    was built from by their digest, so this follows digests: an entry rebuilt
+    to the same bytes as another leads to the same downstream entries.  A
+    typing entry leads to the llvm entries that name its token."""
+    entry = cache.entry(stage, token)
+    if entry is None:
+        return []
+    keys = {token} if stage == "typing" else {entry.digest}
     tokens = {token}
     for downstream in STAGES[STAGES.index(stage) + 1:]:
         upstream = STAGES[STAGES.index(downstream) - 1]
-        found = set()
+        found, digests = set(), set()
         for row in cache.entries(stage=downstream, kernel=kernel):
             entry = cache.entry(downstream, row.token)
             part = entry.components.get(upstream) if entry is not None else None
-            if part is not None and part.digest in tokens:
+            if part is not None and part.digest in keys:
                 found.add(row.token)
-        tokens = found
+                digests.add(entry.digest)
+        tokens, keys = found, digests
         if not tokens:
             return []
     out = []
@@ -171,23 +179,42 @@ class Explanation(Mapping):
         return {stage: self.reasons[stage] for stage in STAGES if self.outcomes[stage] is Outcome.MISS}
 
 
-def predict(cache: "KernelCache", tokens, config, kernel: str) -> Explanation:
-    """What compiling with these tokens would do, read without changing the
-    cache.  As `KernelCache.compile` runs: llvm, ptx and cubin are each
-    looked up, and each one missing is compiled; typing is needed only where
-    llvm is."""
+def predict(cache: "KernelCache", plan, kernel: str) -> Explanation:
+    """What compiling `plan` (a `cache._Plan`) would do, read without changing
+    the cache.  As `KernelCache.compile` runs: llvm is looked up by its token,
+    and typing is needed only where llvm is missing; ptx and cubin are looked
+    up by the digest of the artifact before them.  Where that artifact would
+    be rebuilt, the stage after it is a miss unless the rebuild gives the same
+    bytes as before (early cutoff), which only the rebuild can tell."""
     outcomes: Dict[str, Outcome] = {}
     reasons: Dict[str, Tuple[str, ...]] = {}
-    for stage in ("cubin", "ptx", "llvm", "typing"):
-        entry, token, _ = cache._lookup(stage, tokens[stage], config.cc, fill=False)
-        reasons[stage] = ()
-        if entry is not None:
-            outcomes[stage] = Outcome.HIT
-        elif stage == "typing" and outcomes["llvm"] is Outcome.HIT:
-            outcomes[stage] = Outcome.NOT_NEEDED
-        else:
+    config = plan.config
+    entry, token, _ = cache._lookup("llvm", plan.tokens["llvm"], config.cc, fill=False)
+    digest = entry.digest if entry is not None else None
+    outcomes["llvm"] = Outcome.HIT if entry is not None else Outcome.MISS
+    reasons["llvm"] = () if entry is not None else explain_miss(cache, "llvm", kernel, token.components)
+    typed, token, _ = cache._lookup("typing", plan.tokens["typing"], config.cc, fill=False)
+    if typed is not None:
+        outcomes["typing"], reasons["typing"] = Outcome.HIT, ()
+    elif entry is not None:
+        outcomes["typing"], reasons["typing"] = Outcome.NOT_NEEDED, ()
+    else:
+        outcomes["typing"] = Outcome.MISS
+        reasons["typing"] = explain_miss(cache, "typing", kernel, token.components)
+    for stage in ("ptx", "cubin"):
+        upstream = STAGES[STAGES.index(stage) - 1]
+        if digest is None:  # its own inputs, against the nearest entry's; the upstream bytes are unknown
             outcomes[stage] = Outcome.MISS
-            reasons[stage] = explain_miss(cache, stage, kernel, token.components)
+            parts = {name: part for name, part in plan._parts[stage].items() if name != upstream}
+            found = explain_miss(cache, stage, kernel, make_token(stage, parts).components)
+            if found == (f"{upstream} input changed",):
+                found += (f"reused if {upstream} rebuilds to the same bytes",)
+            reasons[stage] = found
+            continue
+        entry, token, _ = cache._lookup(stage, plan.content_token(stage, digest), config.cc, fill=False)
+        digest = entry.digest if entry is not None else None
+        outcomes[stage] = Outcome.HIT if entry is not None else Outcome.MISS
+        reasons[stage] = () if entry is not None else explain_miss(cache, stage, kernel, token.components)
     return Explanation({s: reasons[s] for s in STAGES}, {s: outcomes[s] for s in STAGES})
 
 
@@ -200,9 +227,9 @@ _MAX_SOURCES = 8192
 class Sources:
     """Which source each entry was built from, read from the cache.
 
-    Every entry names its upstream entry's token among its components
-    (cubin -> ptx -> llvm -> typing); the typing entry's components are the
-    kernel's inputs.  The digest of those, signature and config aside (the
+    Every entry names its upstream entry's token (cubin -> ptx -> llvm ->
+    typing: llvm among its components, ptx and cubin as ``upstream``); the
+    typing entry's components are the kernel's inputs.  The digest of those, signature and config aside (the
     code, the globals it reads, the toolchain), tells apart two kernels of one
     qualified name: ``axpy`` defined in two cells is ``__main__.axpy`` both
     times.  Where an upstream entry is gone (typed IR is kept in memory only),
@@ -239,10 +266,14 @@ class Sources:
             if stage == "typing":
                 return self._remember(path, _source_digest(entry.components), self.found)
             upstream = STAGES[STAGES.index(stage) - 1]
-            part = entry.components.get(upstream)
-            if part is None:
+            if stage == "llvm":  # llvm entries name typing's token; ptx and cubin the entry they came from
+                part = entry.components.get(upstream)
+                before = part.digest if part is not None else ""
+            else:
+                before = entry.upstream
+            if not before:
                 return self._remember(path, token, self.guessed)
-            stage, token = upstream, part.digest
+            stage, token = upstream, before
 
     @staticmethod
     def _remember(path, value: str, memo) -> str:

@@ -76,6 +76,9 @@ class StageResult:
     reasons: Tuple[str, ...] = ()  # why it missed
     saved_seconds: float = 0.0  # on a hit: what compiling the entry took
     components: Dict[str, Component] = field(default_factory=dict, repr=False)
+    # a hit right after the stage before was rebuilt to the same bytes as
+    # before (early cutoff: its inputs are that stage's bytes)
+    cutoff: bool = False
 
     @property
     def hit(self) -> bool:
@@ -132,6 +135,7 @@ class StageStats(_Record):
     hits: int
     misses: int
     not_needed: int  # typing, when a later stage hit and the typed IR was no longer cached
+    cutoffs: int  # hits right after the stage before rebuilt to the same bytes (ptx, cubin)
     entries: int  # in memory
     bytes: int  # in memory
     evictions: int  # to make room in memory, or asked for with `KernelCache.evict`

@@ -37,6 +37,12 @@ class Entry:
     config_fields: Optional[Dict[str, Any]] = None  # every field of the config it was built with
     # A marker: the artifact is filed per target, under these variants.
     variants: Optional[List[targets.TargetReads]] = None
+    # The SHA-256 of the artifact's canonical bytes (`codec.content_digest`):
+    # what the next stage's token hashes (early cutoff).  None for typing and markers.
+    digest: Optional[str] = None
+    # The token of the upstream entry it was first built from (for people and
+    # tools that walk the chain; not part of any token)
+    upstream: str = ""
 
     @property
     def is_marker(self) -> bool:

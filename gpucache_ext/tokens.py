@@ -5,7 +5,9 @@ token, each config field the stage reads, the toolchain, the schema version),
 each hashed on its own, so that a miss can be explained part by part.  Values
 are serialised as sorted JSON, never with `repr` of arbitrary objects or
 pickle, so the same inputs give the same token in every process.  Tokens are
-computed from a stage's inputs only, never from its output.
+computed from a stage's inputs; the inputs of ptx and cubin are the bytes of
+the artifact they are built from, so their tokens hash its digest (see
+`KernelCache`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Tuple
 
-# Bump when the meaning of any token component changes.
-SCHEMA_VERSION = 2
+# Bump when the meaning of any token component changes.  3: ptx and cubin
+# tokens hash the upstream artifact's digest, not the upstream token (early
+# cutoff); entries of earlier schemas are never looked up again (misses).
+SCHEMA_VERSION = 3
 
 
 def _canonical(value: Any) -> Any:
