@@ -1,17 +1,21 @@
 """`KernelCache`: one cache per stage, looked up by tokens computed from inputs.
 
-A compile computes every stage's token from its inputs first (source
-identity, signature, config, toolchain), then looks the stages up from the
-last one backwards and compiles only from the first missing stage on.  An
-exact repeat is answered from the tiers without compiling anything.
+A compile computes the typing and llvm tokens from the inputs (source
+identity, signature, config, toolchain), looks llvm up (building typing and
+llvm where it is missing), then looks up ptx under a token of the llvm
+artifact's digest and cubin under one of the ptx artifact's digest, building
+each one missing.  Digests are stored with the entries, so an exact repeat
+is answered from the tiers without compiling or hashing anything, and a stage
+rebuilt to the same bytes leaves the stages after it hits (early cutoff).
 
 Typing and lowering may read the target (see `targets`).  Their tokens do
 not include ``sm``: an entry built without asking about the target serves
 every target; one that asked is filed under the token plus the questions and
 answers (``cc>=(7, 5)``), and the generic token holds a marker listing those
 variants.  A lookup picks the variant whose answers hold for the requested
-target.  Downstream tokens hash the upstream *generic* token plus ``sm`` (ptx
-and cubin read it anyway), so every token stays a pure function of the inputs.
+target.  ptx and cubin read ``sm`` anyway, and their tokens hash the upstream
+artifact's digest, so every token stays a pure function of what the stage is
+built from.
 
 Each miss is explained against the nearest earlier entry of the same kernel:
 which token components differ.
@@ -210,11 +214,15 @@ class KernelCache:
         return result
 
     def tokens(self, func, sig, config: Optional[CompileConfig] = None, *, link=None) -> Dict[str, Token]:
-        """Each stage's token for these inputs, computed without compiling.
+        """Each stage's token for these inputs, computed without compiling:
+        the tokens lookups start from.
 
         These are the generic tokens: where typing or lowering turn out to read
-        the target, the entry is filed under the token plus ``sm``.
-        """
+        the target, the entry is filed under the token plus ``sm``.  ptx and
+        cubin entries are filed under a token of the digest of the artifact
+        before them (early cutoff), known once that artifact is found or built;
+        the ptx and cubin tokens here chain on the upstream token instead, which
+        is what `still_current` compares."""
         return dict(self._plan(func, sig, config, link).tokens)
 
     def still_current(self, func, sig, config: Optional[CompileConfig], result: CompileResult, *,
