@@ -23,6 +23,20 @@ Scenarios (each the time of one ``KernelCache.compile`` call):
     maxreg change   new cache warmed with max_registers None, 32   target >= 5x
     fastmath change new cache warmed at fastmath False, True       target >= 1.3x
 
+Early cutoff (issue 12), on a float32 copy without floating-point maths, each
+against its own baseline: numba-cuda compiling the timed config from scratch
+(fastmath=True; libNVVM opt=2; prec_div=0, the last two through numba-cuda's
+code library, as compile_ptx cannot say them)::
+
+    fastmath toggle, no FP maths      warm fastmath False, time True   target >= 3x
+    opt 3->2, same PTX                warm opt 3, time opt 2           target >= 3x
+    prec_div change, same PTX         warm prec_div None, time False   target >= 3x
+
+The last two assert that the cubin was a cutoff hit (skipped when the
+gpucache_ext measured has no StageResult.cutoff).  The fastmath toggle rebuilds
+llvm, ptx and cubin: numba puts the fastmath flags in the kernel's mangled
+name, which is in the PTX, and ftz/prec_div/prec_sqrt follow fastmath.
+
 No GPU is needed: the target is always given explicitly.
 
     python bench/bench_compile.py               # 7 runs
@@ -31,6 +45,12 @@ No GPU is needed: the target is always given explicitly.
 
 Exit status is 0 (this is a report), unless --check is given: then 1 when a
 target is missed or a scenario failed.
+
+Before/after: PYTHONPATH goes before this checkout, so
+
+    PYTHONPATH=/other/checkout python bench/bench_compile.py
+
+measures /other/checkout's gpucache_ext with this script (the header says which).
 """
 
 from __future__ import annotations
@@ -45,16 +65,22 @@ import sys
 import time
 import traceback
 from collections import Counter
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:  # run from a checkout without installing
-    sys.path.insert(0, ROOT)
+    # ... but after PYTHONPATH: `PYTHONPATH=/other/checkout python bench/bench_compile.py`
+    # measures that checkout's gpucache_ext with this script (before/after comparisons).
+    _env = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    _at = max((i + 1 for i, p in enumerate(sys.path) if p and os.path.abspath(p) in _env), default=0)
+    sys.path.insert(_at, ROOT)
 
 from numba import cuda  # noqa: E402
+from numba.cuda import compiler as numba_compiler  # noqa: E402
 from cuda.core import Linker, LinkerOptions, ObjectCode  # noqa: E402
 
+import gpucache_ext  # noqa: E402
 from gpucache_ext import STAGES, CompileConfig, KernelCache, samples  # noqa: E402
 
 SIG = samples.MATMUL_SIG
@@ -64,10 +90,33 @@ SIG = samples.MATMUL_SIG
 # object and nothing is memoised on it (numba keeps per-function state; so
 # could a cache).
 
+# A kernel without floating-point maths, for the early-cutoff scenarios: loads
+# and stores only, so fastmath, prec_div or opt 3->2 leave its PTX body as it
+# is.  (tests/kernels.py's `copy` adds a float constant, which fastmath turns
+# into add.ftz.f32.)
+COPY = '''\
+from numba import cuda
 
-def fresh_kernel():
+
+@cuda.jit
+def copy(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = x[i]
+'''
+COPY_SIG = "void(float32[:], float32[:])"
+
+# name -> (source, function name, signature, description)
+KERNELS = {
+    "matmul": (samples.MATMUL, "matmul", SIG, "16x16 tiled matmul"),
+    "copy": (COPY, "copy", COPY_SIG, "float32 copy, no floating-point maths"),
+}
+
+
+def fresh_kernel(kernel: str = "matmul"):
     """A new function object for the kernel, in a new globals dict."""
-    return samples.load(samples.MATMUL, module="bench_kernels")["matmul"].py_func
+    source, name, _sig, _desc = KERNELS[kernel]
+    return samples.load(source, module="bench_kernels")[name].py_func
 
 
 BASE = CompileConfig(sm=86, opt=3, fastmath=False, max_registers=None)
@@ -85,28 +134,78 @@ def _timed(fn: Callable[[], object]):
     return result, time.perf_counter() - start
 
 
-def run_baseline() -> dict:
-    fn = fresh_kernel()
-    parts = {}
+def numba_ptx(fn, sig: str, config: CompileConfig) -> str:
+    """numba-cuda's PTX for `config`, compiled from scratch.
 
-    def compile_and_link():
-        t0 = time.perf_counter()
-        ptx, _resty = cuda.compile_ptx(fn, SIG, cc=(8, 6), opt=True)
-        t1 = time.perf_counter()
-        linker = Linker(ObjectCode.from_ptx(ptx.encode(), name="k.ptx"),
-                        options=LinkerOptions(arch="sm_86"))
-        try:
-            cubin = linker.link("cubin").code
-        finally:
-            linker.close()
-        t2 = time.perf_counter()
-        parts["compile_ptx"] = t1 - t0
-        parts["link"] = t2 - t1
-        return cubin
+    ``cuda.compile_ptx`` where its options can say `config` (opt 0 or 3, the
+    math options following fastmath).  Otherwise (opt 1 or 2, prec_div set
+    apart from fastmath) the steps compile_ptx takes, with the libNVVM options
+    set on numba's code library before it runs libNVVM (which it does lazily,
+    in get_asm_strs): numba-cuda's own typing, lowering and libNVVM call.
+    """
+    unsupported = {k: v for k, v in config.fields().items()
+                   if k in ("debug", "lineinfo", "max_registers", "launch_bounds", "lto")
+                   and v != CompileConfig().fields()[k]}
+    if unsupported:
+        raise ValueError(f"the numba-cuda baseline does not handle {unsupported}")
+    math = {k: getattr(config, k) for k in ("ftz", "prec_div", "prec_sqrt", "fma")
+            if getattr(config, k) is not None}
+    if config.opt in (0, 3) and not math:
+        ptx, _resty = cuda.compile_ptx(fn, sig, cc=config.cc, opt=config.opt == 3,
+                                       fastmath=config.fastmath)
+        return ptx
+    lib, _resty = numba_compiler._compile_pyfunc_with_fixup(
+        fn, sig, device=False, fastmath=config.fastmath, cc=config.cc, opt=True, abi="numba")
+    lib._nvvm_options = {**lib._nvvm_options, "opt": config.opt, **math}
+    (ptx,) = lib.get_asm_strs(cc=config.cc)
+    return ptx
 
-    cubin, seconds = _timed(compile_and_link)
-    _check_cubin(bytes(cubin), "baseline")
-    return {"seconds": seconds, "parts": parts}
+
+class Baseline:
+    """numba-cuda compiling one kernel at one config from scratch: a fresh
+    function object each run, numba's PTX, then nvJitLink."""
+
+    def __init__(self, kernel: str, config: CompileConfig, name: str):
+        self.kernel, self.config, self.name = kernel, config, name
+
+    def __call__(self) -> dict:
+        fn = fresh_kernel(self.kernel)
+        sig = KERNELS[self.kernel][2]
+        parts = {}
+
+        def compile_and_link():
+            t0 = time.perf_counter()
+            ptx = numba_ptx(fn, sig, self.config)
+            t1 = time.perf_counter()
+            linker = Linker(ObjectCode.from_ptx(ptx.encode(), name="k.ptx"),
+                            options=LinkerOptions(arch=self.config.sm_name))
+            try:
+                cubin = linker.link("cubin").code
+            finally:
+                linker.close()
+            t2 = time.perf_counter()
+            parts["compile_ptx"] = t1 - t0
+            parts["link"] = t2 - t1
+            return cubin
+
+        cubin, seconds = _timed(compile_and_link)
+        _check_cubin(bytes(cubin), "baseline")
+        return {"seconds": seconds, "parts": parts}
+
+
+COPY_FASTMATH = BASE.replace(fastmath=True)
+COPY_OPT2 = BASE.replace(opt=2)
+COPY_PREC_DIV = BASE.replace(prec_div=False)
+
+# key -> baseline; the scenarios name theirs.
+BASELINES = {
+    "matmul": Baseline("matmul", BASE,
+                       "numba-cuda compile_ptx(cc=(8, 6), opt=True) + nvJitLink sm_86, matmul"),
+    "copy_fastmath": Baseline("copy", COPY_FASTMATH,
+                              "numba-cuda compile_ptx(cc=(8, 6), opt=True, fastmath=True) + nvJitLink, copy"),
+    "copy_opt2": Baseline("copy", COPY_OPT2, "numba-cuda, libNVVM opt=2, + nvJitLink, copy"),
+    "copy_prec_div": Baseline("copy", COPY_PREC_DIV, "numba-cuda, libNVVM prec_div=0, + nvJitLink, copy"),
+}
 
 
 def _check_cubin(cubin: bytes, what: str):
@@ -114,11 +213,20 @@ def _check_cubin(cubin: bytes, what: str):
         raise RuntimeError(f"{what}: the cubin is not an ELF image ({cubin[:8]!r})")
 
 
+def _cutoffs(res):
+    """Stages that were cutoff hits; None where StageResult has no `cutoff`
+    (gpucache_ext from before early cutoff)."""
+    if not all(hasattr(res.stages[s], "cutoff") for s in STAGES):
+        return None
+    return tuple(s for s in STAGES if res.stages[s].cutoff)
+
+
 def _result_details(res, seconds) -> dict:
     _check_cubin(res.cubin, "gpucache_ext")
     return {
         "seconds": seconds,
         "recompiled": tuple(s for s in STAGES if not res.stages[s].hit),
+        "cutoffs": _cutoffs(res),
         "stage_seconds": {s: res.stages[s].seconds for s in STAGES},
     }
 
@@ -143,36 +251,71 @@ class ExactRepeat:
         return _result_details(res, seconds)
 
 
-def partial_recompile(warm: CompileConfig, timed: CompileConfig) -> Callable[[], dict]:
-    """New cache and function per run, warmed with `warm`, then `timed` is timed."""
+def partial_recompile(warm: CompileConfig, timed: CompileConfig, kernel: str = "matmul",
+                      cutoff: Optional[str] = None) -> Callable[[], dict]:
+    """New cache and function per run, warmed with `warm`, then `timed` is timed.
+
+    With `cutoff` (a stage), the timed compile must have been a cutoff hit at
+    that stage, so that the scenario measures what it says; the check is
+    skipped where StageResult has no `cutoff` (gpucache_ext from before early
+    cutoff, for before/after runs)."""
+    sig = KERNELS[kernel][2]
 
     def scenario() -> dict:
         cache = KernelCache()
-        fn = fresh_kernel()
-        cache.compile(fn, SIG, warm)  # untimed warm-up
-        res, seconds = _timed(lambda: cache.compile(fn, SIG, timed))
-        return _result_details(res, seconds)
+        fn = fresh_kernel(kernel)
+        cache.compile(fn, sig, warm)  # untimed warm-up
+        res, seconds = _timed(lambda: cache.compile(fn, sig, timed))
+        details = _result_details(res, seconds)
+        if cutoff is not None and details["cutoffs"] is not None and cutoff not in details["cutoffs"]:
+            raise AssertionError(
+                f"{timed.summary()} after {warm.summary()}: {cutoff} was not a cutoff hit "
+                f"(recompiled {', '.join(details['recompiled']) or 'nothing'}); "
+                f"the scenario would not measure early cutoff")
+        return details
 
+    scenario.cutoff = cutoff
     return scenario
 
 
-def make_scenarios():
-    """(key, label, target ratio, change description, callable)."""
+class Scenario(NamedTuple):
+    key: str
+    label: str
+    target: float
+    change: str
+    run: Callable[[], dict]
+    baseline: str = "matmul"  # a key of BASELINES
+
+
+def make_scenarios() -> List[Scenario]:
     return [
-        ("cold", "cold", 0.9, "new cache, fresh fn, sm 86", scenario_cold),
-        ("exact_repeat", "exact repeat", 100.0, "same cache, same config", ExactRepeat()),
-        ("sm_change", "sm change", 2.5, "warm sm 80 -> sm 86",
-         partial_recompile(BASE.replace(sm=80), BASE)),
+        Scenario("cold", "cold", 0.9, "new cache, fresh fn, sm 86", scenario_cold),
+        Scenario("exact_repeat", "exact repeat", 100.0, "same cache, same config", ExactRepeat()),
+        Scenario("sm_change", "sm change", 2.5, "warm sm 80 -> sm 86",
+                 partial_recompile(BASE.replace(sm=80), BASE)),
         # Two opt changes: opt 0's unoptimised PTX makes nvJitLink's ptxas
         # step several times slower, whatever the cache does.
-        ("opt_change", "opt change 3->0", 2.5, "warm opt 3 -> opt 0",
-         partial_recompile(BASE, BASE.replace(opt=0))),
-        ("opt_change_1", "opt change 3->1", 2.5, "warm opt 3 -> opt 1",
-         partial_recompile(BASE, BASE.replace(opt=1))),
-        ("maxreg_change", "max-registers change", 5.0, "warm None -> 32",
-         partial_recompile(BASE, BASE.replace(max_registers=32))),
-        ("fastmath_change", "fastmath change", 1.3, "warm False -> True",
-         partial_recompile(BASE, BASE.replace(fastmath=True))),
+        Scenario("opt_change", "opt change 3->0", 2.5, "warm opt 3 -> opt 0",
+                 partial_recompile(BASE, BASE.replace(opt=0))),
+        Scenario("opt_change_1", "opt change 3->1", 2.5, "warm opt 3 -> opt 1",
+                 partial_recompile(BASE, BASE.replace(opt=1))),
+        Scenario("maxreg_change", "max-registers change", 5.0, "warm None -> 32",
+                 partial_recompile(BASE, BASE.replace(max_registers=32))),
+        Scenario("fastmath_change", "fastmath change", 1.3, "warm False -> True",
+                 partial_recompile(BASE, BASE.replace(fastmath=True))),
+        # Early cutoff (issue 12), on the copy kernel, each against numba-cuda
+        # compiling the timed config from scratch.  fastmath changes the NVVM
+        # IR (numba puts the flags in the kernel's mangled name, an abi tag)
+        # and the libNVVM options (ftz, prec_div, prec_sqrt follow it), so
+        # llvm, ptx and cubin all rebuild: 3x is the issue's goal, not met.
+        Scenario("copy_fastmath", "fastmath toggle, no FP maths", 3.0, "copy: warm False -> True",
+                 partial_recompile(BASE, COPY_FASTMATH, kernel="copy"), baseline="copy_fastmath"),
+        Scenario("copy_opt2", "opt 3->2, same PTX (cubin reused)", 3.0, "copy: warm opt 3 -> opt 2",
+                 partial_recompile(BASE, COPY_OPT2, kernel="copy", cutoff="cubin"), baseline="copy_opt2"),
+        Scenario("copy_prec_div", "prec_div change, same PTX (cubin reused)", 3.0,
+                 "copy: warm prec_div None -> False",
+                 partial_recompile(BASE, COPY_PREC_DIV, kernel="copy", cutoff="cubin"),
+                 baseline="copy_prec_div"),
     ]
 
 
@@ -200,75 +343,105 @@ def _ratio(value: Optional[float]) -> str:
 def measure(runs: int, warmup: int, verbose: bool) -> dict:
     scenarios = make_scenarios()
     say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if verbose else (lambda *a: None)
+    # Each run measures a baseline, then the scenarios compared with it, then
+    # the next baseline: every ratio is taken within the same stretch of time.
+    order = []
+    for sc in scenarios:
+        if sc.baseline not in order:
+            order.append(sc.baseline)
+    groups = [(b, [sc for sc in scenarios if sc.baseline == b]) for b in order]
 
     # The first numba compile in a process pays imports and initialisation
     # (typing/target contexts, libNVVM and nvJitLink loading): untimed rounds
     # of everything, baseline and gpucache_ext alike.
     for i in range(warmup):
         say(f"warm-up round {i + 1}/{warmup}")
-        run_baseline()
-        for _key, _label, _target, _desc, fn in scenarios:
-            fn()
+        for bkey, group in groups:
+            BASELINES[bkey]()
+            for sc in group:
+                sc.run()
 
-    baseline: List[dict] = []
-    samples: Dict[str, List[dict]] = {key: [] for key, *_ in scenarios}
+    baselines: Dict[str, List[dict]] = {b: [] for b in order}
+    samples: Dict[str, List[dict]] = {sc.key: [] for sc in scenarios}
+    # Per scenario: its sample and its baseline's from the same run.
+    pairs: Dict[str, List[tuple]] = {sc.key: [] for sc in scenarios}
     errors: Dict[str, str] = {}
     for run in range(runs):
         start = time.perf_counter()
-        baseline.append(run_baseline())
-        for key, _label, _target, _desc, fn in scenarios:
-            if key in errors:
-                continue
-            try:
-                samples[key].append(fn())
-            except Exception as exc:  # report it, keep measuring the rest
-                errors[key] = f"{type(exc).__name__}: {exc}"
-                traceback.print_exc(file=sys.stderr)
+        for bkey, group in groups:
+            base = BASELINES[bkey]()
+            baselines[bkey].append(base)
+            for sc in group:
+                if sc.key in errors:
+                    continue
+                try:
+                    sample = sc.run()
+                except Exception as exc:  # report it, keep measuring the rest
+                    errors[sc.key] = f"{type(exc).__name__}: {exc}"
+                    traceback.print_exc(file=sys.stderr)
+                    continue
+                samples[sc.key].append(sample)
+                pairs[sc.key].append((base["seconds"], sample["seconds"]))
         say(f"run {run + 1}/{runs}: {time.perf_counter() - start:.1f} s")
 
-    base_seconds = [b["seconds"] for b in baseline]
-    base_median = _median(base_seconds)
-    report = {
-        "baseline": {
-            "name": "numba-cuda compile_ptx(cc=(8, 6), opt=True) + nvJitLink sm_86",
-            "median_s": base_median,
-            "seconds": base_seconds,
+    def baseline_report(bkey):
+        rows, b = baselines[bkey], BASELINES[bkey]
+        return {
+            "name": b.name,
+            "kernel": b.kernel,
+            "config": b.config.summary(),
+            "median_s": _median([r["seconds"] for r in rows]),
+            "seconds": [r["seconds"] for r in rows],
             "median_parts_s": {
-                part: _median([b["parts"][part] for b in baseline]) for part in ("compile_ptx", "link")
+                part: _median([r["parts"][part] for r in rows]) for part in ("compile_ptx", "link")
             },
-        },
+        }
+
+    report = {
+        "baseline": baseline_report("matmul"),  # the README's "numba-cuda"
+        "baselines": {bkey: baseline_report(bkey) for bkey in order},
         "scenarios": [],
     }
-    for key, label, target, desc, _fn in scenarios:
-        rows = samples[key]
+    for sc in scenarios:
+        rows = samples[sc.key]
         seconds = [r["seconds"] for r in rows]
         median = _median(seconds)
+        base_median = report["baselines"][sc.baseline]["median_s"]
         ratio = base_median / median if median else None
         # Paired ratios (same run) as a second, noise-robust view.
-        paired = [b["seconds"] / r["seconds"] for b, r in zip(baseline, rows) if r["seconds"] > 0]
+        paired = [b / s for b, s in pairs[sc.key] if s > 0]
         recompiled = Counter(r["recompiled"] for r in rows)
+        cutoffs = Counter(r["cutoffs"] for r in rows)
         stage_medians = {s: _median([r["stage_seconds"][s] for r in rows]) for s in STAGES}
         # Time of the call not spent in any stage: source identity, tokens, lookups.
         outside = _median([r["seconds"] - sum(r["stage_seconds"].values()) for r in rows])
-        if key in errors:
+        if sc.key in errors:
             status = "ERROR"
         else:
-            status = "PASS" if ratio is not None and ratio >= target else "FAIL"
+            status = "PASS" if ratio is not None and ratio >= sc.target else "FAIL"
+        expected_cutoff = getattr(sc.run, "cutoff", None)
         report["scenarios"].append({
-            "key": key,
-            "scenario": label,
-            "change": desc,
+            "key": sc.key,
+            "scenario": sc.label,
+            "change": sc.change,
+            "kernel": BASELINES[sc.baseline].kernel,
+            "baseline": sc.baseline,
             "runs": len(rows),
             "median_s": median,
             "seconds": seconds,
             "baseline_median_s": base_median,
             "ratio": ratio,
             "paired_ratio_median": _median(paired),
-            "target": target,
+            "target": sc.target,
             "status": status,
-            "error": errors.get(key),
+            "error": errors.get(sc.key),
             "recompiled": [list(k) for k, _ in recompiled.most_common()],
             "recompiled_consistent": len(recompiled) <= 1,
+            # stages that were cutoff hits, per distinct outcome; None: the
+            # gpucache_ext measured has no StageResult.cutoff
+            "cutoffs": [None if k is None else list(k) for k, _ in cutoffs.most_common()],
+            "cutoff_asserted": (expected_cutoff if expected_cutoff and rows
+                                and all(r["cutoffs"] is not None for r in rows) else None),
             "stage_median_s": stage_medians,
             "outside_median_s": outside,
         })
@@ -285,21 +458,44 @@ def _recompiled_text(entry) -> str:
     return text
 
 
+def _cutoff_text(entry) -> str:
+    sets = entry["cutoffs"]
+    if not sets:
+        return "-"
+    if sets[0] is None:
+        return "n/a"  # no StageResult.cutoff in the gpucache_ext measured
+    text = ",".join(sets[0]) or "none"
+    if len(sets) > 1:
+        text += " (varies)"
+    if entry["cutoff_asserted"]:
+        text += " (asserted)"
+    return text
+
+
 def print_report(report: dict, runs: int, out=sys.stdout):
-    base = report["baseline"]
-    print(f"gpucache_ext compile benchmark: 16x16 tiled matmul, {SIG}", file=out)
-    print(f"baseline: {base['name']}", file=out)
-    parts = base["median_parts_s"]
-    print(f"  median {_ms(base['median_s'])} ms over {runs} runs "
-          f"(compile_ptx {_ms(parts['compile_ptx'])} ms, link {_ms(parts['link'])} ms)", file=out)
+    meta = report.get("meta", {})
+    print(f"gpucache_ext compile benchmark: 16x16 tiled matmul, {SIG}; "
+          f"copy (no floating-point maths), {COPY_SIG}", file=out)
+    if meta.get("gpucache_ext"):
+        print(f"gpucache_ext measured: {meta['gpucache_ext']} ({meta.get('gpucache_ext_git') or '?'})",
+              file=out)
+    print(f"baselines (numba-cuda from scratch, a fresh function each run), medians over {runs} runs:",
+          file=out)
+    for bkey, base in report["baselines"].items():
+        parts = base["median_parts_s"]
+        print(f"  {bkey}: {base['name']}", file=out)
+        print(f"    median {_ms(base['median_s'])} ms "
+              f"(compile_ptx {_ms(parts['compile_ptx'])} ms, link {_ms(parts['link'])} ms)", file=out)
     print(file=out)
 
-    header = ("scenario", "median ms", "baseline ms", "ratio", "paired", "target", "result", "recompiled")
+    header = ("scenario", "median ms", "baseline ms", "ratio", "paired", "target", "result", "recompiled",
+              "cutoff", "vs")
     rows = []
     for s in report["scenarios"]:
         rows.append((
             s["scenario"], _ms(s["median_s"]), _ms(s["baseline_median_s"]), _ratio(s["ratio"]),
             _ratio(s["paired_ratio_median"]), f">= {s['target']:g}x", s["status"], _recompiled_text(s),
+            _cutoff_text(s), s["baseline"],
         ))
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     right = {1, 2, 3, 4}
@@ -315,7 +511,9 @@ def print_report(report: dict, runs: int, out=sys.stdout):
         print(line(r), file=out)
     print(file=out)
     print("ratio = baseline median / scenario median; paired = median of per-run "
-          "baseline/scenario ratios; recompiled = stages with hit False.", file=out)
+          "baseline/scenario ratios; recompiled = stages with hit False; cutoff = stages "
+          "that were cutoff hits (n/a: this gpucache_ext has no StageResult.cutoff; "
+          "asserted: the scenario fails unless it is); vs = the scenario's baseline.", file=out)
     print(file=out)
 
     # Where the time goes: per-stage medians (res.stages[stage].seconds).
@@ -371,11 +569,15 @@ def main(argv=None) -> int:
         "runs": runs,
         "warmup_rounds": warmup,
         "signature": SIG,
+        "copy_signature": COPY_SIG,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "versions": _versions(),
-        "git": _git_state(),
+        "git": _git_state(ROOT),  # this script's checkout
+        # where gpucache_ext came from (PYTHONPATH can name another checkout)
+        "gpucache_ext": os.path.dirname(os.path.abspath(gpucache_ext.__file__)),
+        "gpucache_ext_git": _git_state(os.path.dirname(os.path.abspath(gpucache_ext.__file__))),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     print_report(report, runs)
@@ -404,12 +606,12 @@ def _versions() -> dict:
     return out
 
 
-def _git_state() -> Optional[str]:
-    """The checkout's commit, with '-dirty' when the working tree has changes."""
+def _git_state(path: str) -> Optional[str]:
+    """The commit of the checkout at `path`, with '-dirty' when its working tree has changes."""
     import subprocess
 
     try:
-        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT,
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=path,
                               capture_output=True, text=True, timeout=10).stdout.strip() or None
     except Exception:
         return None
