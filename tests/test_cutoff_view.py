@@ -1,0 +1,171 @@
+"""A stage rebuilt to the same bytes as before (early cutoff), as people see
+it: the cell report's stage cells and why column, `%gpucache stats` and the
+inspector's summary, and `%gpucache explain`.  Real compiles through an
+in-process IPython shell (CPU only), and the renderers on their own."""
+
+import html
+import re
+
+import pytest
+from numba import types
+
+from gpucache_ext import KernelCache
+from gpucache_ext.config import STAGES, CompileConfig
+from gpucache_ext.ipython.report import CellReport, why_text
+from gpucache_ext.results import CompileResult, Outcome, StageResult
+
+from . import kernels
+
+COPY = '''
+from numba import cuda
+
+@cuda.jit("void(float32[:], float32[:])")
+def copy(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = x[i]
+'''
+SIG = "float32[:], float32[:]"
+
+
+def cell(ip, line, body=COPY):
+    result = ip.run_cell(f"%%gpukernel {line}\n{body}")
+    if not result.success:
+        raise result.error_in_exec
+    return ip.user_ns["copy"].last
+
+
+def report_row(capsys):
+    """The one kernel row of the cell report just printed, by column."""
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("kernel "))
+    starts = [m.start() for m in re.finditer(r"\S+", lines[head])]
+    names = lines[head].split()
+    row = lines[head + 1]
+    return {name: row[start:end].strip() for name, start, end in zip(names, starts, starts[1:] + [None])}
+
+
+def html_cells(page):
+    """The stage cells of a report's HTML: (class, title, text) per <td> with a class."""
+    return re.findall(r'<td class="([^"]*)"(?: title="([^"]*)")?>([^<]*)</td>', page)
+
+
+# -- the cell report, real compiles -------------------------------------------------
+
+
+@pytest.mark.parametrize("flags, reason", [("--opt 2", "opt 3 -> 2"),
+                                           ("--no-prec-div", "prec_div True -> False")])
+def test_ptx_rebuilt_to_the_same_bytes_reads_as_such_in_the_report(ip, capsys, flags, reason):
+    cell(ip, "--sm 86")
+    capsys.readouterr()
+    result = cell(ip, f"--sm 86 {flags}")
+    assert [result.stages[s].outcome for s in STAGES] == [Outcome.HIT, Outcome.HIT, Outcome.MISS, Outcome.HIT]
+    assert result.stages["cubin"].cutoff
+    row = report_row(capsys)
+    assert [row[s] for s in STAGES] == ["hit", "hit", "MISS", "hit (same bytes)"]
+    assert row["why"] == f"ptx rebuilt ({reason}), same bytes: cubin reused"
+    page = CellReport([result])._repr_html_()
+    assert html_cells(page)[:4] == [
+        ("gpucache-hit", "", "hit"), ("gpucache-hit", "", "hit"), ("gpucache-miss", "", "MISS"),
+        ("gpucache-hit gpucache-cutoff",
+         "ptx was rebuilt to the same bytes as before, so this cubin was found, not rebuilt (early cutoff)",
+         "hit (same bytes)")]
+    assert f'<td class="gpucache-why">ptx rebuilt ({html.escape(reason)}), same bytes: cubin reused</td>' in page
+
+
+@pytest.mark.parametrize("cleared, typing, why", [
+    (("llvm",), "hit", "llvm rebuilt (entry was evicted or cleared), same bytes: ptx and cubin reused"),
+    # typing and llvm rebuilt for one reason: said once, at typing; llvm's phrase adds none
+    (("typing", "llvm"), "MISS",
+     "typing: entry was evicted or cleared; llvm rebuilt, same bytes: ptx and cubin reused"),
+])
+def test_llvm_rebuilt_to_the_same_bytes_reuses_ptx_and_cubin(ip, capsys, cleared, typing, why):
+    cell(ip, "--sm 86 --quiet")
+    for stage in cleared:
+        ip.run_line_magic("gpucache", f"clear {stage}")
+    capsys.readouterr()
+    cell(ip, "--sm 86")
+    row = report_row(capsys)
+    assert [row[s] for s in STAGES] == [typing, "MISS", "hit (same bytes)", "hit"]
+    assert row["why"] == why
+
+
+def test_a_rebuild_to_other_bytes_reads_as_before(ip, capsys):
+    cell(ip, "--sm 86 --quiet")
+    capsys.readouterr()
+    cell(ip, "--sm 86 --fastmath")
+    row = report_row(capsys)
+    assert [row[s] for s in STAGES] == ["hit", "MISS", "MISS", "MISS"]
+    assert row["why"] == "llvm: fastmath False -> True"
+
+
+def test_a_same_bytes_hit_from_a_persistent_tier_names_it(tmp_path):
+    config = CompileConfig(sm=86)
+    KernelCache(directory=tmp_path).compile(kernels.copy, kernels.COPY_SIG, config)
+    result = KernelCache(directory=tmp_path).compile(kernels.copy, kernels.COPY_SIG,
+                                                      CompileConfig(sm=86, opt=2))
+    row = CellReport([result]).rows()[0]
+    assert [row[s] for s in STAGES] == ["not needed", "hit:disk", "MISS", "hit:disk (same bytes)"]
+    assert row["why"] == "ptx rebuilt (opt 3 -> 2), same bytes: cubin reused"
+
+
+def test_a_same_bytes_hit_from_an_unsigned_shared_tier_is_marked_both_ways(redis_server):
+    config = CompileConfig(sm=86)
+    KernelCache(redis_url=redis_server.url, allow_unsigned=True).compile(kernels.copy, kernels.COPY_SIG, config)
+    cache = KernelCache(redis_url=redis_server.url, allow_unsigned=True)
+    result = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86, prec_div=False))
+    report = CellReport([result], tiers=cache.tier_info())
+    assert report.rows()[0]["cubin"] == "hit:shared (unsigned, same bytes)"
+    assert html_cells(report._repr_html_())[3][:2] == (
+        "gpucache-warn gpucache-cutoff",
+        "ptx was rebuilt to the same bytes as before, so this cubin was found, not rebuilt (early cutoff)")
+
+
+# -- the why column, on its own ---------------------------------------------------------
+
+
+def _result(config, **stages):
+    """A CompileResult of `stages` ({stage: (outcome, reasons, cutoff)}; others hit)."""
+    done = {}
+    for stage in STAGES:
+        outcome, reasons, cutoff = stages.get(stage, (Outcome.HIT, (), False))
+        done[stage] = StageResult(stage, stage * 8, outcome, "memory" if outcome is Outcome.HIT else None,
+                                  0.001, tuple(reasons), cutoff=cutoff)
+    return CompileResult("__main__.k", (types.float32[:],), config, done, None, None, None)
+
+
+MISS, HIT = Outcome.MISS, Outcome.HIT
+
+
+def test_why_names_the_rebuilt_stage_its_reason_and_every_stage_reused():
+    result = _result(CompileConfig(sm=86, fastmath=True, ftz=False, prec_div=True, prec_sqrt=True),
+                     llvm=(MISS, ["fastmath False -> True"], False), ptx=(HIT, (), True))
+    assert why_text(result) == "llvm rebuilt (fastmath False -> True), same bytes: ptx and cubin reused"
+    row = CellReport([result]).rows()[0]
+    assert [row[s] for s in STAGES] == ["hit", "MISS", "hit (same bytes)", "hit"]
+
+
+def test_why_leaves_out_what_the_stage_before_said_and_what_follows_fastmath():
+    result = _result(CompileConfig(sm=86, fastmath=True),
+                     llvm=(MISS, ["fastmath False -> True"], False),
+                     ptx=(MISS, ["fastmath False -> True", "ftz False -> True", "llvm input changed",
+                                 "prec_div True -> False", "prec_sqrt True -> False"], False),
+                     cubin=(HIT, (), True))
+    assert why_text(result) == "llvm: fastmath False -> True; ptx rebuilt, same bytes: cubin reused"
+
+
+def test_why_after_the_stages_reused_goes_on_with_what_missed():
+    result = _result(CompileConfig(sm=86, launch_bounds=(256,), max_registers=40),
+                     llvm=(MISS, ["launch_bounds None -> (256,)"], False), ptx=(HIT, (), True),
+                     cubin=(MISS, ["max_registers 32 -> 40"], False))
+    assert why_text(result) == ("llvm rebuilt (launch_bounds None -> (256,)), same bytes: ptx reused; "
+                                "cubin: max_registers 32 -> 40")
+    row = CellReport([result]).rows()[0]
+    assert [row[s] for s in ("llvm", "ptx", "cubin")] == ["MISS", "hit (same bytes)", "MISS"]
+
+
+def test_why_a_chain_rebuilt_to_other_bytes_then_the_same():
+    result = _result(CompileConfig(sm=86, opt=2), typing=(MISS, ["global K 1 -> 2"], False),
+                     llvm=(MISS, ["typing input changed"], False),
+                     ptx=(MISS, ["llvm input changed", "opt 3 -> 2"], False), cubin=(HIT, (), True))
+    assert why_text(result) == "typing: global K 1 -> 2; ptx rebuilt (opt 3 -> 2), same bytes: cubin reused"
