@@ -9,6 +9,8 @@ import re
 import pytest
 from numba import types
 
+import gpucache_ext
+
 from gpucache_ext import KernelCache
 from gpucache_ext.config import STAGES, CompileConfig
 from gpucache_ext.ipython.report import CellReport, why_text
@@ -169,3 +171,72 @@ def test_why_a_chain_rebuilt_to_other_bytes_then_the_same():
                      llvm=(MISS, ["typing input changed"], False),
                      ptx=(MISS, ["llvm input changed", "opt 3 -> 2"], False), cubin=(HIT, (), True))
     assert why_text(result) == "typing: global K 1 -> 2; ptx rebuilt (opt 3 -> 2), same bytes: cubin reused"
+
+
+# -- %gpucache stats and the inspector's summary ------------------------------------------
+
+
+def _column(text, title):
+    """{row title: the text in column `title`} of a summary's text (values right-aligned under it)."""
+    lines = text.splitlines()
+    start = lines[0].index(title)
+    return {line.split()[0]: line[start:start + len(title)].strip() for line in lines[1:] if line.strip()}
+
+
+def _cutoff_cells(page):
+    return re.findall(r'<td data-stage="([^"]+)" data-field="cutoffs" data-value="([^"]*)"( data-tier="[^"]*")?'
+                      r'(?: class="([^"]*)")?>([^<]*)</td>', page)
+
+
+def test_stats_and_the_inspector_count_the_hits_cut_off_per_stage(ip):
+    cell(ip, "--sm 86 --quiet")
+    cell(ip, "--sm 86 --opt 2 --quiet")  # ptx rebuilt to the same bytes: the cubin is cut off
+    ip.run_line_magic("gpucache", "clear llvm")
+    cell(ip, "--sm 86 --opt 2 --quiet")  # llvm rebuilt to the same bytes: the ptx is cut off
+    stats = gpucache_ext.default_cache().stats()
+    assert {s: stats[s].cutoffs for s in STAGES} == {"typing": 0, "llvm": 0, "ptx": 1, "cubin": 1}
+    view = ip.run_line_magic("gpucache", "stats")
+    text = repr(view)
+    assert re.split(r"\s{2,}", text.splitlines()[0])[:6] == ["stage", "hits", "misses", "hit rate", "cut off",
+                                                             "entries"]
+    # typing and llvm are never cut off (their tokens hash no bytes): empty, as the tier rows ("memory")
+    assert _column(text, "cut off") == {"typing": "", "memory": "", "llvm": "", "ptx": "1", "cubin": "1", "all": "2"}
+    page = view._repr_html_()
+    assert '<th scope="col">hit rate</th><th scope="col">cut off</th><th scope="col">entries</th>' in page
+    expected = [("ptx", "1", "", "gpucache-hit", "1"), ("cubin", "1", "", "gpucache-hit", "1"),
+                ("all", "2", "", "gpucache-hit", "2")]
+    assert _cutoff_cells(page) == expected
+    assert "the hits cut off (ptx and cubin found because the stage before was rebuilt to the same bytes" in page
+    inspector = gpucache_ext.inspector()
+    assert _cutoff_cells(inspector.summary.value) == expected
+    assert repr(inspector).splitlines()[1:1 + len(text.splitlines())] == text.splitlines()
+
+
+def test_summary_renders_the_cut_off_column_from_stats_alone():
+    from gpucache_ext.results import CacheStats, StageStats, TierStats
+    from gpucache_ext.widgets.render import StatsView
+
+    def stage(hits, misses, cutoffs):
+        return StageStats(hits=hits, misses=misses, not_needed=0, cutoffs=cutoffs, entries=misses, bytes=1024 * misses,
+                          evictions=0, compile_seconds=0.01 * misses, saved_seconds=0.01 * hits, audits=0,
+                          audit_mismatches=0, tiers={"memory": TierStats(hits, 0.01 * hits, misses, 1024 * misses)})
+
+    stats = CacheStats({"typing": stage(3, 1, 0), "llvm": stage(2, 2, 0), "ptx": stage(12, 5, 4),
+                        "cubin": stage(15, 2, 10)})
+    assert repr(StatsView(stats)) == """\
+stage     hits  misses  hit rate  cut off  entries     bytes  evictions  compile time spent  compile time saved  audited  audit mismatches
+typing       3       1       75%                 1   1.0 KiB          0               10 ms               30 ms        0                 0
+  memory     3               75%                 1   1.0 KiB                                              30 ms
+llvm         2       2       50%                 2   2.0 KiB          0               20 ms               20 ms        0                 0
+  memory     2               50%                 2   2.0 KiB                                              20 ms
+ptx         12       5       71%        4        5   5.0 KiB          0               50 ms              120 ms        0                 0
+  memory    12               71%                 5   5.0 KiB                                             120 ms
+cubin       15       2       88%       10        2   2.0 KiB          0               20 ms              150 ms        0                 0
+  memory    15               88%                 2   2.0 KiB                                             150 ms
+all         32      10       76%       14       10  10.0 KiB          0              100 ms              320 ms        0                 0"""  # noqa: E501
+    page = StatsView(stats)._repr_html_()
+    assert _cutoff_cells(page) == [("ptx", "4", "", "gpucache-hit", "4"), ("cubin", "10", "", "gpucache-hit", "10"),
+                                   ("all", "14", "", "gpucache-hit", "14")]
+    # a stage with no hit cut off shows 0, unmarked
+    quiet = StatsView(CacheStats({**stats.stages, "ptx": stage(12, 5, 0)}))._repr_html_()
+    assert '<td data-stage="ptx" data-field="cutoffs" data-value="0">0</td>' in quiet
