@@ -240,3 +240,62 @@ all         32      10       76%       14       10  10.0 KiB          0         
     # a stage with no hit cut off shows 0, unmarked
     quiet = StatsView(CacheStats({**stats.stages, "ptx": stage(12, 5, 0)}))._repr_html_()
     assert '<td data-stage="ptx" data-field="cutoffs" data-value="0">0</td>' in quiet
+
+
+# -- %gpucache explain ------------------------------------------------------------------
+
+
+def explain(ip, capsys):
+    capsys.readouterr()
+    ip.run_line_magic("gpucache", "explain copy")
+    return capsys.readouterr().out
+
+
+def test_explain_predicts_the_stages_reused_if_a_rebuild_gives_the_same_bytes(ip, capsys):
+    cell(ip, "--sm 86 --quiet")
+    ip.run_line_magic("gpucache", "clear llvm")
+    out = explain(ip, capsys)
+    assert out.endswith(f"\n\nif compiled now:\n  ({SIG}): llvm misses: entry was evicted or cleared; "
+                        "ptx and cubin reused if llvm rebuilds to the same bytes\n")
+    assert "rebuilt to the same bytes in the last compile" not in out  # (the first compile built all)
+    cell(ip, "--sm 86 --quiet")
+    out = explain(ip, capsys)
+    assert out.endswith(f"\n\nrebuilt to the same bytes in the last compile:\n  ({SIG}): llvm rebuilt (entry was "
+                        "evicted or cleared), same bytes: ptx and cubin reused\n\nif compiled now:\n"
+                        f"  ({SIG}): every stage hits\n")
+    ip.run_line_magic("gpucache", "clear ptx")
+    out = explain(ip, capsys)
+    assert out.endswith(f"\n\nif compiled now:\n  ({SIG}): ptx misses: entry was evicted or cleared; "
+                        "cubin reused if ptx rebuilds to the same bytes\n")
+
+
+def test_explain_recalls_a_ptx_rebuilt_to_the_same_bytes(ip, capsys):
+    cell(ip, "--sm 86 --quiet")
+    cell(ip, "--sm 86 --opt 2 --quiet")
+    out = explain(ip, capsys)
+    assert f"\n\nrebuilt to the same bytes in the last compile:\n  ({SIG}): ptx rebuilt (opt 3 -> 2), same bytes: " \
+           "cubin reused\n\nif compiled now:\n" in out
+
+
+def test_predicted_misses_join_the_stages_reused_to_the_stage_they_wait_on():
+    from gpucache_ext.ipython.magic import predicted_misses
+
+    note = "reused if ptx rebuilds to the same bytes"
+    assert predicted_misses({
+        "llvm": ("fastmath False -> True",), "ptx": ("fastmath False -> True", "llvm input changed"),
+        "cubin": ("ptx input changed", note)}) == [
+        "llvm misses: fastmath False -> True",
+        "ptx misses: fastmath False -> True; llvm input changed; cubin reused if ptx rebuilds to the same bytes"]
+    assert predicted_misses({
+        "typing": ("global K 1 -> 2",), "llvm": ("typing input changed",),
+        "ptx": ("llvm input changed", "reused if llvm rebuilds to the same bytes"),
+        "cubin": ("ptx input changed", note)}) == [
+        "typing misses: global K 1 -> 2",
+        "llvm misses: typing input changed; ptx and cubin reused if llvm rebuilds to the same bytes"]
+    # a stage that misses for its own reasons too is not folded in; nor a note with no miss before it
+    assert predicted_misses({"llvm": ("entry was evicted or cleared",),
+                             "ptx": ("llvm input changed", "opt 3 -> 2"), "cubin": ("ptx input changed", note)}) == [
+        "llvm misses: entry was evicted or cleared",
+        "ptx misses: llvm input changed; opt 3 -> 2; cubin reused if ptx rebuilds to the same bytes"]
+    assert predicted_misses({"cubin": ("ptx input changed", note)}) == [
+        "cubin misses: ptx input changed; reused if ptx rebuilds to the same bytes"]
