@@ -88,7 +88,7 @@ STYLE = """<style>
 }
 .gpucache-entries-scroll > .gpucache-entries select { width: max-content; min-width: 100%; flex: 1 0 auto; }
 .gpucache-summary { overflow-x: auto; max-width: 100%; }  /* a narrow view scrolls the table */
-.gpucache-summary-table th, .gpucache-summary-table td { padding: 2px 6px; }
+.gpucache-summary-table th, .gpucache-summary-table td { padding: 2px 4px; }  /* 12 columns fit 1200 px */
 .gpucache-summary-table td, .gpucache-summary-table tbody th { white-space: nowrap; }
 .gpucache-inspector pre, .gpucache-static pre {
   font-family: var(--jp-code-font-family, SFMono-Regular, Menlo, Consolas, monospace);
