@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Dict, List
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -31,7 +32,7 @@ from ..kernel import Kernel, gpu_available
 from ..results import short_signature
 from ..stages import normalize_signature
 from .cell import _run_cell
-from .report import refusals_between
+from .report import and_join, cutoff_text, refusals_between
 
 DEFAULT_SM = 86
 
@@ -226,7 +227,8 @@ class GpuCacheMagics(Magics):
         %gpucache stats           per-stage hits, misses, entries and bytes; per persistent tier
                                   where it is, whether its entries are signed, what it refused
         %gpucache clear [STAGE]   drop every entry, or one stage's (typing, llvm, ptx, cubin)
-        %gpucache explain NAME    how kernel NAME was compiled, and what would miss now
+        %gpucache explain NAME    how kernel NAME was compiled (which stages were rebuilt to the same
+                                  bytes, so the next were reused), and what would miss now
         """
         words = line.split()
         cache = self.cache
@@ -261,10 +263,16 @@ class GpuCacheMagics(Magics):
 
 
 def explain_kernel(kernel: Kernel) -> str:
-    """The last compile of each signature, and what would miss if compiled now."""
+    """The last compile of each signature (and the stages in it rebuilt to the
+    same bytes as before), and what would miss if compiled now."""
     if not kernel.results:
         return f"{kernel.__name__} has not been compiled yet"
-    lines = [kernel.inspect(), "", "if compiled now:"]
+    lines = [kernel.inspect()]
+    same = [f"  ({short_signature(argtypes)[1:-1]}): {phrase}"
+            for argtypes, result in kernel.results.items() for phrase in cutoff_text(result)]
+    if same:
+        lines += ["", "rebuilt to the same bytes in the last compile:", *same]
+    lines += ["", "if compiled now:"]
     for argtypes in kernel.results:
         predicted = kernel.cache.explain(kernel.py_func, argtypes, kernel.config,
                                          link=kernel.options.get("link") or ())
@@ -272,9 +280,40 @@ def explain_kernel(kernel: Kernel) -> str:
         shown = short_signature(argtypes)[1:-1]
         if not misses:
             lines.append(f"  ({shown}): every stage hits")
-        for stage, reasons in misses.items():
-            lines.append(f"  ({shown}): {stage} misses: {'; '.join(reasons)}")
+        lines += [f"  ({shown}): {line}" for line in predicted_misses(misses)]
     return "\n".join(lines)
+
+
+_REUSED_IF = "reused if "  # how a prediction notes a stage found if the one before rebuilds to the same bytes
+
+
+def predicted_misses(misses) -> List[str]:
+    """A line per stage that would miss (`KernelCache.explain(...).misses`):
+    "ptx misses: opt 3 -> 2".  A stage that would miss only because the one
+    before it does, and is noted as reused if that one rebuilds to the same
+    bytes, joins that one's line: "llvm misses: entry was evicted or cleared;
+    ptx and cubin reused if llvm rebuilds to the same bytes"."""
+    heads: Dict[str, List[str]] = {}  # a stage that misses on its own -> the stages reused with it
+    notes: Dict[str, str] = {}  # such a stage -> the note of the first stage reused with it
+    head_of: Dict[str, str] = {}
+    for stage, reasons in misses.items():
+        upstream = STAGES[STAGES.index(stage) - 1] if stage != STAGES[0] else None
+        note = next((r for r in reasons if r.startswith(_REUSED_IF)), None)
+        head = head_of.get(upstream) if upstream is not None else None
+        if note is not None and head is not None and list(reasons) == [f"{upstream} input changed", note]:
+            heads[head].append(stage)
+            notes.setdefault(head, note)
+            head_of[stage] = head
+        else:
+            heads[stage] = []
+            head_of[stage] = stage
+    lines = []
+    for stage, reused in heads.items():
+        line = f"{stage} misses: {'; '.join(misses[stage])}"
+        if reused:
+            line += f"; {and_join(reused)} {notes[stage]}"
+        lines.append(line)
+    return lines
 
 
 def load(shell):

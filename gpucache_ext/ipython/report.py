@@ -31,6 +31,7 @@ _STYLE = (
     ".gpucache-report thead th{border-bottom-color:var(--jp-border-color1,rgba(128,128,128,.6))}"
     ".gpucache-hit{color:var(--jp-success-color1,#2e7d32)}"
     ".gpucache-miss{color:var(--jp-error-color1,#c62828);font-weight:bold}"
+    ".gpucache-cutoff{font-style:italic}"
     ".gpucache-why{opacity:.85}"
     ".gpucache-warn{color:var(--jp-warn-color1,#e65100);font-weight:bold}"
     "</style>"
@@ -38,13 +39,16 @@ _STYLE = (
 
 
 def _stage_cell(done, unsigned=()) -> str:
-    """hit, hit:TIER, hit:TIER (unsigned) for a tier in `unsigned`, MISS or not needed."""
+    """hit, hit:TIER, hit:TIER (unsigned) for a tier in `unsigned`, MISS or not
+    needed; a hit because the stage before was rebuilt to the same bytes (early
+    cutoff) adds "same bytes": hit (same bytes), hit:TIER (unsigned, same bytes)."""
     if done.outcome is Outcome.NOT_NEEDED:
         return "not needed"
     if done.hit:
-        if done.tier in ("memory", None):
-            return "hit"
-        return f"hit:{done.tier}" + (" (unsigned)" if done.tier in unsigned else "")
+        marks = [mark for mark, shown in (("unsigned", done.tier in unsigned), ("same bytes", done.cutoff))
+                 if shown]
+        tier = "" if done.tier in ("memory", None) else f":{done.tier}"
+        return f"hit{tier}" + (f" ({', '.join(marks)})" if marks else "")
     return "MISS"
 
 
@@ -62,26 +66,71 @@ def refusals_between(before: Iterable[TierInfo], after: Iterable[TierInfo]) -> D
     return found
 
 
+def and_join(names: List[str]) -> str:
+    """"ptx", "ptx and cubin", "llvm, ptx and cubin"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _reused_after(result: CompileResult, stage: str) -> List[str]:
+    """The stages after `stage` that hit one after the other: those a rebuild
+    of `stage` to the same bytes left reused."""
+    reused = []
+    for later in STAGES[STAGES.index(stage) + 1:]:
+        if result.stages[later].outcome is not Outcome.HIT:
+            break
+        reused.append(later)
+    return reused
+
+
+def cutoff_phrase(result: CompileResult, stage: str, reasons: Iterable[str]) -> str:
+    """`stage` (a miss) rebuilt to the same bytes as before, for people:
+    "ptx rebuilt (opt 3 -> 2), same bytes: cubin reused"."""
+    reasons = list(reasons)
+    why = f" ({', '.join(reasons)})" if reasons else ""
+    return f"{stage} rebuilt{why}, same bytes: {and_join(_reused_after(result, stage))} reused"
+
+
+def cut_off(result: CompileResult) -> List[str]:
+    """The stages of `result` rebuilt to the same bytes as before (the stage
+    after each hit: `StageResult.cutoff`), in pipeline order."""
+    return [stage for stage, after in zip(STAGES, STAGES[1:])
+            if result.stages[stage].outcome is Outcome.MISS and result.stages[after].cutoff]
+
+
+def _own(reasons: Iterable[str]) -> List[str]:
+    """Reasons less "llvm input changed" and the like (what the stage before already says)."""
+    return [r for r in reasons if not (r.endswith(" input changed") and r.split(" ", 1)[0] in STAGES)]
+
+
+def cutoff_text(result: CompileResult) -> List[str]:
+    """A `cutoff_phrase` per stage of `result` rebuilt to the same bytes, with
+    every reason it missed for."""
+    return [cutoff_phrase(result, stage, _own(result.stages[stage].reasons)) for stage in cut_off(result)]
+
+
 def why_text(result: CompileResult) -> str:
     """Why the stages that compiled did, each reason once, at the first stage
     it reaches: "llvm: fastmath False -> True; ptx: sm 86 -> 80".  A stage that
     missed only because the one before it did adds nothing; a field that
-    follows fastmath is left out where fastmath itself changed."""
+    follows fastmath is left out where fastmath itself changed.  A stage
+    rebuilt to the same bytes as before says so, with the stages after it that
+    were reused: "ptx rebuilt (opt 3 -> 2), same bytes: cubin reused"."""
     said, parts = set(), []
     reasons = {stage: result.stages[stage].reasons for stage in STAGES if not result.stages[stage].hit}
     fastmath = any(r.startswith("fastmath ") for found in reasons.values() for r in found)
+    same_bytes = cut_off(result)
     for stage, found in reasons.items():
         new = []
-        for reason in found:
+        for reason in _own(found):
             field = reason.split(" ", 1)[0]
-            if reason.endswith(" input changed") and field in STAGES:
-                continue
             if fastmath and field in FOLLOW_FASTMATH and getattr(result.config, field, None) is None:
                 continue
             if reason not in said:
                 said.add(reason)
                 new.append(reason)
-        if new:
+        if stage in same_bytes:
+            parts.append(cutoff_phrase(result, stage, new))
+        elif new:
             parts.append(f"{stage}: {', '.join(new)}")
     return "; ".join(parts)
 
@@ -213,9 +262,16 @@ class CellReport:
             for column in self._columns():
                 text = html.escape(row[column])
                 if column in STAGES or column == "audit":
-                    cls = "gpucache-miss" if row[column].startswith(("MISS", "MISMATCH", "FAILED")) \
-                        else "gpucache-warn" if row[column].endswith("(unsigned)") else "gpucache-hit"
-                    cells.append(f'<td class="{cls}">{text}</td>')
+                    shown = row[column]
+                    cls = "gpucache-miss" if shown.startswith(("MISS", "MISMATCH", "FAILED")) \
+                        else "gpucache-warn" if "(unsigned" in shown else "gpucache-hit"
+                    title = ""
+                    if shown.endswith("same bytes)"):  # (stages only: the first has none before it)
+                        before = STAGES[STAGES.index(column) - 1]
+                        cls += " gpucache-cutoff"
+                        title = (f' title="{before} was rebuilt to the same bytes as before, so this '
+                                 f'{column} was found, not rebuilt (early cutoff)"')
+                    cells.append(f'<td class="{cls}"{title}>{text}</td>')
                 elif column == "why":
                     cells.append(f'<td class="gpucache-why">{text}</td>')
                 else:

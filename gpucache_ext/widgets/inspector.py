@@ -3,8 +3,9 @@
 ``gpucache_ext.inspector(cache=None)`` (what ``%gpucache`` shows) returns one
 widget per cache.  It shows
 
-* per stage (typing, llvm, ptx, cubin) hits, misses, hit rate, entries, bytes,
-  evictions, compile time spent and saved, and the same per tier;
+* per stage (typing, llvm, ptx, cubin) hits, misses, hit rate, hits cut off
+  (ptx and cubin found because the stage before was rebuilt to the same bytes),
+  entries, bytes, evictions, compile time spent and saved, and the same per tier;
 * the persistent tiers: where each is, whether its entries are signed (or
   why it is not used), what it refused by reason, and entries a previous
   secret signed (`gpucache_ext.widgets.render.tier_security_html`);

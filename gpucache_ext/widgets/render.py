@@ -88,7 +88,7 @@ STYLE = """<style>
 }
 .gpucache-entries-scroll > .gpucache-entries select { width: max-content; min-width: 100%; flex: 1 0 auto; }
 .gpucache-summary { overflow-x: auto; max-width: 100%; }  /* a narrow view scrolls the table */
-.gpucache-summary-table th, .gpucache-summary-table td { padding: 2px 6px; }
+.gpucache-summary-table th, .gpucache-summary-table td { padding: 2px 4px; }  /* 12 columns fit 1200 px */
 .gpucache-summary-table td, .gpucache-summary-table tbody th { white-space: nowrap; }
 .gpucache-inspector pre, .gpucache-static pre {
   font-family: var(--jp-code-font-family, SFMono-Regular, Menlo, Consolas, monospace);
@@ -185,10 +185,14 @@ def _effective(values: Dict[str, Any]) -> Dict[str, Any]:
 # HTML and text pieces, shared by the widget and the static fallback
 
 
+# The stages whose tokens hash the bytes of the stage before (`KernelCache`):
+# only these can hit because that stage was rebuilt to the same bytes (cut off).
+_CUT_OFF_STAGES = ("ptx", "cubin")
+
 _SUMMARY_COLUMNS = (
-    ("hits", "hits"), ("misses", "misses"), ("hit_rate", "hit rate"), ("entries", "entries"),
-    ("bytes", "bytes"), ("evictions", "evictions"), ("compile_seconds", "compile time spent"),
-    ("saved_seconds", "compile time saved"), ("audits", "audited"),
+    ("hits", "hits"), ("misses", "misses"), ("hit_rate", "hit rate"), ("cutoffs", "cut off"),
+    ("entries", "entries"), ("bytes", "bytes"), ("evictions", "evictions"),
+    ("compile_seconds", "compile time spent"), ("saved_seconds", "compile time saved"), ("audits", "audited"),
     ("audit_mismatches", "audit mismatches"),
 )
 
@@ -217,7 +221,7 @@ def summary_rows(stats, saved) -> List[Dict[str, Any]]:
     """One dict per stage (then per tier, then a total): the numbers the summary shows."""
     rows = []
     tiers = stats.tier_names()
-    totals = dict.fromkeys(("hits", "misses", "entries", "bytes", "evictions", "audits",
+    totals = dict.fromkeys(("hits", "misses", "cutoffs", "entries", "bytes", "evictions", "audits",
                             "audit_mismatches"), 0)
     totals.update(compile_seconds=0.0, saved_seconds=0.0)
     for stage in STAGES:
@@ -229,9 +233,11 @@ def summary_rows(stats, saved) -> List[Dict[str, Any]]:
                "saved_seconds": float(saved.get(stage, {}).get("total", 0.0)),
                "audits": int(s.get("audits", 0)), "audit_mismatches": int(s.get("audit_mismatches", 0))}
         row["hit_rate"] = _rate(row["hits"], row["misses"])
+        cutoffs = int(s.get("cutoffs", 0) or 0)
+        row["cutoffs"] = cutoffs if stage in _CUT_OFF_STAGES or cutoffs else None
         rows.append(row)
         for key in totals:
-            totals[key] += row[key]
+            totals[key] += row[key] or 0
         lookups = row["hits"] + row["misses"]
         for name in tiers:
             t = s.get("tiers", {}).get(name)
@@ -239,7 +245,7 @@ def summary_rows(stats, saved) -> List[Dict[str, Any]]:
                 continue
             hits = int(t.get("hits", 0))
             rows.append({"stage": stage, "tier": name, "hits": hits, "misses": None,
-                         "hit_rate": f"{100.0 * hits / lookups:.0f}%" if lookups else "-",
+                         "hit_rate": f"{100.0 * hits / lookups:.0f}%" if lookups else "-", "cutoffs": None,
                          "entries": int(t.get("entries", 0)), "bytes": int(t.get("bytes", 0)),
                          "evictions": None, "compile_seconds": None,
                          "saved_seconds": float(saved.get(stage, {}).get(name, 0.0)),
@@ -280,16 +286,17 @@ def summary_html(stats, saved) -> str:
             mark = ""
             if field in ("misses", "audit_mismatches") and value and tier is None:
                 mark = "gpucache-miss"
-            elif field == "hits" and value and tier is None:
+            elif field in ("hits", "cutoffs") and value and tier is None:
                 mark = "gpucache-hit"
             cells.append(_cell(stage, field, value, _shown(field, value), tier, mark))
         tier_attr = f' data-tier="{_esc(tier)}"' if tier else ""
         body.append(f'<tr class="{cls}" data-stage="{_esc(stage)}"{tier_attr}>'
                     f'<th scope="row">{_esc(title)}</th>{"".join(cells)}</tr>')
-    caption = ("Per stage: lookups that hit and missed, what is cached in memory, compile "
-               "time spent (misses) and saved (hits), and artifacts audited against a fresh "
-               "compile (mismatches are soundness bugs); the indented rows give each tier's "
-               "hits, entries, bytes and saved time.")
+    caption = ("Per stage: lookups that hit and missed, the hits cut off (ptx and cubin found because "
+               "the stage before was rebuilt to the same bytes: the cell report's \u201chit (same "
+               "bytes)\u201d), what is cached in memory, compile time spent (misses) and saved (hits), "
+               "and artifacts audited against a fresh compile (mismatches are soundness bugs); the "
+               "indented rows give each tier's hits, entries, bytes and saved time.")
     return (f'<table class="gpucache-table gpucache-summary-table"><caption>{caption}</caption>'
             f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
