@@ -17,6 +17,9 @@ from typing import Any, Optional, Tuple
 from .errors import ConfigError
 
 STAGES = ("typing", "llvm", "ptx", "cubin")
+# The stages keyed on the bytes of the artifact before them (early cutoff):
+# a hit there may come from an upstream stage rebuilt to the same bytes.
+KEYED_ON_BYTES = ("ptx", "cubin")
 
 # Which stages read each field directly.  A stage also depends on every field
 # read upstream, through the upstream token it hashes.

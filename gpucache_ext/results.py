@@ -310,7 +310,8 @@ class CompileResult:
         lines = [f"{self.kernel} {self.signature_text} [{self.config.summary()}]"]
         for stage in STAGES:
             layer = self.stages[stage]
-            state = {Outcome.HIT: f"hit ({layer.tier})", Outcome.MISS: "miss",
+            where = f"{layer.tier}, same bytes" if layer.cutoff else layer.tier
+            state = {Outcome.HIT: f"hit ({where})", Outcome.MISS: "miss",
                      Outcome.NOT_NEEDED: "not needed"}[layer.outcome]
             line = f"  {stage:<6} {state:<16} {layer.seconds * 1e3:8.2f} ms  {layer.short_token}"
             if layer.reasons:

@@ -514,3 +514,11 @@ def test_misses_list_the_persistent_tiers_once_per_stage(tmp_path):
     cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=75))
     assert "ptx" in listings and len(listings) == len(set(listings))  # each stage listed once at most
     assert "sm 86 -> 80" in first.stages["ptx"].reasons  # explained against the entry on disk
+
+
+def test_the_result_text_marks_a_hit_after_a_rebuild_to_the_same_bytes():
+    cache = KernelCache()
+    cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    text = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86, opt=2)).explain()
+    lines = {line.split()[0]: line for line in text.splitlines()[1:]}
+    assert "miss" in lines["ptx"] and "hit (memory, same bytes)" in lines["cubin"], text

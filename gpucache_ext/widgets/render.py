@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..config import FIELD_STAGES, FOLLOW_FASTMATH, STAGES, CompileConfig
+from ..config import FIELD_STAGES, FOLLOW_FASTMATH, KEYED_ON_BYTES, STAGES, CompileConfig
 from ..units import format_age, format_bytes, format_seconds
 from ..results import parse_resources, short_signature
 from ..signing import REASONS
@@ -185,10 +185,6 @@ def _effective(values: Dict[str, Any]) -> Dict[str, Any]:
 # HTML and text pieces, shared by the widget and the static fallback
 
 
-# The stages whose tokens hash the bytes of the stage before (`KernelCache`):
-# only these can hit because that stage was rebuilt to the same bytes (cut off).
-_CUT_OFF_STAGES = ("ptx", "cubin")
-
 _SUMMARY_COLUMNS = (
     ("hits", "hits"), ("misses", "misses"), ("hit_rate", "hit rate"), ("cutoffs", "cut off"),
     ("entries", "entries"), ("bytes", "bytes"), ("evictions", "evictions"),
@@ -234,7 +230,7 @@ def summary_rows(stats, saved) -> List[Dict[str, Any]]:
                "audits": int(s.get("audits", 0)), "audit_mismatches": int(s.get("audit_mismatches", 0))}
         row["hit_rate"] = _rate(row["hits"], row["misses"])
         cutoffs = int(s.get("cutoffs", 0) or 0)
-        row["cutoffs"] = cutoffs if stage in _CUT_OFF_STAGES or cutoffs else None
+        row["cutoffs"] = cutoffs if stage in KEYED_ON_BYTES or cutoffs else None
         rows.append(row)
         for key in totals:
             totals[key] += row[key] or 0
