@@ -7,7 +7,11 @@ either equal or not:
 
 * soundness: equal tokens with different bytes (must be 0);
 * precision: of the byte-equal pairs, the share that is also shared by token
-  (reused instead of rebuilt).
+  (reused instead of rebuilt);
+* reusable precision: the same, of the byte-equal pairs whose fields that the
+  stage itself reads are equal (only what came before it differs).  A pair
+  that differs in such a field (opt 1 against 3, at ptx) can only be found
+  equal by building it; the reusable ones are what early cutoff shares.
 
     .venv/bin/python bench/reuse_precision.py [--json FILE]
 """
@@ -15,7 +19,6 @@ either equal or not:
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import sys
@@ -23,20 +26,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gpucache_ext import KernelCache  # noqa: E402
-from tests.test_soundness import (ARTIFACT_STAGES, KERNELS, SMS, VARIANTS, artifact,  # noqa: E402
-                                  make_config)
-
-
-def single_field_pairs():
-    """(variant, sm) pairs that differ in one field."""
-    for variant in VARIANTS:
-        if variant == "base":
-            continue
-        for sm in SMS:
-            yield ("base", sm), (variant, sm)
-    for variant in VARIANTS:
-        for sm_a, sm_b in itertools.combinations(SMS, 2):
-            yield (variant, sm_a), (variant, sm_b)
+from tests.test_soundness import KERNELS, SMS, VARIANTS, make_config, reuse_counts  # noqa: E402
 
 
 def measure():
@@ -46,34 +36,28 @@ def measure():
         for variant in VARIANTS:
             for sm in SMS:
                 results[kernel, variant, sm] = cache.compile(func, sig, make_config(variant, sm))
-    per_stage = {stage: {"byte_equal": 0, "shared": 0, "unsound": 0} for stage in ARTIFACT_STAGES}
-    for kernel in KERNELS:
-        for a, b in single_field_pairs():
-            first, second = results[(kernel, *a)], results[(kernel, *b)]
-            for stage in ARTIFACT_STAGES:
-                same_bytes = artifact(first, stage) == artifact(second, stage)
-                same_token = first.stages[stage].token == second.stages[stage].token
-                counts = per_stage[stage]
-                counts["byte_equal"] += same_bytes
-                counts["shared"] += same_bytes and same_token
-                counts["unsound"] += same_token and not same_bytes
-    total = {key: sum(c[key] for c in per_stage.values()) for key in ("byte_equal", "shared", "unsound")}
-    return per_stage, total
+    return reuse_counts(results)
+
+
+def share(part, whole) -> str:
+    return f"{part / whole if whole else 1.0:6.1%}"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
-    per_stage, total = measure()
-    for stage, counts in [*per_stage.items(), ("all", total)]:
-        share = counts["shared"] / counts["byte_equal"] if counts["byte_equal"] else 1.0
-        print(f"{stage:<6} byte-equal pairs {counts['byte_equal']:>4}  shared by token "
-              f"{counts['shared']:>4}  precision {share:6.1%}  unsound {counts['unsound']}")
+    counts = measure()
+    for stage, row in counts.items():
+        print(f"{stage:<6} byte-equal pairs {row['byte_equal']:>4}  shared by token {row['shared']:>4}  "
+              f"precision {share(row['shared'], row['byte_equal'])}  |  reusable {row['reusable']:>4}  "
+              f"shared {row['reused']:>4}  precision {share(row['reused'], row['reusable'])}  "
+              f"|  unsound {row['unsound']}")
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"stages": per_stage, "all": total}, handle, indent=2)
-    return 1 if total["unsound"] else 0
+            json.dump({"stages": {s: row for s, row in counts.items() if s != "all"}, "all": counts["all"]},
+                      handle, indent=2)
+    return 1 if counts["all"]["unsound"] else 0
 
 
 if __name__ == "__main__":

@@ -139,17 +139,20 @@ def test_corrupted_entries_are_misses_recompiled_and_rewritten(tmp_path):
 WRITE_FOREVER = """
 import sys, time
 from gpucache_ext import CompileConfig, KernelCache
+from gpucache_ext.codec import content_digest
 from gpucache_ext.disk import DiskTier
 from gpucache_ext.stages import CubinArtifact
 from gpucache_ext.tiers import Entry
 from gpucache_ext.tokens import component, make_token
 tier = DiskTier(sys.argv[1], max_bytes=None)
 blob = bytes(range(256)) * (64 * 1024)   # 16 MiB: long enough to be killed mid-write
+artifact = CubinArtifact(blob, "log", None, "k")
+digest = content_digest("cubin", artifact)  # (an entry without one does not decode)
 i = 0
 print("ready", flush=True)
 while True:
     token = make_token("cubin", {"n": component(i)})
-    entry = Entry(token.hex, "k", CubinArtifact(blob, "log", None, "k"), token.components, len(blob), 0.1)
+    entry = Entry(token.hex, "k", artifact, token.components, len(blob), 0.1, digest=digest)
     tier.put("cubin", entry)
     i += 1
 """

@@ -14,11 +14,14 @@ the NVVM IR, PTX and cubin of every pair must be byte-identical across all
 three.  Tokens must be precise enough: equal tokens imply equal artifacts.
 The kernels include the cases where lowering reads the target (float64
 atomic add below sm_60, tanh under fastmath below sm_75), which must not be
-reused across targets.
+reused across targets.  Two variants (opt 1, prec_div False) rebuild the PTX
+to the base config's bytes for some kernels, so the shared caches reuse the
+cubin after it (early cutoff): it too must be what a fresh compile gives.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 
@@ -90,6 +93,11 @@ VARIANTS = {
     "debug": {"debug": True, "opt": 0},
     "maxreg32": {"max_registers": 32},
     "lb128": {"launch_bounds": (128,)},
+    # ptx-only fields whose PTX is often the default's: the cubin is then
+    # reused (early cutoff).  opt 1 changes axpy's and matmul's PTX, not the
+    # other kernels'; prec_div changes none (no kernel here divides floats).
+    "O1": {"opt": 1},
+    "precdiv": {"prec_div": False},
 }
 BASE = dict(opt=3, fastmath=False, debug=False, lineinfo=False,
             max_registers=None, launch_bounds=None, lto=False)
@@ -225,6 +233,12 @@ def test_artifacts_differ_where_configs_should_matter(fresh):
         # ptx/cubin always depend on the target
         cubins = {fresh[(kernel, "base", sm)].cubin for sm in SMS}
         assert len(cubins) == len(SMS), kernel
+    # The variants that exercise early cutoff: the same PTX as base for some
+    # kernels (every kernel here, for prec_div), other PTX for others.
+    same_ptx = {variant: {kernel for kernel in KERNELS for sm in SMS
+                          if fresh[(kernel, variant, sm)].ptx == fresh[(kernel, "base", sm)].ptx}
+                for variant in ("O1", "precdiv")}
+    assert same_ptx == {"O1": {"tanh", "atomic_f64", "globals"}, "precdiv": set(KERNELS)}
 
 
 # ---------------------------------------------------------------------------
@@ -249,14 +263,21 @@ def test_axpy_lowering_reused_when_only_sm_changes(fresh):
 
 def test_axpy_lowering_reused_in_grid(shared_forward):
     """In the shared cache, axpy's lowering never reads the target: after the
-    first sm of each variant, every compile hits llvm and compiles ptx."""
+    first sm of each variant, every compile hits llvm.  The cubin is compiled,
+    unless the PTX came out as the base config's at that sm (compiled before
+    it) and the cubin reads nothing else that differs: then it is base's
+    cubin, reused (early cutoff)."""
     for variant in VARIANTS:
         for sm in SMS[1:]:
             res = shared_forward[("axpy", variant, sm)]
             where = f"{describe(('axpy', variant, sm))}\n{res.explain()}"
             assert res.stages["typing"].hit, where
             assert res.stages["llvm"].hit, where
-            assert not res.stages["cubin"].hit, where
+            base = shared_forward[("axpy", "base", sm)]
+            cutoff = variant != "base" and res.ptx == base.ptx and \
+                make_config(variant, sm).stage_fields("cubin") == make_config("base", sm).stage_fields("cubin")
+            assert res.stages["cubin"].hit == res.stages["cubin"].cutoff == cutoff, where
+            assert cutoff == (variant == "precdiv"), where  # (O1 changes axpy's PTX)
 
 
 @pytest.mark.parametrize("first_sm, second_sm", [(86, 52), (52, 86)])
@@ -335,3 +356,64 @@ def test_tanh_ir_per_target(source, request):
                 assert "tanh.approx" not in res.llvm_ir, where
                 assert "tanh.approx" not in res.ptx, where
                 assert "__nv_tanhf" in res.llvm_ir, where
+
+
+# ---------------------------------------------------------------------------
+# Reuse precision (issue 12; bench/reuse_precision.py prints it).  Over the
+# pairs of configs that differ in one field, per stage: of the pairs whose
+# outputs are byte-equal, the share that is also shared by token (reused, not
+# rebuilt).  A pair that differs in a field the stage itself reads (opt 1 vs
+# 3 at ptx) can only be found equal by building it, under any token; the
+# others ("reusable": only what came before the stage differs) are what early
+# cutoff should share, all of them.
+
+COUNTS = ("byte_equal", "shared", "reusable", "reused", "unsound")
+
+
+def single_field_pairs():
+    """(variant, sm) pairs that differ in one field: a variant against the
+    base config at the same sm, or one variant at two sms."""
+    for variant in VARIANTS:
+        if variant == "base":
+            continue
+        for sm in SMS:
+            yield ("base", sm), (variant, sm)
+    for variant in VARIANTS:
+        for sm_a, sm_b in itertools.combinations(SMS, 2):
+            yield (variant, sm_a), (variant, sm_b)
+
+
+def reuse_counts(results):
+    """Per stage, and over all stages ("all"), for the single-field pairs of
+    `results` ({(kernel, variant, sm): CompileResult}): how many are
+    byte-equal, how many of those share the token; how many of those are
+    reusable (the fields the stage reads are equal) and how many of these
+    share the token; how many share a token with other bytes (unsound)."""
+    counts = {stage: dict.fromkeys(COUNTS, 0) for stage in ARTIFACT_STAGES}
+    for kernel in KERNELS:
+        for a, b in single_field_pairs():
+            first, second = results[(kernel, *a)], results[(kernel, *b)]
+            for stage in ARTIFACT_STAGES:
+                same_bytes = artifact(first, stage) == artifact(second, stage)
+                same_token = first.stages[stage].token == second.stages[stage].token
+                reusable = same_bytes and make_config(*a).stage_fields(stage) == make_config(*b).stage_fields(stage)
+                row = counts[stage]
+                row["byte_equal"] += same_bytes
+                row["shared"] += same_bytes and same_token
+                row["reusable"] += reusable
+                row["reused"] += reusable and same_token
+                row["unsound"] += same_token and not same_bytes
+    counts["all"] = {key: sum(row[key] for row in counts.values()) for key in COUNTS}
+    return counts
+
+
+def test_reuse_precision(shared_forward):
+    counts = reuse_counts(shared_forward)
+    summary = "\n".join(f"{stage}: {row}" for stage, row in counts.items())
+    assert counts["all"]["unsound"] == 0, summary
+    # the grid has cubins that early cutoff reuses (O1 and precdiv keep some PTX) ...
+    assert counts["cubin"]["reusable"] >= 30, summary
+    # ... and reuses: at every stage, the byte-equal outputs whose own inputs
+    # are equal share their token
+    for row in counts.values():
+        assert row["reused"] >= 0.95 * row["reusable"], summary
