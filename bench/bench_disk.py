@@ -97,6 +97,7 @@ def new_process(runs):
 
 
 def fill(directory, count, size=8192, keyring=None):
+    from gpucache_ext.codec import content_digest
     from gpucache_ext.disk import DiskTier
     from gpucache_ext.stages import CubinArtifact
     from gpucache_ext.tiers import Entry
@@ -104,11 +105,12 @@ def fill(directory, count, size=8192, keyring=None):
 
     tier = DiskTier(directory, max_bytes=None, keyring=keyring)
     blob = random.Random(0).randbytes(size)
+    artifact = CubinArtifact(blob, "", None, "k")
+    digest = content_digest("cubin", artifact)  # (an entry without one is refused)
     tokens = []
     for i in range(count):
         token = make_token("cubin", {"n": component(i)})
-        tier.put("cubin", Entry(token.hex, "filler", CubinArtifact(blob, "", None, "k"),
-                                token.components, size, 0.01))
+        tier.put("cubin", Entry(token.hex, "filler", artifact, token.components, size, 0.01, digest=digest))
         tokens.append(token.hex)
     return tier, tokens
 
