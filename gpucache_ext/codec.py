@@ -109,6 +109,8 @@ def encode(stage: str, entry: Entry) -> bytes:
     if entry.is_marker:
         meta, parts = {"variants": [targets.reads_key(r) for r in entry.variants]}, []
     else:
+        if entry.digest is None:  # (`decode` refuses such an entry: the next stage's token needs it)
+            raise ValueError(f"a {stage} entry needs its content digest to be stored (codec.content_digest)")
         meta, parts = _parts(stage, entry.artifact)
     payload = b"".join(parts)
     header = {

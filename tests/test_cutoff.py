@@ -291,11 +291,15 @@ def test_the_audit_flags_a_stored_digest_that_leads_to_another_kernels_code():
 # (f): entries without a digest
 
 
-def drop_digest_key(data: bytes) -> bytes:
+def drop_digest_key(data: bytes, keep_key: bool = False) -> bytes:
     """The entry as the code before the digests wrote it: no digest nor
-    upstream in its header (its checksum made again)."""
+    upstream in its header (its checksum made again); with `keep_key`, a
+    digest of null instead (the cache itself refuses to write either)."""
     header, start = read_header(data)
-    del header["digest"], header["upstream"]
+    if keep_key:
+        header["digest"] = None
+    else:
+        del header["digest"], header["upstream"]
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     body = struct.pack(">I", len(head)) + head + data[start:]
     return MAGIC + hashlib.sha256(body).digest() + body
@@ -307,11 +311,8 @@ def test_a_disk_entry_without_a_digest_is_a_miss_not_an_error(how, tmp_path):
     tier = DiskTier(tmp_path)
     for stage in ("llvm", "ptx", "cubin"):
         token = first.stages[stage].token
-        if how == "digest None":
-            tier.put(stage, dataclasses.replace(tier.get(stage, token), digest=None))
-        else:
-            path = tier.path(stage, token)
-            path.write_bytes(drop_digest_key(path.read_bytes()))
+        path = tier.path(stage, token)
+        path.write_bytes(drop_digest_key(path.read_bytes(), keep_key=how == "digest None"))
         assert read_header(tier.path(stage, token).read_bytes())[0].get("digest") is None
     cache = KernelCache(directory=tmp_path)
     assert cache.explain(kernels.copy, kernels.COPY_SIG, BASE).outcomes["llvm"] is Outcome.MISS
@@ -324,10 +325,18 @@ def test_a_disk_entry_without_a_digest_is_a_miss_not_an_error(how, tmp_path):
     assert copy(KernelCache(directory=tmp_path), BASE).hit
 
 
+def test_the_cache_never_writes_an_entry_without_its_digest(tmp_path):
+    first = copy(KernelCache(directory=tmp_path), BASE)
+    tier = DiskTier(tmp_path)
+    entry = tier.get("cubin", first.stages["cubin"].token)
+    with pytest.raises(ValueError, match="needs its content digest"):
+        tier.put("cubin", dataclasses.replace(entry, digest=None))
+
+
 def test_an_llvm_entry_without_a_digest_is_rebuilt_and_the_ptx_after_it_reused(tmp_path):
     first = copy(KernelCache(directory=tmp_path), BASE)
-    tier, token = DiskTier(tmp_path), first.stages["llvm"].token
-    tier.put("llvm", dataclasses.replace(tier.get("llvm", token), digest=None))
+    path = DiskTier(tmp_path).path("llvm", first.stages["llvm"].token)
+    path.write_bytes(drop_digest_key(path.read_bytes()))
     result = copy(KernelCache(directory=tmp_path), BASE)
     assert result.stages["llvm"].outcome is Outcome.MISS
     assert result.stages["ptx"].cutoff and result.stages["cubin"].hit
