@@ -143,11 +143,9 @@ class DiskTier(Tier):
         self.directory = Path(directory).expanduser()
         self.root = self.directory / f"v{FORMAT_VERSION}"
         self.max_bytes = max_bytes
-        self.keyring = keyring if keyring is not None else Keyring(allow_unsigned=True)
+        self._sign_with(keyring if keyring is not None else Keyring(allow_unsigned=True))
         self.writable = True
         self.corrupt: Counter = Counter()
-        self.rejected: Dict[str, Counter] = {stage: Counter() for stage in self.stages}
-        self.previous: Counter = Counter()  # entries read that a retired secret signed
         if private and not self.directory.exists():
             try:
                 self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -199,13 +197,9 @@ class DiskTier(Tier):
             data = path.read_bytes()
         except OSError:  # absent, vanished, unreadable: a miss
             return None
-        try:
-            body, signed = self.keyring.open(data)
-        except Rejected as refusal:  # (left there: the compile that follows replaces it)
-            self.rejected[stage][refusal.reason] += 1
+        body = self._unseal(stage, data)
+        if body is None:  # (left there: the compile that follows replaces it)
             return None
-        if signed == PREVIOUS:
-            self.previous[stage] += 1
         try:
             entry = decode(body, stage, token)
         except BadEntry:
@@ -252,21 +246,19 @@ class DiskTier(Tier):
 
     def stats(self, stage: str) -> Dict[str, int]:
         count, size = self._sizes_by_stage()[stage]
-        return {"entries": count, "bytes": size, "corrupt": self.corrupt[stage],
-                "rejected": sum(self.rejected[stage].values()), "rejected_by": dict(self.rejected[stage]),
-                "previous_secret": self.previous[stage]}
+        return {"entries": count, "bytes": size, "corrupt": self.corrupt[stage], **self._signing_stats(stage)}
 
     def signatures(self, stage: str) -> Dict[str, int]:
         """How this stage's entries are signed, from their first bytes (no
         signature checked: see `gpucache_ext.signing.Keyring.classify`)."""
-        found: Counter = Counter()
-        for path in self._files(stage):
-            try:
-                with open(path, "rb") as handle:
-                    found[self.keyring.classify(handle.read(HEAD_BYTES))] += 1
-            except OSError:
-                continue
-        return dict(found)
+        def heads():
+            for path in self._files(stage):
+                try:
+                    with open(path, "rb") as handle:
+                        yield handle.read(HEAD_BYTES)
+                except OSError:
+                    continue
+        return self._classify(heads())
 
     # -- maintenance ---------------------------------------------------------
     def scan(self, stage: Optional[str] = None) -> List[Tuple[str, Path, os.stat_result]]:

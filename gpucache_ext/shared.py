@@ -35,7 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 from . import settings
 from .codec import PERSISTENT_STAGES, FORMAT_VERSION, BadEntry, decode, encode, header_entry
 from .errors import GpuCacheError
-from .signing import HEAD_BYTES, PREVIOUS, Keyring, Rejected
+from .signing import HEAD_BYTES, Keyring, Rejected
 from .tiers import Entry, Tier
 
 _LIST_LIMIT = 10_000
@@ -99,7 +99,7 @@ class RedisTier(Tier):
         Raises `UnsignedSharedTier` for a tier with no secret and no opt-in."""
         self.prefix = settings.redis_prefix(prefix)
         self.ttl = settings.redis_ttl(ttl)
-        self.keyring = keyring if keyring is not None else settings.keyring(secret, allow_unsigned)
+        self._sign_with(keyring if keyring is not None else settings.keyring(secret, allow_unsigned))
         if not self.keyring.signs and not self.keyring.allow_unsigned:
             raise UnsignedSharedTier(unsigned_message(url))
         redis = _import_redis()
@@ -109,8 +109,6 @@ class RedisTier(Tier):
                                            socket_connect_timeout=timeout, retry_on_timeout=False)
         self.retry_after = retry_after
         self.corrupt: Counter = Counter()
-        self.rejected: Dict[str, Counter] = {stage: Counter() for stage in self.stages}
-        self.previous: Counter = Counter()  # entries read that a retired secret signed
         self._down_until = 0.0
         self._warned = False
         self._errors = (redis.RedisError, OSError)
@@ -152,13 +150,9 @@ class RedisTier(Tier):
         data = self._call(lambda: self.client.get(self.key(stage, token)))
         if data is None:
             return None
-        try:
-            body, signed = self.keyring.open(data)
-        except Rejected as refusal:
-            self.rejected[stage][refusal.reason] += 1
+        body = self._unseal(stage, data)
+        if body is None:
             return None
-        if signed == PREVIOUS:
-            self.previous[stage] += 1
         try:
             return decode(body, stage, token)
         except BadEntry:
@@ -215,9 +209,8 @@ class RedisTier(Tier):
                 pipe.strlen(key)
             return pipe.execute()
         lengths = self._call(sizes, []) if keys else []
-        return {"entries": len(lengths), "bytes": int(sum(lengths)),
-                "corrupt": self.corrupt[stage], "rejected": sum(self.rejected[stage].values()),
-                "rejected_by": dict(self.rejected[stage]), "previous_secret": self.previous[stage]}
+        return {"entries": len(lengths), "bytes": int(sum(lengths)), "corrupt": self.corrupt[stage],
+                **self._signing_stats(stage)}
 
     def signatures(self, stage: str) -> Dict[str, int]:
         """How this stage's entries are signed, from their first bytes (no
@@ -229,11 +222,7 @@ class RedisTier(Tier):
             for key in keys:
                 pipe.getrange(key, 0, HEAD_BYTES - 1)
             return pipe.execute()
-        found: Counter = Counter()
-        for head in (self._call(heads, []) if keys else []):
-            if head:
-                found[self.keyring.classify(head)] += 1
-        return dict(found)
+        return self._classify(self._call(heads, []) if keys else [])
 
     def raw(self, stage: str) -> Iterator[Tuple[str, bytes]]:
         """(key, stored bytes) of every entry of `stage`, for verify."""

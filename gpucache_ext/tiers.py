@@ -12,11 +12,12 @@ shared) share the `Tier` interface.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from . import targets
+from .signing import PREVIOUS, Keyring, Rejected
 from .tokens import Component
 
 
@@ -112,6 +113,34 @@ class Tier:
     def signed(self) -> bool:
         """Entries are signed, and required to be."""
         return self.keyring is not None and self.keyring.signs
+
+    # -- signing, for tiers that store bytes ---------------------------------
+    def _sign_with(self, keyring: Keyring) -> None:
+        """Sign and check this tier's entries with `keyring`, counting what it refuses."""
+        self.keyring = keyring
+        self.rejected: Dict[str, Counter] = {stage: Counter() for stage in self.stages}  # by reason
+        self.previous: Counter = Counter()  # entries read that a retired secret signed
+
+    def _unseal(self, stage: str, data: bytes) -> Optional[bytes]:
+        """The entry inside stored `data`, or None where the keyring refuses
+        it (counted by reason: the caller leaves the stored bytes alone)."""
+        try:
+            body, signed = self.keyring.open(data)
+        except Rejected as refusal:
+            self.rejected[stage][refusal.reason] += 1
+            return None
+        if signed == PREVIOUS:
+            self.previous[stage] += 1
+        return body
+
+    def _signing_stats(self, stage: str) -> Dict[str, Any]:
+        """What `stats` reports of the signatures met while reading `stage`."""
+        return {"rejected": sum(self.rejected[stage].values()), "rejected_by": dict(self.rejected[stage]),
+                "previous_secret": self.previous[stage]}
+
+    def _classify(self, heads: Iterable[bytes]) -> Dict[str, int]:
+        """How entries whose first bytes are `heads` are signed (see `Keyring.classify`)."""
+        return dict(Counter(self.keyring.classify(head) for head in heads if head))
 
     @property
     def location(self) -> str:
