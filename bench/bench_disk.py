@@ -115,69 +115,49 @@ def fill(directory, count, size=8192, keyring=None):
     return tier, tokens
 
 
-def lookups(sizes, runs):
-    """Median lookup times per directory size, measured interleaved: each round
-    times every size in turn, so machine noise falls on all of them alike."""
-    from gpucache_ext import CompileConfig, KernelCache
-    from tests import kernels
-
-    config = CompileConfig(sm=86)
-    rng = random.Random(1)
-    raw = {n: [] for n in sizes}
-    through_cache = {n: [] for n in sizes}
-    with tempfile.TemporaryDirectory() as root:
-        stores = {}
-        for n in sizes:
-            directory = Path(root) / str(n)
-            tier, tokens = fill(directory, n)
-            KernelCache(directory=directory).compile(kernels.axpy, kernels.AXPY_SIG, config)
-            stores[n] = (directory, tier, tokens)
-        for _ in range(runs * 20):
-            for n, (directory, tier, tokens) in stores.items():
-                for token in rng.sample(tokens, 10):
-                    start = time.perf_counter()
-                    assert tier.get("cubin", token) is not None
-                    raw[n].append(time.perf_counter() - start)
-                cache = KernelCache(directory=directory)
-                start = time.perf_counter()
-                result = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
-                through_cache[n].append(time.perf_counter() - start)
-                assert result.stages["cubin"].tier == "disk"
-    return ({n: statistics.median(v) for n, v in raw.items()},
-            {n: statistics.median(v) for n, v in through_cache.items()})
-
-
-def signing(runs):
-    """Median lookup times from an unsigned folder and a signed one, interleaved."""
+def _interleaved_lookups(folders, runs, seed):
+    """Median lookup times per folder, measured interleaved: each round times
+    every folder in turn, so machine noise falls on all of them alike.
+    `folders`: label -> (entries to fill it with, secret or None).  Returns
+    (raw DiskTier.get medians, compile-from-disk medians), by label."""
     from gpucache_ext import CompileConfig, KernelCache
     from gpucache_ext.signing import Keyring
     from tests import kernels
 
     config = CompileConfig(sm=86)
-    rng = random.Random(2)
-    kinds = {"unsigned": None, "signed": "bench-secret"}
-    raw = {k: [] for k in kinds}
-    through_cache = {k: [] for k in kinds}
+    rng = random.Random(seed)
+    raw = {label: [] for label in folders}
+    through_cache = {label: [] for label in folders}
     with tempfile.TemporaryDirectory() as root:
         stores = {}
-        for kind, secret in kinds.items():
-            directory = Path(root) / kind
-            tier, tokens = fill(directory, 100, keyring=Keyring([secret] if secret else [], True))
+        for label, (count, secret) in folders.items():
+            directory = Path(root) / str(label)
+            tier, tokens = fill(directory, count, keyring=Keyring([secret] if secret else [], True))
             KernelCache(directory=directory, secret=secret or "").compile(kernels.axpy, kernels.AXPY_SIG, config)
-            stores[kind] = (directory, secret, tier, tokens)
+            stores[label] = (directory, secret, tier, tokens)
         for _ in range(runs * 20):
-            for kind, (directory, secret, tier, tokens) in stores.items():
+            for label, (directory, secret, tier, tokens) in stores.items():
                 for token in rng.sample(tokens, 10):
                     start = time.perf_counter()
                     assert tier.get("cubin", token) is not None
-                    raw[kind].append(time.perf_counter() - start)
+                    raw[label].append(time.perf_counter() - start)
                 cache = KernelCache(directory=directory, secret=secret or "")
                 start = time.perf_counter()
                 result = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
-                through_cache[kind].append(time.perf_counter() - start)
+                through_cache[label].append(time.perf_counter() - start)
                 assert result.stages["cubin"].tier == "disk"
-    return ({k: statistics.median(v) for k, v in raw.items()},
-            {k: statistics.median(v) for k, v in through_cache.items()})
+    return ({label: statistics.median(v) for label, v in raw.items()},
+            {label: statistics.median(v) for label, v in through_cache.items()})
+
+
+def lookups(sizes, runs):
+    """Lookups with each of `sizes` entries on disk (unsigned)."""
+    return _interleaved_lookups({n: (n, None) for n in sizes}, runs, seed=1)
+
+
+def signing(runs):
+    """Lookups from an unsigned folder and a signed one (100 entries each)."""
+    return _interleaved_lookups({"unsigned": (100, None), "signed": (100, "bench-secret")}, runs, seed=2)
 
 
 def main():
