@@ -46,7 +46,8 @@ from typing import List, Optional
 from urllib.parse import urlsplit
 
 from . import settings
-from .codec import PERSISTENT_STAGES, BadEntry, decode, read_header
+from .codec import (CORRUPT, OK, OTHER_TOOLCHAIN, PERSISTENT_STAGES, PREVIOUS_SECRET, BadEntry, check_stored,
+                    decode, read_header)
 from .disk import OFF_VALUES, DiskTier, configured_directory, default_directory
 from .shared import display_url
 from .signing import (BAD_SIGNATURE, CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED, Keyring,
@@ -62,8 +63,7 @@ _AGES = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _SIGNATURE_KINDS = (CURRENT, PREVIOUS, NOT_SIGNED, UNSIGNED, OTHER_SECRET)
 _REFUSED_KINDS = (UNSIGNED, OTHER_SECRET)
 # what verify --shared finds in an entry; all but the first two are bad
-_OK, _PREVIOUS_SECRET, _CORRUPT, _OTHER_TOOLCHAIN = "ok", "previous secret", "corrupt", "other toolchain"
-_OUTCOMES = (_OK, _PREVIOUS_SECRET, UNSIGNED, BAD_SIGNATURE, OTHER_SECRET, _CORRUPT, _OTHER_TOOLCHAIN)
+_OUTCOMES = (OK, PREVIOUS_SECRET, UNSIGNED, BAD_SIGNATURE, OTHER_SECRET, CORRUPT, OTHER_TOOLCHAIN)
 # the command reads whole stages at once: a longer timeout than a compile's lookups
 _REDIS_TIMEOUT = 5.0
 
@@ -510,12 +510,12 @@ def _verify_shared(args, out) -> int:
                 start = len(tier.key(stage, ""))
                 for key, data in tier.raw(stage):
                     token = key[start:]
-                    outcome, body, problem = _check(keyring, data, stage, token, stage in compared)
+                    outcome, body, problem = check_stored(keyring, data, stage, token, stage in compared)
                     counts[outcome] += 1
-                    if outcome == _PREVIOUS_SECRET and args.fix:
+                    if outcome == PREVIOUS_SECRET and args.fix:
                         tier.replace(key, keyring.sign(body))
                         resigned += 1
-                    elif outcome not in (_OK, _PREVIOUS_SECRET):
+                    elif outcome not in (OK, PREVIOUS_SECRET):
                         bad.append({"stage": stage, "token": token, "key": key, "outcome": outcome,
                                     "problem": problem})
                         removed += bool(args.fix and tier.delete(stage, token))
@@ -539,28 +539,13 @@ def _verify_shared(args, out) -> int:
                 f"{' (removed)' if args.fix else ''}")
         kinds = ", ".join(f"{counts[o]} {o}" for o in _OUTCOMES[2:] if counts[o])
         out(f"checked {_count(checked, 'entry', 'entries')} of the shared cache at {tier.location}: "
-            f"{counts[_OK]} ok, {counts[_PREVIOUS_SECRET]} signed with a previous secret, "
+            f"{counts[OK]} ok, {counts[PREVIOUS_SECRET]} signed with a previous secret, "
             f"{len(bad)} bad" + (f" ({kinds})" if kinds else "") + (", removed" if args.fix and bad else "")
             + ("" if compared else " (toolchains not compared: --toolchain)"))
-        if counts[_PREVIOUS_SECRET]:
-            out(_resigning(counts[_PREVIOUS_SECRET], args.fix, "gpucache verify --shared")
+        if counts[PREVIOUS_SECRET]:
+            out(_resigning(counts[PREVIOUS_SECRET], args.fix, "gpucache verify --shared")
                 + (", keeping their expiry" if args.fix else ""))
     return 1 if bad and not args.fix else 0
-
-
-def _check(keyring: Keyring, data: bytes, stage: str, token: str, toolchain: bool):
-    """(outcome, the entry inside `data`, the problem) of one stored entry."""
-    try:
-        body, signed = keyring.open(data)
-    except Rejected as exc:
-        return exc.reason, None, f"signature: {exc}"
-    try:
-        decode(body, stage, token, check_toolchain=False)
-    except BadEntry as exc:
-        return _CORRUPT, body, str(exc)
-    if toolchain and read_header(body)[0]["toolchain"] != stage_toolchain(stage):
-        return _OTHER_TOOLCHAIN, body, "built by another toolchain"
-    return (_PREVIOUS_SECRET if signed == PREVIOUS else _OK), body, None
 
 
 def _recompile_all(tier: DiskTier, args, out) -> dict:

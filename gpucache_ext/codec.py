@@ -19,9 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from . import artifacts, linking, targets
+from .signing import PREVIOUS, Keyring, Rejected
 from .tiers import Entry
 from .tokens import Component, make_token
 from .toolchain import stage_toolchain
@@ -203,6 +204,31 @@ def decode(data: bytes, stage: str, token: str, check_toolchain: bool = True) ->
         raise
     except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
         raise BadEntry(f"malformed entry: {type(exc).__name__}: {exc}") from None
+
+
+# What `check_stored` finds in a stored entry, besides a refused signature's
+# reason (`signing.REASONS`): all but the first two are bad.
+OK, PREVIOUS_SECRET, CORRUPT, OTHER_TOOLCHAIN = "ok", "previous secret", "corrupt", "other toolchain"
+
+
+def check_stored(keyring: Keyring, data: bytes, stage: str, token: str,
+                 check_toolchain: bool) -> Tuple[str, Optional[bytes], Optional[str]]:
+    """(outcome, the entry inside `data`, the problem) of the bytes a tier
+    stores for `stage` under `token`: its signature as `keyring` reads it,
+    then its key and checksum, then (with `check_toolchain`) the toolchain
+    that built it.  What ``gpucache verify`` reports, for the disk and shared
+    tiers alike."""
+    try:
+        body, signed = keyring.open(data)
+    except Rejected as exc:
+        return exc.reason, None, f"signature: {exc}"
+    try:
+        decode(body, stage, token, check_toolchain=False)
+    except BadEntry as exc:
+        return CORRUPT, body, str(exc)
+    if check_toolchain and read_header(body)[0]["toolchain"] != stage_toolchain(stage):
+        return OTHER_TOOLCHAIN, body, "built by another toolchain"
+    return (PREVIOUS_SECRET if signed == PREVIOUS else OK), body, None
 
 
 def header_entry(data: bytes) -> Entry:

@@ -37,9 +37,10 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from filelock import FileLock, Timeout
 
-from .codec import FORMAT_VERSION, PERSISTENT_STAGES, BadEntry, decode, encode, header_entry
+from .codec import (FORMAT_VERSION, OK, PERSISTENT_STAGES, PREVIOUS_SECRET, BadEntry, check_stored, decode, encode,
+                    header_entry)
 from .errors import SecurityWarning
-from .signing import HEAD_BYTES, PREVIOUS, Keyring, Rejected, accepted, signature_length, strip
+from .signing import HEAD_BYTES, Keyring, accepted, signature_length, strip
 from .tiers import Entry, Tier
 from .toolchain import sign_memo
 
@@ -310,21 +311,16 @@ class DiskTier(Tier):
         for done, (stage, path, _) in enumerate(files, 1):
             token = path.name[: -len(_SUFFIX)]
             try:
-                data = path.read_bytes()
-                body, signed = self.keyring.open(data)
-                decode(body, stage, token, check_toolchain=stage in toolchain_stages)
-                if signed == PREVIOUS and resigned is not None:
+                outcome, body, problem = check_stored(self.keyring, path.read_bytes(), stage, token,
+                                                      stage in toolchain_stages)
+                if outcome == PREVIOUS_SECRET and resigned is not None:
                     if fix:
                         write_atomically(path, self.keyring.sign(body), _TEMP_PREFIX)
                     resigned.append((stage, path))  # (after the write: one that fails is not listed)
-            except Rejected as exc:
-                bad.append((stage, path, f"signature: {exc}"))
-                if fix:
-                    self._remove(stage, path)
-            except BadEntry as exc:
-                bad.append((stage, path, str(exc)))
-                if fix:
-                    self._remove(stage, path)
+                elif outcome not in (OK, PREVIOUS_SECRET):
+                    bad.append((stage, path, problem))
+                    if fix:
+                        self._remove(stage, path)
             except OSError:
                 pass
             if progress:
