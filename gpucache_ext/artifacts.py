@@ -1,5 +1,6 @@
 """What the stages after typing produce, as plain data: NVVM IR, PTX (or
-LTO-IR) and the cubin, with what each links.
+LTO-IR) and the cubin, with what each links; and the fatbin a list of
+targets is assembled into.
 
 Kept apart from `stages` (which imports numba-cuda to make them) so that
 reading them back from the disk or shared tier (`codec`, the ``gpucache``
@@ -71,3 +72,34 @@ class CubinArtifact:
     def nbytes(self) -> int:
         return len(self.cubin) + len(self.info_log) + len(self.linked_ptx or "") + sum(
             len(x.data) for x in self.links)
+
+
+@dataclass(frozen=True)
+class FatbinMember:
+    """One image in a fatbin: a cubin for a real architecture, or PTX for a virtual one."""
+
+    kind: str  # "cubin" or "ptx"
+    arch: int  # 86 for sm_86 / compute_86
+    token: str  # the entry it was read from
+    digest: str  # that entry's content digest (codec.content_digest)
+    nbytes: int  # the image's bytes as added
+
+    @property
+    def name(self) -> str:
+        """"sm_86" for a cubin, "compute_80" for PTX."""
+        return f"{'sm' if self.kind == 'cubin' else 'compute'}_{self.arch}"
+
+
+@dataclass
+class FatbinArtifact:
+    """nvFatbin's output for one kernel: its cubins and, for forward
+    compatibility, one PTX, as the driver loads them (it picks the cubin of
+    the GPU's architecture, else compiles the PTX)."""
+
+    fatbin: bytes
+    members: Tuple[FatbinMember, ...]  # cubins by architecture, then the PTX
+    entry_name: str
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.fatbin)

@@ -32,13 +32,14 @@ from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from . import queries, settings, stages, targets, toolchain
+from . import fatbin, queries, settings, stages, targets, toolchain
+from .artifacts import FatbinMember
 from .codec import content_digest
 from .audit import AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, first_difference, parse_audit
-from .config import STAGES, CompileConfig
-from .errors import SecurityWarning, UnsupportedKernelError
-from .results import (CacheStats, CompileResult, EntryInfo, LayerResult, Outcome, StageResult,  # noqa: F401
-                      StageStats, TierInfo, TierStats, parse_resources, short_signature)
+from .config import LAYERS, STAGES, CompileConfig, Targets
+from .errors import ConfigError, SecurityWarning, UnsupportedKernelError
+from .results import (CacheStats, CompileResult, EntryInfo, FatbinResult, LayerResult, Outcome,  # noqa: F401
+                      StageResult, StageStats, TierInfo, TierStats, parse_resources, short_signature)
 from .disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
 from .disk import OFF_VALUES, DiskTier, configured_directory, default_directory
 from .shared import RedisTier, UnsignedSharedTier, display_url
@@ -48,7 +49,7 @@ from .sources import declared_signatures, identify, python_function, rebind
 from .tokens import Component, Token, component, extend_token, make_token, short_token
 from .toolchain import numba_settings, toolchain_component
 
-DEFAULT_MAX_ENTRIES = {"typing": 256, "llvm": 512, "ptx": 1024, "cubin": 1024}
+DEFAULT_MAX_ENTRIES = {"typing": 256, "llvm": 512, "ptx": 1024, "cubin": 1024, "fatbin": 256}
 _HISTORY_LIMIT = 4096
 
 
@@ -102,8 +103,8 @@ class KernelCache:
                  redis_prefix: Optional[str] = None, redis_ttl=None, tiers: Sequence[Tier] = (),
                  audit=False, audit_background: bool = True):
         limits = _per_stage(max_entries, DEFAULT_MAX_ENTRIES, "max_entries")
-        byte_limits = _per_stage(max_bytes, dict.fromkeys(STAGES), "max_bytes")
-        self._memory = {s: MemoryTier(limits[s], byte_limits[s]) for s in STAGES}
+        byte_limits = _per_stage(max_bytes, dict.fromkeys(LAYERS), "max_bytes")
+        self._memory = {s: MemoryTier(limits[s], byte_limits[s]) for s in LAYERS}
         keyring = settings.keyring(secret, allow_unsigned)
         self.tiers: List[Tier] = []
         # configured tiers left out, as `tier_info` shows them
@@ -122,9 +123,9 @@ class KernelCache:
                     note="no secret (set GPUCACHE_SECRET, or GPUCACHE_SHARED_UNSIGNED=1 "
                          "to use it unsigned)"))
         self.tiers.extend(tiers)
-        self._stats = {s: _StageCounters() for s in STAGES}
-        self._tier_hits = {s: {} for s in STAGES}
-        self._history = {s: OrderedDict() for s in STAGES}  # token -> (kernel, components)
+        self._stats = {s: _StageCounters() for s in LAYERS}
+        self._tier_hits = {s: {} for s in LAYERS}
+        self._history = {s: OrderedDict() for s in LAYERS}  # token -> (kernel, components)
         # per stage, what the persistent tiers held when first asked (kernel ->
         # [(token, components)]): what a miss of a kernel this process has not
         # built yet is explained against (see queries); one listing per stage
@@ -186,19 +187,116 @@ class KernelCache:
         entry replaced.  ``audit``: True audits this compile before returning
         (if a stage hit), False never, None as the cache's ``audit`` setting says.
         """
-        config = CompileConfig() if config is None else config
-        if not isinstance(config, CompileConfig):
-            raise TypeError(f"config must be a CompileConfig, got {type(config).__name__}")
+        config = _check_config(config)
+        pyfunc = python_function(func)
+        return self._compile_one(pyfunc, stages.normalize_signature(sig), config, _link_items(func, link),
+                                 force, audit, _why_forced)
+
+    def compile_fatbin(self, func, sig, config: Optional[CompileConfig] = None, *, sms, ptx=None,
+                       force: bool = False, audit: Optional[bool] = None, link=None,
+                       _why_forced: str = "forced recompile") -> FatbinResult:
+        """Compile `func` for several targets and assemble a fatbin: a cubin
+        for each of `sms` and the PTX of `ptx` (see `Targets`: by default the
+        lowest target's; ``"none"`` for no PTX) for the GPUs none of them runs on.
+
+        Each target goes through the four stages with `config` at that
+        target (``config.sm`` is not read), so typing and llvm are shared
+        wherever lowering did not read the target, there is one ptx per
+        virtual and one cubin per real architecture, all cached as a single
+        `compile` would cache them.  The fatbin layer is keyed by its
+        members' content digests by architecture, nvFatbin's options and
+        version: adding a target builds that target's ptx and cubin and the
+        fatbin, and the order of `sms` does not matter.  `sms` may also be a
+        `Targets` (then `ptx` must be None).  A PTX the driver could not
+        compile alone (the kernel links other code, or uses lto) is left out
+        when it was not asked for (`FatbinResult.ptx_note` says why), and is
+        a `ConfigError` when it was.  Other arguments as `compile`.
+        """
+        config = _check_config(config)
+        if isinstance(sms, Targets):
+            if ptx is not None:
+                raise TypeError("give ptx= inside the Targets, not beside it")
+            wanted = sms
+        else:
+            wanted = Targets(sms, ptx)
         pyfunc = python_function(func)
         argtypes = stages.normalize_signature(sig)
         link = _link_items(func, link)
-        plan = _Plan(self, pyfunc, argtypes, config, link, _why_forced)  # (reloads numba's settings)
+        per_target = {}
+        for sm in wanted.builds:
+            ptx_only = sm not in wanted.sms
+            per_target[sm] = self._compile_one(pyfunc, argtypes, config.replace(sm=sm), link, force,
+                                               False if ptx_only else audit, _why_forced,
+                                               until="ptx" if ptx_only else "cubin")
+        primary = per_target[wanted.sms[0]]
+        ptx_member, note = None, ""
+        if wanted.ptx is not None:
+            source = per_target[wanted.ptx]
+            problem = fatbin.ptx_problem(source._ptx, primary._cubin.links)
+            if problem is None:
+                layer = source.stages["ptx"]
+                text = "\n".join(source._ptx.ptx)
+                ptx_member = (FatbinMember("ptx", wanted.ptx, layer.token, layer.digest, len(text.encode())), text)
+            elif wanted.explicit_ptx:
+                raise ConfigError(f"ptx={wanted.ptx}: the PTX of {primary.kernel} cannot go into a fatbin "
+                                  f"for the driver to compile alone: {problem}; leave it out (ptx='none')",
+                                  field="ptx")
+            else:
+                note = problem
+        cubins = [(FatbinMember("cubin", sm, per_target[sm].stages["cubin"].token,
+                                per_target[sm].stages["cubin"].digest, len(per_target[sm].cubin)),
+                   per_target[sm].cubin) for sm in wanted.sms]
+        layer, artifact = self._fatbin_layer(primary, wanted, cubins, ptx_member, force, _why_forced)
+        result = FatbinResult(primary.kernel, primary.signature, primary.config,
+                              {**primary.stages, "fatbin": layer}, primary._llvm, primary._ptx, primary._cubin,
+                              audit=primary.audit, referenced=primary.referenced,
+                              generic_tokens=primary.generic_tokens, targets=wanted, per_target=per_target,
+                              fatbin_stage=layer, _fatbin=artifact, ptx_note=note)
+        with self._lock:
+            self._origins[layer.token] = (weakref.ref(pyfunc), argtypes, config, link, wanted)
+        return result
+
+    def _fatbin_layer(self, primary: CompileResult, wanted: Targets, cubins, ptx_member, force, why_forced):
+        """The fatbin stage: look its token up, else assemble and store it."""
+        memo = next((tier.directory for tier in self.tiers if isinstance(tier, DiskTier)), None)
+        parts = {f"cubin {member.name}": Component(member.digest, f"output {short_token(member.digest)}")
+                 for member, _ in cubins}
+        if ptx_member is not None:
+            member = ptx_member[0]
+            parts[f"ptx {member.name}"] = Component(member.digest, f"output {short_token(member.digest)}")
+        parts["kernel"] = component(primary.kernel)
+        parts["options"] = component(list(fatbin.OPTIONS), " ".join(fatbin.OPTIONS) or "(defaults)")
+        parts["toolchain"] = toolchain_component("fatbin", memo)
+        token = make_token("fatbin", parts)
+        start = time.perf_counter()
+        if not force:
+            entry, _, tier = self._lookup("fatbin", token, primary.config.cc)
+            if entry is not None:
+                self._count("fatbin", True, tier, entry.seconds)
+                return StageResult("fatbin", token.hex, Outcome.HIT, tier, time.perf_counter() - start,
+                                   components=token.components, saved_seconds=entry.seconds,
+                                   digest=entry.digest), entry.artifact
+        toolchain.confirm("fatbin")
+        self._count("fatbin", False)
+        start = time.perf_counter()
+        artifact = fatbin.assemble(cubins, ptx_member, primary.entry_name, primary.kernel)
+        seconds = time.perf_counter() - start
+        digest = content_digest("fatbin", artifact)
+        plan = _FatbinPlan(primary.kernel, primary.signature_text, _FatbinConfig(primary.config, wanted),
+                           force, why_forced)
+        token, reasons = self._store("fatbin", token, plan, artifact, seconds, targets.NO_READS, digest)
+        return StageResult("fatbin", token.hex, Outcome.MISS, None, seconds, reasons,
+                           components=token.components, digest=digest), artifact
+
+    def _compile_one(self, pyfunc, argtypes, config: CompileConfig, link, force, audit, why_forced,
+                     until: str = "cubin") -> CompileResult:
+        plan = _Plan(self, pyfunc, argtypes, config, link, why_forced)  # (reloads numba's settings)
         stages.check_numba_runtime()
         try:
-            result = plan.run(force)
+            result = plan.run(force, until)
         except toolchain.ToolchainChanged:  # a library was replaced since its fingerprint was read
-            plan = _Plan(self, pyfunc, argtypes, config, link, _why_forced)
-            result = plan.run(force)
+            plan = _Plan(self, pyfunc, argtypes, config, link, why_forced)
+            result = plan.run(force, until)
         result.referenced = plan.identity.referenced
         if not force and audit is not False and any(layer.hit for layer in result.stages.values()) \
                 and self._auditor.wants(forced=bool(audit)):
@@ -207,7 +305,7 @@ class KernelCache:
                                  background=False if audit else None)
         with self._lock:
             for layer in result.stages.values():
-                self._origins[layer.token] = (weakref.ref(pyfunc), argtypes, config, link)
+                self._origins[layer.token] = (weakref.ref(pyfunc), argtypes, config, link, None)
                 self._origins.move_to_end(layer.token)
             while len(self._origins) > _HISTORY_LIMIT:
                 self._origins.popitem(last=False)
@@ -234,8 +332,14 @@ class KernelCache:
         launch after a cell, instead of compiling again."""
         if not result.generic_tokens:
             return False
-        plan = self._plan(func, sig, config, link)
-        current = {s: t.hex for s, t in plan.tokens.items()} == result.generic_tokens
+        if isinstance(result, FatbinResult):  # every target's stages (the fatbin is keyed on their bytes)
+            config = config or result.config
+            current = all(self._plan(func, sig, config.replace(sm=sm), link).tokens[stage].hex
+                          == each.generic_tokens[stage]
+                          for sm, each in result.per_target.items() for stage in each.generic_tokens)
+        else:
+            plan = self._plan(func, sig, config, link)
+            current = {s: t.hex for s, t in plan.tokens.items()} == result.generic_tokens
         if current:
             with self._lock:
                 self._launch_checks += 1
@@ -267,7 +371,7 @@ class KernelCache:
         persistent tiers).  Reading a shared tier's numbers asks its server."""
         with self._lock:
             result = {}
-            for stage in STAGES:
+            for stage in LAYERS:
                 memory = self._memory[stage]
                 hits = self._tier_hits[stage]
                 tiers = {"memory": TierStats(hits.get("memory", (0, 0.0))[0],
@@ -326,7 +430,7 @@ class KernelCache:
         time), reasons (why it was built).
         Filter by `stage` and by `kernel` (a qualified name or its last part).
         """
-        wanted = STAGES if stage is None else (_check_stage(stage),)
+        wanted = LAYERS if stage is None else (_check_stage(stage),)
         rows: Dict[Tuple[str, str], Dict[str, Any]] = {}
         with self._lock:
             for s in wanted:
@@ -371,12 +475,15 @@ class KernelCache:
                 f"no record of the compile that produced {short_token(token)} in this process "
                 "(it was made by another process, or its function is gone); compile it again instead"
             )
+        if origin[4] is not None:  # a fatbin: every target again, then the fatbin
+            return self.compile_fatbin(pyfunc, origin[1], origin[2], sms=origin[4], force=True, link=origin[3],
+                                       _why_forced="recompiled on request")
         return self.compile(pyfunc, origin[1], origin[2], force=True, link=origin[3],
                             _why_forced="recompiled on request")
 
     def clear(self, stage: Optional[str] = None) -> None:
         """Drop the entries of one stage, or of all stages, in every tier (counters are kept)."""
-        stages_to_clear = STAGES if stage is None else (_check_stage(stage),)
+        stages_to_clear = LAYERS if stage is None else (_check_stage(stage),)
         with self._lock:
             for s in stages_to_clear:
                 self._memory[s].clear()
@@ -622,6 +729,37 @@ class KernelCache:
         return proxy
 
 
+def _check_config(config) -> CompileConfig:
+    config = CompileConfig() if config is None else config
+    if not isinstance(config, CompileConfig):
+        raise TypeError(f"config must be a CompileConfig, got {type(config).__name__}")
+    return config
+
+
+class _FatbinConfig(NamedTuple):
+    """What a fatbin entry records of its config: the targets in place of ``sm``."""
+
+    config: CompileConfig
+    targets: Targets
+
+    def summary(self) -> str:
+        rest = self.config.summary().split(" ", 1)
+        return self.targets.summary() + (" " + rest[1] if len(rest) > 1 else "")
+
+    def fields(self) -> dict:
+        return {**self.config.fields(), "sm": list(self.targets.sms), "ptx": self.targets.ptx}
+
+
+class _FatbinPlan(NamedTuple):
+    """The parts of a `_Plan` that filing a fatbin entry reads."""
+
+    kernel: str
+    signature_text: str
+    config: _FatbinConfig
+    forced: bool
+    why_forced: str
+
+
 def _link_items(func, link) -> tuple:
     """The ``link=`` items of a compile: as given, else a dispatcher's own."""
     if link is None:
@@ -659,11 +797,11 @@ def _per_stage(value, default, name):
     if value is None:
         return dict(default)
     if isinstance(value, int) and not isinstance(value, bool):
-        return dict.fromkeys(STAGES, value)
+        return dict.fromkeys(LAYERS, value)
     if isinstance(value, Mapping):
-        unknown = set(value) - set(STAGES)
+        unknown = set(value) - set(LAYERS)
         if unknown:
-            raise ValueError(f"{name} has unknown stages {sorted(unknown)}; use {list(STAGES)}")
+            raise ValueError(f"{name} has unknown stages {sorted(unknown)}; use {list(LAYERS)}")
         merged = dict(default)
         merged.update(value)
         return merged
@@ -671,8 +809,8 @@ def _per_stage(value, default, name):
 
 
 def _check_stage(stage):
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}; use one of {list(STAGES)}")
+    if stage not in LAYERS:
+        raise ValueError(f"unknown stage {stage!r}; use one of {list(LAYERS)}")
     return stage
 
 
@@ -735,11 +873,13 @@ class _Plan:
         parts[STAGES[STAGES.index(stage) - 1]] = Component(upstream_digest, f"output {short_token(upstream_digest)}")
         return make_token(stage, parts)
 
-    def run(self, force=False) -> CompileResult:
+    def run(self, force=False, until: str = "cubin") -> CompileResult:
         """llvm is looked up by its token; ptx and cubin by their content
         tokens, which need the digest of the artifact before them: found
         (stored with its entry) or built.  A stage rebuilt to the same bytes
-        as before thus leaves the stages after it hits (early cutoff)."""
+        as before thus leaves the stages after it hits (early cutoff).
+        ``until="ptx"`` stops after ptx (a fatbin's PTX-only target): the
+        result has no cubin."""
         self.forced = force
         llvm = None if force else self._lookup("llvm", self.tokens["llvm"])
         if llvm is None:
@@ -751,11 +891,13 @@ class _Plan:
         else:
             self._peek_typing()
         ptx = self._downstream("ptx", llvm, stages.run_ptx, self.config, self.kernel)
-        cubin = self._downstream("cubin", ptx, stages.run_cubin, self.config, self.kernel, self.identity.links)
+        cubin = None if until == "ptx" else \
+            self._downstream("cubin", ptx, stages.run_cubin, self.config, self.kernel, self.identity.links)
+        built = STAGES[:STAGES.index(until) + 1]
         return CompileResult(self.kernel, self.argtypes, self.config,
-                             {s: self.stages[s] for s in STAGES},
-                             llvm.artifact, ptx.artifact, cubin.artifact,
-                             generic_tokens={s: t.hex for s, t in self.tokens.items()})
+                             {s: self.stages[s] for s in built},
+                             llvm.artifact, ptx.artifact, cubin.artifact if cubin is not None else None,
+                             generic_tokens={s: t.hex for s, t in self.tokens.items() if s in built})
 
     def _downstream(self, stage, upstream: "_Found", fn, *args) -> "_Found":
         """Look up `stage` by the content token of `upstream`'s artifact, else build it."""
@@ -785,7 +927,7 @@ class _Plan:
         self.cache._count(stage, True, tier, entry.seconds, cutoff=cutoff)
         self.stages[stage] = StageResult(stage, token.hex, Outcome.HIT, tier, time.perf_counter() - start,
                                          components=token.components, saved_seconds=entry.seconds,
-                                         cutoff=cutoff)
+                                         cutoff=cutoff, digest=entry.digest)
         return _Found(stage, entry.artifact, entry.digest, token.hex)
 
     def _peek_typing(self):
@@ -811,7 +953,7 @@ class _Plan:
         digest = content_digest(stage, artifact) if stage != "typing" else None
         token, reasons = self.cache._store(stage, generic, self, artifact, seconds, reads, digest, upstream)
         self.stages[stage] = StageResult(stage, token.hex, Outcome.MISS, None, seconds, reasons,
-                                         components=token.components)
+                                         components=token.components, digest=digest)
         return _Found(stage, artifact, digest, token.hex)
 
 

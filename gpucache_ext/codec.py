@@ -29,7 +29,7 @@ from .toolchain import stage_toolchain
 
 MAGIC = b"GPUCACHE"
 FORMAT_VERSION = 1
-PERSISTENT_STAGES = ("llvm", "ptx", "cubin")  # typed IR is not portable
+PERSISTENT_STAGES = ("llvm", "ptx", "cubin", "fatbin")  # typed IR is not portable
 _HEADER_LIMIT = 16 << 20
 
 
@@ -63,6 +63,10 @@ def _parts(stage: str, artifact) -> Tuple[Dict, List[bytes]]:
         return {"entry_name": artifact.entry_name, "linked_ptx": artifact.linked_ptx is not None,
                 "links": [link.describe() for link in artifact.links]}, \
             parts + [link.data for link in artifact.links]
+    if stage == "fatbin":
+        return {"entry_name": artifact.entry_name,
+                "members": [[m.kind, m.arch, m.token, m.digest, m.nbytes] for m in artifact.members]}, \
+            [artifact.fatbin]
     raise ValueError(f"stage {stage!r} is not stored outside memory")
 
 
@@ -84,6 +88,10 @@ def _artifact(stage: str, meta: Dict, parts: List[bytes]):
     if stage == "cubin":
         linked = parts[2].decode() if meta["linked_ptx"] else None
         return artifacts.CubinArtifact(parts[0], parts[1].decode(), linked, meta["entry_name"], links)
+    if stage == "fatbin":
+        members = tuple(artifacts.FatbinMember(str(kind), int(arch), str(token), str(digest), int(size))
+                        for kind, arch, token, digest, size in meta["members"])
+        return artifacts.FatbinArtifact(parts[0], members, meta["entry_name"])
     raise BadEntry(f"unknown stage {stage!r}")
 
 

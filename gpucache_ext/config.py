@@ -17,6 +17,9 @@ from typing import Any, Optional, Tuple
 from .errors import ConfigError
 
 STAGES = ("typing", "llvm", "ptx", "cubin")
+# Every cached layer: the four stages each target goes through, then the
+# fatbin a list of targets is assembled into (see `Targets`).
+LAYERS = STAGES + ("fatbin",)
 # The stages keyed on the bytes of the artifact before them (early cutoff):
 # a hit there may come from an upstream stage rebuilt to the same bytes.
 KEYED_ON_BYTES = ("ptx", "cubin")
@@ -245,3 +248,86 @@ class CompileConfig:
             if f.name != "sm" and value != f.default:
                 parts.append(f"{f.name}={value}")
         return " ".join(parts)
+
+
+def _target_list(value) -> Tuple[Any, ...]:
+    if isinstance(value, str):
+        items = tuple(part.strip() for part in value.split(","))
+        if any(not item for item in items):
+            raise ConfigError(f"sm={value!r} is invalid (an empty item); list targets as 80,86,90",
+                              field="sm")
+        return items
+    if isinstance(value, (list, tuple, set, frozenset)) and not (  # (8, 6) is one target, (80, 86) two
+            isinstance(value, tuple) and len(value) == 2 and all(_is_int(v) and v < 20 for v in value)):
+        return tuple(sorted(value, key=str) if isinstance(value, (set, frozenset)) else value)
+    return (value,)
+
+
+_NO_PTX = ("none", "off", "no")
+
+
+@dataclasses.dataclass(frozen=True)
+class Targets:
+    """The targets of a multi-target (fatbin) build: a cubin for each real
+    architecture in ``sms``, and the PTX of ``ptx`` for the driver to compile
+    on GPUs none of them runs on.
+
+    ``sms``: targets as `CompileConfig` takes them (86, "8.6", "sm_86"), or one
+    string "80,86,90"; kept sorted, so the order they are given in does not
+    matter.  ``ptx``: the virtual architecture whose PTX the fatbin carries,
+    at most the lowest cubin target (its PTX then runs wherever a cubin would
+    not); None: the lowest cubin target; "none" (or False): no PTX.
+    A bad value raises `ConfigError` naming the field (``"sm"`` or ``"ptx"``).
+    """
+
+    sms: Tuple[int, ...]
+    ptx: Optional[int] = None
+    # the PTX target was given (not the default): a kernel whose PTX cannot
+    # go into the fatbin is then an error rather than a fatbin without it
+    explicit_ptx: bool = dataclasses.field(default=False, compare=False, repr=False)
+
+    def __init__(self, sms, ptx=None):
+        parsed = [parse_sm(item) for item in _target_list(sms)]
+        if not parsed:
+            raise ConfigError("sm=() is invalid: list at least one target, e.g. 80,86,90", field="sm")
+        seen = set()
+        for sm, given in zip(parsed, _target_list(sms)):
+            if sm in seen:
+                raise ConfigError(f"sm={sms!r} is invalid: sm_{sm} is listed twice ({given!r}); "
+                                  "list each target once", field="sm")
+            seen.add(sm)
+        ordered = tuple(sorted(parsed))
+        if ptx is None or ptx is True:
+            chosen: Optional[int] = ordered[0]
+        elif ptx is False or (isinstance(ptx, str) and ptx.strip().lower() in _NO_PTX):
+            chosen = None
+        else:
+            try:
+                chosen = parse_sm(ptx)
+            except ConfigError as exc:
+                raise ConfigError(str(exc).replace("sm=", "ptx=", 1) + ", or none for no PTX",
+                                  field="ptx") from None
+            if chosen > ordered[0]:
+                raise ConfigError(
+                    f"ptx={ptx!r} is invalid: compute_{chosen} is above the lowest cubin target "
+                    f"sm_{ordered[0]}, and the PTX is there for the GPUs no cubin runs on; use a "
+                    f"target of at most {ordered[0]} (the default), or none", field="ptx")
+        object.__setattr__(self, "sms", ordered)
+        object.__setattr__(self, "ptx", chosen)
+        object.__setattr__(self, "explicit_ptx", ptx is not None and ptx is not True and chosen is not None)
+
+    @property
+    def builds(self) -> Tuple[int, ...]:
+        """Every target a stage runs for: the cubin targets, and the PTX
+        target where it is none of them (its stages stop at ptx)."""
+        if self.ptx is None or self.ptx in self.sms:
+            return self.sms
+        return tuple(sorted(self.sms + (self.ptx,)))
+
+    def summary(self) -> str:
+        """"sm_80,86,90 +ptx 80" (or "no ptx")."""
+        text = f"sm_{','.join(str(sm) for sm in self.sms)}"
+        return text + (f" +ptx {self.ptx}" if self.ptx is not None else " no ptx")
+
+    def __str__(self) -> str:
+        return self.summary()

@@ -47,6 +47,8 @@ def miss_reasons(stage: str, wanted: Mapping[str, Component],
                  old: Mapping[str, Component]) -> Tuple[str, ...]:
     """Why `wanted` missed where `old` was cached: one reason per differing
     component; a changed upstream token reads "typing input changed"."""
+    if stage == "fatbin":
+        return _fatbin_reasons(wanted, old)
     reasons = []
     for reason in explain_difference(wanted, old):
         name = reason.split(" ", 1)[0]
@@ -55,6 +57,32 @@ def miss_reasons(stage: str, wanted: Mapping[str, Component],
         else:
             reasons.append(reason)
     return tuple(reasons)
+
+
+def _fatbin_reasons(wanted: Mapping[str, Component], old: Mapping[str, Component]) -> Tuple[str, ...]:
+    """Why a fatbin missed, by member: "sm_75 added", "PTX compute_80 ->
+    compute_75", "cubin sm_86 rebuilt to other bytes"; then its other inputs."""
+    def members(parts, kind):
+        return {name.split(" ", 1)[1]: part for name, part in parts.items() if name.startswith(kind + " ")}
+
+    reasons = []
+    new, before = members(wanted, "cubin"), members(old, "cubin")
+    added, removed = [a for a in new if a not in before], [a for a in before if a not in new]
+    if added:
+        reasons.append(f"{', '.join(added)} added")
+    if removed:
+        reasons.append(f"{', '.join(removed)} removed")
+    reasons += [f"cubin {arch} rebuilt to other bytes" for arch in new
+                if arch in before and new[arch].digest != before[arch].digest]
+    new_ptx, old_ptx = members(wanted, "ptx"), members(old, "ptx")
+    if set(new_ptx) != set(old_ptx):
+        reasons.append(f"PTX {', '.join(old_ptx) or 'none'} -> {', '.join(new_ptx) or 'none'}")
+    else:
+        reasons += [f"PTX {arch} rebuilt to other bytes" for arch in new_ptx
+                    if new_ptx[arch].digest != old_ptx[arch].digest]
+    rest = {name: part for name, part in wanted.items() if not name.startswith(("cubin ", "ptx "))}
+    rest_old = {name: part for name, part in old.items() if not name.startswith(("cubin ", "ptx "))}
+    return tuple(reasons) + explain_difference(rest, rest_old)
 
 
 def _candidates(cache: "KernelCache", stage: str, kernel: str) -> Iterator[Tuple[str, Mapping[str, Component]]]:

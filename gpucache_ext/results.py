@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from .config import STAGES, CompileConfig
+from .config import STAGES, CompileConfig, Targets
 from .tokens import Component, short_token
 
 if TYPE_CHECKING:  # annotations only: stages imports numba-cuda, which reading cache files must not
@@ -79,6 +79,8 @@ class StageResult:
     # a hit right after the stage before was rebuilt to the same bytes as
     # before (early cutoff: its inputs are that stage's bytes)
     cutoff: bool = False
+    # the content digest of its artifact (`codec.content_digest`; None for typing)
+    digest: Optional[str] = field(default=None, repr=False, compare=False)
 
     @property
     def hit(self) -> bool:
@@ -310,10 +312,7 @@ class CompileResult:
         lines = [f"{self.kernel} {self.signature_text} [{self.config.summary()}]"]
         for stage in STAGES:
             layer = self.stages[stage]
-            where = f"{layer.tier}, same bytes" if layer.cutoff else layer.tier
-            state = {Outcome.HIT: f"hit ({where})", Outcome.MISS: "miss",
-                     Outcome.NOT_NEEDED: "not needed"}[layer.outcome]
-            line = f"  {stage:<6} {state:<16} {layer.seconds * 1e3:8.2f} ms  {layer.short_token}"
+            line = f"  {stage:<6} {_outcome_text(layer):<16} {layer.seconds * 1e3:8.2f} ms  {layer.short_token}"
             if layer.reasons:
                 line += "  " + "; ".join(layer.reasons)
             lines.append(line)
@@ -322,6 +321,98 @@ class CompileResult:
     @property
     def signature_text(self) -> str:
         return short_signature(self.signature)
+
+
+def _outcome_text(layer: StageResult) -> str:
+    where = f"{layer.tier}, same bytes" if layer.cutoff else layer.tier
+    return {Outcome.HIT: f"hit ({where})", Outcome.MISS: "miss", Outcome.NOT_NEEDED: "not needed"}[layer.outcome]
+
+
+@dataclass
+class FatbinResult(CompileResult):
+    """One kernel built for several targets (`KernelCache.compile_fatbin`):
+    every target's `CompileResult` and the fatbin assembled from them.
+
+    As a `CompileResult` it is its lowest cubin target's (``config``,
+    ``ptx``, ``cubin``, ``resources``...; ``stages`` adds "fatbin"), so code
+    written for one target keeps working; ``per_target`` holds them all,
+    ``fatbin`` the bytes to ship or load.
+    """
+
+    targets: Optional[Targets] = None
+    # by target: a CompileResult per cubin target, and one whose stages stop
+    # at ptx for a PTX target that is not a cubin target
+    per_target: Dict[int, CompileResult] = field(default_factory=dict, repr=False)
+    fatbin_stage: Optional[StageResult] = None
+    _fatbin: Any = field(default=None, repr=False)  # artifacts.FatbinArtifact
+    # why the fatbin carries no PTX although none was asked to be left out
+    ptx_note: str = ""
+
+    @property
+    def fatbin(self) -> bytes:
+        """The fatbinary: every target's cubin, and the PTX (see ``members``)."""
+        return self._fatbin.fatbin
+
+    @property
+    def members(self):
+        """What the fatbin holds (`gpucache_ext.artifacts.FatbinMember`): cubins by architecture, then the PTX."""
+        return self._fatbin.members
+
+    @property
+    def cubins(self) -> Dict[int, bytes]:
+        """Each cubin target's cubin, by target (86 for sm_86)."""
+        return {sm: self.per_target[sm].cubin for sm in self.targets.sms}
+
+    @property
+    def resources_by_arch(self) -> Dict[int, Dict[str, int]]:
+        """Each cubin target's resources (as ``resources``) and its cubin's
+        size (``cubin_bytes``), by target."""
+        return {sm: {**self.per_target[sm].resources, "cubin_bytes": len(self.per_target[sm].cubin)}
+                for sm in self.targets.sms}
+
+    def _layers(self):
+        for sm in sorted(self.per_target):
+            yield from self.per_target[sm].stages.values()
+        yield self.fatbin_stage
+
+    @property
+    def seconds(self) -> float:
+        """Time spent in every target's stages and the fatbin stage."""
+        return sum(layer.seconds for layer in self._layers())
+
+    @property
+    def saved_seconds(self) -> float:
+        return sum(layer.saved_seconds for layer in self._layers())
+
+    @property
+    def hit(self) -> bool:
+        """True when nothing had to compile, for any target."""
+        return all(layer.hit for layer in self._layers())
+
+    def explain(self) -> str:
+        """Per target, one line per stage; then the fatbin."""
+        config = self.config.summary().split(" ", 1)
+        lines = [f"{self.kernel} {self.signature_text} [{self.targets.summary()}"
+                 f"{' ' + config[1] if len(config) > 1 else ''}]"]
+        for sm in sorted(self.per_target):
+            result = self.per_target[sm]
+            role = "" if sm in self.targets.sms else " (PTX only)"
+            lines.append(f"  sm_{sm}{role}")
+            for layer in result.stages.values():
+                line = f"    {layer.stage:<6} {_outcome_text(layer):<16} {layer.seconds * 1e3:8.2f} ms  " \
+                       f"{layer.short_token}"
+                if layer.reasons:
+                    line += "  " + "; ".join(layer.reasons)
+                lines.append(line)
+        layer = self.fatbin_stage
+        line = f"  fatbin {_outcome_text(layer):<16} {layer.seconds * 1e3:8.2f} ms  {layer.short_token}  " \
+               + ", ".join(member.name for member in self.members)
+        if layer.reasons:
+            line += "; " + "; ".join(layer.reasons)
+        lines.append(line)
+        if self.ptx_note:
+            lines.append(f"  no PTX: {self.ptx_note}")
+        return "\n".join(lines)
 
 
 def parse_resources(log: str) -> Dict[str, int]:

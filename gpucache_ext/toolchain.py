@@ -96,6 +96,12 @@ def _probe_nvjitlink() -> str:
     return ".".join(map(str, nvjitlink.version()))
 
 
+def _probe_nvfatbin() -> str:
+    from cuda.bindings import nvfatbin
+
+    return ".".join(map(str, nvfatbin.version()))
+
+
 def _probe_nvrtc() -> str:
     try:
         from .linking import _nvrtc_identity
@@ -244,11 +250,13 @@ _PARTS: Dict[str, _Part] = {
     "nvrtc archs": _Part(_probe_nvrtc_archs, lambda: _locate_dynamic("nvrtc"),
                          lambda: _loaded_dynamic("nvrtc")),
     "cudadevrt": _Part(_probe_cudadevrt, _locate_cudadevrt, _cudadevrt_location),
+    "nvfatbin": _Part(_probe_nvfatbin, lambda: _locate_dynamic("nvfatbin"),
+                      lambda: _loaded_dynamic("nvfatbin")),
 }
 
 # Which of them each stage's fingerprint holds.
 _STAGE_PARTS = {"typing": (), "llvm": (), "ptx": ("libnvvm", "libdevice"),
-                "cubin": ("nvjitlink", "cudadevrt", "nvrtc")}
+                "cubin": ("nvjitlink", "cudadevrt", "nvrtc"), "fatbin": ("nvfatbin",)}
 
 
 # ---------------------------------------------------------------------------
@@ -478,6 +486,8 @@ def stage_toolchain(stage: str, directory=None) -> dict:
         return {"nvjitlink": _part("nvjitlink", directory), "cuda-core": _version("cuda-core"),
                 "cudadevrt": _part("cudadevrt", directory)[:16], "nvrtc": _part("nvrtc", directory),
                 "numba-cuda": _version("numba-cuda")}
+    if stage == "fatbin":
+        return {"nvfatbin": _part("nvfatbin", directory), "cuda-bindings": _version("cuda-bindings")}
     raise ValueError(f"unknown stage {stage!r}")
 
 

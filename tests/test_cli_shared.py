@@ -91,7 +91,8 @@ def test_stats_shows_how_shared_entries_are_signed_and_what_this_reader_refuses(
     use(GPUCACHE_SHARED_UNSIGNED="1")  # opted in: read unchecked, nothing refused
     shared = gpucache("stats", "--json")["shared"]
     assert shared["used"] and not shared["signed"] and shared["refused"] == {"unsigned": 0, "other secret": 0}
-    assert all(s["signatures"]["not signed"] == s["entries"] > 0 for s in shared["stages"].values())
+    assert all(s["signatures"]["not signed"] == s["entries"] > 0 for name, s in shared["stages"].items()
+               if name != "fatbin")  # (no fatbin was built)
     assert "(unsigned: GPUCACHE_SHARED_UNSIGNED=1" in gpucache("stats")[0]
 
     # --redis-url picks the server (here after the command), "off" none

@@ -1,0 +1,197 @@
+"""Multi-target builds: every target through the four stages, one fatbin.
+
+Fatbins are read back with NVIDIA's cuobjdump (the nvidia-cuda-cuobjdump
+wheel of the test extra): the members it lists and the cubins it extracts
+are compared with single-target builds in a fresh cache."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpucache_ext import CompileConfig, ConfigError, KernelCache
+from gpucache_ext.config import Targets
+
+from . import kernels
+from .test_persistence import run_python
+
+SIG = kernels.AXPY_SIG
+
+
+ATOMIC_SIG = "void(float64[:], float64[:])"
+ATOMIC_SOURCE = """
+from numba import cuda
+
+def atomic_f64(r, x):
+    i = cuda.grid(1)
+    if i < x.size:
+        cuda.atomic.add(r, 0, x[i])
+"""
+
+
+def _atomic_kernel(tmp_path):
+    """A kernel in a module of its own (float64 atomic add: lowered as a
+    compare-and-swap loop below sm_60, one instruction from sm_60)."""
+    path = tmp_path / "atomic_f64_kernels.py"
+    path.write_text(ATOMIC_SOURCE)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import atomic_f64_kernels
+    finally:
+        sys.path.remove(str(tmp_path))
+    return atomic_f64_kernels.atomic_f64
+
+
+def cuobjdump():
+    from cuda.pathfinder import find_nvidia_binary_utility
+
+    path = find_nvidia_binary_utility("cuobjdump")
+    if not path:
+        pytest.skip("cuobjdump is not installed (pip install nvidia-cuda-cuobjdump: the test extra has it)")
+    return path
+
+
+def listed(fatbin: bytes, tmp_path):
+    """(cubin archs, ptx archs) as cuobjdump lists them, and the extracted cubins by arch."""
+    path = tmp_path / "kernel.fatbin"
+    path.write_bytes(fatbin)
+    shown = subprocess.run([cuobjdump(), "-lelf", "-lptx", str(path)], capture_output=True, text=True,
+                           check=True).stdout
+    elves = sorted(int(line.rsplit(".sm_", 1)[1].split(".")[0]) for line in shown.splitlines()
+                   if line.startswith("ELF file"))
+    ptxs = sorted(int(line.rsplit(".sm_", 1)[1].split(".")[0]) for line in shown.splitlines()
+                  if line.startswith("PTX file"))
+    out = tmp_path / "extracted"
+    out.mkdir()
+    subprocess.run([cuobjdump(), "-xelf", "all", str(path)], cwd=out, capture_output=True, check=True)
+    cubins = {int(p.name.rsplit(".sm_", 1)[1].split(".")[0]): p.read_bytes() for p in out.glob("*.cubin")}
+    return elves, ptxs, cubins
+
+
+def stages_missed(result):
+    """Per target, the stages that compiled; and whether the fatbin did."""
+    return ({sm: [s for s, layer in r.stages.items() if not layer.hit] for sm, r in result.per_target.items()},
+            not result.fatbin_stage.hit)
+
+
+def test_a_fatbin_holds_exactly_its_cubins_and_ptx_each_equal_to_a_single_target_build(tmp_path):
+    result = KernelCache().compile_fatbin(kernels.axpy, SIG, CompileConfig(), sms="80,86,90", ptx=80)
+    elves, ptxs, cubins = listed(result.fatbin, tmp_path)
+    assert elves == [80, 86, 90] and ptxs == [80]
+    assert [m.name for m in result.members] == ["sm_80", "sm_86", "sm_90", "compute_80"]
+    fresh = KernelCache()
+    for sm in (80, 86, 90):
+        single = fresh.compile(kernels.axpy, SIG, CompileConfig(sm=sm))
+        assert cubins[sm] == single.cubin == result.cubins[sm]
+    assert result.cubin == result.cubins[80] and result.config.sm == 80
+    # the same inputs give the same bytes (fresh cache)
+    assert KernelCache().compile_fatbin(kernels.axpy, SIG, sms=(90, 86, 80)).fatbin == result.fatbin
+
+
+def test_typing_and_llvm_run_once_and_each_target_adds_a_ptx_and_a_cubin():
+    cache = KernelCache()
+    result = cache.compile_fatbin(kernels.axpy, SIG, sms=(80, 86, 90))
+    missed, fatbin_missed = stages_missed(result)
+    assert missed == {80: ["typing", "llvm", "ptx", "cubin"], 86: ["ptx", "cubin"], 90: ["ptx", "cubin"]}
+    assert fatbin_missed
+    # IR shared across targets, as its token says: one llvm token for all
+    assert len({r.stages["llvm"].token for r in result.per_target.values()}) == 1
+    assert len({r.stages["cubin"].token for r in result.per_target.values()}) == 3
+    stats = cache.stats()
+    assert (stats["llvm"].misses, stats["ptx"].misses, stats["cubin"].misses, stats["fatbin"].misses) == (1, 3, 3, 1)
+
+
+def test_adding_a_target_builds_its_ptx_and_cubin_and_the_fatbin_and_reordering_is_a_hit():
+    cache = KernelCache()
+    three = cache.compile_fatbin(kernels.axpy, SIG, sms=(80, 86, 90), ptx=80)
+    before = cache.stats()
+    four = cache.compile_fatbin(kernels.axpy, SIG, sms=(90, 75, 86, 80), ptx=75)
+    missed, fatbin_missed = stages_missed(four)
+    assert missed == {75: ["ptx", "cubin"], 80: [], 86: [], 90: []} and fatbin_missed
+    after = cache.stats()
+    assert {s: after[s].misses - before[s].misses for s in after} == \
+        {"typing": 0, "llvm": 0, "ptx": 1, "cubin": 1, "fatbin": 1}
+    assert four.fatbin_stage.reasons == ("sm_75 added", "PTX compute_80 -> compute_75")
+    assert four.cubins[80] == three.cubins[80]
+    again = cache.compile_fatbin(kernels.axpy, SIG, sms="86,80,90", ptx=80)
+    assert again.hit and again.fatbin == three.fatbin and again.fatbin_stage.tier == "memory"
+
+
+def test_a_ptx_target_below_the_cubins_stops_at_ptx():
+    cache = KernelCache()
+    result = cache.compile_fatbin(kernels.axpy, SIG, sms=(86, 90), ptx=75)
+    assert list(result.per_target[75].stages) == ["typing", "llvm", "ptx"]
+    assert sorted(result.cubins) == [86, 90] and cache.stats()["cubin"].misses == 2
+    assert "compute_75" in [m.name for m in result.members] and ".target sm_75" in result.per_target[75].ptx
+
+
+def test_without_ptx_the_fatbin_holds_the_cubins_alone(tmp_path):
+    result = KernelCache().compile_fatbin(kernels.axpy, SIG, sms="80,90", ptx="none")
+    elves, ptxs, _ = listed(result.fatbin, tmp_path)
+    assert elves == [80, 90] and ptxs == [] and result.targets.ptx is None
+
+
+def test_lowering_that_reads_the_target_gets_its_own_ir_per_target(tmp_path):
+    cache = KernelCache()
+    fast = CompileConfig(fastmath=True)
+    result = cache.compile_fatbin(kernels.tanh_kernel, kernels.TANH_SIG, fast, sms=(70, 75, 86))
+    ir = {sm: r.llvm_ir for sm, r in result.per_target.items()}
+    assert "tanh.approx" not in ir[70] and "tanh.approx" in ir[75] and ir[75] == ir[86]
+    tokens = {sm: r.stages["llvm"].token for sm, r in result.per_target.items()}
+    assert tokens[75] == tokens[86] != tokens[70]
+    assert result.per_target[86].stages["llvm"].hit and not result.per_target[75].stages["llvm"].hit
+    atomic = _atomic_kernel(tmp_path)
+    built = KernelCache().compile_fatbin(atomic, ATOMIC_SIG, sms=(52, 60, 80))
+    fresh = KernelCache()
+    for sm, each in built.per_target.items():  # each target's IR is what a single-target build gives
+        assert each.llvm_ir == fresh.compile(atomic, ATOMIC_SIG, CompileConfig(sm=sm)).llvm_ir
+    tokens = {sm: r.stages["llvm"].token for sm, r in built.per_target.items()}
+    assert tokens[60] == tokens[80] != tokens[52]
+    assert "atom.add.f64" not in built.per_target[52].ptx and "atom.global.add.f64" in built.per_target[80].ptx
+
+
+def test_targets_are_validated_with_the_field_and_what_is_allowed():
+    for sms, ptx, field, words in [
+        ("80,86,86", None, "sm", "listed twice"), ("80,99", None, "sm", "use one of"),
+        ((), None, "sm", "at least one"), ("80,86", 86, "ptx", "above the lowest cubin target sm_80"),
+        ("80", "x", "ptx", "none for no PTX"),
+    ]:
+        with pytest.raises(ConfigError, match=words) as info:
+            Targets(sms, ptx)
+        assert info.value.field == field
+    cache = KernelCache()
+    with pytest.raises(ConfigError):
+        cache.compile_fatbin(kernels.axpy, SIG, sms="80,80")
+    assert all(s.misses == 0 for s in cache.stats().values())  # nothing compiled
+
+
+def test_an_lto_kernel_leaves_the_ptx_out_unless_it_was_asked_for():
+    cache = KernelCache()
+    lto = CompileConfig(lto=True)
+    result = cache.compile_fatbin(kernels.copy, kernels.COPY_SIG, lto, sms=(80, 86))
+    assert [m.kind for m in result.members] == ["cubin", "cubin"] and "LTO-IR" in result.ptx_note
+    with pytest.raises(ConfigError, match="ptx='none'") as info:
+        cache.compile_fatbin(kernels.copy, kernels.COPY_SIG, lto, sms=(80, 86), ptx=80)
+    assert info.value.field == "ptx"
+
+
+NEW_PROCESS_FATBIN = """
+import hashlib, json, sys
+from gpucache_ext import CompileConfig, KernelCache
+from tests import kernels
+cache = KernelCache(directory=sys.argv[1])
+result = cache.compile_fatbin(kernels.axpy, kernels.AXPY_SIG, CompileConfig(), sms=sys.argv[2])
+print(json.dumps({"misses": {s: v.misses for s, v in cache.stats().items()},
+                  "tier": result.fatbin_stage.tier, "fatbin": hashlib.sha256(result.fatbin).hexdigest()}))
+"""
+
+
+@pytest.mark.slow
+def test_a_new_process_building_the_same_fatbin_compiles_nothing(tmp_path):
+    first = json.loads(run_python(NEW_PROCESS_FATBIN, tmp_path, "80,86,90"))
+    assert first["misses"] == {"typing": 1, "llvm": 1, "ptx": 3, "cubin": 3, "fatbin": 1}
+    second = json.loads(run_python(NEW_PROCESS_FATBIN, tmp_path, "90,86,80"))
+    assert second["misses"] == dict.fromkeys(first["misses"], 0)
+    assert second["tier"] == "disk" and second["fatbin"] == first["fatbin"]
+    assert list((tmp_path / "v1" / "fatbin").glob("*/*.entry"))
