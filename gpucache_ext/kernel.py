@@ -29,7 +29,8 @@ import threading
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from .cache import CompileResult, KernelCache
-from .config import CompileConfig
+from .results import FatbinResult
+from .config import CompileConfig, Targets
 from .errors import GpuCacheError, UnsupportedKernelError
 from .results import short_signature
 from .sources import identify, python_function, rebind
@@ -182,11 +183,17 @@ class Kernel:
     def __init__(self, func, signatures: Sequence = (), config: Optional[CompileConfig] = None,
                  cache: Optional[KernelCache] = None, options: Optional[Dict[str, Any]] = None,
                  simulate: bool = False, on_compile: Optional[Callable[[CompileResult], None]] = None,
-                 force: bool = False, audit: Optional[bool] = None):
+                 force: bool = False, audit: Optional[bool] = None, targets=None):
         self.py_func = python_function(func)
         functools.update_wrapper(self, self.py_func)
         self.options = dict(options or {})
         self.config = config_with_options(config or CompileConfig(), self.options)
+        # several targets (a `Targets`, or what it takes: "80,86,90"): each
+        # signature compiles to a fatbin (`KernelCache.compile_fatbin`), and
+        # the config's sm is the lowest target
+        self.targets = targets if targets is None or isinstance(targets, Targets) else Targets(targets)
+        if self.targets is not None:
+            self.config = self.config.replace(sm=self.targets.sms[0])
         self.cache = cache if cache is not None else _default_cache()
         self.simulate = simulate
         self.on_compile = on_compile
@@ -217,8 +224,12 @@ class Kernel:
 
     def _compile(self, argtypes, force=False) -> CompileResult:
         force = force or (self.force and argtypes not in self.results)
-        result = self.cache.compile(self.py_func, argtypes, self.config, force=force, audit=self.audit,
-                                    link=self.options.get("link") or ())
+        if self.targets is not None:
+            result = self.cache.compile_fatbin(self.py_func, argtypes, self.config, sms=self.targets, force=force,
+                                               audit=self.audit, link=self.options.get("link") or ())
+        else:
+            result = self.cache.compile(self.py_func, argtypes, self.config, force=force, audit=self.audit,
+                                        link=self.options.get("link") or ())
         with self._lock:
             self.results[argtypes] = result
             self._checked[argtypes] = _generation
@@ -333,7 +344,8 @@ class Kernel:
 
     def _gpu_kernel(self, result: CompileResult):
         # (an audit mismatch swaps the result's cubin for a fresh one: load that)
-        key = (result.signature, result.stages["cubin"].token, id(result.cubin))
+        key = (result.signature, result.stages["fatbin" if "fatbin" in result.stages else "cubin"].token,
+               id(result.cubin))
         with self._lock:
             loaded = self._loaded.get(key)
             if loaded is None:
@@ -356,7 +368,8 @@ class Kernel:
             raise RuntimeError("Dispatcher already specialized")
         argtypes = tuple(_typeof_argument(a) for a in args)
         kernel = Kernel(self.py_func, [argtypes], self.config, self.cache, self.options,
-                        simulate=self.simulate, on_compile=self.on_compile, audit=self.audit)
+                        simulate=self.simulate, on_compile=self.on_compile, audit=self.audit,
+                        targets=self.targets)
         kernel._specialized = True
         kernel.compile_declared()
         return kernel
@@ -490,25 +503,47 @@ class Kernel:
     def resources(self) -> Dict[str, int]:
         return self.last.resources
 
+    @property
+    def fatbin(self) -> bytes:
+        """The fatbin of the most recently compiled signature: every target's
+        cubin and the PTX (a kernel built for several targets: ``--sm 80,86,90``)."""
+        last = self.last
+        if not isinstance(last, FatbinResult):
+            raise LaunchError(
+                f"{self.__name__} was compiled for one target ({self.config.summary().split()[0]}), and "
+                "has a cubin but no fatbin; list several targets (--sm 80,86,90, or Kernel(targets=...)) "
+                "to build one")
+        return last.fatbin
+
     def inspect(self) -> str:
         """Config, per-stage tokens and hits, resources and PTX size, per signature."""
-        lines = [f"{self.__name__}: {self.config.summary()}"]
+        lines = [f"{self.__name__}: {self.summary()}"]
         for result in self.results.values():
             lines.append(result.explain())
-            res = result.resources
-            lines.append(
-                f"  resources: {res['registers']} registers, {res['shared_bytes']} B shared, "
-                f"{res['local_bytes']} B local, {res['constant_bytes']} B constant, "
-                f"spills {res['spill_stores']}/{res['spill_loads']} B"
-            )
-            lines.append(f"  ptx: {len(result.ptx.splitlines())} lines, cubin: {len(result.cubin)} bytes")
+            per_arch = result.resources_by_arch if isinstance(result, FatbinResult) \
+                else {result.config.sm: {**result.resources, "cubin_bytes": len(result.cubin)}}
+            for sm, res in per_arch.items():
+                lines.append(
+                    f"  resources sm_{sm}: {res['registers']} registers, {res['shared_bytes']} B shared, "
+                    f"{res['local_bytes']} B local, {res['constant_bytes']} B constant, "
+                    f"spills {res['spill_stores']}/{res['spill_loads']} B, cubin {res['cubin_bytes']} B"
+                )
+            lines.append(f"  ptx: {len(result.ptx.splitlines())} lines"
+                         + (f", fatbin: {len(result.fatbin)} bytes" if isinstance(result, FatbinResult) else ""))
         if not self.results:
             lines.append("  (not compiled yet)")
         return "\n".join(lines)
 
+    def summary(self) -> str:
+        """The config's summary, with the targets in place of sm for a multi-target kernel."""
+        if self.targets is None:
+            return self.config.summary()
+        rest = self.config.summary().split(" ", 1)
+        return self.targets.summary() + (" " + rest[1] if len(rest) > 1 else "")
+
     def __repr__(self):
         sigs = ", ".join(map(short_signature, self.results)) or "not compiled"
-        return f"<gpucache_ext.Kernel {self.__name__} [{self.config.summary()}] {sigs}>"
+        return f"<gpucache_ext.Kernel {self.__name__} [{self.summary()}] {sigs}>"
 
 
 class Overload:
@@ -605,17 +640,38 @@ def device_cc() -> Tuple[int, int]:
     return tuple(cuda.get_current_device().compute_capability)
 
 
-def choose_image(result: CompileResult, cc: Tuple[int, int]) -> bytes:
-    """The cubin if it runs on a GPU of `cc`, else PTX for the driver to JIT.
+def runs_on(member_kind: str, arch: int, cc: Tuple[int, int]) -> bool:
+    """Whether a cubin for sm_XY (or PTX for compute_XY) runs on a GPU of
+    `cc`: a cubin on sm_XZ with Z >= Y, PTX on any GPU of cc >= XY."""
+    compiled = divmod(arch, 10)
+    if member_kind == "cubin":
+        return compiled[0] == cc[0] and compiled[1] <= cc[1]
+    return compiled <= cc
 
-    A cubin for sm_XY runs on sm_XZ with Z >= Y; PTX for compute_XY runs on
-    any GPU of cc >= XY.
-    """
+
+def choose_image(result: CompileResult, cc: Tuple[int, int]):
+    """What to load on a GPU of `cc`, as a cuda.core ``ObjectCode``: a
+    multi-target kernel's fatbin (the driver picks the cubin, or compiles the
+    PTX) where something in it runs there; else the cubin if it runs there,
+    else PTX for the driver to compile."""
+    from cuda.core import ObjectCode
+
+    if isinstance(result, FatbinResult):
+        if any(runs_on(member.kind, member.arch, cc) for member in result.members):
+            return ObjectCode.from_fatbin(result.fatbin)
+        raise LaunchError(
+            f"{result.kernel.rsplit('.', 1)[-1]} was built for {result.targets.summary()}, none of which "
+            f"this GPU (sm_{cc[0]}{cc[1]}) can run; add {cc[0]}{cc[1]} to --sm (or to the targets)")
+    return ObjectCode.from_cubin(result.cubin) if runs_on("cubin", result.config.sm, cc) \
+        else _ptx_image(result, cc)
+
+
+def _ptx_image(result: CompileResult, cc: Tuple[int, int]):
+    from cuda.core import ObjectCode
+
     compiled = result.config.cc
-    if compiled[0] == cc[0] and compiled[1] <= cc[1]:
-        return result.cubin
     if compiled <= cc:
-        return result.ptx.encode() + b"\x00"
+        return ObjectCode.from_ptx(result.ptx)
     raise LaunchError(
         f"{result.kernel.rsplit('.', 1)[-1]} was compiled for sm_{compiled[0]}{compiled[1]}, "
         f"which this GPU (sm_{cc[0]}{cc[1]}) cannot run; use --sm {cc[0]}{cc[1]} "

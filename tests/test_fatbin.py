@@ -195,3 +195,38 @@ def test_a_new_process_building_the_same_fatbin_compiles_nothing(tmp_path):
     assert second["misses"] == dict.fromkeys(first["misses"], 0)
     assert second["tier"] == "disk" and second["fatbin"] == first["fatbin"]
     assert list((tmp_path / "v1" / "fatbin").glob("*/*.entry"))
+
+
+COPY_CELL = '''
+from numba import cuda
+
+@cuda.jit("void(float32[:], float32[:])")
+def copy2(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = x[i] * 2
+'''
+
+
+def test_the_magic_builds_a_fatbin_from_a_list_of_targets_and_reports_each(ip, capsys, tmp_path):
+    import numpy as np
+
+    ip.run_cell_magic("gpukernel", "--sm 90,80,86", COPY_CELL)
+    kernel = ip.user_ns["copy2"]
+    assert kernel.targets.sms == (80, 86, 90) and kernel.config.sm == 80
+    elves, ptxs, _ = listed(kernel.fatbin, tmp_path)
+    assert elves == [80, 86, 90] and ptxs == [80]
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("copy2")]
+    assert [line.split()[3] for line in lines] == ["sm_80", "sm_86", "sm_90", "sm_80,86,90"]
+    assert "fatbin" in out.splitlines()[0] and "MISS" in lines[-1] and "first compile of copy2" in lines[-1]
+    ip.run_cell_magic("gpukernel", "--sm 75,80,86,90", COPY_CELL)
+    out = capsys.readouterr().out
+    rows = {line.split()[3]: line for line in out.splitlines() if line.startswith("copy2")}
+    assert rows["sm_75"].count("MISS") == 2 and "MISS" not in rows["sm_86"]
+    assert "fatbin: sm_75 added, PTX compute_80 -> compute_75" in rows["sm_75,80,86,90"]
+    x = np.arange(4, dtype=np.float32)
+    r = np.zeros_like(x)
+    ip.user_ns["copy2"][1, 4](r, x)  # the simulator runs it as any kernel
+    assert (r == 2 * x).all()
+    assert "resources sm_75:" in ip.user_ns["copy2"].inspect()

@@ -173,7 +173,7 @@ def test_kernel_inspection(ip):
     assert ".target sm_80" in kernel.ptx
     assert "define" in kernel.llvm_ir
     assert kernel.resources["registers"] > 0
-    assert "resources:" in kernel.inspect() and "sm_80" in kernel.inspect()
+    assert "resources sm_80:" in kernel.inspect()
     assert kernel.config.sm == 80
 
 
@@ -187,6 +187,11 @@ def test_kernel_inspection(ip):
         ("--launch-bounds 12x", "--launch-bounds 12x"),
         ("--sig 'void(nonsense[:])'", "--sig"),
         ("--bogus", "unrecognized arguments: --bogus"),
+        # several targets (a fatbin): each one supported, each once, the PTX target at most the lowest
+        ("--sm 80,99", "--sm 80,99: sm='99' is invalid"),
+        ("--sm 80,86,86", "sm_86 is listed twice"),
+        ("--sm 80,86 --ptx 90", "--ptx 90: ptx='90' is invalid: compute_90 is above the lowest cubin target sm_80"),
+        ("--sm 80,86 --ptx foo", "--ptx foo"),
     ],
 )
 def test_bad_flags_raise_usage_error_and_change_nothing(ip, line, message):

@@ -46,7 +46,7 @@ class _CellContext:
     def make_kernel(self, func, sigs, options) -> Kernel:
         kernel = Kernel(func, sigs or self.signatures, self.config, default_cache(), options,
                         simulate=self.args.simulate, on_compile=self.collect, force=self.args.force,
-                        audit=True if self.args.audit else None)
+                        audit=True if self.args.audit else None, targets=getattr(self.args, "targets", None))
         self.kernels.append(kernel)
         return kernel
 

@@ -26,7 +26,7 @@ from IPython.display import display
 from traitlets import Bool, Unicode, default
 
 from .. import default_cache
-from ..config import STAGES, CompileConfig, parse_sm
+from ..config import STAGES, CompileConfig, Targets, parse_sm
 from ..errors import ConfigError
 from ..kernel import Kernel, gpu_available
 from ..results import short_signature
@@ -40,7 +40,7 @@ _FLAG_OF_FIELD = {
     "sm": "--sm", "opt": "--opt", "fastmath": "--fastmath", "ftz": "--ftz",
     "prec_div": "--prec-div", "prec_sqrt": "--prec-sqrt", "fma": "--fma", "debug": "--debug",
     "lineinfo": "--lineinfo", "max_registers": "--max-registers",
-    "launch_bounds": "--launch-bounds", "lto": "--lto",
+    "launch_bounds": "--launch-bounds", "lto": "--lto", "ptx": "--ptx",
 }
 
 
@@ -117,7 +117,9 @@ class GpuCacheMagics(Magics):
     # -- %%gpukernel -------------------------------------------------------------
     @magic_arguments(name="%gpukernel")  # IPython prefixes one %: the usage reads %%gpukernel
     @argument("--sm", help="target: 86, 8.6 or sm_86 (default: GPUCACHE_SM, else the current "
-                           "GPU's, else 86)")
+                           "GPU's, else 86); several, 80,86,90: a fatbin with a cubin for each")
+    @argument("--ptx", metavar="SM", help="with several targets: whose PTX the fatbin carries for newer "
+                                          "GPUs, at most the lowest target (default: the lowest), or none")
     @argument("--opt", type=int, choices=[0, 1, 2, 3], default=None,
               help="libNVVM optimisation level (default 3)")
     @argument("--fastmath", action="store_true", help="fast math in lowering and libNVVM")
@@ -173,8 +175,14 @@ class GpuCacheMagics(Magics):
             display(report)
 
     def _config(self, args) -> CompileConfig:
+        """The cell's config; ``args.targets`` becomes its `Targets` where
+        --sm lists several (or --ptx is given), else None."""
+        args.targets = None
         try:
             sm = args.sm if args.sm is not None else self.resolved_default_sm()
+            if "," in str(sm) or args.ptx is not None:
+                args.targets = Targets(sm, args.ptx)
+                sm = args.targets.sms[0]
             return CompileConfig(
                 sm=sm, opt=3 if args.opt is None else args.opt, fastmath=args.fastmath,
                 ftz=args.ftz, prec_div=args.prec_div, prec_sqrt=args.prec_sqrt, fma=args.fma,

@@ -13,8 +13,8 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional
 
-from ..results import Outcome, short_signature  # noqa: F401  (re-exported)
-from ..config import FOLLOW_FASTMATH, STAGES
+from ..results import FatbinResult, Outcome, short_signature  # noqa: F401  (re-exported)
+from ..config import FOLLOW_FASTMATH, LAYERS, STAGES
 from ..tokens import short_token
 from ..units import format_seconds
 
@@ -75,7 +75,7 @@ def _reused_after(result: CompileResult, stage: str) -> List[str]:
     """The stages after `stage` that hit one after the other: those a rebuild
     of `stage` to the same bytes left reused."""
     reused = []
-    for later in STAGES[STAGES.index(stage) + 1:]:
+    for later in _built(result)[STAGES.index(stage) + 1:]:
         if result.stages[later].outcome is not Outcome.HIT:
             break
         reused.append(later)
@@ -93,8 +93,14 @@ def cutoff_phrase(result: CompileResult, stage: str, reasons: Iterable[str]) -> 
 def cut_off(result: CompileResult) -> List[str]:
     """The stages of `result` rebuilt to the same bytes as before (the stage
     after each hit: `StageResult.cutoff`), in pipeline order."""
-    return [stage for stage, after in zip(STAGES, STAGES[1:])
+    built = _built(result)
+    return [stage for stage, after in zip(built, built[1:])
             if result.stages[stage].outcome is Outcome.MISS and result.stages[after].cutoff]
+
+
+def _built(result: CompileResult) -> List[str]:
+    """The stages `result` went through: all four, or up to ptx for a fatbin's PTX-only target."""
+    return [stage for stage in STAGES if stage in result.stages]
 
 
 def _own(reasons: Iterable[str]) -> List[str]:
@@ -116,7 +122,7 @@ def why_text(result: CompileResult) -> str:
     rebuilt to the same bytes as before says so, with the stages after it that
     were reused: "ptx rebuilt (opt 3 -> 2), same bytes: cubin reused"."""
     said, parts = set(), []
-    reasons = {stage: result.stages[stage].reasons for stage in STAGES if not result.stages[stage].hit}
+    reasons = {stage: result.stages[stage].reasons for stage in _built(result) if not result.stages[stage].hit}
     fastmath = any(r.startswith("fastmath ") for found in reasons.values() for r in found)
     same_bytes = cut_off(result)
     for stage, found in reasons.items():
@@ -145,6 +151,13 @@ def _audit_cell(result: CompileResult) -> str:
     if audit.state == "failed":
         return "FAILED"
     return {"passed": "ok"}.get(audit.state, audit.state)
+
+
+def _layers(result: CompileResult):
+    """Every stage result of a compile: each target's, and the fatbin's."""
+    if isinstance(result, FatbinResult):
+        return list(result._layers())
+    return list(result.stages.values())
 
 
 def _kernel_name(result: CompileResult) -> str:
@@ -179,7 +192,7 @@ class CellReport:
         """A line per unsigned tier a hit of this cell came from, and one for
         the entries refused during the cell: nothing when all is signed."""
         unsigned = self._unsigned()
-        hit_from = {done.tier for result in self.results for done in result.stages.values()
+        hit_from = {done.tier for result in self.results for done in _layers(result)
                     if done.outcome is Outcome.HIT}
         lines = [f"{tier} tier is unsigned: {note}" for tier, note in unsigned.items() if tier in hit_from]
         if self.refused:
@@ -196,22 +209,43 @@ class CellReport:
                 for m in self.audit_findings]
 
     def rows(self) -> List[Dict[str, str]]:
+        """One row per kernel and signature; a multi-target kernel has one per
+        target, then one for its fatbin."""
         rows = []
         unsigned = self._unsigned()
         for result in self.results:
-            row = {"kernel": _kernel_name(result), "signature": short_signature(result.signature),
-                   "config": result.config.summary()}
-            for stage in STAGES:
-                row[stage] = _stage_cell(result.stages[stage], unsigned)
-            row["time"] = format_seconds(result.seconds)
-            row["saved"] = format_seconds(result.saved_seconds)
-            row["why"] = why_text(result)
-            row["audit"] = _audit_cell(result)
+            if not isinstance(result, FatbinResult):
+                rows.append(self._row(result, result.config.summary(), unsigned))
+                continue
+            for sm, each in sorted(result.per_target.items()):
+                rows.append(self._row(each, each.config.summary() + ("" if sm in result.targets.sms
+                                                                      else " (PTX only)"), unsigned))
+            layer = result.fatbin_stage
+            row = dict.fromkeys(self._columns(), "")
+            row.update(kernel=_kernel_name(result), signature=short_signature(result.signature),
+                       config=result.targets.summary(), fatbin=_stage_cell(layer, unsigned),
+                       time=format_seconds(layer.seconds), saved=format_seconds(layer.saved_seconds),
+                       why="; ".join(([f"fatbin: {', '.join(layer.reasons)}"] if not layer.hit else [])
+                                     + ([f"no PTX: {result.ptx_note}"] if result.ptx_note else [])),
+                       audit=_audit_cell(result))
             rows.append(row)
         return rows
 
+    def _row(self, result: CompileResult, config: str, unsigned) -> Dict[str, str]:
+        row = {"kernel": _kernel_name(result), "signature": short_signature(result.signature), "config": config}
+        for stage in STAGES:
+            row[stage] = _stage_cell(result.stages[stage], unsigned) if stage in result.stages else "-"
+        row["fatbin"] = ""
+        row["time"] = format_seconds(result.seconds)
+        row["saved"] = format_seconds(result.saved_seconds)
+        row["why"] = why_text(result)
+        row["audit"] = _audit_cell(result)
+        return row
+
     def _columns(self):
         columns = ["kernel", "signature", "config", *STAGES, "time", "saved", "why"]
+        if any(isinstance(result, FatbinResult) for result in self.results):
+            columns.insert(len(STAGES) + 3, "fatbin")
         if any(result.audit is not None for result in self.results):
             columns.append("audit")
         return columns
@@ -236,9 +270,11 @@ class CellReport:
         lines = []
         for result in self.results:
             lines.append(result.explain())
-            for stage in STAGES:
-                done = result.stages[stage]
-                lines.append(f"  {stage} token {done.token}")
+            each = [(f"sm_{sm} ", r.stages[stage]) for sm, r in sorted(result.per_target.items())
+                    for stage in _built(r)] + [("", result.fatbin_stage)] \
+                if isinstance(result, FatbinResult) else [("", result.stages[stage]) for stage in STAGES]
+            for target, done in each:
+                lines.append(f"  {target}{done.stage} token {done.token}")
                 for name, part in sorted(done.components.items()):
                     lines.append(f"    {name:<28} {short_token(part.digest)}  {part.shown}")
         return lines
@@ -261,7 +297,7 @@ class CellReport:
             cells = []
             for column in self._columns():
                 text = html.escape(row[column])
-                if column in STAGES or column == "audit":
+                if (column in LAYERS or column == "audit") and row[column] not in ("", "-"):
                     shown = row[column]
                     cls = "gpucache-miss" if shown.startswith(("MISS", "MISMATCH", "FAILED")) \
                         else "gpucache-warn" if "(unsigned" in shown else "gpucache-hit"
