@@ -26,7 +26,7 @@ from IPython.display import display
 from traitlets import Bool, Unicode, default
 
 from .. import default_cache
-from ..config import STAGES, CompileConfig, Targets, parse_sm
+from ..config import LAYERS, STAGES, CompileConfig, Targets, parse_sm
 from ..errors import ConfigError
 from ..kernel import Kernel, gpu_available
 from ..results import short_signature
@@ -234,7 +234,7 @@ class GpuCacheMagics(Magics):
                                   per cell, the entries and why they were built, actions
         %gpucache stats           per-stage hits, misses, entries and bytes; per persistent tier
                                   where it is, whether its entries are signed, what it refused
-        %gpucache clear [STAGE]   drop every entry, or one stage's (typing, llvm, ptx, cubin)
+        %gpucache clear [STAGE]   drop every entry, or one stage's (typing, llvm, ptx, cubin, fatbin)
         %gpucache explain NAME    how kernel NAME was compiled (which stages were rebuilt to the same
                                   bytes, so the next were reused), and what would miss now
         """
@@ -254,8 +254,8 @@ class GpuCacheMagics(Magics):
             return stats_view(cache)
         command, rest = words[0], words[1:]
         if command == "clear":
-            if len(rest) > 1 or (rest and rest[0] not in STAGES):
-                raise UsageError(f"%gpucache clear [STAGE]: STAGE is one of {', '.join(STAGES)}")
+            if len(rest) > 1 or (rest and rest[0] not in LAYERS):
+                raise UsageError(f"%gpucache clear [STAGE]: STAGE is one of {', '.join(LAYERS)}")
             cache.clear(rest[0] if rest else None)
             print(f"cleared {rest[0] if rest else 'every'} stage")
             return None

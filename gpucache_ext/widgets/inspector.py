@@ -40,7 +40,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import ipywidgets as W
 
-from ..config import STAGES
+from ..config import LAYERS
 from ..queries import Sources, built_from, nearest_entry
 from ..units import format_seconds
 from ..results import SassUnavailable, disassemble
@@ -127,7 +127,7 @@ class Inspector(W.VBox):
         self.kernel_filter = W.Dropdown(description="kernel", options=[(_ALL, "")], value="",
                                         tooltip="Show the entries of one kernel",
                                         layout=W.Layout(width="auto"))
-        self.stage_filter = W.Dropdown(description="stage", options=[(_ALL, "")] + [(s, s) for s in STAGES],
+        self.stage_filter = W.Dropdown(description="stage", options=[(_ALL, "")] + [(s, s) for s in LAYERS],
                                        value="", tooltip="Show the entries of one stage",
                                        layout=W.Layout(width="auto"))
         self.count = W.HTML()
@@ -140,7 +140,7 @@ class Inspector(W.VBox):
                                          tooltip="Compile the selected entry's kernel again from scratch "
                                                  "(same signature and config)", disabled=True)
         self.clear_stage = W.Dropdown(description="clear",
-                                      options=[(s, s) for s in STAGES] + [("all stages", _EVERY_STAGE)],
+                                      options=[(s, s) for s in LAYERS] + [("all stages", _EVERY_STAGE)],
                                       value="cubin", tooltip="The stage to clear",
                                       layout=W.Layout(width="auto"))
         self.clear_button = W.Button(description="Clear stage", icon="eraser", button_style="danger",

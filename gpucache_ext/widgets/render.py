@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..config import FIELD_STAGES, FOLLOW_FASTMATH, KEYED_ON_BYTES, STAGES, CompileConfig
+from ..config import FIELD_STAGES, FOLLOW_FASTMATH, KEYED_ON_BYTES, LAYERS, STAGES, CompileConfig
 from ..units import format_age, format_bytes, format_seconds
 from ..results import parse_resources, short_signature
 from ..signing import REASONS
@@ -162,10 +162,24 @@ def _text_width(text: str) -> float:
     return len(str(text)) * _CHART_CHAR_PX
 
 
+def layers_used(stats) -> Tuple[str, ...]:
+    """The layers the summary shows: the four stages, and the fatbin layer
+    once something looked it up or it holds entries (in any tier)."""
+    fatbin = stats.get("fatbin", {})
+    used = fatbin and (fatbin.get("hits", 0) or fatbin.get("misses", 0) or any(
+        t.get("entries", 0) for t in fatbin.get("tiers", {}).values()))
+    return LAYERS if used else STAGES
+
+
+def chart_layers(points) -> Tuple[str, ...]:
+    """The chart's rows: the four stages, and the fatbin layer where a cell looked it up."""
+    return LAYERS if any(any(p["stages"].get("fatbin", (0, 0))) for p in points) else STAGES
+
+
 def saved_seconds(stats) -> Dict[str, Dict[str, float]]:
     """Compile time saved by hits, per stage and tier: ``{stage: {"total": s, tier: s}}``."""
     result = {}
-    for stage in STAGES:
+    for stage in LAYERS:
         values = stats.get(stage, {})
         per_tier = {name: float(t.get("saved_seconds", 0.0)) for name, t in values.get("tiers", {}).items()}
         result[stage] = {"total": float(values.get("saved_seconds", 0.0)), **per_tier}
@@ -207,7 +221,7 @@ def storage_summary(stats) -> str:
     """What every tier holds, all stages together: "12.3 KiB in memory, 45.6 KiB on disk"."""
     parts = []
     for name in stats.tier_names():  # (KernelCache.stats always lists the memory tier)
-        held = sum(int(stats.get(s, {}).get("tiers", {}).get(name, {}).get("bytes", 0)) for s in STAGES)
+        held = sum(int(stats.get(s, {}).get("tiers", {}).get(name, {}).get("bytes", 0)) for s in LAYERS)
         where = {"memory": "in memory", "disk": "on disk"}.get(name, f"in the {name} tier")
         parts.append(f"{format_bytes(held)} {where}")
     return ", ".join(parts)
@@ -220,7 +234,7 @@ def summary_rows(stats, saved) -> List[Dict[str, Any]]:
     totals = dict.fromkeys(("hits", "misses", "cutoffs", "entries", "bytes", "evictions", "audits",
                             "audit_mismatches"), 0)
     totals.update(compile_seconds=0.0, saved_seconds=0.0)
-    for stage in STAGES:
+    for stage in layers_used(stats):
         s = stats.get(stage, {})
         row = {"stage": stage, "tier": None, "hits": int(s.get("hits", 0)),
                "misses": int(s.get("misses", 0)), "entries": int(s.get("entries", 0)),
@@ -488,10 +502,11 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
     label_w = max(_text_width(label) for label in labels) + _CHART_LABEL_GAP
     step = max(1, math.ceil(label_w / col))
     width = max(320, left + col * len(points) + max(8, math.ceil(label_w / 2 - col / 2)))
-    height = top + row_h * len(STAGES) + bottom
+    layers = chart_layers(points)
+    height = top + row_h * len(layers) + bottom
     peak = max(1, max(max(h, m) for p in points for h, m in p["stages"].values()))
     totals = {s: (sum(p["stages"].get(s, (0, 0))[0] for p in points),
-                  sum(p["stages"].get(s, (0, 0))[1] for p in points)) for s in STAGES}
+                  sum(p["stages"].get(s, (0, 0))[1] for p in points)) for s in layers}
     desc = "; ".join(f"{s}: {h} hits, {m} misses" for s, (h, m) in totals.items())
     misses_x = 14 + math.ceil(_text_width("hits (up)")) + 12
     parts = [
@@ -506,7 +521,7 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
         f'<rect class="gpucache-bar-miss" fill="#c62828" x="{misses_x}" y="4" width="10" height="10"/>',
         f'<text x="{misses_x + 14}" y="13">misses (down)</text>',
     ]
-    for r, stage in enumerate(STAGES):
+    for r, stage in enumerate(layers):
         base = top + r * row_h + row_h // 2
         parts.append(f'<text x="0" y="{base + 4}">{stage}</text>')
         parts.append(f'<line class="gpucache-axis" stroke="#9e9e9e" x1="{left - 4}" '
@@ -540,12 +555,13 @@ def chart_text(points: List[Dict[str, Any]], limit: int = 12) -> str:
     if not points:
         return "hits/misses per cell: no cell has used the cache yet"
     labels = [str(p["label"]) for p in points]
+    layers = chart_layers(points)
     cells = [[f"{p['stages'].get(s, (0, 0))[0]}/{p['stages'].get(s, (0, 0))[1]}" for p in points]
-             for s in STAGES]
+             for s in layers]
     widths = [max(len(labels[i]), *(len(c[i]) for c in cells)) for i in range(len(points))]
     lines = ["hits/misses per cell".ljust(8)]
     lines.append("cell    " + "  ".join(lab.rjust(w) for lab, w in zip(labels, widths)))
-    for stage, row in zip(STAGES, cells):
+    for stage, row in zip(layers, cells):
         lines.append(f"{stage:<8}" + "  ".join(c.rjust(w) for c, w in zip(row, widths)))
     return "\n".join(lines)
 
