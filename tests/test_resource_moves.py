@@ -1,8 +1,10 @@
 """How a kernel's resources move across its cached cubin variants (per
 target, per config), from real compiles on the CPU: the rows, the moves and
-their words."""
+their words, and the renderers."""
 
 import dataclasses
+import html
+import re
 
 import pytest
 
@@ -10,6 +12,8 @@ from gpucache_ext import KernelCache, samples
 from gpucache_ext.config import CompileConfig
 from gpucache_ext.queries import ResourceMove, ResourceRow, resource_moves, resource_rows
 from gpucache_ext.results import parse_resources
+from gpucache_ext.widgets.render import (resource_moves_html, resource_moves_text, resource_variants_html,
+                                         resources_table_html, resources_table_text)
 
 HEAVY_SIG = "void(float32[:], float32[:], float32[:])"
 HEAVY_SIGNATURE = "(float32[:], float32[:], float32[:])"  # as entries show it
@@ -162,6 +166,7 @@ def test_nothing_is_said_where_nothing_moved(heavy):
     assert [getattr(sm75, f) for f in figures] == [getattr(sm86, f) for f in figures]
     assert not [move for move in resource_moves(rows.values()) if move.field == "sm"]
     assert resource_moves([sm86, sm75]) == []
+    assert resource_moves_text([]) == ""
 
 
 def test_only_variants_one_field_apart_of_the_same_code_are_compared(heavy):
@@ -230,3 +235,59 @@ def test_moves_are_typed_records():
     names = [f.name for f in dataclasses.fields(ResourceMove)]
     assert names[:6] == ["kernel", "signature", "field", "value_before", "value_after", "resource"]
     assert {"before", "after", "token_before", "token_after", "regression"} <= set(names)
+
+
+# -- the renderers -------------------------------------------------------------------
+
+
+def test_the_table_has_a_row_per_variant_and_marks_spills(heavy):
+    cache, _ = heavy
+    rows = resource_rows(cache, "heavy")
+    text = resources_table_text(rows)
+    lines = text.splitlines()
+    assert len(lines) == 1 + len(rows)
+    assert lines[0].split()[:3] == ["arch", "config", "registers"]  # one signature: no signature column
+    assert [line.split()[0] for line in lines[1:]] == [row.arch for row in rows]
+    capped = by_config(rows)[CAPPED.summary()]
+    assert f"{capped.spill_stores} B / {capped.spill_loads} B" in text and "max_registers=32" in text
+
+    page = resources_table_html(rows)
+    found = re.findall(r'<tr data-arch="([^"]+)" data-token="([^"]+)">(.*?)</tr>', page)
+    assert [(arch, token) for arch, token, _ in found] == [(row.arch, row.token) for row in rows]
+    for (_, token, cells), row in zip(found, rows):
+        spills = re.search(r'<td data-resource="spills" data-value="(\d+)/(\d+)"( class="gpucache-warn")?>', cells)
+        assert (int(spills[1]), int(spills[2])) == (row.spill_stores, row.spill_loads)
+        assert bool(spills[3]) == (token == capped.token)
+        assert f'data-resource="registers" data-value="{row.registers}"' in cells
+        assert f'data-resource="cubin_bytes" data-value="{row.cubin_bytes}"' in cells
+    assert "<script" not in page
+    assert resources_table_text([]) == ""
+
+
+def test_the_table_shows_signatures_where_the_rows_have_several(heavy, matmul):
+    rows = resource_rows(heavy[0], "heavy") + resource_rows(matmul[0], "matmul")
+    header = resources_table_text(rows).splitlines()[0].split()
+    assert header[:3] == ["arch", "signature", "config"]
+    assert "(float32[:, :], float32[:, :], float32[:, :])" in resources_table_text(rows)
+    # a kernel's targets alone (a multi-target compile): neither signature nor config
+    assert resources_table_text(resource_rows(matmul[0], "matmul")).split()[:2] == ["arch", "registers"]
+
+
+def test_moves_as_text_and_html(heavy, matmul):
+    moves = resource_moves(resource_rows(heavy[0], "heavy"))
+    lines = resource_moves_text(moves).splitlines()
+    assert len(lines) == len(moves)
+    for line, move in zip(lines, moves):
+        assert line == ("regression: " if move.regression else "") + move.text
+    page = resource_moves_html(moves)
+    items = re.findall(r'<li data-field="([^"]+)" data-resource="([^"]+)" data-regression="(true|false)">(.*?)</li>',
+                       page)
+    assert [(f, r, g == "true") for f, r, g, _ in items] == [(m.field, m.resource, m.regression) for m in moves]
+    for (_, _, _, item), move in zip(items, moves):
+        assert item.endswith(html.escape(move.text)) and ("gpucache-warn" in item) == move.regression
+    assert "No figure moved" in resource_moves_html([])
+    # moves of several signatures say which
+    both = resource_moves(resource_rows(heavy[0], "heavy") + resource_rows(matmul[0], "matmul"))
+    assert any(line.startswith("matmul (float32[:, :]") for line in resource_moves_text(both).splitlines())
+    section = resource_variants_html("heavy", resource_rows(heavy[0], "heavy"), moves)
+    assert "Resources across variants of heavy" in section and section.count("<tr data-arch") == 3
