@@ -1,6 +1,6 @@
 """How a kernel's resources move across its cached cubin variants (per
 target, per config), from real compiles on the CPU: the rows, the moves and
-their words, and the renderers."""
+their words, the renderers and the inspector's section."""
 
 import dataclasses
 import html
@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+import gpucache_ext
 from gpucache_ext import KernelCache, samples
 from gpucache_ext.config import CompileConfig
 from gpucache_ext.queries import ResourceMove, ResourceRow, resource_moves, resource_rows
@@ -291,3 +292,47 @@ def test_moves_as_text_and_html(heavy, matmul):
     assert any(line.startswith("matmul (float32[:, :]") for line in resource_moves_text(both).splitlines())
     section = resource_variants_html("heavy", resource_rows(heavy[0], "heavy"), moves)
     assert "Resources across variants of heavy" in section and section.count("<tr data-arch") == 3
+
+
+# -- the inspector and %gpucache explain ------------------------------------------------
+
+
+def gpukernel(ip, flags, source=HEAVY, sig=HEAVY_SIG):
+    result = ip.run_cell(f"%%gpukernel --quiet --sig '{sig}' {flags}\n{source}")
+    if not result.success:
+        raise result.error_in_exec
+    return ip.user_ns
+
+
+def variants_view(inspector):
+    return inspector.variants_view.get_state()["value"]
+
+
+def test_the_inspector_shows_the_variants_of_the_selected_entrys_kernel(ip):
+    gpukernel(ip, "--sm 86")
+    gpukernel(ip, "--sm 86 --max-registers 32")
+    gpukernel(ip, "--sm 86", samples.AXPY, samples.AXPY_SIG)
+    inspector = gpucache_ext.inspector()
+    assert "gpucache-variants" in inspector.variants_view.get_state()["_dom_classes"]
+    cache = gpucache_ext.default_cache()
+    heavy = ip.user_ns["heavy"].last
+    inspector.select("cubin", heavy.stages["cubin"].token)
+    page = variants_view(inspector)
+    assert "Resources across variants of heavy" in page and page.count("<tr data-arch") == 2
+    assert 'class="gpucache-warn">' in page  # the capped variant spills
+    for move in resource_moves(resource_rows(cache, heavy.kernel)):
+        assert html.escape(move.text) in page
+    inspector.select("typing", heavy.stages["typing"].token)  # any stage of the kernel
+    assert variants_view(inspector) == page
+    inspector.select("cubin", ip.user_ns["axpy"].last.stages["cubin"].token)  # one cubin: no section
+    assert variants_view(inspector) == ""
+
+
+def test_the_inspector_leaves_out_variants_of_an_earlier_definition(ip):
+    gpukernel(ip, "--sm 86")
+    gpukernel(ip, "--sm 86", HEAVY.replace("a[i] + 3.0", "a[i] + 4.0"))
+    gpukernel(ip, "--sm 75", HEAVY.replace("a[i] + 3.0", "a[i] + 4.0"))
+    inspector = gpucache_ext.inspector()
+    inspector.select("cubin", ip.user_ns["heavy"].last.stages["cubin"].token)
+    page = variants_view(inspector)
+    assert page.count("<tr data-arch") == 2 and 'data-arch="sm_75"' in page
