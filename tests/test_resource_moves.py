@@ -1,6 +1,6 @@
 """How a kernel's resources move across its cached cubin variants (per
 target, per config), from real compiles on the CPU: the rows, the moves and
-their words, the renderers and the inspector's section."""
+their words, the renderers, the inspector's section and ``%gpucache explain``."""
 
 import dataclasses
 import html
@@ -336,3 +336,16 @@ def test_the_inspector_leaves_out_variants_of_an_earlier_definition(ip):
     inspector.select("cubin", ip.user_ns["heavy"].last.stages["cubin"].token)
     page = variants_view(inspector)
     assert page.count("<tr data-arch") == 2 and 'data-arch="sm_75"' in page
+
+
+def test_explain_says_how_resources_moved(ip, capsys):
+    gpukernel(ip, "--sm 86")
+    ip.run_line_magic("gpucache", "explain heavy")
+    assert "resources across cached variants" not in capsys.readouterr().out  # one variant
+    gpukernel(ip, "--sm 86 --max-registers 32")
+    ip.run_line_magic("gpucache", "explain heavy")
+    out = capsys.readouterr().out
+    assert "resources across cached variants:" in out
+    assert re.search(r"\n  regression: spills appear \(0 -> \d+ B stored, 0 -> \d+ B loaded\) when "
+                     r"max_registers was set \(none -> 32\)", out)
+    assert re.search(r"\n  registers \d+ -> \d+ when max_registers was set \(none -> 32\)", out)
