@@ -29,6 +29,7 @@ from .. import default_cache
 from ..config import LAYERS, STAGES, CompileConfig, Targets, parse_sm
 from ..errors import ConfigError
 from ..kernel import Kernel, gpu_available
+from ..queries import resource_moves, resource_rows
 from ..results import short_signature
 from ..stages import normalize_signature
 from .cell import _run_cell
@@ -272,7 +273,8 @@ class GpuCacheMagics(Magics):
 
 def explain_kernel(kernel: Kernel) -> str:
     """The last compile of each signature (and the stages in it rebuilt to the
-    same bytes as before), and what would miss if compiled now."""
+    same bytes as before), what would miss if compiled now, and how resources
+    moved across the kernel's cached variants (where they did)."""
     if not kernel.results:
         return f"{kernel.__name__} has not been compiled yet"
     lines = [kernel.inspect()]
@@ -289,7 +291,23 @@ def explain_kernel(kernel: Kernel) -> str:
         if not misses:
             lines.append(f"  ({shown}): every stage hits")
         lines += [f"  ({shown}): {line}" for line in predicted_misses(misses)]
+    from ..widgets.render import resource_moves_text  # (the widgets package imports ipywidgets)
+
+    moves = resource_moves_text(kernel_moves(kernel))
+    if moves:
+        lines += ["", "resources across cached variants:", *(f"  {line}" for line in moves.splitlines())]
     return "\n".join(lines)
+
+
+def kernel_moves(kernel: Kernel):
+    """How resources moved across the cached cubin variants of `kernel`'s
+    code (`gpucache_ext.queries.resource_moves`): the variants built from the
+    code of its last compiles, not those of an earlier definition of its name."""
+    results = list(kernel.results.values())
+    rows = resource_rows(kernel.cache, results[0].kernel)
+    current = {result.stages["cubin"].token for result in results}
+    sources = {row.source for row in rows if row.token in current}
+    return resource_moves([row for row in rows if row.source in sources] if sources else rows)
 
 
 _REUSED_IF = "reused if "  # how a prediction notes a stage found if the one before rebuilds to the same bytes

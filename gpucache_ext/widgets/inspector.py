@@ -18,6 +18,9 @@ widget per cache.  It shows
   components, its artifacts (typed IR, NVVM IR, PTX, SASS where nvdisasm is
   found, the link log), its resources, and why it was built, side by side with
   the nearest other entry of the same kernel and stage;
+* the selected entry's kernel, where it has several cubins: each variant's
+  resources side by side (per target and config), and how they moved between
+  variants one config field apart (`gpucache_ext.queries.resource_moves`);
 * actions: clear a stage, evict the entry, recompile it.
 
 The widget refreshes after every cell (an IPython ``post_run_cell`` hook,
@@ -41,14 +44,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import ipywidgets as W
 
 from ..config import LAYERS
-from ..queries import Sources, built_from, nearest_entry
+from ..queries import Sources, built_from, nearest_entry, resource_moves, resource_rows
 from ..units import format_seconds
 from ..results import SassUnavailable, disassemble
 from ..ipython.session import CellHistory
 from ..tokens import short_token
 from .render import (_ENTRY_COLUMNS, _MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, _entry_line,
                      _entry_widths, _esc, _short_kernel, chart_svg, entry_cells, entry_html, kernel_labels,
-                     saved_seconds, storage_summary, summary_html, tier_security_html)
+                     resource_variants_html, saved_seconds, storage_summary, summary_html, tier_security_html)
 
 _sass_cache: "OrderedDict[str, Tuple[Optional[str], Optional[str]]]" = OrderedDict()
 
@@ -81,6 +84,19 @@ def entry_detail(cache, stage: str, token: str, kernel_label: Optional[str] = No
         sass, note = sass_of(token, getattr(entry.artifact, "cubin", b"") or b"")
     return EntryDetail(stage, entry, tuple(rows[0].tiers) if rows else (), nearest, tuple(names),
                        downstream, sass, note, kernel_label)
+
+
+def variants_html(cache, kernel: str, label: Optional[str] = None, source: Optional[str] = None) -> str:
+    """The "resources across variants" section of `kernel` (a qualified
+    name): its cubin variants side by side and how their figures moved; ""
+    where fewer than two are cached.  `source` (`Sources`): only the
+    variants built from that code, where a kernel of this name was defined again."""
+    rows = resource_rows(cache, kernel)
+    if source is not None and any(row.source == source for row in rows):
+        rows = [row for row in rows if row.source == source]
+    if len(rows) < 2:
+        return ""
+    return resource_variants_html(label or _short_kernel(kernel), rows, resource_moves(rows))
 
 
 def snapshot(cache, history: Optional[CellHistory] = None, sources: Optional[Sources] = None) -> CacheSnapshot:
@@ -119,6 +135,7 @@ class Inspector(W.VBox):
         self._rows: List[Dict[str, Any]] = []
         self._sources = Sources()
         self._labels: Dict[Tuple[str, str], str] = {}
+        self._source_of: Dict[Tuple[str, str], Optional[str]] = {}
 
         self.header = W.HTML()
         self.summary = W.HTML()
@@ -147,6 +164,8 @@ class Inspector(W.VBox):
                                      tooltip="Drop every entry of the chosen stage, in every tier")
         self.status = W.HTML()
         self.entry_view = W.HTML()
+        self.variants_view = W.HTML()
+        self._variants_shown: Optional[tuple] = None  # (kernel, its cubin tokens, source) shown
 
         for widget, cls in ((self.header, "gpucache-header"), (self.summary, "gpucache-summary"),
                             (self.tier_view, "gpucache-tiers"),
@@ -154,6 +173,7 @@ class Inspector(W.VBox):
                             (self.entries_head, "gpucache-entries-head-box"),
                             (self.entries_list, "gpucache-entries"), (self.status, "gpucache-status"),
                             (self.entry_view, "gpucache-entry-view"),
+                            (self.variants_view, "gpucache-variants"),
                             (self.evict_button, "gpucache-evict"),
                             (self.recompile_button, "gpucache-recompile"),
                             (self.clear_button, "gpucache-clear"), (self.kernel_filter, "gpucache-kernel-filter"),
@@ -177,6 +197,7 @@ class Inspector(W.VBox):
                    layout=W.Layout(flex_flow="row wrap", align_items="center")),
             self.status,
             self.entry_view,
+            self.variants_view,
         ]
         self.add_class("gpucache-inspector")
 
@@ -210,7 +231,8 @@ class Inspector(W.VBox):
         self.tier_view.value = tier_security_html(stats.tiers)
         self.chart.value = chart_svg(points)
         self._rows = rows
-        self._labels = kernel_labels(rows, self._sources.of(self.cache, rows))
+        self._source_of = self._sources.of(self.cache, rows)
+        self._labels = kernel_labels(rows, self._source_of)
         self._update_entries()
 
     def _update_entries(self):
@@ -256,9 +278,22 @@ class Inspector(W.VBox):
         if selected is None:
             self.entry_view.value = ('<p class="gpucache-muted">Select an entry above to see its '
                                      'config, token components, artifacts and why it was built.</p>')
+            self._show_variants(None)
             return
         self.entry_view.value = entry_html(entry_detail(self.cache, *selected, self._labels.get(selected)),
                                            time.time())
+        self._show_variants(selected)
+
+    def _show_variants(self, selected: Optional[Tuple[str, str]]) -> None:
+        """The selected entry's kernel's cubin variants, read again only when they change."""
+        kernel = next((r["kernel"] for r in self._rows if (r["stage"], r["token"]) == selected), None)
+        tokens = tuple(r["token"] for r in self._rows if r["stage"] == "cubin" and r["kernel"] == kernel)
+        source = self._source_of.get(selected)
+        shown = (kernel, tokens, source) if kernel is not None and len(tokens) > 1 else None
+        if shown != self._variants_shown or shown is None:
+            self.variants_view.value = "" if shown is None else variants_html(
+                self.cache, kernel, self._labels.get(selected), source)
+            self._variants_shown = shown
 
     def _on_filter(self, change):
         if not self._updating:

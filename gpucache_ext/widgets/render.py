@@ -1,8 +1,8 @@
 """Renderers: the inspector's state as HTML, SVG and text.
 
 Pure functions of what they are given (stats, per-cell points, entries, one
-entry's detail): they read no cache, run no tool and hold no state, so the
-live widget (`gpucache_ext.widgets.inspector`), its static fallback
+entry's detail, a kernel's resources per variant and how they moved): they
+read no cache, run no tool and hold no state, so the live widget (`gpucache_ext.widgets.inspector`), its static fallback
 (`CacheSnapshot`) and ``%gpucache stats`` (`StatsView`) show the same
 numbers in the same units.
 
@@ -899,6 +899,111 @@ def entry_html(detail: Optional[EntryDetail], now: float) -> str:
         "</div></div>",
     ])
 
+
+# -- resources across variants (`gpucache_ext.queries.ResourceRow`, `ResourceMove`) --
+
+_VARIANT_COLUMNS = ("arch", "signature", "config", "registers", "spills (stored/loaded)", "shared", "local",
+                    "constant", "cubin")
+
+
+def _variant_columns(rows) -> Tuple[str, ...]:
+    """The columns for `rows`: signature and config only where the rows differ in them."""
+    hidden = {"signature"} if len({row.signature for row in rows}) < 2 else set()
+    if len({row.variant for row in rows}) < 2:
+        hidden.add("config")
+    return tuple(column for column in _VARIANT_COLUMNS if column not in hidden)
+
+
+def _spilled(row) -> bool:
+    return bool(row.spill_stores or row.spill_loads)
+
+
+def _variant_cells(row) -> Dict[str, str]:
+    spills = f"{format_bytes(row.spill_stores)} / {format_bytes(row.spill_loads)}" if _spilled(row) else "none"
+    return {"arch": row.arch, "signature": row.signature, "config": row.variant or "defaults",
+            "registers": str(row.registers), "spills (stored/loaded)": spills,
+            "shared": format_bytes(row.shared_bytes), "local": format_bytes(row.local_bytes),
+            "constant": format_bytes(row.constant_bytes), "cubin": format_bytes(row.cubin_bytes)}
+
+
+def resources_table_text(rows) -> str:
+    """One line per variant (`ResourceRow`s: a kernel's targets and configs):
+    arch, registers, spills, shared, local and constant memory, cubin size;
+    "" without rows."""
+    if not rows:
+        return ""
+    columns = _variant_columns(rows)
+    lines = [list(columns)] + [[_variant_cells(row)[c] for c in columns] for row in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(columns))]
+    left = {"arch", "signature", "config"}
+    return "\n".join("  ".join(cell.ljust(width) if column in left else cell.rjust(width)
+                               for cell, width, column in zip(line, widths, columns)).rstrip()
+                     for line in lines)
+
+
+def resources_table_html(rows) -> str:
+    """`resources_table_text` as a table; spills are marked where there are
+    any; each figure in a ``data-resource`` cell's ``data-value``."""
+    if not rows:
+        return '<p class="gpucache-muted">No cubin is cached to measure.</p>'
+    columns = _variant_columns(rows)
+    head = "".join(f'<th scope="col">{_esc(column)}</th>' for column in columns)
+    values = {"registers": "registers", "shared": "shared_bytes", "local": "local_bytes",
+              "constant": "constant_bytes", "cubin": "cubin_bytes"}
+    body = []
+    for row in rows:
+        cells = _variant_cells(row)
+        tds = [f'<th scope="row">{_esc(row.arch)}</th>']
+        for column in columns[1:]:
+            if column in ("signature", "config"):
+                tds.append(f'<td class="gpucache-text{" gpucache-code" if column == "signature" else ""}">'
+                           f'{_esc(cells[column])}</td>')
+            elif column in values:
+                tds.append(f'<td data-resource="{values[column]}" data-value="{getattr(row, values[column])}">'
+                           f'{_esc(cells[column])}</td>')
+            else:
+                tds.append(f'<td data-resource="spills" data-value="{row.spill_stores}/{row.spill_loads}"'
+                           f'{_class("gpucache-warn" if _spilled(row) else "")}>{_esc(cells[column])}</td>')
+        body.append(f'<tr data-arch="{_esc(row.arch)}" data-token="{_esc(row.token)}">{"".join(tds)}</tr>')
+    return ('<table class="gpucache-table gpucache-resource-variants"><caption>Per target and config, from '
+            "the linker's log: registers and spills per thread, shared memory per block</caption>"
+            f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+
+
+def _move_prefixes(moves) -> List[str]:
+    """What each move's line starts with: its signature where the moves are of several."""
+    groups = {(move.kernel, move.signature) for move in moves}
+    if len(groups) < 2:
+        return [""] * len(moves)
+    kernels = len({kernel for kernel, _ in groups}) > 1
+    return [(f"{_short_kernel(move.kernel)} " if kernels else "") + f"{move.signature}: " for move in moves]
+
+
+def resource_moves_text(moves) -> str:
+    """A line per `ResourceMove` ("regression: spills appear ..."); "" when nothing moved."""
+    return "\n".join(f"{prefix}{'regression: ' if move.regression else ''}{move.text}"
+                     for prefix, move in zip(_move_prefixes(moves), moves))
+
+
+def resource_moves_html(moves) -> str:
+    """`resource_moves_text` as a list, regressions marked; a note when nothing moved."""
+    if not moves:
+        return ('<p class="gpucache-muted gpucache-moves">No figure moved between variants whose configs '
+                "differ in one field.</p>")
+    items = []
+    for prefix, move in zip(_move_prefixes(moves), moves):
+        mark = '<span class="gpucache-warn">regression:</span> ' if move.regression else ""
+        items.append(f'<li data-field="{_esc(move.field)}" data-resource="{_esc(move.resource)}" '
+                     f'data-regression="{str(move.regression).lower()}">{_esc(prefix)}{mark}'
+                     f"{_esc(move.text)}</li>")
+    return f'<ul class="gpucache-moves">{"".join(items)}</ul>'
+
+
+def resource_variants_html(kernel: str, rows, moves) -> str:
+    """The inspector's "resources across variants" section for one kernel:
+    the table of its cubin variants and how the figures moved between them."""
+    return (f'<h4>Resources across variants of {_esc(kernel)}</h4>{resources_table_html(rows)}'
+            f"<p>How they moved between variants one config field apart:</p>{resource_moves_html(moves)}")
 
 # ---------------------------------------------------------------------------
 # A static snapshot (text and HTML), also the widget's fallback
