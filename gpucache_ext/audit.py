@@ -190,6 +190,30 @@ class Auditor:
 UPSTREAM = {"ptx": "llvm", "cubin": "ptx"}
 
 
+def _reassemble(entry, find_upstream, tainted) -> Tuple[str, Optional[str]]:
+    """A fatbin entry assembled again from its members' entries (each the
+    bytes the fatbin's token names), compared byte for byte."""
+    from . import fatbin
+
+    cubins, ptx = [], None
+    for member in entry.artifact.members:
+        if member.token in tainted:
+            return "tainted", f"    built from {member.kind} entry {short_token(member.token)}, which was wrong"
+        found = find_upstream(member.kind, member.token, divmod(member.arch, 10))
+        if found is None or found.digest != member.digest:  # gone, or holds other bytes now
+            return "skipped", None
+        if member.kind == "cubin":
+            cubins.append((member, found.artifact.cubin))
+        else:
+            ptx = (member, "\n".join(found.artifact.ptx))
+    try:
+        fresh = fatbin.assemble(cubins, ptx, entry.artifact.entry_name, entry.kernel)
+    except Exception as exc:
+        return "failed", f"    {type(exc).__name__}: {exc}"
+    return ("match", None) if fresh.fatbin == entry.artifact.fatbin else \
+        ("mismatch", first_difference("fatbin", entry.artifact, fresh))
+
+
 def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tuple[str, Optional[str]]:
     """Compile a stored ptx or cubin entry again from its upstream entry.
 
@@ -205,6 +229,8 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
     from . import stages
     from .config import CompileConfig
 
+    if stage == "fatbin" and not entry.is_marker:
+        return _reassemble(entry, find_upstream, tainted)
     upstream_stage = UPSTREAM.get(stage)
     if upstream_stage is None or entry.is_marker or not entry.config_fields:
         return "skipped", None

@@ -284,7 +284,9 @@ class KernelCache:
         digest = content_digest("fatbin", artifact)
         plan = _FatbinPlan(primary.kernel, primary.signature_text, _FatbinConfig(primary.config, wanted),
                            force, why_forced)
-        token, reasons = self._store("fatbin", token, plan, artifact, seconds, targets.NO_READS, digest)
+        # (its upstream: the first cubin, which leads back to the code it was built from)
+        token, reasons = self._store("fatbin", token, plan, artifact, seconds, targets.NO_READS, digest,
+                                     upstream=cubins[0][0].token)
         return StageResult("fatbin", token.hex, Outcome.MISS, None, seconds, reasons,
                            components=token.components, digest=digest), artifact
 

@@ -395,18 +395,64 @@ def cmd_show(tier, args, out):
 def _raw(stage, artifact) -> bytes:
     if stage == "cubin":
         return artifact.cubin
+    if stage == "fatbin":
+        return artifact.fatbin
     if stage == "ptx":
         return artifact.ltoir if artifact.ltoir is not None else "\n".join(artifact.ptx).encode()
     return artifact.text.encode()
 
 
+def _members_text(artifact) -> str:
+    return ", ".join(f"{m.name} ({m.kind}, {format_bytes(m.nbytes)})" for m in artifact.members)
+
+
 def _text(stage, artifact, written) -> str:
+    if stage == "fatbin":
+        note = f"written to {written}" if written else "use --out FILE to save it"
+        return f"holds {_members_text(artifact)}\nfatbin: {len(artifact.fatbin)} bytes ({note})"
     if stage == "cubin":
         note = f"written to {written}" if written else "use --out FILE to save it"
         return f"{artifact.info_log}\ncubin: {len(artifact.cubin)} bytes ({note})"
     if stage == "ptx" and artifact.ltoir is not None:
         return f"LTO-IR: {len(artifact.ltoir)} bytes"
     return artifact.text if stage == "llvm" else "\n".join(artifact.ptx)
+
+
+def cmd_export(tier, args, out):
+    """Write a fatbin out to ship it: a kernel's (by name) or an entry's (by token)."""
+    wanted = args.name_or_token
+    prefix = wanted.lower()
+    by_token = re.fullmatch(r"[0-9a-f]{6,64}", prefix) and any(
+        path.name.startswith(prefix) for _, path, _ in tier.scan("fatbin"))
+    if by_token:
+        _, path = _find(tier, prefix, "fatbin")
+        token = path.name[: -len(".entry")]
+    else:
+        rows = _rows(tier, ("fatbin",), wanted)
+        if not rows:
+            raise CommandError(
+                f"no fatbin of a kernel or token {wanted!r} in {tier.directory}; a kernel built for several "
+                "targets has one (%%gpukernel --sm 80,86,90, or KernelCache.compile_fatbin), and "
+                "gpucache ls --stage fatbin lists them")
+        if len(rows) > 1:
+            listed = "; ".join(f"{short_token(r['token'])} {r['signature']} [{r['config']}] "
+                               f"{format_age(r['age_seconds'])} old" for r in rows[:8])
+            raise CommandError(f"{wanted} has {len(rows)} fatbins ({listed}); give the token of the one to export")
+        token = rows[0]["token"]
+    entry = tier.get("fatbin", token)
+    if entry is None:
+        raise CommandError(f"the fatbin entry {short_token(token)} cannot be read (damaged, or its signature "
+                           "is refused); gpucache verify says why")
+    args.fatbin.write_bytes(entry.artifact.fatbin)
+    if args.json:
+        out({"token": token, "kernel": entry.kernel, "signature": entry.signature, "config": entry.config,
+             "path": str(args.fatbin), "bytes": len(entry.artifact.fatbin),
+             "members": [{"name": m.name, "kind": m.kind, "bytes": m.nbytes, "token": m.token}
+                         for m in entry.artifact.members]})
+    else:
+        out(f"wrote {args.fatbin} ({format_bytes(len(entry.artifact.fatbin))}): {entry.kernel} "
+            f"{entry.signature} [{entry.config}], {_members_text(entry.artifact)}")
+    return 0
 
 
 def cmd_clear(tier, args, out):
@@ -549,7 +595,8 @@ def _verify_shared(args, out) -> int:
 
 
 def _recompile_all(tier: DiskTier, args, out) -> dict:
-    """Compile sampled ptx and cubin entries again from their upstream entries
+    """Compile sampled ptx and cubin entries again from their upstream entries (and
+    assemble fatbin entries again from their members)
     and compare (see `gpucache_ext.audit.recompile_entry`); evict mismatches."""
     import random
 
@@ -641,6 +688,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--out", type=Path, help="write the artifact (IR, PTX or cubin) here")
     show.add_argument("--toolchain", action="store_true",
                       help="also compare a ptx or cubin entry's toolchain with this environment's")
+    export = add("export", help="write a kernel's fatbin to a file, to ship it",
+                 description="Write the fatbin of a kernel built for several targets (%%gpukernel --sm "
+                 "80,86,90) to a file: the cubin of each target and the PTX for newer GPUs, as the CUDA "
+                 "driver loads them (cuModuleLoadData, cuda.core ObjectCode.from_fatbin).  NAME_OR_TOKEN: "
+                 "the kernel's name (when it has one fatbin) or the fatbin entry's token (6+ hex digits).")
+    export.add_argument("name_or_token", metavar="NAME_OR_TOKEN", help="a kernel name, or a fatbin token")
+    export.add_argument("--fatbin", type=Path, required=True, metavar="FILE", help="where to write it")
     clear = add("clear", help="delete entries (asks first)")
     _stage_option(clear)
     clear.add_argument("--yes", "-y", action="store_true", help="delete without asking")
@@ -664,14 +718,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check the shared cache (GPUCACHE_REDIS_URL or --redis-url) instead")
     verify.add_argument("--recompile", action="store_true",
                         help="also compile ptx and cubin entries again from their upstream "
-                             "entries and compare; evict any that differ")
+                             "entries (and assemble fatbins again from theirs) and compare; evict any "
+                             "that differ")
     verify.add_argument("--sample", type=_fraction, default=1.0, metavar="F",
                         help="with --recompile: the fraction of entries to recompile (default 1)")
     verify.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
     return parser
 
 
-COMMANDS = {"stats": cmd_stats, "ls": cmd_ls, "show": cmd_show, "clear": cmd_clear,
+COMMANDS = {"stats": cmd_stats, "ls": cmd_ls, "show": cmd_show, "export": cmd_export, "clear": cmd_clear,
             "prune": cmd_prune, "verify": cmd_verify}
 
 

@@ -298,7 +298,8 @@ class Sources:
             path.append(key)
             if stage == "typing":
                 return self._remember(path, _source_digest(entry.components), self.found)
-            upstream = STAGES[STAGES.index(stage) - 1]
+            # (a fatbin names its first cubin: they all come from the same code)
+            upstream = "cubin" if stage == "fatbin" else STAGES[STAGES.index(stage) - 1]
             if stage == "llvm":  # llvm entries name typing's token; ptx and cubin the entry they came from
                 part = entry.components.get(upstream)
                 before = part.digest if part is not None else ""
@@ -431,6 +432,23 @@ def resource_rows(cache: "KernelCache", kernel: str, signature=None) -> List[Res
         signature=info.signature, kernel=info.kernel, created=info.created,
         source=sources.get(("ptx", entry.upstream))) for info, entry in loaded]
     return sorted(rows, key=lambda row: (row.kernel, row.signature, _sm_number(row.arch), row.created))
+
+
+def fatbin_rows(cache: "KernelCache", entry) -> List[ResourceRow]:
+    """One `ResourceRow` per cubin of a fatbin entry whose cubin entry is
+    still cached (by architecture): the fatbin's resources side by side."""
+    rows = []
+    for member in getattr(entry.artifact, "members", ()):
+        if member.kind != "cubin":
+            continue
+        cubin = cache.entry("cubin", member.token)
+        if cubin is None or cubin.artifact is None:
+            continue
+        rows.append(ResourceRow.from_link_log(
+            getattr(cubin.artifact, "info_log", "") or "", len(getattr(cubin.artifact, "cubin", b"") or b""),
+            arch=member.name, token=member.token, config=cubin.config, config_fields=cubin.config_fields,
+            signature=cubin.signature, kernel=cubin.kernel, created=cubin.created))
+    return rows
 
 
 def _sm_number(arch: str) -> int:

@@ -217,12 +217,16 @@ def test_the_magic_builds_a_fatbin_from_a_list_of_targets_and_reports_each(ip, c
     elves, ptxs, _ = listed(kernel.fatbin, tmp_path)
     assert elves == [80, 86, 90] and ptxs == [80]
     out = capsys.readouterr().out
-    lines = [line for line in out.splitlines() if line.startswith("copy2")]
+    lines = [line for line in out.splitlines() if line.startswith("copy2") and "per architecture" not in line]
     assert [line.split()[3] for line in lines] == ["sm_80", "sm_86", "sm_90", "sm_80,86,90"]
     assert "fatbin" in out.splitlines()[0] and "MISS" in lines[-1] and "first compile of copy2" in lines[-1]
     ip.run_cell_magic("gpukernel", "--sm 75,80,86,90", COPY_CELL)
     out = capsys.readouterr().out
-    rows = {line.split()[3]: line for line in out.splitlines() if line.startswith("copy2")}
+    rows = {line.split()[3]: line for line in out.splitlines()
+            if line.startswith("copy2") and "per architecture" not in line}
+    # one row of resources per cubin target under the table
+    table = out.split("copy2 (float32[:], float32[:]) per architecture (fatbin ", 1)[1].splitlines()
+    assert [line.split()[0] for line in table[1:6]] == ["arch", "sm_75", "sm_80", "sm_86", "sm_90"]
     assert rows["sm_75"].count("MISS") == 2 and "MISS" not in rows["sm_86"]
     assert "fatbin: sm_75 added, PTX compute_80 -> compute_75" in rows["sm_75,80,86,90"]
     x = np.arange(4, dtype=np.float32)
@@ -230,3 +234,33 @@ def test_the_magic_builds_a_fatbin_from_a_list_of_targets_and_reports_each(ip, c
     ip.user_ns["copy2"][1, 4](r, x)  # the simulator runs it as any kernel
     assert (r == 2 * x).all()
     assert "resources sm_75:" in ip.user_ns["copy2"].inspect()
+
+
+@pytest.mark.slow
+def test_the_command_exports_shows_and_verifies_fatbins(tmp_path):
+    from .test_cli import gpucache
+
+    folder = tmp_path / "cache"
+    cache = KernelCache(directory=folder)
+    result = cache.compile_fatbin(kernels.axpy, SIG, sms="80,86,90")
+    out = tmp_path / "axpy.fatbin"
+    done = gpucache("--dir", folder, "export", "axpy", "--fatbin", out)
+    assert out.read_bytes() == result.fatbin and "sm_80 (cubin" in done.stdout and "compute_80 (ptx" in done.stdout
+    elves, ptxs, _ = listed(out.read_bytes(), tmp_path)
+    assert elves == [80, 86, 90] and ptxs == [80]
+    by_token = tmp_path / "by-token.fatbin"
+    gpucache("--dir", folder, "export", result.fatbin_stage.token[:10], "--fatbin", by_token)
+    assert by_token.read_bytes() == result.fatbin
+    cache.compile_fatbin(kernels.axpy, SIG, sms="75,80")  # a second fatbin of axpy: the name is ambiguous
+    refused = gpucache("--dir", folder, "export", "axpy", "--fatbin", tmp_path / "x", expect=2).stderr
+    assert "axpy has 2 fatbins" in refused and "give the token" in refused
+    assert "no fatbin of a kernel or token 'nothere'" in gpucache(
+        "--dir", folder, "export", "nothere", "--fatbin", tmp_path / "x", expect=2).stderr
+    shown = gpucache("--dir", folder, "show", result.fatbin_stage.token[:10], "--out", tmp_path / "shown").stdout
+    assert "holds sm_80 (cubin" in shown and (tmp_path / "shown").read_bytes() == result.fatbin
+    assert "cubin sm_86" in shown  # its token's components, by member
+    report = json.loads(gpucache("--dir", folder, "verify", "--recompile", "--json").stdout)
+    assert report["recompiled"]["counts"]["mismatch"] == 0
+    assert report["recompiled"]["counts"]["match"] == 4 + 4 + 2  # ptx and cubin for 75, 80, 86, 90; two fatbins
+    listing = json.loads(gpucache("--dir", folder, "ls", "--stage", "fatbin", "--json").stdout)
+    assert sorted(row["config"] for row in listing) == ["sm_75,80 +ptx 75", "sm_80,86,90 +ptx 80"]

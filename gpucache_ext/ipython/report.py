@@ -203,6 +203,24 @@ class CellReport:
                 for tier, reasons in self.refused.items()))
         return lines
 
+    def _per_architecture(self):
+        """(title, `ResourceRow`s) for each multi-target kernel: one row per cubin target."""
+        from ..queries import ResourceRow
+
+        for result in self.results:
+            if isinstance(result, FatbinResult):
+                yield (f"{_kernel_name(result)} {short_signature(result.signature)} per architecture "
+                       f"(fatbin {len(result.fatbin)} B)",
+                       [ResourceRow.from_result(result.per_target[sm]) for sm in result.targets.sms])
+
+    def _architectures_text(self) -> List[str]:
+        from ..widgets.render import resources_table_text
+
+        lines = []
+        for title, rows in self._per_architecture():
+            lines += ["", title + ":", *("  " + line for line in resources_table_text(rows).splitlines())]
+        return lines
+
     def _findings_text(self) -> List[str]:
         return [f"audit: the cached {m.stage} of {m.kernel.rsplit('.', 1)[-1]} (token {short_token(m.token)}) "
                 "differed from a fresh compile; it was evicted and the fresh code is in use"
@@ -259,6 +277,7 @@ class CellReport:
         widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
         lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
         lines += ["  ".join(r[c].ljust(widths[c]) for c in columns).rstrip() for r in rows]
+        lines += self._architectures_text()
         if self.explain:
             lines += ["", *self._explanations_text()]
         return "\n".join(lines + self._security_text() + self._findings_text())
@@ -315,6 +334,11 @@ class CellReport:
             body.append("<tr>" + "".join(cells) + "</tr>")
         table = (f'{_STYLE}<table class="gpucache-report"><thead><tr>{head}</tr></thead>'
                  f'<tbody>{"".join(body)}</tbody></table>')
+        for title, arch_rows in self._per_architecture():
+            from ..widgets.render import resources_table_html
+
+            table += (f'<p class="gpucache-arch-title">{html.escape(title)}</p>'
+                      + resources_table_html(arch_rows))
         if self.explain:
             table += "<pre>" + html.escape("\n".join(self._explanations_text())) + "</pre>"
         return table + findings

@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import ipywidgets as W
 
 from ..config import LAYERS
-from ..queries import Sources, built_from, nearest_entry, resource_moves, resource_rows
+from ..queries import Sources, built_from, fatbin_rows, nearest_entry, resource_moves, resource_rows
 from ..units import format_seconds
 from ..results import SassUnavailable, disassemble
 from ..ipython.session import CellHistory
@@ -78,7 +78,10 @@ def entry_detail(cache, stage: str, token: str, kernel_label: Optional[str] = No
         return None
     rows = [row for row in cache.entries(stage=stage, kernel=entry.kernel) if row.token == token]
     nearest, names = nearest_entry(cache, stage, token)
-    downstream = () if stage == "cubin" else tuple(built_from(cache, stage, token, entry.kernel))
+    if stage == "fatbin":  # its cubins' resources, by architecture
+        downstream = tuple(fatbin_rows(cache, entry)) if entry.artifact is not None else ()
+    else:
+        downstream = () if stage == "cubin" else tuple(built_from(cache, stage, token, entry.kernel))
     sass = note = None
     if stage == "cubin" and entry.artifact is not None:
         sass, note = sass_of(token, getattr(entry.artifact, "cubin", b"") or b"")

@@ -756,10 +756,26 @@ def artifacts_html(stage: str, entry, sass: Optional[str] = None, sass_note: Opt
         parts.append(_pre(getattr(artifact, "info_log", ""), "link log (nvJitLink)"))
         parts.append(f'<p class="gpucache-muted gpucache-wrap">cubin: {_esc(format_bytes(len(cubin)))}, '
                      f'entry {_esc(getattr(artifact, "entry_name", ""))}</p>')
+    elif stage == "fatbin":
+        items = "".join(f'<tr><th scope="row">{_esc(m.name)}</th><td>{_esc(m.kind)}</td>'
+                        f'<td>{_esc(format_bytes(m.nbytes))}</td>'
+                        f'<td class="gpucache-code">{_esc(short_token(m.token))}</td></tr>'
+                        for m in getattr(artifact, "members", ()))
+        parts.append('<table class="gpucache-table gpucache-fatbin-members"><caption>What the fatbin holds (the '
+                     'driver loads the cubin of the GPU\'s architecture, else compiles the PTX)</caption>'
+                     '<thead><tr><th scope="col">architecture</th><th scope="col">kind</th><th scope="col">size'
+                     f'</th><th scope="col">entry</th></tr></thead><tbody>{items}</tbody></table>')
+        parts.append(f'<p class="gpucache-muted gpucache-wrap">fatbin: '
+                     f'{_esc(format_bytes(len(getattr(artifact, "fatbin", b""))))}, entry '
+                     f'{_esc(getattr(artifact, "entry_name", ""))}</p>')
     return "".join(parts)
 
 
 def _resources_html(stage: str, entry, downstream) -> str:
+    if stage == "fatbin":
+        if not downstream:
+            return '<p class="gpucache-muted">None of this fatbin\'s cubin entries is cached any more.</p>'
+        return ('<p>Per architecture, from each cubin\'s link log:</p>' + resources_table_html(downstream))
     if stage == "cubin" and entry.artifact is not None:
         res = parse_resources(getattr(entry.artifact, "info_log", "") or "")
         rows = [("registers", res["registers"], ""), ("barriers", res["barriers"], ""),
