@@ -53,7 +53,7 @@ from .shared import display_url
 from .signing import (BAD_SIGNATURE, CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED, Keyring,
                       Rejected, strip)
 from .units import format_age, format_bytes
-from .tokens import short_token
+from .tokens import find_token, short_token
 from .toolchain import stage_toolchain
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -339,17 +339,11 @@ def cmd_ls(tier, args, out):
 
 
 def _find(tier: DiskTier, token: str, stage: Optional[str]):
-    token = token.lower()
-    if not re.fullmatch(r"[0-9a-f]{6,64}", token):
-        raise CommandError(f"{token!r} is not a token; give at least 6 hex digits")
-    matches = [(stage, path) for stage, path, _ in tier.scan(stage)
-               if path.name.startswith(token)]
-    if not matches:
-        raise CommandError(f"no entry with a token starting {token} in {tier.directory}")
-    if len(matches) > 1:
-        listed = ", ".join(f"{stage}:{short_token(path.name)}" for stage, path in matches[:8])
-        raise CommandError(f"{token} is ambiguous ({len(matches)} entries: {listed}); give more digits")
-    return matches[0]
+    try:
+        return find_token(token, ((stage, path.name, path) for stage, path, _ in tier.scan(stage)),
+                          f" in {tier.directory}")
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def cmd_show(tier, args, out):
