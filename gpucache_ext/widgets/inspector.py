@@ -15,9 +15,10 @@ widget per cache.  It shows
   name are told apart (``a.axpy`` and ``b.axpy``; ``axpy#3f2a1c`` for two
   sources of one qualified name, see `gpucache_ext.queries.Sources`);
 * the selected entry: its config and which stages read each field, its token
-  components, its artifacts (typed IR, NVVM IR, PTX, SASS where nvdisasm is
-  found, the link log), its resources, and why it was built, side by side with
-  the nearest other entry of the same kernel and stage;
+  components, its artifacts (typed IR, NVVM IR, PTX, SASS with its
+  architecture, or why nvdisasm cannot read it, the link log), its resources,
+  and why it was built, side by side with the nearest other entry of the same
+  kernel and stage;
 * actions: clear a stage, evict the entry, recompile it.
 
 The widget refreshes after every cell (an IPython ``post_run_cell`` hook,
@@ -43,28 +44,34 @@ import ipywidgets as W
 from ..config import STAGES
 from ..queries import Sources, built_from, nearest_entry
 from ..units import format_seconds
-from ..results import SassUnavailable, disassemble
+from ..sass import Sass, SassUnavailable, disassembly
 from ..ipython.session import CellHistory
 from ..tokens import short_token
 from .render import (_ENTRY_COLUMNS, _MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, _entry_line,
                      _entry_widths, _esc, _short_kernel, chart_svg, entry_cells, entry_html, kernel_labels,
                      saved_seconds, storage_summary, summary_html, tier_security_html)
 
-_sass_cache: "OrderedDict[str, Tuple[Optional[str], Optional[str]]]" = OrderedDict()
+_sass_cache: "OrderedDict[str, Tuple[Optional[Sass], Optional[str]]]" = OrderedDict()
 
 
-def sass_of(token: str, cubin: bytes) -> Tuple[Optional[str], Optional[str]]:
-    """(SASS text, None) via nvdisasm, or (None, a one-line note why not)."""
+def sass_view(token: str, cubin: bytes) -> Tuple[Optional[Sass], Optional[str]]:
+    """(the cubin's `Sass`, None) via nvdisasm, or (None, a one-line note why not)."""
     if token in _sass_cache:
         return _sass_cache[token]
     try:
-        found = (disassemble(cubin), None)
-    except SassUnavailable as exc:  # a missing or broken nvdisasm must not break the view
+        found = (disassembly(cubin), None)
+    except SassUnavailable as exc:  # a missing nvdisasm, or one that cannot read the arch, must not break the view
         found = (None, f"SASS: {exc}")
     _sass_cache[token] = found
     while len(_sass_cache) > 32:
         _sass_cache.popitem(last=False)
     return found
+
+
+def sass_of(token: str, cubin: bytes) -> Tuple[Optional[str], Optional[str]]:
+    """(SASS text, None) via nvdisasm, or (None, a one-line note why not)."""
+    sass, note = sass_view(token, cubin)
+    return (sass.text if sass is not None else None), note
 
 
 # The typing inputs that are not the kernel's own: what it was typed for and with which config.
@@ -78,9 +85,10 @@ def entry_detail(cache, stage: str, token: str, kernel_label: Optional[str] = No
     downstream = () if stage == "cubin" else tuple(built_from(cache, stage, token, entry.kernel))
     sass = note = None
     if stage == "cubin" and entry.artifact is not None:
-        sass, note = sass_of(token, getattr(entry.artifact, "cubin", b"") or b"")
+        sass, note = sass_view(token, getattr(entry.artifact, "cubin", b"") or b"")
     return EntryDetail(stage, entry, tuple(rows[0].tiers) if rows else (), nearest, tuple(names),
-                       downstream, sass, note, kernel_label)
+                       downstream, sass.text if sass else None, note, kernel_label,
+                       sass_label=sass.label if sass else None)
 
 
 def snapshot(cache, history: Optional[CellHistory] = None, sources: Optional[Sources] = None) -> CacheSnapshot:

@@ -711,8 +711,10 @@ def _typed_ir_text(artifact) -> str:
     return "\n".join(lines)
 
 
-def artifacts_html(stage: str, entry, sass: Optional[str] = None, sass_note: Optional[str] = None) -> str:
-    """The entry's artifacts; for a cubin, `sass` (its SASS) or `sass_note` (why there is none)."""
+def artifacts_html(stage: str, entry, sass: Optional[str] = None, sass_note: Optional[str] = None,
+                   sass_label: Optional[str] = None) -> str:
+    """The entry's artifacts; for a cubin, `sass` (its SASS, headed `sass_label`:
+    "SASS sm_86 (nvdisasm 13.5)") or `sass_note` (why there is none)."""
     artifact = entry.artifact
     if artifact is None:
         return '<p class="gpucache-muted">The artifact is not loaded (it lives in a persistent tier).</p>'
@@ -732,7 +734,7 @@ def artifacts_html(stage: str, entry, sass: Optional[str] = None, sass_note: Opt
     elif stage == "cubin":
         cubin = getattr(artifact, "cubin", b"") or b""
         if sass is not None:
-            parts.append(_pre(sass, "SASS (nvdisasm)"))
+            parts.append(_pre(sass, sass_label or "SASS (nvdisasm)"))
         else:
             parts.append(f'<p class="gpucache-muted gpucache-sass-note">{_esc(sass_note or "")}</p>')
         if getattr(artifact, "linked_ptx", None):
@@ -855,6 +857,7 @@ class EntryDetail:
     sass: Optional[str] = None  # a cubin's SASS
     sass_note: Optional[str] = None  # why there is no SASS
     kernel_label: Optional[str] = None  # the kernel as the entries list names it (`kernel_labels`)
+    sass_label: Optional[str] = None  # "SASS sm_86 (nvdisasm 13.5)"
 
 
 def entry_html(detail: Optional[EntryDetail], now: float) -> str:
@@ -879,7 +882,7 @@ def entry_html(detail: Optional[EntryDetail], now: float) -> str:
         "<section><h4>Token components</h4>", _components_html(entry.components), "</section>",
         "<section><h4>Resources</h4>", _resources_html(stage, entry, detail.downstream), "</section>",
         '<section class="gpucache-wide"><h4>Artifacts</h4>',
-        artifacts_html(stage, entry, detail.sass, detail.sass_note), "</section>",
+        artifacts_html(stage, entry, detail.sass, detail.sass_note, detail.sass_label), "</section>",
         "</div></div>",
     ])
 

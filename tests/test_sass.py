@@ -1,0 +1,145 @@
+"""SASS on any machine: the nvdisasm wheel found first, a cubin's architecture
+from its ELF header, a plain note where nvdisasm cannot read it, and two
+listings side by side (PTX or SASS).  Real compiles, the real nvdisasm."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpucache_ext import CompileConfig, KernelCache, sass
+from gpucache_ext.results import SassUnavailable as ReExported
+from gpucache_ext.results import disassemble as old_disassemble
+from gpucache_ext.sass import Nvdisasm, SassUnavailable
+
+from . import kernels
+
+ROOT = Path(__file__).resolve().parent.parent
+ARCHS = (50, 60, 70, 75, 80, 86, 90, 100, 120)
+
+
+@pytest.fixture(scope="module")
+def built():
+    """One cache: axpy for each of ARCHS, tanh with and without fastmath (sm_86)."""
+    cache = KernelCache()
+    results = {sm: cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=sm)) for sm in ARCHS}
+    precise = cache.compile(kernels.tanh_kernel, kernels.TANH_SIG, CompileConfig(sm=86))
+    fast = cache.compile(kernels.tanh_kernel, kernels.TANH_SIG, CompileConfig(sm=86, fastmath=True))
+    return cache, results, precise, fast
+
+
+@pytest.fixture
+def fresh_search():
+    sass.nvdisasm_tools.cache_clear()
+    yield
+    sass.nvdisasm_tools.cache_clear()
+
+
+def _in_wheel(path: str) -> bool:
+    return Path(path).parts[-4] == "nvidia" and Path(path).parent.name == "bin"
+
+
+def test_the_wheels_nvdisasm_is_found_without_path(fresh_search, monkeypatch):
+    monkeypatch.setenv("PATH", "")
+    found = sass.find_nvdisasm()
+    assert found is not None and _in_wheel(found.path) and found.origin == "the nvidia-cuda-nvdisasm wheel"
+    assert found.version >= (13, 0) and found.oldest_sm == 75
+    assert sass.find_nvdisasm() is found  # memoised
+
+
+def test_the_wheels_nvdisasm_comes_before_the_one_on_path(fresh_search, monkeypatch, tmp_path):
+    wheel = sass.find_nvdisasm()
+    sass.nvdisasm_tools.cache_clear()
+    shutil.copy2(wheel.path, tmp_path / "nvdisasm")  # a second real binary, on PATH
+    monkeypatch.setenv("PATH", str(tmp_path))
+    tools = sass.nvdisasm_tools()
+    assert tools[0].path == wheel.path
+    assert tools[-1] == Nvdisasm(str(tmp_path / "nvdisasm"), wheel.version, "on PATH")
+
+
+def test_an_older_nvdisasm_reads_what_the_newest_cannot():
+    new = Nvdisasm("/wheel/nvdisasm", (13, 0), "the nvidia-cuda-nvdisasm wheel")
+    old = Nvdisasm("/usr/local/cuda-12.9/bin/nvdisasm", (12, 9), "on PATH")
+    assert sass.nvdisasm_for(86, [new, old]) is new
+    assert sass.nvdisasm_for(70, [new, old]) is old and sass.nvdisasm_for(50, [new, old]) is old
+    with pytest.raises(SassUnavailable) as refused:
+        sass.nvdisasm_for(70, [new])
+    assert str(refused.value) == (
+        "nvdisasm 13.0 (the nvidia-cuda-nvdisasm wheel) cannot disassemble sm_70 code: it reads sm_75 and "
+        "later. Compile for sm_75 or later to see SASS, or put a CUDA 12 toolkit's nvdisasm on PATH.")
+    with pytest.raises(SassUnavailable, match="nvdisasm was not found .*pip install nvidia-cuda-nvdisasm"):
+        sass.nvdisasm_for(86, [])
+
+
+def test_cubin_arch_reads_the_elf_header(built):
+    _, results, _, _ = built
+    assert {sm: sass.cubin_arch(result.cubin) for sm, result in results.items()} == {sm: sm for sm in ARCHS}
+    for bad in (b"", b"PTX", results[86].cubin[:40], b"\x7fELF" + bytes(60)):
+        with pytest.raises(ValueError, match="not a cubin"):
+            sass.cubin_arch(bad)
+
+
+def test_sass_of_a_cubin(built):
+    _, results, _, _ = built
+    result = results[86]
+    found = sass.disassembly(result.cubin)
+    assert found.arch == 86 and found.label == f"SASS sm_86 ({found.tool.name})"
+    assert found.tool.name.startswith("nvdisasm 13.")
+    assert result.entry_name in found.text and "EXIT" in found.text and "S2R" in found.text
+    # the old names still work
+    assert old_disassemble(result.cubin) == found.text and ReExported is SassUnavailable
+    for sm in (75, 90, 100, 120):
+        assert sass.disassembly(results[sm].cubin).label.startswith(f"SASS sm_{sm} ")
+
+
+def test_older_archs_say_what_would_work(built):
+    _, results, _, _ = built
+    for sm in (50, 60, 70):
+        with pytest.raises(SassUnavailable) as refused:
+            sass.disassemble(results[sm].cubin)
+        message = str(refused.value)
+        assert f"cannot disassemble sm_{sm} code" in message and "sm_75 and later" in message
+        assert "Compile for sm_75 or later" in message and "CUDA 12 toolkit's nvdisasm on PATH" in message
+        assert "\n" not in message
+    with pytest.raises(SassUnavailable, match="not a cubin"):
+        sass.disassemble(b"not a cubin at all, but long enough to be read as an ELF header")
+
+
+def test_sass_lines_drop_addresses_and_encodings(built, tmp_path):
+    _, results, _, _ = built
+    cubin = tmp_path / "axpy.cubin"
+    cubin.write_bytes(results[86].cubin)
+    tool = sass.find_nvdisasm().path
+    plain = subprocess.run([tool, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    encoded = subprocess.run([tool, "-c", "-hex", str(cubin)], capture_output=True, text=True, check=True).stdout
+    assert "/* 0x" in encoded and "/*0000*/" in plain
+    lines = sass.sass_lines(plain)
+    assert lines == sass.sass_lines(encoded)
+    assert "EXIT ;" in lines and not any("/*" in line or "  " in line for line in lines)
+    assert not any("B14v" in line for line in lines)  # the symbol uid tag is dropped
+
+
+def test_side_by_side_of_two_configs(built):
+    _, _, precise, fast = built
+    a, b = sass.disassemble(precise.cubin), sass.disassemble(fast.cubin)
+    diff = sass.side_by_side(a, b, "precise", "fastmath")
+    assert not diff.identical and diff.changed + diff.removed + diff.added > 0
+    kinds = {row.kind for row in diff.rows}
+    assert kinds <= {"same", "changed", "left only", "right only"} and kinds - {"same"}
+    for row in diff.rows:
+        assert (row.left_no is None) == (row.kind == "right only")
+        assert (row.right_no is None) == (row.kind == "left only")
+    assert diff.removed == sum(row.kind == "left only" for row in diff.rows)
+    assert diff.summary().startswith(f"{diff.changed} lines changed, {diff.removed} removed, {diff.added} added")
+    text = sass.side_by_side_text(diff, width=120)
+    assert text.splitlines()[:2] == ["--- precise", "+++ fastmath"] and text.endswith(diff.summary())
+    assert all(len(line) <= 120 for line in text.splitlines()[2:-1])
+
+    same = sass.side_by_side(a, a, "a", "b")
+    assert same.identical and same.rows == () and same.summary() == f"identical ({same.left_lines} lines)"
+    # PTX: the two builds' symbol names differ only in numba's ABI tags, which are left out
+    ptx = sass.side_by_side(precise.ptx, fast.ptx, "precise", "fastmath", kind="ptx")
+    assert "tanh.approx.f32 %f1, %f2;" in {row.right for row in ptx.rows}
+    assert not any(".entry" in row.left for row in ptx.rows if row.kind != "same")
+    assert sass.side_by_side(precise.ptx, precise.ptx, "a", "b", kind="ptx").identical
