@@ -1,14 +1,19 @@
 """SASS on any machine: the nvdisasm wheel found first, a cubin's architecture
 from its ELF header, a plain note where nvdisasm cannot read it, and two
-listings side by side (PTX or SASS).  Real compiles, the real nvdisasm."""
+entries side by side (PTX or SASS) in the core and the inspector.  Real
+compiles, the real nvdisasm."""
 
+import html
+import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+import gpucache_ext
 from gpucache_ext import CompileConfig, KernelCache, sass
+from gpucache_ext.queries import comparable_entries, compare_entries
 from gpucache_ext.results import SassUnavailable as ReExported
 from gpucache_ext.results import disassemble as old_disassemble
 from gpucache_ext.sass import Nvdisasm, SassUnavailable
@@ -143,3 +148,84 @@ def test_side_by_side_of_two_configs(built):
     assert "tanh.approx.f32 %f1, %f2;" in {row.right for row in ptx.rows}
     assert not any(".entry" in row.left for row in ptx.rows if row.kind != "same")
     assert sass.side_by_side(precise.ptx, precise.ptx, "a", "b", kind="ptx").identical
+
+
+def test_compare_entries(built):
+    cache, results, precise, fast = built
+    cubins = precise.stages["cubin"].token, fast.stages["cubin"].token
+    found = compare_entries(cache, "cubin", cubins[0], cubins[1][:8])
+    assert found.left.token == cubins[0] and found.right.token == cubins[1]
+    assert (found.left.arch, found.left.config, found.right.config) == (86, "sm_86", "sm_86 fastmath=True")
+    assert found.left.listing.startswith("SASS sm_86 (nvdisasm 13.")
+    assert found.left.label.startswith(f"tanh_kernel [sm_86] {cubins[0][:12]} (SASS sm_86")
+    assert found.rows and not found.diff.identical
+    assert json.loads(json.dumps(found.as_dict()))["summary"] == found.summary()
+    ptx = compare_entries(cache, "ptx", precise.stages["ptx"].token, fast.stages["ptx"].token)
+    assert ptx.left.listing == "PTX sm_86" and ptx.rows
+    assert compare_entries(cache, "cubin", cubins[0], cubins[0]).diff.identical
+    assert [row.token for row in comparable_entries(cache, "cubin", cubins[0])] == [cubins[1]]
+
+    old = results[70].stages["cubin"].token
+    problems = {
+        ("llvm", precise.stages["llvm"].token, fast.stages["llvm"].token): "'llvm' entries cannot be compared",
+        ("cubin", cubins[0], precise.stages["ptx"].token): "is a ptx entry, not a cubin one",
+        ("cubin", cubins[0], "0123456789abcdef"): "no entry with a token starting 0123456789abcdef in the cache",
+        ("cubin", cubins[0], "xyz"): "'xyz' is not a token",
+        ("cubin", cubins[0], "abc"): "'abc' is not a token",
+        ("cubin", cubins[0], old): "cannot disassemble sm_70 code",
+    }
+    for args, message in problems.items():
+        with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+            compare_entries(cache, *args)
+
+
+# The inspector
+
+TANH = '''
+import math
+from numba import cuda
+
+@cuda.jit("void(float32[:], float32[:])")
+def tanh_kernel(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = math.tanh(x[i])
+'''
+
+
+def cell(ip, line, body):
+    result = ip.run_cell(f"%%gpukernel {line}\n{body}")
+    if not result.success:
+        raise result.error_in_exec
+    return ip.user_ns["tanh_kernel"].last
+
+
+def test_the_inspector_compares_an_entry_with_another(ip):
+    precise = cell(ip, "--sm 86 --quiet", TANH)
+    fast = cell(ip, "--sm 86 --fastmath --quiet", TANH)
+    inspector = gpucache_ext.inspector()
+    inspector.select("cubin", precise.stages["cubin"].token)
+    other = fast.stages["cubin"].token
+    assert inspector.compare_with.layout.display is None
+    assert [token for _, token in inspector.compare_with.options] == ["", other]
+    assert dict(inspector.compare_with.options)[f"sm_86 fastmath=True {other[:12]}"] == other
+    assert inspector.compare_view.value == ""
+    inspector.compare(other)
+    view = inspector.compare_view.value
+    assert "gpucache-side-by-side" in view and 'class="gpucache-line-changed"' in view
+    assert "SASS sm_86 (nvdisasm 13." in view and "lines changed" in view and "<script" not in view
+    assert html.escape("tanh_kernel [sm_86 fastmath=True]") in view
+
+    inspector.select("ptx", precise.stages["ptx"].token)  # another entry: the cubin chosen does not apply
+    assert inspector.compare_with.value == "" and inspector.compare_view.value == ""
+    inspector.compare(fast.stages["ptx"].token)
+    assert "PTX sm_86" in inspector.compare_view.value and "tanh.approx.f32" in inspector.compare_view.value
+    inspector.select("llvm", precise.stages["llvm"].token)
+    assert inspector.compare_with.layout.display == "none" and inspector.compare_view.value == ""
+
+    old = cell(ip, "--sm 70 --quiet", TANH)  # nvdisasm 13 cannot read it: a note, not a failure
+    inspector.select("cubin", old.stages["cubin"].token)
+    assert "cannot disassemble sm_70 code" in inspector.entry_view.value
+    inspector.compare(precise.stages["cubin"].token)
+    assert "gpucache-compare-note" in inspector.compare_view.value
+    assert "cannot disassemble sm_70 code" in inspector.compare_view.value

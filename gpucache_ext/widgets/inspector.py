@@ -19,6 +19,9 @@ widget per cache.  It shows
   architecture, or why nvdisasm cannot read it, the link log), its resources,
   and why it was built, side by side with the nearest other entry of the same
   kernel and stage;
+* for a ptx or cubin entry, "compare with": another entry of the same kernel
+  and stage, and the two entries' PTX or SASS side by side
+  (`gpucache_ext.queries.compare_entries`);
 * actions: clear a stage, evict the entry, recompile it.
 
 The widget refreshes after every cell (an IPython ``post_run_cell`` hook,
@@ -42,14 +45,15 @@ from typing import Any, Dict, List, Optional, Tuple
 import ipywidgets as W
 
 from ..config import STAGES
-from ..queries import Sources, built_from, nearest_entry
+from ..queries import COMPARED_STAGES, Sources, built_from, comparable_entries, compare_entries, nearest_entry
 from ..units import format_seconds
 from ..sass import Sass, SassUnavailable, disassembly
 from ..ipython.session import CellHistory
 from ..tokens import short_token
 from .render import (_ENTRY_COLUMNS, _MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, _entry_line,
-                     _entry_widths, _esc, _short_kernel, chart_svg, entry_cells, entry_html, kernel_labels,
-                     saved_seconds, storage_summary, summary_html, tier_security_html)
+                     _entry_widths, _esc, _short_kernel, chart_svg, compare_options, comparison_html,
+                     comparison_note_html, entry_cells, entry_html, kernel_labels, saved_seconds,
+                     storage_summary, summary_html, tier_security_html)
 
 _sass_cache: "OrderedDict[str, Tuple[Optional[Sass], Optional[str]]]" = OrderedDict()
 
@@ -109,6 +113,7 @@ def stats_view(cache) -> StatsView:
 
 
 _ALL = "\u2014 all \u2014"
+_NO_COMPARISON = "\u2014 none \u2014"
 _EVERY_STAGE = "all"  # the clear-stage choice for every stage
 
 
@@ -155,6 +160,11 @@ class Inspector(W.VBox):
                                      tooltip="Drop every entry of the chosen stage, in every tier")
         self.status = W.HTML()
         self.entry_view = W.HTML()
+        self.compare_with = W.Dropdown(description="compare with", options=[(_NO_COMPARISON, "")], value="",
+                                       tooltip="Another entry of this kernel and stage: the two entries' PTX "
+                                               "or SASS side by side", layout=W.Layout(width="auto", display="none"))
+        self.compare_view = W.HTML()
+        self._comparison: Tuple[Any, str] = (None, "")  # (which pair, its HTML): drawn once per pair
 
         for widget, cls in ((self.header, "gpucache-header"), (self.summary, "gpucache-summary"),
                             (self.tier_view, "gpucache-tiers"),
@@ -166,7 +176,9 @@ class Inspector(W.VBox):
                             (self.recompile_button, "gpucache-recompile"),
                             (self.clear_button, "gpucache-clear"), (self.kernel_filter, "gpucache-kernel-filter"),
                             (self.stage_filter, "gpucache-stage-filter"),
-                            (self.clear_stage, "gpucache-clear-stage")):
+                            (self.clear_stage, "gpucache-clear-stage"),
+                            (self.compare_with, "gpucache-compare-with"),
+                            (self.compare_view, "gpucache-compare-view")):
             widget.add_class(cls)
 
         self.children = [
@@ -185,12 +197,15 @@ class Inspector(W.VBox):
                    layout=W.Layout(flex_flow="row wrap", align_items="center")),
             self.status,
             self.entry_view,
+            self.compare_with,
+            self.compare_view,
         ]
         self.add_class("gpucache-inspector")
 
         self.kernel_filter.observe(self._on_filter, names="value")
         self.stage_filter.observe(self._on_filter, names="value")
         self.entries_list.observe(self._on_select, names="value")
+        self.compare_with.observe(self._on_compare, names="value")
         self.evict_button.on_click(lambda _: self.evict_selected())
         self.recompile_button.on_click(lambda _: self.recompile_selected())
         self.clear_button.on_click(lambda _: self.clear(self.clear_stage.value))
@@ -261,12 +276,52 @@ class Inspector(W.VBox):
     def _show_selected(self):
         selected = self._selected
         self.evict_button.disabled = self.recompile_button.disabled = selected is None
+        self._update_compare()
         if selected is None:
             self.entry_view.value = ('<p class="gpucache-muted">Select an entry above to see its '
                                      'config, token components, artifacts and why it was built.</p>')
             return
         self.entry_view.value = entry_html(entry_detail(self.cache, *selected, self._labels.get(selected)),
                                            time.time())
+
+    def _update_compare(self):
+        """The "compare with" choices for the selected entry (ptx and cubin only), and the comparison."""
+        selected = self._selected
+        others = comparable_entries(self.cache, *selected) if selected and selected[0] in COMPARED_STAGES else []
+        options = [(_NO_COMPARISON, "")] + compare_options(others)
+        self._updating = True
+        try:
+            wanted = self.compare_with.value
+            if list(self.compare_with.options) != options:
+                self.compare_with.options = options
+            self.compare_with.value = wanted if wanted in {token for _, token in options} else ""
+        finally:
+            self._updating = False
+        self.compare_with.layout.display = None if others else "none"
+        self._show_comparison()
+
+    def _show_comparison(self):
+        other = self.compare_with.value
+        if self._selected is None or not other:
+            self.compare_view.value = ""
+            return
+        pair = (self._selected, other)
+        if self._comparison[0] != pair:
+            stage, token = self._selected
+            try:
+                shown = comparison_html(compare_entries(self.cache, stage, token, other))
+            except ValueError as exc:
+                shown = comparison_note_html(f"cannot compare: {exc}")
+            self._comparison = (pair, shown)
+        self.compare_view.value = self._comparison[1]
+
+    def _on_compare(self, change):
+        if not self._updating:
+            self._show_comparison()
+
+    def compare(self, token: str) -> None:
+        """Show the selected entry side by side with entry `token` (same kernel and stage)."""
+        self.compare_with.value = token
 
     def _on_filter(self, change):
         if not self._updating:

@@ -121,12 +121,22 @@ STYLE = """<style>
 .gpucache-tiers { overflow-x: auto; max-width: 100%; }  /* a narrow view scrolls the table */
 .gpucache-tiers-table .gpucache-muted { font-weight: normal; }
 .gpucache-tiers-table .gpucache-where { white-space: nowrap; }
+/* Two entries' code side by side (the "compare with" view) */
+.gpucache-compare-view { overflow-x: auto; max-width: 100%; }
+.gpucache-side-by-side td { white-space: pre; padding: 0 6px; border-bottom: none; }
+.gpucache-side-by-side .gpucache-lineno { color: var(--jp-ui-font-color2, #616161); text-align: right; }
+.gpucache-side-by-side .gpucache-mark { color: var(--jp-ui-font-color2, #616161); text-align: center; }
+.gpucache-line-changed td { background: var(--jp-warn-color3, #fff3e0); }
+.gpucache-line-left-only td { background: var(--jp-error-color3, #ffebee); }
+.gpucache-line-right-only td { background: var(--jp-success-color3, #e8f5e9); }
+.gpucache-line-gap td { color: var(--jp-ui-font-color2, #616161); text-align: center; }
 </style>"""
 
 _TOKEN_SHORT = 8
 _MAX_LIST_ROWS = 500
 _MAX_STATIC_ROWS = 40
 _MAX_ARTIFACT_CHARS = 200_000
+_MAX_DIFF_ROWS = 2000
 _CHART_POINTS = 30
 _CHART_LABEL_CHARS = 12  # a cell label under the chart (whole in the column's tooltip)
 _CHART_CHAR_PX = 7.0  # a character of the chart's 10px text, at most (DejaVu Sans digits: 6.4)
@@ -885,6 +895,52 @@ def entry_html(detail: Optional[EntryDetail], now: float) -> str:
         artifacts_html(stage, entry, detail.sass, detail.sass_note, detail.sass_label), "</section>",
         "</div></div>",
     ])
+
+
+def compare_options(rows) -> List[Tuple[str, str]]:
+    """The "compare with" choices: (config summary and short token, token) per
+    `EntryInfo` in `rows` (`gpucache_ext.queries.comparable_entries`)."""
+    return [(f"{row.config} {short_token(row.token)}", row.token) for row in rows]
+
+
+def _diff_cells(number, text) -> str:
+    return (f'<td class="gpucache-lineno">{"" if number is None else number}</td>'
+            f'<td class="gpucache-code">{_esc(text)}</td>')
+
+
+def comparison_html(comparison) -> str:
+    """Two entries' code side by side (a `gpucache_ext.queries.EntryComparison`):
+    the differing hunks as a table, changed lines highlighted, and a summary line."""
+    diff = comparison.diff
+    head = (f'<div class="gpucache-compare" data-stage="{_esc(comparison.stage)}">'
+            f'<p class="gpucache-compare-summary" data-changed="{diff.changed}" data-removed="{diff.removed}" '
+            f'data-added="{diff.added}">{_esc(diff.summary())}</p>')
+    if diff.identical:
+        return (f'{head}<p class="gpucache-muted">{_esc(diff.left_label)} and {_esc(diff.right_label)} '
+                'read the same, instruction by instruction.</p></div>')
+    marks = {"same": "", "changed": "|", "left only": "&lt;", "right only": "&gt;"}
+    body, shown = [], 0
+    for index, hunk in enumerate(diff.hunks):
+        if index:
+            body.append('<tr class="gpucache-line-gap"><td colspan="5">⋯</td></tr>')
+        for row in hunk[:max(0, _MAX_DIFF_ROWS - shown)]:
+            body.append(f'<tr class="gpucache-line-{row.kind.replace(" ", "-")}" data-kind="{row.kind}">'
+                        f'{_diff_cells(row.left_no, row.left)}<td class="gpucache-mark">{marks[row.kind]}</td>'
+                        f'{_diff_cells(row.right_no, row.right)}</tr>')
+        shown += len(hunk)
+    if shown > _MAX_DIFF_ROWS:
+        body.append(f'<tr class="gpucache-line-gap"><td colspan="5">... ({shown - _MAX_DIFF_ROWS} more rows)</td></tr>')
+    return (f'{head}<table class="gpucache-table gpucache-left gpucache-side-by-side"><caption>By instruction: '
+            "addresses, encodings and the per-build parts of symbol names left out; changed lines are "
+            "highlighted</caption><thead><tr>"
+            f'<th scope="col" colspan="2">{_esc(diff.left_label)}</th><th scope="col"></th>'
+            f'<th scope="col" colspan="2">{_esc(diff.right_label)}</th></tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')
+
+
+def comparison_note_html(message: str) -> str:
+    """Why two entries cannot be compared."""
+    return f'<p class="gpucache-muted gpucache-compare-note">{_esc(message)}</p>'
 
 
 # ---------------------------------------------------------------------------
