@@ -4,6 +4,7 @@ and check the shared (Redis) cache.
     gpucache stats                          entries, bytes and signatures per stage and tier
     gpucache ls [--kernel K] [--stage S] [--older-than 2d] [--newer-than 1h]
     gpucache show TOKEN [--out FILE] [--toolchain]  an entry's header and artifact
+    gpucache diff TOKEN_A TOKEN_B [--stage S]  two ptx entries' PTX, or two cubin entries' SASS, side by side
     gpucache clear [--stage S] [--yes]      delete entries (asks first)
     gpucache prune --max-bytes 500M         evict least recently used entries
     gpucache verify [--fix] [--toolchain]   check every entry: signature, key, checksum (toolchain)
@@ -403,6 +404,34 @@ def _text(stage, artifact, written) -> str:
     return artifact.text if stage == "llvm" else "\n".join(artifact.ptx)
 
 
+def cmd_diff(tier, args, out):
+    """Two entries side by side, by instruction: PTX of ptx entries, SASS
+    (nvdisasm) of cubin entries (`gpucache_ext.queries.compare_artifacts`)."""
+    from .queries import compare_artifacts
+
+    found = [_find(tier, token, args.stage) for token in (args.token_a, args.token_b)]
+    (stage, first), (other, second) = found
+    if stage != other:
+        raise CommandError(f"{short_token(first.name)} is a {stage} entry and {short_token(second.name)} a "
+                           f"{other} one: give two entries of one stage (ptx or cubin)")
+    entries = [_read_entry(tier, stage, path) for _, path in found]
+    try:
+        comparison = compare_artifacts(stage, *entries)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    out(comparison.as_dict() if args.json else comparison.text())
+    return 0
+
+
+def _read_entry(tier, stage: str, path: Path):
+    """The entry in `path`, its signature, key and checksum checked; CommandError if it is damaged."""
+    try:
+        return decode(tier.keyring.open(path.read_bytes())[0], stage, path.name[: -len(".entry")],
+                      check_toolchain=False)
+    except (Rejected, BadEntry) as exc:
+        raise CommandError(f"the {stage} entry {short_token(path.name)} cannot be read: {exc}") from None
+
+
 def cmd_clear(tier, args, out):
     stages = (args.stage,) if args.stage else PERSISTENT_STAGES
     before = {stage: tier.stats(stage)["entries"] for stage in stages}
@@ -635,6 +664,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--out", type=Path, help="write the artifact (IR, PTX or cubin) here")
     show.add_argument("--toolchain", action="store_true",
                       help="also compare a ptx or cubin entry's toolchain with this environment's")
+    diff = add("diff", help="two ptx entries' PTX, or two cubin entries' SASS, side by side",
+               description="Two entries side by side, by instruction: the PTX of two ptx entries, or the "
+               "SASS of two cubin entries (from nvdisasm: the nvidia-cuda-nvdisasm wheel's reads sm_75 and "
+               "later).  Addresses, encodings and the per-build parts of numba's symbol names are left out.")
+    diff.add_argument("token_a", help="a token or its first 6+ hex digits")
+    diff.add_argument("token_b", help="another entry's, of the same stage")
+    diff.add_argument("--stage", choices=("ptx", "cubin"), help="look for the tokens in this stage only")
     clear = add("clear", help="delete entries (asks first)")
     _stage_option(clear)
     clear.add_argument("--yes", "-y", action="store_true", help="delete without asking")
@@ -665,7 +701,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"stats": cmd_stats, "ls": cmd_ls, "show": cmd_show, "clear": cmd_clear,
+COMMANDS = {"stats": cmd_stats, "ls": cmd_ls, "show": cmd_show, "diff": cmd_diff, "clear": cmd_clear,
             "prune": cmd_prune, "verify": cmd_verify}
 
 

@@ -1,15 +1,18 @@
 """SASS on any machine: the nvdisasm wheel found first, a cubin's architecture
 from its ELF header, a plain note where nvdisasm cannot read it, and two
-entries side by side (PTX or SASS) in the core and the inspector.  Real
-compiles, the real nvdisasm."""
+entries side by side (PTX or SASS) in the core, the inspector, ``%gpucache
+diff`` and ``gpucache diff``.  Real compiles, the real nvdisasm."""
 
 import html
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from IPython.core.error import UsageError
 
 import gpucache_ext
 from gpucache_ext import CompileConfig, KernelCache, sass
@@ -179,7 +182,7 @@ def test_compare_entries(built):
             compare_entries(cache, *args)
 
 
-# The inspector
+# The surfaces: the inspector, %gpucache diff, gpucache diff
 
 TANH = '''
 import math
@@ -229,3 +232,58 @@ def test_the_inspector_compares_an_entry_with_another(ip):
     inspector.compare(precise.stages["cubin"].token)
     assert "gpucache-compare-note" in inspector.compare_view.value
     assert "cannot disassemble sm_70 code" in inspector.compare_view.value
+
+
+def test_gpucache_diff_magic(ip, capsys):
+    precise = cell(ip, "--sm 86 --quiet", TANH)
+    fast = cell(ip, "--sm 86 --fastmath --quiet", TANH)
+    ip.run_line_magic("gpucache", f"diff {precise.stages['cubin'].token[:8]} {fast.stages['cubin'].token}")
+    out = capsys.readouterr().out
+    assert out.startswith("--- tanh_kernel [sm_86]") and "+++ tanh_kernel [sm_86 fastmath=True]" in out
+    assert "lines changed" in out and "SASS sm_86" in out
+    ip.run_line_magic("gpucache", f"diff {precise.stages['ptx'].token[:8]} {fast.stages['ptx'].token[:8]}")
+    assert "PTX sm_86" in capsys.readouterr().out
+    assert "diff A B" in ip.find_line_magic("gpucache").__doc__
+    bad = {
+        "diff": "give two ptx or two cubin entries' tokens",
+        f"diff {precise.stages['cubin'].token}": "give two ptx or two cubin entries' tokens",
+        f"diff {precise.stages['cubin'].token} zz": "'zz' is not a token",
+        f"diff {precise.stages['cubin'].token} abcdef": "no entry with a token starting abcdef in the cache",
+        f"diff {precise.stages['cubin'].token} {fast.stages['ptx'].token}": "is a ptx entry, not a cubin one",
+        f"diff {precise.stages['llvm'].token} {fast.stages['llvm'].token}": "'llvm' entries cannot be compared",
+    }
+    for line, message in bad.items():
+        with pytest.raises(UsageError, match=message):
+            ip.run_line_magic("gpucache", line)
+
+
+def gpucache(*args, expect=0):
+    done = subprocess.run([sys.executable, "-m", "gpucache_ext", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == expect, done.stdout + done.stderr
+    return done
+
+
+@pytest.mark.slow  # the command runs as subprocesses
+def test_gpucache_diff_command(tmp_path):
+    cache = KernelCache(directory=tmp_path)
+    precise, fast, old = (cache.compile(kernels.tanh_kernel, kernels.TANH_SIG, config) for config in (
+        CompileConfig(sm=86), CompileConfig(sm=86, fastmath=True), CompileConfig(sm=70)))
+    a, b = precise.stages["cubin"].token, fast.stages["cubin"].token
+    text = gpucache("--dir", tmp_path, "diff", a[:8], b[:10]).stdout
+    assert "--- tanh_kernel [sm_86]" in text and "SASS sm_86 (nvdisasm 13." in text and "lines changed" in text
+    report = json.loads(gpucache("--dir", tmp_path, "--json", "diff", a, b, "--stage", "cubin").stdout)
+    assert report["left"]["token"] == a and report["right"]["config"] == "sm_86 fastmath=True"
+    assert report["diff"]["changed"] > 0 and report["summary"].startswith(f"{report['diff']['changed']} lines")
+    ptx = gpucache("--dir", tmp_path, "diff", precise.stages["ptx"].token[:8], fast.stages["ptx"].token[:8])
+    assert "PTX sm_86" in ptx.stdout and "tanh.approx.f32" in ptx.stdout
+    errors = {
+        (a, "zz"): "not a token",
+        (a, "abcdef0123"): "no entry with a token starting abcdef0123",
+        (a, precise.stages["ptx"].token): "is a cubin entry and",
+        (precise.stages["llvm"].token, fast.stages["llvm"].token): "'llvm' entries cannot be compared",
+        (a, old.stages["cubin"].token): "cannot disassemble sm_70 code: it reads sm_75 and later",
+    }
+    for (first, second), message in errors.items():
+        assert message in gpucache("--dir", tmp_path, "diff", first, second, expect=2).stderr
+    assert "no entry" in gpucache("--dir", tmp_path, "diff", a, b, "--stage", "ptx", expect=2).stderr
