@@ -123,7 +123,11 @@ STYLE = """<style>
 .gpucache-tiers-table .gpucache-where { white-space: nowrap; }
 /* Two entries' code side by side (the "compare with" view) */
 .gpucache-compare-view { overflow-x: auto; max-width: 100%; }
-.gpucache-side-by-side td { white-space: pre; padding: 0 6px; border-bottom: none; }
+/* two halves of one width; a long line wraps in its half */
+.gpucache-side-by-side { table-layout: fixed; width: 100%; min-width: 720px; }
+.gpucache-side-by-side td { white-space: pre-wrap; overflow-wrap: anywhere; padding: 0 6px; border-bottom: none; }
+.gpucache-side-by-side col.gpucache-lineno { width: 3.5em; }
+.gpucache-side-by-side col.gpucache-mark { width: 1.5em; }
 .gpucache-side-by-side .gpucache-lineno { color: var(--jp-ui-font-color2, #616161); text-align: right; }
 .gpucache-side-by-side .gpucache-mark { color: var(--jp-ui-font-color2, #616161); text-align: center; }
 .gpucache-line-changed td { background: var(--jp-warn-color3, #fff3e0); }
@@ -932,7 +936,8 @@ def comparison_html(comparison) -> str:
         body.append(f'<tr class="gpucache-line-gap"><td colspan="5">... ({shown - _MAX_DIFF_ROWS} more rows)</td></tr>')
     return (f'{head}<table class="gpucache-table gpucache-left gpucache-side-by-side"><caption>By instruction: '
             "addresses, encodings and the per-build parts of symbol names left out; changed lines are "
-            "highlighted</caption><thead><tr>"
+            'highlighted</caption><colgroup><col class="gpucache-lineno"><col><col class="gpucache-mark">'
+            '<col class="gpucache-lineno"><col></colgroup><thead><tr>'
             f'<th scope="col" colspan="2">{_esc(diff.left_label)}</th><th scope="col"></th>'
             f'<th scope="col" colspan="2">{_esc(diff.right_label)}</th></tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')
