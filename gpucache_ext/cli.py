@@ -4,6 +4,7 @@ and check the shared (Redis) cache.
     gpucache stats                          entries, bytes and signatures per stage and tier
     gpucache ls [--kernel K] [--stage S] [--older-than 2d] [--newer-than 1h]
     gpucache show TOKEN [--out FILE] [--toolchain]  an entry's header and artifact
+    gpucache diff TOKEN_A TOKEN_B [--stage S]  two ptx entries' PTX, or two cubin entries' SASS, side by side
     gpucache clear [--stage S] [--yes]      delete entries (asks first)
     gpucache prune --max-bytes 500M         evict least recently used entries
     gpucache verify [--fix] [--toolchain]   check every entry: signature, key, checksum (toolchain)
@@ -53,7 +54,7 @@ from .shared import display_url
 from .signing import (BAD_SIGNATURE, CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED, Keyring,
                       Rejected, strip)
 from .units import format_age, format_bytes
-from .tokens import short_token
+from .tokens import find_token, short_token
 from .toolchain import stage_toolchain
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -339,17 +340,11 @@ def cmd_ls(tier, args, out):
 
 
 def _find(tier: DiskTier, token: str, stage: Optional[str]):
-    token = token.lower()
-    if not re.fullmatch(r"[0-9a-f]{6,64}", token):
-        raise CommandError(f"{token!r} is not a token; give at least 6 hex digits")
-    matches = [(stage, path) for stage, path, _ in tier.scan(stage)
-               if path.name.startswith(token)]
-    if not matches:
-        raise CommandError(f"no entry with a token starting {token} in {tier.directory}")
-    if len(matches) > 1:
-        listed = ", ".join(f"{stage}:{short_token(path.name)}" for stage, path in matches[:8])
-        raise CommandError(f"{token} is ambiguous ({len(matches)} entries: {listed}); give more digits")
-    return matches[0]
+    try:
+        return find_token(token, ((stage, path.name, path) for stage, path, _ in tier.scan(stage)),
+                          f" in {tier.directory}")
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def cmd_show(tier, args, out):
@@ -453,6 +448,34 @@ def cmd_export(tier, args, out):
         out(f"wrote {args.fatbin} ({format_bytes(len(entry.artifact.fatbin))}): {entry.kernel} "
             f"{entry.signature} [{entry.config}], {_members_text(entry.artifact)}")
     return 0
+
+
+def cmd_diff(tier, args, out):
+    """Two entries side by side, by instruction: PTX of ptx entries, SASS
+    (nvdisasm) of cubin entries (`gpucache_ext.queries.compare_artifacts`)."""
+    from .queries import compare_artifacts
+
+    found = [_find(tier, token, args.stage) for token in (args.token_a, args.token_b)]
+    (stage, first), (other, second) = found
+    if stage != other:
+        raise CommandError(f"{short_token(first.name)} is a {stage} entry and {short_token(second.name)} a "
+                           f"{other} one: give two entries of one stage (ptx or cubin)")
+    entries = [_read_entry(tier, stage, path) for _, path in found]
+    try:
+        comparison = compare_artifacts(stage, *entries)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    out(comparison.as_dict() if args.json else comparison.text())
+    return 0
+
+
+def _read_entry(tier, stage: str, path: Path):
+    """The entry in `path`, its signature, key and checksum checked; CommandError if it is damaged."""
+    try:
+        return decode(tier.keyring.open(path.read_bytes())[0], stage, path.name[: -len(".entry")],
+                      check_toolchain=False)
+    except (Rejected, BadEntry) as exc:
+        raise CommandError(f"the {stage} entry {short_token(path.name)} cannot be read: {exc}") from None
 
 
 def cmd_clear(tier, args, out):
@@ -695,6 +718,13 @@ def build_parser() -> argparse.ArgumentParser:
                  "the kernel's name (when it has one fatbin) or the fatbin entry's token (6+ hex digits).")
     export.add_argument("name_or_token", metavar="NAME_OR_TOKEN", help="a kernel name, or a fatbin token")
     export.add_argument("--fatbin", type=Path, required=True, metavar="FILE", help="where to write it")
+    diff = add("diff", help="two ptx entries' PTX, or two cubin entries' SASS, side by side",
+               description="Two entries side by side, by instruction: the PTX of two ptx entries, or the "
+               "SASS of two cubin entries (from nvdisasm: the nvidia-cuda-nvdisasm wheel's reads sm_75 and "
+               "later).  Addresses, encodings and the per-build parts of numba's symbol names are left out.")
+    diff.add_argument("token_a", help="a token or its first 6+ hex digits")
+    diff.add_argument("token_b", help="another entry's, of the same stage")
+    diff.add_argument("--stage", choices=("ptx", "cubin"), help="look for the tokens in this stage only")
     clear = add("clear", help="delete entries (asks first)")
     _stage_option(clear)
     clear.add_argument("--yes", "-y", action="store_true", help="delete without asking")
@@ -726,7 +756,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"stats": cmd_stats, "ls": cmd_ls, "show": cmd_show, "export": cmd_export, "clear": cmd_clear,
+COMMANDS = {"stats": cmd_stats, "ls": cmd_ls, "show": cmd_show, "diff": cmd_diff, "export": cmd_export,
+            "clear": cmd_clear,
             "prune": cmd_prune, "verify": cmd_verify}
 
 

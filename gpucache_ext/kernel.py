@@ -433,8 +433,9 @@ class Kernel:
         return self._per_signature(signature, lto_ptx)
 
     def inspect_sass(self, signature=None):
-        """The SASS, from nvdisasm, as numba's ``inspect_sass``."""
-        from .results import disassemble
+        """The SASS, from nvdisasm, as numba's ``inspect_sass``: per signature,
+        the text (`gpucache_ext.sass.disassemble`; `SassUnavailable` says why not)."""
+        from .sass import disassemble
 
         return self._per_signature(signature, lambda r: disassemble(r.cubin))
 

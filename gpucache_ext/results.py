@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .config import STAGES, CompileConfig, Targets
+from .sass import SassUnavailable, disassemble  # noqa: F401  (their home is `sass`; importable here too)
 from .tokens import Component, short_token
 
 if TYPE_CHECKING:  # annotations only: stages imports numba-cuda, which reading cache files must not
@@ -463,31 +464,3 @@ def short_type(ty) -> str:
 
 def short_signature(argtypes) -> str:
     return "(" + ", ".join(short_type(t) for t in argtypes) + ")"
-
-
-class SassUnavailable(RuntimeError):
-    """SASS cannot be produced here (nvdisasm is missing or failed)."""
-
-
-def disassemble(cubin: bytes) -> str:
-    """The SASS of a cubin, from nvdisasm (the CUDA toolkit's, or the
-    ``nvidia-cuda-nvdisasm`` wheel's); `SassUnavailable` says why not."""
-    try:
-        from cuda.pathfinder import find_nvidia_binary_utility
-
-        path = find_nvidia_binary_utility("nvdisasm")
-    except Exception:
-        path = None
-    if not path:
-        raise SassUnavailable("nvdisasm was not found (it comes with the CUDA toolkit, or "
-                              "pip install nvidia-cuda-nvdisasm)")
-    from numba.cuda.codegen import run_nvdisasm
-
-    class _Cubin:
-        code = cubin
-
-    try:
-        return run_nvdisasm(_Cubin, ["-c"])
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise SassUnavailable(f"nvdisasm failed: {first}") from exc

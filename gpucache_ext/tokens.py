@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Iterable, Mapping, Tuple
 
 # Bump when the meaning of any token component changes.  3: ptx and cubin
 # tokens hash the upstream artifact's digest, not the upstream token (early
@@ -82,6 +83,23 @@ SHORT_TOKEN_DIGITS = 12
 def short_token(hex_digest: str) -> str:
     """A token (or an entry file's name) as people see it: its first 12 hex digits."""
     return hex_digest[:SHORT_TOKEN_DIGITS]
+
+
+def find_token(given: str, candidates: Iterable[Tuple[str, str, Any]], where: str = "") -> Tuple[str, Any]:
+    """Of `candidates` ((stage, token or entry file name, value) triples), the
+    one whose token is `given` or starts with it (6 hex digits at least), as
+    (stage, value); ValueError naming the problem (not a token, no such entry
+    `where`, more than one) otherwise."""
+    prefix = given.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{6,64}", prefix):
+        raise ValueError(f"{given!r} is not a token: give a token or at least its first 6 hex digits")
+    found = [(stage, name, value) for stage, name, value in candidates if name.startswith(prefix)]
+    if not found:
+        raise ValueError(f"no entry with a token starting {prefix}{where}")
+    if len(found) > 1:
+        listed = ", ".join(f"{stage}:{short_token(name)}" for stage, name, _ in found[:8])
+        raise ValueError(f"{prefix} is ambiguous ({len(found)} entries: {listed}); give more digits")
+    return found[0][0], found[0][2]
 
 
 @dataclass(frozen=True)

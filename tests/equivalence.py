@@ -36,6 +36,8 @@ from __future__ import annotations
 import contextlib
 import re
 
+from gpucache_ext.sass import without_abi_tags as _without_tags
+
 _DEBUG_SECTION = re.compile(r"^\s*\.section\s+\.debug", re.M)
 _SYMBOL = re.compile(r"_ZN[\w$]+")
 _MEMORY = re.compile(r"_cudapy_[a-z]+mem_\w+")
@@ -115,22 +117,6 @@ def _argument_types(symbol: str) -> str:
     it) and its address (" at 0x7f..")."""
     symbol = re.sub(r"0x[0-9a-f]+", "0x#", symbol)
     return re.sub(r"\d+type_28(?:CUDADispatcher|DeviceProxy)_28", "#type_28Dispatcher_28", symbol)
-
-
-def _without_tags(symbol: str) -> str:
-    """A numba mangled name without its ABI tags: ``_ZN`` then length-prefixed
-    parts up to ``E``, tags written ``B<length><chars>``."""
-    out, i = ["_ZN"], 3
-    while i < len(symbol) and symbol[i] != "E":
-        tag = symbol[i] == "B"
-        digits = re.match(r"\d+", symbol[i + tag:])
-        if digits is None:
-            return symbol  # not numba's mangling
-        end = i + tag + len(digits.group()) + int(digits.group())
-        if not tag:
-            out.append(symbol[i:end])
-        i = end
-    return "".join(out) + symbol[i:]
 
 
 class _StandInDevice:

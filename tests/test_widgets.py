@@ -4,8 +4,6 @@ numbers against `cache.stats()`, and press the buttons."""
 
 import html
 import re
-import stat
-import sys
 from html.parser import HTMLParser
 
 import pytest
@@ -268,7 +266,7 @@ def test_entry_view_shows_config_components_artifacts_resources_and_the_diff(ip)
 
     sass, note = sass_of(entry.token, entry.artifact.cubin)
     if sass is not None:
-        assert "SASS (nvdisasm)" in page and html.escape(sass.strip().splitlines()[-1].strip()) in page
+        assert "SASS sm_86 (nvdisasm " in page and html.escape(sass.strip().splitlines()[-1].strip()) in page
     else:
         assert "gpucache-sass-note" in page and html.escape(note) in page
 
@@ -481,28 +479,22 @@ def test_themable_with_jupyterlab_variables_and_no_scripts(ip):
         assert not re.search(r"var\(--jp-[\w-]+\)", page)
 
 
-def test_sass_through_nvdisasm_when_found(ip, tmp_path, monkeypatch):
-    import cuda.pathfinder
-
+def test_sass_through_nvdisasm_per_architecture(ip):
+    """The wheel's nvdisasm reads sm_75 and later: the SASS under its
+    architecture's heading; an older cubin gets the note saying what would work."""
     cell(ip, "--sm 80", AXPY)
     inspector = gpucache_ext.inspector()
-    token = ip.user_ns["axpy"].last.stages["cubin"].token
-    fake = tmp_path / "nvdisasm"  # a stand-in that needs nothing but Python
-    fake.write_text(f"#!{sys.executable}\nimport os, sys\n"
-                    'print("FAKE SASS:", *sys.argv[1:], os.path.getsize(sys.argv[2]), "bytes")\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr(cuda.pathfinder, "find_nvidia_binary_utility", lambda name: str(fake))
+    axpy = ip.user_ns["axpy"]
     widgets._sass_cache.clear()
-    inspector.select("cubin", token)
+    inspector.select("cubin", axpy.last.stages["cubin"].token)
     page = part(inspector, "gpucache-entry-view").get_state()["value"]
-    size = len(ip.user_ns["axpy"].last.cubin)
-    assert "SASS (nvdisasm)" in page and "FAKE SASS: -c " in page and f"{size} bytes" in page
+    assert "SASS sm_80 (nvdisasm 1" in page and html.escape(axpy.last.entry_name) in page and "EXIT" in page
 
-    monkeypatch.setattr(cuda.pathfinder, "find_nvidia_binary_utility", lambda name: None)
-    widgets._sass_cache.clear()
-    inspector.refresh()
+    cell(ip, "--sm 70", AXPY)
+    inspector.select("cubin", ip.user_ns["axpy"].last.stages["cubin"].token)
     page = part(inspector, "gpucache-entry-view").get_state()["value"]
-    assert "nvdisasm was not found" in page
+    note = page[page.index("gpucache-sass-note"):]
+    assert "cannot disassemble sm_70 code" in note and "sm_75 and later" in note and "EXIT" not in page
     widgets._sass_cache.clear()
 
 

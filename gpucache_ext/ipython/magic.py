@@ -29,7 +29,7 @@ from .. import default_cache
 from ..config import LAYERS, STAGES, CompileConfig, Targets, parse_sm
 from ..errors import ConfigError
 from ..kernel import Kernel, gpu_available
-from ..queries import resource_moves, resource_rows
+from ..queries import compare_entries, find_entry, resource_moves, resource_rows
 from ..results import short_signature
 from ..stages import normalize_signature
 from .cell import _run_cell
@@ -238,6 +238,8 @@ class GpuCacheMagics(Magics):
         %gpucache clear [STAGE]   drop every entry, or one stage's (typing, llvm, ptx, cubin, fatbin)
         %gpucache explain NAME    how kernel NAME was compiled (which stages were rebuilt to the same
                                   bytes, so the next were reused), and what would miss now
+        %gpucache diff A B        two ptx entries' PTX, or two cubin entries' SASS, side by side (A and B:
+                                  tokens, or their first 6+ hex digits, as the inspector lists them)
         """
         words = line.split()
         cache = self.cache
@@ -268,7 +270,24 @@ class GpuCacheMagics(Magics):
                 raise UsageError(f"%gpucache explain {rest[0]}: no %%gpukernel kernel of that name")
             print(explain_kernel(kernel))
             return None
-        raise UsageError(f"%gpucache {command}: unknown command; use stats, clear [STAGE] or explain NAME")
+        if command == "diff":
+            print(diff_entries(cache, rest))
+            return None
+        raise UsageError(f"%gpucache {command}: unknown command; use stats, clear [STAGE], explain NAME "
+                         "or diff TOKEN_A TOKEN_B")
+
+
+def diff_entries(cache, tokens: List[str]) -> str:
+    """``%gpucache diff A B``: the two entries side by side, as text; the
+    stage is the entries' own (`gpucache_ext.queries.compare_entries`)."""
+    if len(tokens) != 2:
+        raise UsageError("%gpucache diff TOKEN_A TOKEN_B: give two ptx or two cubin entries' tokens "
+                         "(or their first 6+ hex digits; %gpucache lists the entries)")
+    try:
+        stage, first = find_entry(cache, tokens[0])
+        return compare_entries(cache, stage, first, tokens[1]).text()
+    except ValueError as exc:
+        raise UsageError(f"%gpucache diff: {exc}") from None
 
 
 def explain_kernel(kernel: Kernel) -> str:

@@ -15,9 +15,13 @@ widget per cache.  It shows
   name are told apart (``a.axpy`` and ``b.axpy``; ``axpy#3f2a1c`` for two
   sources of one qualified name, see `gpucache_ext.queries.Sources`);
 * the selected entry: its config and which stages read each field, its token
-  components, its artifacts (typed IR, NVVM IR, PTX, SASS where nvdisasm is
-  found, the link log), its resources, and why it was built, side by side with
-  the nearest other entry of the same kernel and stage;
+  components, its artifacts (typed IR, NVVM IR, PTX, SASS with its
+  architecture, or why nvdisasm cannot read it, the link log), its resources,
+  and why it was built, side by side with the nearest other entry of the same
+  kernel and stage;
+* for a ptx or cubin entry, "compare with": another entry of the same kernel
+  and stage, and the two entries' PTX or SASS side by side
+  (`gpucache_ext.queries.compare_entries`);
 * the selected entry's kernel, where it has several cubins: each variant's
   resources side by side (per target and config), and how they moved between
   variants one config field apart (`gpucache_ext.queries.resource_moves`);
@@ -44,30 +48,38 @@ from typing import Any, Dict, List, Optional, Tuple
 import ipywidgets as W
 
 from ..config import LAYERS
-from ..queries import Sources, built_from, fatbin_rows, nearest_entry, resource_moves, resource_rows
+from ..queries import (COMPARED_STAGES, Sources, built_from, comparable_entries, compare_entries, fatbin_rows,
+                       nearest_entry, resource_moves, resource_rows)
 from ..units import format_seconds
-from ..results import SassUnavailable, disassemble
+from ..sass import Sass, SassUnavailable, disassembly
 from ..ipython.session import CellHistory
 from ..tokens import short_token
 from .render import (_ENTRY_COLUMNS, _MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, _entry_line,
-                     _entry_widths, _esc, _short_kernel, chart_svg, entry_cells, entry_html, kernel_labels,
-                     resource_variants_html, saved_seconds, storage_summary, summary_html, tier_security_html)
+                     _entry_widths, _esc, _short_kernel, chart_svg, compare_options, comparison_html,
+                     comparison_note_html, entry_cells, entry_html, kernel_labels, resource_variants_html,
+                     saved_seconds, storage_summary, summary_html, tier_security_html)
 
-_sass_cache: "OrderedDict[str, Tuple[Optional[str], Optional[str]]]" = OrderedDict()
+_sass_cache: "OrderedDict[str, Tuple[Optional[Sass], Optional[str]]]" = OrderedDict()
 
 
-def sass_of(token: str, cubin: bytes) -> Tuple[Optional[str], Optional[str]]:
-    """(SASS text, None) via nvdisasm, or (None, a one-line note why not)."""
+def sass_view(token: str, cubin: bytes) -> Tuple[Optional[Sass], Optional[str]]:
+    """(the cubin's `Sass`, None) via nvdisasm, or (None, a one-line note why not)."""
     if token in _sass_cache:
         return _sass_cache[token]
     try:
-        found = (disassemble(cubin), None)
-    except SassUnavailable as exc:  # a missing or broken nvdisasm must not break the view
+        found = (disassembly(cubin), None)
+    except SassUnavailable as exc:  # a missing nvdisasm, or one that cannot read the arch, must not break the view
         found = (None, f"SASS: {exc}")
     _sass_cache[token] = found
     while len(_sass_cache) > 32:
         _sass_cache.popitem(last=False)
     return found
+
+
+def sass_of(token: str, cubin: bytes) -> Tuple[Optional[str], Optional[str]]:
+    """(SASS text, None) via nvdisasm, or (None, a one-line note why not)."""
+    sass, note = sass_view(token, cubin)
+    return (sass.text if sass is not None else None), note
 
 
 # The typing inputs that are not the kernel's own: what it was typed for and with which config.
@@ -84,9 +96,10 @@ def entry_detail(cache, stage: str, token: str, kernel_label: Optional[str] = No
         downstream = () if stage == "cubin" else tuple(built_from(cache, stage, token, entry.kernel))
     sass = note = None
     if stage == "cubin" and entry.artifact is not None:
-        sass, note = sass_of(token, getattr(entry.artifact, "cubin", b"") or b"")
+        sass, note = sass_view(token, getattr(entry.artifact, "cubin", b"") or b"")
     return EntryDetail(stage, entry, tuple(rows[0].tiers) if rows else (), nearest, tuple(names),
-                       downstream, sass, note, kernel_label)
+                       downstream, sass.text if sass else None, note, kernel_label,
+                       sass_label=sass.label if sass else None)
 
 
 def variants_html(cache, kernel: str, label: Optional[str] = None, source: Optional[str] = None) -> str:
@@ -120,6 +133,7 @@ def stats_view(cache) -> StatsView:
 
 
 _ALL = "\u2014 all \u2014"
+_NO_COMPARISON = "\u2014 none \u2014"
 _EVERY_STAGE = "all"  # the clear-stage choice for every stage
 
 
@@ -169,6 +183,11 @@ class Inspector(W.VBox):
         self.entry_view = W.HTML()
         self.variants_view = W.HTML()
         self._variants_shown: Optional[tuple] = None  # (kernel, its cubin tokens, source) shown
+        self.compare_with = W.Dropdown(description="compare with", options=[(_NO_COMPARISON, "")], value="",
+                                       tooltip="Another entry of this kernel and stage: the two entries' PTX "
+                                               "or SASS side by side", layout=W.Layout(width="auto", display="none"))
+        self.compare_view = W.HTML()
+        self._comparison: Tuple[Any, str] = (None, "")  # (which pair, its HTML): drawn once per pair
 
         for widget, cls in ((self.header, "gpucache-header"), (self.summary, "gpucache-summary"),
                             (self.tier_view, "gpucache-tiers"),
@@ -181,7 +200,9 @@ class Inspector(W.VBox):
                             (self.recompile_button, "gpucache-recompile"),
                             (self.clear_button, "gpucache-clear"), (self.kernel_filter, "gpucache-kernel-filter"),
                             (self.stage_filter, "gpucache-stage-filter"),
-                            (self.clear_stage, "gpucache-clear-stage")):
+                            (self.clear_stage, "gpucache-clear-stage"),
+                            (self.compare_with, "gpucache-compare-with"),
+                            (self.compare_view, "gpucache-compare-view")):
             widget.add_class(cls)
 
         self.children = [
@@ -201,12 +222,15 @@ class Inspector(W.VBox):
             self.status,
             self.entry_view,
             self.variants_view,
+            self.compare_with,
+            self.compare_view,
         ]
         self.add_class("gpucache-inspector")
 
         self.kernel_filter.observe(self._on_filter, names="value")
         self.stage_filter.observe(self._on_filter, names="value")
         self.entries_list.observe(self._on_select, names="value")
+        self.compare_with.observe(self._on_compare, names="value")
         self.evict_button.on_click(lambda _: self.evict_selected())
         self.recompile_button.on_click(lambda _: self.recompile_selected())
         self.clear_button.on_click(lambda _: self.clear(self.clear_stage.value))
@@ -278,6 +302,7 @@ class Inspector(W.VBox):
     def _show_selected(self):
         selected = self._selected
         self.evict_button.disabled = self.recompile_button.disabled = selected is None
+        self._update_compare()
         if selected is None:
             self.entry_view.value = ('<p class="gpucache-muted">Select an entry above to see its '
                                      'config, token components, artifacts and why it was built.</p>')
@@ -297,6 +322,45 @@ class Inspector(W.VBox):
             self.variants_view.value = "" if shown is None else variants_html(
                 self.cache, kernel, self._labels.get(selected), source)
             self._variants_shown = shown
+
+    def _update_compare(self):
+        """The "compare with" choices for the selected entry (ptx and cubin only), and the comparison."""
+        selected = self._selected
+        others = comparable_entries(self.cache, *selected) if selected and selected[0] in COMPARED_STAGES else []
+        options = [(_NO_COMPARISON, "")] + compare_options(others)
+        self._updating = True
+        try:
+            wanted = self.compare_with.value
+            if list(self.compare_with.options) != options:
+                self.compare_with.options = options
+            self.compare_with.value = wanted if wanted in {token for _, token in options} else ""
+        finally:
+            self._updating = False
+        self.compare_with.layout.display = None if others else "none"
+        self._show_comparison()
+
+    def _show_comparison(self):
+        other = self.compare_with.value
+        if self._selected is None or not other:
+            self.compare_view.value = ""
+            return
+        pair = (self._selected, other)
+        if self._comparison[0] != pair:
+            stage, token = self._selected
+            try:
+                shown = comparison_html(compare_entries(self.cache, stage, token, other))
+            except ValueError as exc:
+                shown = comparison_note_html(f"cannot compare: {exc}")
+            self._comparison = (pair, shown)
+        self.compare_view.value = self._comparison[1]
+
+    def _on_compare(self, change):
+        if not self._updating:
+            self._show_comparison()
+
+    def compare(self, token: str) -> None:
+        """Show the selected entry side by side with entry `token` (same kernel and stage)."""
+        self.compare_with.value = token
 
     def _on_filter(self, change):
         if not self._updating:

@@ -121,12 +121,26 @@ STYLE = """<style>
 .gpucache-tiers { overflow-x: auto; max-width: 100%; }  /* a narrow view scrolls the table */
 .gpucache-tiers-table .gpucache-muted { font-weight: normal; }
 .gpucache-tiers-table .gpucache-where { white-space: nowrap; }
+/* Two entries' code side by side (the "compare with" view) */
+.gpucache-compare-view { overflow-x: auto; max-width: 100%; }
+/* two halves of one width; a long line wraps in its half */
+.gpucache-side-by-side { table-layout: fixed; width: 100%; min-width: 720px; }
+.gpucache-side-by-side td { white-space: pre-wrap; overflow-wrap: anywhere; padding: 0 6px; border-bottom: none; }
+.gpucache-side-by-side col.gpucache-lineno { width: 3.5em; }
+.gpucache-side-by-side col.gpucache-mark { width: 1.5em; }
+.gpucache-side-by-side .gpucache-lineno { color: var(--jp-ui-font-color2, #616161); text-align: right; }
+.gpucache-side-by-side .gpucache-mark { color: var(--jp-ui-font-color2, #616161); text-align: center; }
+.gpucache-line-changed td { background: var(--jp-warn-color3, #fff3e0); }
+.gpucache-line-left-only td { background: var(--jp-error-color3, #ffebee); }
+.gpucache-line-right-only td { background: var(--jp-success-color3, #e8f5e9); }
+.gpucache-line-gap td { color: var(--jp-ui-font-color2, #616161); text-align: center; }
 </style>"""
 
 _TOKEN_SHORT = 8
 _MAX_LIST_ROWS = 500
 _MAX_STATIC_ROWS = 40
 _MAX_ARTIFACT_CHARS = 200_000
+_MAX_DIFF_ROWS = 2000
 _CHART_POINTS = 30
 _CHART_LABEL_CHARS = 12  # a cell label under the chart (whole in the column's tooltip)
 _CHART_CHAR_PX = 7.0  # a character of the chart's 10px text, at most (DejaVu Sans digits: 6.4)
@@ -727,8 +741,10 @@ def _typed_ir_text(artifact) -> str:
     return "\n".join(lines)
 
 
-def artifacts_html(stage: str, entry, sass: Optional[str] = None, sass_note: Optional[str] = None) -> str:
-    """The entry's artifacts; for a cubin, `sass` (its SASS) or `sass_note` (why there is none)."""
+def artifacts_html(stage: str, entry, sass: Optional[str] = None, sass_note: Optional[str] = None,
+                   sass_label: Optional[str] = None) -> str:
+    """The entry's artifacts; for a cubin, `sass` (its SASS, headed `sass_label`:
+    "SASS sm_86 (nvdisasm 13.5)") or `sass_note` (why there is none)."""
     artifact = entry.artifact
     if artifact is None:
         return '<p class="gpucache-muted">The artifact is not loaded (it lives in a persistent tier).</p>'
@@ -748,7 +764,7 @@ def artifacts_html(stage: str, entry, sass: Optional[str] = None, sass_note: Opt
     elif stage == "cubin":
         cubin = getattr(artifact, "cubin", b"") or b""
         if sass is not None:
-            parts.append(_pre(sass, "SASS (nvdisasm)"))
+            parts.append(_pre(sass, sass_label or "SASS (nvdisasm)"))
         else:
             parts.append(f'<p class="gpucache-muted gpucache-sass-note">{_esc(sass_note or "")}</p>')
         if getattr(artifact, "linked_ptx", None):
@@ -887,6 +903,7 @@ class EntryDetail:
     sass: Optional[str] = None  # a cubin's SASS
     sass_note: Optional[str] = None  # why there is no SASS
     kernel_label: Optional[str] = None  # the kernel as the entries list names it (`kernel_labels`)
+    sass_label: Optional[str] = None  # "SASS sm_86 (nvdisasm 13.5)"
 
 
 def entry_html(detail: Optional[EntryDetail], now: float) -> str:
@@ -911,7 +928,7 @@ def entry_html(detail: Optional[EntryDetail], now: float) -> str:
         "<section><h4>Token components</h4>", _components_html(entry.components), "</section>",
         "<section><h4>Resources</h4>", _resources_html(stage, entry, detail.downstream), "</section>",
         '<section class="gpucache-wide"><h4>Artifacts</h4>',
-        artifacts_html(stage, entry, detail.sass, detail.sass_note), "</section>",
+        artifacts_html(stage, entry, detail.sass, detail.sass_note, detail.sass_label), "</section>",
         "</div></div>",
     ])
 
@@ -1020,6 +1037,53 @@ def resource_variants_html(kernel: str, rows, moves) -> str:
     the table of its cubin variants and how the figures moved between them."""
     return (f'<h4>Resources across variants of {_esc(kernel)}</h4>{resources_table_html(rows)}'
             f"<p>How they moved between variants one config field apart:</p>{resource_moves_html(moves)}")
+
+def compare_options(rows) -> List[Tuple[str, str]]:
+    """The "compare with" choices: (config summary and short token, token) per
+    `EntryInfo` in `rows` (`gpucache_ext.queries.comparable_entries`)."""
+    return [(f"{row.config} {short_token(row.token)}", row.token) for row in rows]
+
+
+def _diff_cells(number, text) -> str:
+    return (f'<td class="gpucache-lineno">{"" if number is None else number}</td>'
+            f'<td class="gpucache-code">{_esc(text)}</td>')
+
+
+def comparison_html(comparison) -> str:
+    """Two entries' code side by side (a `gpucache_ext.queries.EntryComparison`):
+    the differing hunks as a table, changed lines highlighted, and a summary line."""
+    diff = comparison.diff
+    head = (f'<div class="gpucache-compare" data-stage="{_esc(comparison.stage)}">'
+            f'<p class="gpucache-compare-summary" data-changed="{diff.changed}" data-removed="{diff.removed}" '
+            f'data-added="{diff.added}">{_esc(diff.summary())}</p>')
+    if diff.identical:
+        return (f'{head}<p class="gpucache-muted">{_esc(diff.left_label)} and {_esc(diff.right_label)} '
+                'read the same, instruction by instruction.</p></div>')
+    marks = {"same": "", "changed": "|", "left only": "&lt;", "right only": "&gt;"}
+    body, shown = [], 0
+    for index, hunk in enumerate(diff.hunks):
+        if index:
+            body.append('<tr class="gpucache-line-gap"><td colspan="5">⋯</td></tr>')
+        for row in hunk[:max(0, _MAX_DIFF_ROWS - shown)]:
+            body.append(f'<tr class="gpucache-line-{row.kind.replace(" ", "-")}" data-kind="{row.kind}">'
+                        f'{_diff_cells(row.left_no, row.left)}<td class="gpucache-mark">{marks[row.kind]}</td>'
+                        f'{_diff_cells(row.right_no, row.right)}</tr>')
+        shown += len(hunk)
+    if shown > _MAX_DIFF_ROWS:
+        body.append(f'<tr class="gpucache-line-gap"><td colspan="5">... ({shown - _MAX_DIFF_ROWS} more rows)</td></tr>')
+    return (f'{head}<table class="gpucache-table gpucache-left gpucache-side-by-side"><caption>By instruction: '
+            "addresses, encodings and the per-build parts of symbol names left out; changed lines are "
+            'highlighted</caption><colgroup><col class="gpucache-lineno"><col><col class="gpucache-mark">'
+            '<col class="gpucache-lineno"><col></colgroup><thead><tr>'
+            f'<th scope="col" colspan="2">{_esc(diff.left_label)}</th><th scope="col"></th>'
+            f'<th scope="col" colspan="2">{_esc(diff.right_label)}</th></tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')
+
+
+def comparison_note_html(message: str) -> str:
+    """Why two entries cannot be compared."""
+    return f'<p class="gpucache-muted gpucache-compare-note">{_esc(message)}</p>'
+
 
 # ---------------------------------------------------------------------------
 # A static snapshot (text and HTML), also the widget's fallback
