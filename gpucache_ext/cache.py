@@ -222,12 +222,14 @@ class KernelCache:
         pyfunc = python_function(func)
         argtypes = stages.normalize_signature(sig)
         link = _link_items(func, link)
-        per_target = {}
-        for sm in wanted.builds:
-            ptx_only = sm not in wanted.sms
-            per_target[sm] = self._compile_one(pyfunc, argtypes, config.replace(sm=sm), link, force,
-                                               False if ptx_only else audit, _why_forced,
-                                               until="ptx" if ptx_only else "cubin")
+        # the lowest target first (typing and llvm, which the others then find), then the others at once
+        first = wanted.sms[0]
+        per_target = {first: self._compile_one(pyfunc, argtypes, config.replace(sm=first), link, force, audit,
+                                               _why_forced)}
+        per_target.update(self._compile_targets(
+            pyfunc, argtypes, config, link, force, audit, _why_forced,
+            {sm: "cubin" if sm in wanted.sms else "ptx" for sm in wanted.builds if sm != first}))
+        per_target = dict(sorted(per_target.items()))
         primary = per_target[wanted.sms[0]]
         ptx_member, note = None, ""
         if wanted.ptx is not None:
@@ -299,6 +301,54 @@ class KernelCache:
         except toolchain.ToolchainChanged:  # a library was replaced since its fingerprint was read
             plan = _Plan(self, pyfunc, argtypes, config, link, why_forced)
             result = plan.run(force, until)
+        return self._finish(plan, result, force, audit)
+
+    def _compile_targets(self, pyfunc, argtypes, config: CompileConfig, link, force, audit, why_forced,
+                         targets_until) -> Dict[int, CompileResult]:
+        """`_compile_one` for several targets ({sm: "cubin" or "ptx"}): tokens,
+        typing and llvm one target after another in this thread (they read
+        numba's settings and the function's globals, and targets may share
+        their entries), then ptx and cubin in threads where there are cores to
+        spare (libNVVM and nvJitLink compile in parallel; every tier and
+        counter is behind the cache's lock)."""
+        plans = {sm: _Plan(self, pyfunc, argtypes, config.replace(sm=sm), link, why_forced)
+                 for sm in targets_until}
+        stages.check_numba_runtime()
+        fronts = {}
+        for sm, plan in plans.items():  # llvm one target after another: targets may share it
+            try:
+                fronts[sm] = plan.front(force)
+            except toolchain.ToolchainChanged:
+                pass  # (compiled again below, one at a time)
+        workers = min(len(fronts), os.cpu_count() or 1)
+
+        def run(sm):
+            try:
+                return plans[sm].back(fronts[sm], targets_until[sm])
+            except toolchain.ToolchainChanged:
+                return None
+
+        if workers > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(workers, thread_name_prefix="gpucache-target") as pool:
+                ran = dict(zip(fronts, pool.map(run, fronts)))
+        else:
+            ran = {sm: run(sm) for sm in fronts}
+        ran.update({sm: None for sm in plans if sm not in fronts})
+        found = {}
+        for sm, result in ran.items():
+            audited = False if targets_until[sm] == "ptx" else audit
+            if result is None:
+                found[sm] = self._compile_one(pyfunc, argtypes, config.replace(sm=sm), link, force, audited,
+                                              why_forced, targets_until[sm])
+            else:
+                found[sm] = self._finish(plans[sm], result, force, audited)
+        return found
+
+    def _finish(self, plan: "_Plan", result: CompileResult, force, audit) -> CompileResult:
+        """What follows a compile: what it keeps alive, its audit, and where its tokens came from."""
+        pyfunc, argtypes, config, link = plan.pyfunc, plan.argtypes, plan.config, plan.link
         result.referenced = plan.identity.referenced
         if not force and audit is not False and any(layer.hit for layer in result.stages.values()) \
                 and self._auditor.wants(forced=bool(audit)):
@@ -834,6 +884,7 @@ class _Plan:
             origin = f"{self.identity.qualname} (link=): "
             self.identity.links = linking.canonical(
                 list(self.identity.links) + [linking.read(item, origin) for item in link])
+        self.link = link
         self.kernel = self.identity.qualname
         self.signature_text = short_signature(argtypes)
         self.forced = False
@@ -882,6 +933,10 @@ class _Plan:
         as before thus leaves the stages after it hits (early cutoff).
         ``until="ptx"`` stops after ptx (a fatbin's PTX-only target): the
         result has no cubin."""
+        return self.back(self.front(force), until)
+
+    def front(self, force=False) -> "_Found":
+        """typing and llvm: the llvm artifact, found or built."""
         self.forced = force
         llvm = None if force else self._lookup("llvm", self.tokens["llvm"])
         if llvm is None:
@@ -892,6 +947,10 @@ class _Plan:
                                  self.identity.link_keys)
         else:
             self._peek_typing()
+        return llvm
+
+    def back(self, llvm: "_Found", until: str = "cubin") -> CompileResult:
+        """ptx and cubin (or ptx alone) from `front`'s llvm artifact."""
         ptx = self._downstream("ptx", llvm, stages.run_ptx, self.config, self.kernel)
         cubin = None if until == "ptx" else \
             self._downstream("cubin", ptx, stages.run_cubin, self.config, self.kernel, self.identity.links)

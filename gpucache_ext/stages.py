@@ -683,16 +683,18 @@ def nvvm_options(config: CompileConfig) -> dict:
 def run_ptx(llvm: LLVMArtifact, config: CompileConfig, qualname="kernel") -> PTXArtifact:
     """Compile NVVM IR with libNVVM for config.sm."""
     options = nvvm_options(config)
+    # No numba lock: libNVVM's API is thread-safe (a program per call), and
+    # this reads nothing of numba's but the libdevice bytes, pinned once
+    # (`toolchain`), so several targets' PTX compile at once (compile_fatbin).
     try:
-        with global_compiler_lock:
-            if config.lto:
-                return PTXArtifact((), bytes(nvvm.compile_ir(list(llvm.modules), **options)),
-                                   llvm.entry_name, llvm.cooperative, llvm.links)
-            if config.debug:
-                # As numba-cuda: with -g each module is compiled on its own.
-                outputs = [nvvm.compile_ir(m, **options) for m in llvm.modules]
-            else:
-                outputs = [nvvm.compile_ir(list(llvm.modules), **options)]
+        if config.lto:
+            return PTXArtifact((), bytes(nvvm.compile_ir(list(llvm.modules), **options)),
+                               llvm.entry_name, llvm.cooperative, llvm.links)
+        if config.debug:
+            # As numba-cuda: with -g each module is compiled on its own.
+            outputs = [nvvm.compile_ir(m, **options) for m in llvm.modules]
+        else:
+            outputs = [nvvm.compile_ir(list(llvm.modules), **options)]
     except Exception as exc:
         raise _compile_error(qualname, "ptx", exc) from exc
     ptx = tuple(out.decode().strip("\x00").strip() for out in outputs)
