@@ -439,6 +439,25 @@ class Kernel:
 
         return self._per_signature(signature, lambda r: disassemble(r.cubin))
 
+    def inspect_sass_by_arch(self, signature=None):
+        """The SASS of every cubin target, ``{86: text, ...}`` (one entry for a
+        single-target kernel), per signature as `inspect_sass`.  A target
+        nvdisasm cannot read (sm_72 and older for the wheel's nvdisasm 13)
+        gives the `SassUnavailable` message, which names what would work, in
+        place of its text."""
+        from .sass import SassUnavailable, disassemble
+
+        def by_arch(result):
+            cubins = result.cubins if isinstance(result, FatbinResult) else {result.config.sm: result.cubin}
+            found = {}
+            for sm, cubin in cubins.items():
+                try:
+                    found[sm] = disassemble(cubin)
+                except SassUnavailable as exc:
+                    found[sm] = f"(no SASS: {exc})"
+            return found
+        return self._per_signature(signature, by_arch)
+
     def get_regs_per_thread(self, signature=None):
         """Registers per thread (from nvJitLink's report, or the driver on a GPU)."""
         return self._per_signature(signature, lambda r: self._resource(r, "regs", "registers"))

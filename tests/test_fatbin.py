@@ -264,3 +264,22 @@ def test_the_command_exports_shows_and_verifies_fatbins(tmp_path):
     assert report["recompiled"]["counts"]["match"] == 4 + 4 + 2  # ptx and cubin for 75, 80, 86, 90; two fatbins
     listing = json.loads(gpucache("--dir", folder, "ls", "--stage", "fatbin", "--json").stdout)
     assert sorted(row["config"] for row in listing) == ["sm_75,80 +ptx 75", "sm_80,86,90 +ptx 80"]
+
+
+def test_sass_per_architecture_and_a_plain_note_where_nvdisasm_cannot_read_it():
+    from gpucache_ext import Kernel
+
+    kernel = Kernel(kernels.axpy, [SIG], cache=KernelCache(), targets="70,80,90")
+    kernel.compile_declared()
+    sass = kernel.inspect_sass_by_arch(SIG)
+    assert sorted(sass) == [70, 80, 90]
+    entry = kernel.last.entry_name
+    assert entry in sass[80] and entry in sass[90] and sass[80] != sass[90]
+    from gpucache_ext.sass import SassUnavailable, nvdisasm_for
+
+    try:
+        nvdisasm_for(70)  # a CUDA 12 toolkit's nvdisasm on PATH reads sm_70
+    except SassUnavailable:  # the wheel's nvdisasm 13 alone does not
+        assert sass[70].startswith("(no SASS: ") and "sm_70" in sass[70] and "sm_75" in sass[70]
+    else:
+        assert entry in sass[70]
