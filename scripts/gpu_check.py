@@ -8,7 +8,11 @@
 2. checks the PTX fallback: axpy compiled for an older major sm runs through
    the driver's JIT, and a target newer than the GPU is refused with the --sm
    to use;
-3. times a launch whose kernel is already cached against a cold one.
+3. loads multi-target kernels' fatbins (nvFatbin): one holding this GPU's
+   cubin, one whose cubins are all for an older major architecture (the
+   driver compiles its PTX), and one with neither (refused, naming the
+   target to add);
+4. times a launch whose kernel is already cached against a cold one.
 
 Prints a Markdown report (and writes it with --out); exits 1 if a check fails.
 """
@@ -24,6 +28,7 @@ import numpy as np
 from numba import cuda
 
 from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError, samples
+from gpucache_ext.config import Targets
 from gpucache_ext.kernel import device_cc, gpu_available
 
 # The sample kernels (gpucache_ext/samples.py), as plain numba-cuda dispatchers.
@@ -82,6 +87,35 @@ def check_fallbacks(device, lines):
     return ok
 
 
+def check_fatbins(device, lines):
+    ok = True
+    sm = device[0] * 10 + device[1]
+    x = np.arange(4096, dtype=np.float32)
+    cache = KernelCache()
+    others = [t for t in (75, 80, 86, 90) if t < sm][-2:]
+    targets = tuple(others) + (sm,)
+    r = np.zeros_like(x)
+    kernel = Kernel(axpy, [AXPY_SIG], CompileConfig(), cache, targets=targets)
+    kernel[16, 256](r, np.float32(2.0), x, x)
+    members = ", ".join(m.name for m in kernel.last.members)
+    ok &= _report(lines, f"fatbin of {members}: the driver picks the sm_{sm} cubin", np.allclose(r, 3 * x))
+    older = [t for t in (75, 80) if t // 10 < device[0]]
+    if older:
+        r = np.zeros_like(x)
+        kernel = Kernel(axpy, [AXPY_SIG], CompileConfig(), cache, targets=older)
+        kernel[16, 256](r, np.float32(2.0), x, x)
+        members = ", ".join(m.name for m in kernel.last.members)
+        ok &= _report(lines, f"fatbin of {members} on sm_{sm}: the driver compiles its PTX", np.allclose(r, 3 * x))
+        kernel = Kernel(axpy, [AXPY_SIG], CompileConfig(), cache, targets=Targets(older, ptx="none"))
+        try:
+            kernel[1, 32](np.zeros(32, np.float32), np.float32(1), np.zeros(32, np.float32),
+                          np.zeros(32, np.float32))
+            ok &= _report(lines, f"fatbin of {older} cubins alone refused on sm_{sm}", False)
+        except LaunchError as exc:
+            ok &= _report(lines, f"fatbin of {older} cubins alone refused ({exc})", f"add {sm}" in str(exc))
+    return ok
+
+
 def time_launches(sm, lines, runs=5):
     x = np.arange(1 << 20, dtype=np.float32)
     r = np.zeros_like(x)
@@ -125,6 +159,8 @@ def main():
     ok = check_kernels(sm, lines)
     lines += ["", "## Targets other than this GPU's", ""]
     ok &= check_fallbacks(device, lines)
+    lines += ["", "## Multi-target kernels (fatbins)", ""]
+    ok &= check_fatbins(device, lines)
     lines += ["", "## Launch time (median of 5)", "", "| launch | time |", "|---|---|"]
     time_launches(sm, lines)
     report = "\n".join(lines) + "\n"

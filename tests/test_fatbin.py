@@ -283,3 +283,21 @@ def test_sass_per_architecture_and_a_plain_note_where_nvdisasm_cannot_read_it():
         assert sass[70].startswith("(no SASS: ") and "sm_70" in sass[70] and "sm_75" in sass[70]
     else:
         assert entry in sass[70]
+
+
+def test_what_a_gpu_would_load_is_the_fatbin_where_a_member_runs_there():
+    from gpucache_ext import LaunchError
+    from gpucache_ext.kernel import choose_image
+
+    cache = KernelCache()
+    built = cache.compile_fatbin(kernels.copy, kernels.COPY_SIG, sms=(80, 90))
+    assert choose_image(built, (8, 9)).code_type == "fatbin"  # sm_80's cubin runs on sm_89
+    assert choose_image(built, (10, 0)).code_type == "fatbin"  # the driver compiles compute_80's PTX
+    assert choose_image(built, (10, 0)).code == built.fatbin
+    with pytest.raises(LaunchError, match="add 75 to --sm"):
+        choose_image(built, (7, 5))
+    without_ptx = cache.compile_fatbin(kernels.copy, kernels.COPY_SIG, sms=(80, 90), ptx="none")
+    with pytest.raises(LaunchError, match="add 100 to --sm"):
+        choose_image(without_ptx, (10, 0))
+    single = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    assert choose_image(single, (8, 9)).code_type == "cubin" and choose_image(single, (9, 0)).code_type == "ptx"

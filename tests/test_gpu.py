@@ -78,3 +78,24 @@ def tripled(r, x):
     out = np.zeros_like(x)
     Kernel(ns["tripled"], [], CompileConfig(sm=sm), cache, {"shared_memory_carveout": "MaxL1"})[1, 64](out, x)
     np.testing.assert_allclose(out, 3 * x)
+
+
+def test_a_fatbin_loads_and_the_driver_picks_the_cubin_or_compiles_the_ptx(sm):
+    from gpucache_ext.config import Targets
+
+    cache = KernelCache()
+    x = np.arange(256, dtype=np.float32)
+    others = tuple(t for t in (75, 80, 86, 90) if t < sm)[-2:]
+    r = np.zeros_like(x)
+    kernel = Kernel(kernels.copy, [kernels.COPY_SIG], CompileConfig(), cache, targets=others + (sm,))
+    kernel[1, 256](r, x)
+    np.testing.assert_allclose(r, x + kernels.OFFSETS[0])
+    older = [t for t in (75, 80) if t // 10 < sm // 10]
+    if not older:
+        pytest.skip("no architecture of an older major to build for")
+    r = np.zeros_like(x)
+    Kernel(kernels.copy, [kernels.COPY_SIG], CompileConfig(), cache, targets=older)[1, 256](r, x)  # its PTX
+    np.testing.assert_allclose(r, x + kernels.OFFSETS[0])
+    alone = Kernel(kernels.copy, [kernels.COPY_SIG], CompileConfig(), cache, targets=Targets(older, ptx="none"))
+    with pytest.raises(LaunchError, match=f"add {sm}"):
+        alone[1, 32](np.zeros(32, np.float32), np.zeros(32, np.float32))
