@@ -81,7 +81,7 @@ class FatbinMember:
     kind: str  # "cubin" or "ptx"
     arch: int  # 86 for sm_86 / compute_86
     token: str  # the entry it was read from
-    digest: str  # that entry's content digest (codec.content_digest)
+    digest: str  # SHA-256 of the image's bytes, as added
     nbytes: int  # the image's bytes as added
 
     @property

@@ -200,12 +200,14 @@ def _reassemble(entry, find_upstream, tainted) -> Tuple[str, Optional[str]]:
         if member.token in tainted:
             return "tainted", f"    built from {member.kind} entry {short_token(member.token)}, which was wrong"
         found = find_upstream(member.kind, member.token, divmod(member.arch, 10))
-        if found is None or found.digest != member.digest:  # gone, or holds other bytes now
-            return "skipped", None
+        image = None if found is None else (
+            found.artifact.cubin if member.kind == "cubin" else "\n".join(found.artifact.ptx).encode())
+        if image is None or fatbin.member(member.kind, member.arch, member.token, image) != member:
+            return "skipped", None  # gone, or holds other bytes now
         if member.kind == "cubin":
-            cubins.append((member, found.artifact.cubin))
+            cubins.append((member, image))
         else:
-            ptx = (member, "\n".join(found.artifact.ptx))
+            ptx = (member, image.decode())
     try:
         fresh = fatbin.assemble(cubins, ptx, entry.artifact.entry_name, entry.kernel)
     except Exception as exc:

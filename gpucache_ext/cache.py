@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from . import fatbin, queries, settings, stages, targets, toolchain
-from .artifacts import FatbinMember
 from .codec import content_digest
 from .audit import AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, first_difference, parse_audit
 from .config import LAYERS, STAGES, CompileConfig, Targets
@@ -204,7 +203,7 @@ class KernelCache:
         wherever lowering did not read the target, there is one ptx per
         virtual and one cubin per real architecture, all cached as a single
         `compile` would cache them.  The fatbin layer is keyed by its
-        members' content digests by architecture, nvFatbin's options and
+        members' bytes by architecture (their SHA-256), nvFatbin's options and
         version: adding a target builds that target's ptx and cubin and the
         fatbin, and the order of `sms` does not matter.  `sms` may also be a
         `Targets` (then `ptx` must be None).  A PTX the driver could not
@@ -238,15 +237,14 @@ class KernelCache:
             if problem is None:
                 layer = source.stages["ptx"]
                 text = "\n".join(source._ptx.ptx)
-                ptx_member = (FatbinMember("ptx", wanted.ptx, layer.token, layer.digest, len(text.encode())), text)
+                ptx_member = (fatbin.member("ptx", wanted.ptx, layer.token, text.encode()), text)
             elif wanted.explicit_ptx:
                 raise ConfigError(f"ptx={wanted.ptx}: the PTX of {primary.kernel} cannot go into a fatbin "
                                   f"for the driver to compile alone: {problem}; leave it out (ptx='none')",
                                   field="ptx")
             else:
                 note = problem
-        cubins = [(FatbinMember("cubin", sm, per_target[sm].stages["cubin"].token,
-                                per_target[sm].stages["cubin"].digest, len(per_target[sm].cubin)),
+        cubins = [(fatbin.member("cubin", sm, per_target[sm].stages["cubin"].token, per_target[sm].cubin),
                    per_target[sm].cubin) for sm in wanted.sms]
         layer, artifact = self._fatbin_layer(primary, wanted, cubins, ptx_member, force, _why_forced)
         result = FatbinResult(primary.kernel, primary.signature, primary.config,
@@ -261,11 +259,10 @@ class KernelCache:
     def _fatbin_layer(self, primary: CompileResult, wanted: Targets, cubins, ptx_member, force, why_forced):
         """The fatbin stage: look its token up, else assemble and store it."""
         memo = next((tier.directory for tier in self.tiers if isinstance(tier, DiskTier)), None)
-        parts = {f"cubin {member.name}": Component(member.digest, f"output {short_token(member.digest)}")
-                 for member, _ in cubins}
-        if ptx_member is not None:
-            member = ptx_member[0]
-            parts[f"ptx {member.name}"] = Component(member.digest, f"output {short_token(member.digest)}")
+        # each member by the bytes nvFatbin is given (not its entry's digest, which
+        # covers the link log too: its timings differ from one build to the next)
+        parts = {f"{member.kind} {member.name}": Component(member.digest, f"bytes {short_token(member.digest)}")
+                 for member, _ in cubins + ([ptx_member] if ptx_member is not None else [])}
         parts["kernel"] = component(primary.kernel)
         parts["options"] = component(list(fatbin.OPTIONS), " ".join(fatbin.OPTIONS) or "(defaults)")
         parts["toolchain"] = toolchain_component("fatbin", memo)

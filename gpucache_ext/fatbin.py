@@ -2,8 +2,8 @@
 compatibility, assembled into one fatbinary with nvFatbin.
 
 The fatbin stage runs after every target's cubin (and the PTX target's ptx)
-is found or built.  Its token hashes its members' content digests by
-architecture, its options and nvFatbin's version (see `KernelCache.compile_fatbin`):
+is found or built.  Its token hashes its members' bytes (their SHA-256) by
+architecture, the kernel, its options and nvFatbin's version (see `KernelCache.compile_fatbin`):
 adding a target adds one member, and the order targets are listed in does
 not matter.  Members are added in a fixed order (cubins by architecture,
 then the PTX), so equal inputs give equal bytes.
@@ -11,6 +11,7 @@ then the PTX), so equal inputs give equal bytes.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Optional, Sequence, Tuple
 
 from .artifacts import FatbinArtifact, FatbinMember
@@ -19,6 +20,12 @@ from .errors import CompileError
 # nvFatbin's options (nvFatbinCreate): the defaults, named here because the
 # stage's token hashes them.
 OPTIONS: Tuple[str, ...] = ()
+
+
+def member(kind: str, arch: int, token: str, image: bytes) -> FatbinMember:
+    """A member for `image` (a cubin, or PTX as bytes) of the entry `token`:
+    its digest is that of the bytes themselves, what the fatbin is made of."""
+    return FatbinMember(kind, arch, token, hashlib.sha256(image).hexdigest(), len(image))
 
 
 def ptx_problem(ptx_artifact, cubin_links=()) -> Optional[str]:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpucache_ext import CompileConfig, ConfigError, KernelCache
 from gpucache_ext.config import Targets
@@ -301,3 +303,34 @@ def test_what_a_gpu_would_load_is_the_fatbin_where_a_member_runs_there():
         choose_image(without_ptx, (10, 0))
     single = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
     assert choose_image(single, (8, 9)).code_type == "cubin" and choose_image(single, (9, 0)).code_type == "ptx"
+
+
+def test_a_fatbin_is_shared_signed_and_a_teammate_builds_nothing(redis_server):
+    KernelCache(redis_url=redis_server.url, secret="team").compile_fatbin(kernels.axpy, SIG, sms="80,90")
+    teammate = KernelCache(redis_url=redis_server.url, secret="team")
+    found = teammate.compile_fatbin(kernels.axpy, SIG, sms="90,80")
+    assert found.fatbin_stage.tier == "shared" and all(s.misses == 0 for s in teammate.stats().values())
+    stranger = KernelCache(redis_url=redis_server.url, secret="other team")  # refused: built anew
+    built = stranger.compile_fatbin(kernels.axpy, SIG, sms="80,90")
+    assert not built.fatbin_stage.hit and built.fatbin == found.fatbin
+    assert stranger.stats()["fatbin"].tiers["shared"].rejected_by == {"other secret": 1}
+    assert built.fatbin_stage.reasons[0] == "shared entry refused: other secret"
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from([75, 80, 86, 89, 90]), min_size=1, max_size=5, unique=True),
+       st.randoms(use_true_random=False))
+def test_a_fatbin_depends_on_the_set_of_targets_alone(targets, shuffle):
+    """Any order of the same targets is the same fatbin, found without
+    compiling; the members are exactly the targets (and the lowest's PTX)."""
+    first = _SHARED.compile_fatbin(kernels.copy, kernels.COPY_SIG, sms=targets)
+    again = list(targets)
+    shuffle.shuffle(again)
+    before = _SHARED.stats()
+    second = _SHARED.compile_fatbin(kernels.copy, kernels.COPY_SIG, sms=again)
+    assert second.hit and second.fatbin == first.fatbin
+    assert all(_SHARED.stats()[s].misses == before[s].misses for s in before)
+    assert [m.name for m in second.members] == [f"sm_{t}" for t in sorted(targets)] + [f"compute_{min(targets)}"]
+
+
+_SHARED = KernelCache()
