@@ -791,7 +791,7 @@ def _resources_html(stage: str, entry, downstream) -> str:
     if stage == "fatbin":
         if not downstream:
             return '<p class="gpucache-muted">None of this fatbin\'s cubin entries is cached any more.</p>'
-        return ('<p>Per architecture, from each cubin\'s link log:</p>' + resources_table_html(downstream))
+        return resources_table_html(downstream)
     if stage == "cubin" and entry.artifact is not None:
         res = parse_resources(getattr(entry.artifact, "info_log", "") or "")
         rows = [("registers", res["registers"], ""), ("barriers", res["barriers"], ""),
@@ -838,7 +838,8 @@ def _config_html(stage: str, summary: str, fields: Optional[Dict[str, Any]] = No
             f'<span class="gpucache-chip{" gpucache-chip-on" if s == stage else ""}"'
             f' title="{s} {"reads" if s in readers else "does not read"} {name}">{s}</span>'
             for s in STAGES if s in readers)
-        reads = "yes" if stage in readers else "no"
+        # (a fatbin is made of its members' bytes: each field reaches it through them)
+        reads = "through its members" if stage == "fatbin" else "yes" if stage in readers else "no"
         rows.append(f'<tr data-field="{name}"><th scope="row" class="gpucache-code">{name}</th>'
                     f'<td class="gpucache-text">{_esc(shown)}</td><td class="gpucache-text gpucache-chips">{chips}</td>'
                     f'<td class="gpucache-text">{reads}</td></tr>')
