@@ -334,3 +334,18 @@ def test_a_fatbin_depends_on_the_set_of_targets_alone(targets, shuffle):
 
 
 _SHARED = KernelCache()
+
+
+def test_explain_predicts_each_target_of_a_multi_target_kernel(ip, capsys):
+    ip.run_cell_magic("gpukernel", "--sm 80,90 --ptx 75 --quiet", COPY_CELL)
+    kernel = ip.user_ns["copy2"]
+    kernel.cache.evict("cubin", kernel.last.per_target[90].stages["cubin"].token)
+    ip.run_line_magic("gpucache", "explain copy2")
+    out = capsys.readouterr().out.split("if compiled now:", 1)[1]
+    assert "(float32[:], float32[:]) sm_75: every stage hits" in out  # its PTX alone: no cubin to miss
+    assert "(float32[:], float32[:]) sm_80: every stage hits" in out
+    assert "(float32[:], float32[:]) sm_90: cubin misses" in out
+    # and recompiling the fatbin entry from the inspector's action builds every target again
+    again = kernel.cache.recompile(kernel.last.fatbin_stage.token)
+    assert again.fatbin == kernel.last.fatbin and not again.fatbin_stage.hit
+    assert again.fatbin_stage.reasons == ("recompiled on request",)

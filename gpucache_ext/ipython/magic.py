@@ -30,7 +30,7 @@ from ..config import LAYERS, STAGES, CompileConfig, Targets, parse_sm
 from ..errors import ConfigError
 from ..kernel import Kernel, gpu_available
 from ..queries import compare_entries, find_entry, resource_moves, resource_rows
-from ..results import short_signature
+from ..results import FatbinResult, short_signature
 from ..stages import normalize_signature
 from .cell import _run_cell
 from .report import and_join, cutoff_text, refusals_between
@@ -297,19 +297,28 @@ def explain_kernel(kernel: Kernel) -> str:
     if not kernel.results:
         return f"{kernel.__name__} has not been compiled yet"
     lines = [kernel.inspect()]
-    same = [f"  ({short_signature(argtypes)[1:-1]}): {phrase}"
-            for argtypes, result in kernel.results.items() for phrase in cutoff_text(result)]
+    same = []
+    for argtypes, result in kernel.results.items():
+        each = result.per_target.items() if isinstance(result, FatbinResult) else [(None, result)]
+        same += [f"  ({short_signature(argtypes)[1:-1]}){'' if sm is None else f' sm_{sm}'}: {phrase}"
+                 for sm, one in each for phrase in cutoff_text(one)]
     if same:
         lines += ["", "rebuilt to the same bytes in the last compile:", *same]
     lines += ["", "if compiled now:"]
+    # a multi-target kernel: each target (a PTX-only one builds no cubin); its fatbin is
+    # rebuilt where a member's bytes change, which only compiling them tells
+    targets = [(None, kernel.config)] if kernel.targets is None else \
+        [(sm, kernel.config.replace(sm=sm)) for sm in kernel.targets.builds]
     for argtypes in kernel.results:
-        predicted = kernel.cache.explain(kernel.py_func, argtypes, kernel.config,
-                                         link=kernel.options.get("link") or ())
-        misses = predicted.misses
-        shown = short_signature(argtypes)[1:-1]
-        if not misses:
-            lines.append(f"  ({shown}): every stage hits")
-        lines += [f"  ({shown}): {line}" for line in predicted_misses(misses)]
+        for sm, config in targets:
+            predicted = kernel.cache.explain(kernel.py_func, argtypes, config,
+                                             link=kernel.options.get("link") or ())
+            misses = {stage: reasons for stage, reasons in predicted.misses.items()
+                      if not (stage == "cubin" and sm is not None and sm not in kernel.targets.sms)}
+            shown = f"({short_signature(argtypes)[1:-1]})" + ("" if sm is None else f" sm_{sm}")
+            if not misses:
+                lines.append(f"  {shown}: every stage hits")
+            lines += [f"  {shown}: {line}" for line in predicted_misses(misses)]
     from ..widgets.render import resource_moves_text  # (the widgets package imports ipywidgets)
 
     moves = resource_moves_text(kernel_moves(kernel))
