@@ -575,6 +575,21 @@ def test_inspector_shows_the_kernels_numbers(lab):
                                                              timeout=ACTION_S * 1000)
 
 
+# The inspector's elements that reach past its right edge outside any box that scrolls.
+STICKING_OUT = """() => {
+  const box = document.querySelector('.gpucache-inspector'), right = box.getBoundingClientRect().right;
+  const clipped = el => {
+    for (let p = el.parentElement; p && p !== box; p = p.parentElement)
+      if (getComputedStyle(p).overflowX !== 'visible') return true;
+    return false;
+  };
+  return [...box.querySelectorAll('*')].filter(el => {
+    const r = el.getBoundingClientRect();
+    return r.width > 0 && r.right > right + 1 && !clipped(el);
+  }).slice(0, 8).map(el => [el.tagName, el.className, (el.textContent || '').slice(0, 40)]);
+}"""
+
+
 def test_entries_list_columns_all_reachable_from_1000_to_1400_px(lab):
     page = lab.page
     for width in WIDTHS:
@@ -585,7 +600,10 @@ def test_entries_list_columns_all_reachable_from_1000_to_1400_px(lab):
             page.screenshot(path=str(lab.folder / f"entries-{width}.png"), timeout=ACTION_S * 1000)
             # the inspector fits the page; nothing overflows it unseen
             assert before["inspector"]["right"] <= width, before["inspector"]
-            assert before["inspectorScroll"][0] <= before["inspectorScroll"][1] + 1, before["inspectorScroll"]
+            # (on failure: what sticks out of it outside any box that scrolls)
+            offenders = page.evaluate(STICKING_OUT)
+            scroll = before["inspectorScroll"]
+            assert scroll[0] <= scroll[1] + 1, (scroll, offenders)
             # the summary table: all of it in view, or in a box that scrolls
             summary = before["summary"]
             if summary["scrollWidth"] > summary["clientWidth"] + 1:
@@ -723,15 +741,12 @@ def test_dark_theme_is_readable(lab):
         print(f"\nscreenshots: {lab.folder}")
 
 
-def test_per_architecture_resources_in_the_inspector_screenshot(tmp_path, capsys):
+def test_per_architecture_resources_in_the_inspector_screenshot(lab, tmp_path, capsys):
     """docs/inspector-fatbin.png: the inspector's entry view of a 4-target
     kernel's fatbin (what it holds, each architecture's resources side by
     side) and its "resources across variants" section, as the widget renders
     them, drawn by Chromium; every figure shown is checked against the
     compile's own.  Written to docs/ with GPUCACHE_UPDATE_DOCS=1."""
-    _require_chromium()
-    from playwright.sync_api import sync_playwright
-
     from gpucache_ext import CompileConfig, KernelCache, samples
     from gpucache_ext.widgets import Inspector
     from gpucache_ext.widgets.render import STYLE
@@ -745,33 +760,30 @@ def test_per_architecture_resources_in_the_inspector_screenshot(tmp_path, capsys
     page_html = (f"<!doctype html><html><head><meta charset='utf-8'>{STYLE}</head><body>"
                  f"<div class='gpucache-inspector' style='width:1100px'>{inspector.entry_view.value}"
                  f"{inspector.variants_view.value}</div></body></html>")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
-                                             timeout=60_000)
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 3000})
-            page.set_content(page_html, timeout=ACTION_S * 1000)
-            shown = page.evaluate("""() => [...document.querySelectorAll('.gpucache-resource-variants')].map(
-                t => [...t.querySelectorAll('tbody tr')].map(r => [r.dataset.arch, r.dataset.token,
-                  Object.fromEntries([...r.querySelectorAll('td[data-resource]')].map(
-                    c => [c.dataset.resource, c.dataset.value]))]))""")
-            fatbin_table, variants_table = shown
-            expected = {f"sm_{sm}": res for sm, res in built.resources_by_arch.items()}
-            assert [arch for arch, _, _ in fatbin_table] == list(expected)
-            for arch, token, cells in fatbin_table:
-                assert token == built.per_target[int(arch[3:])].stages["cubin"].token
-                for name in ("registers", "shared_bytes", "local_bytes", "constant_bytes", "cubin_bytes"):
-                    assert int(cells[name]) == expected[arch][name], (arch, name)
-                assert cells["spills"] == f"{expected[arch]['spill_stores']}/{expected[arch]['spill_loads']}"
-            assert len(variants_table) == 5  # the four targets and the max_registers=32 variant
-            moves = page.evaluate("() => [...document.querySelectorAll('.gpucache-moves li')].map(l => l.textContent)")
-            assert any("max_registers" in move for move in moves), moves
-            section = page.locator(".gpucache-inspector").first
-            shot = tmp_path / "inspector-fatbin.png"
-            section.screenshot(path=str(shot), animations="disabled", caret="hide", timeout=ACTION_S * 1000)
-            assert shot.stat().st_size < 600 * 1024
-        finally:
-            browser.close()
+    page = lab.browser.new_page(viewport={"width": 1200, "height": 3000})  # (the module's browser)
+    try:
+        page.set_content(page_html, timeout=ACTION_S * 1000)
+        shown = page.evaluate("""() => [...document.querySelectorAll('.gpucache-resource-variants')].map(
+            t => [...t.querySelectorAll('tbody tr')].map(r => [r.dataset.arch, r.dataset.token,
+              Object.fromEntries([...r.querySelectorAll('td[data-resource]')].map(
+                c => [c.dataset.resource, c.dataset.value]))]))""")
+        fatbin_table, variants_table = shown
+        expected = {f"sm_{sm}": res for sm, res in built.resources_by_arch.items()}
+        assert [arch for arch, _, _ in fatbin_table] == list(expected)
+        for arch, token, cells in fatbin_table:
+            assert token == built.per_target[int(arch[3:])].stages["cubin"].token
+            for name in ("registers", "shared_bytes", "local_bytes", "constant_bytes", "cubin_bytes"):
+                assert int(cells[name]) == expected[arch][name], (arch, name)
+            assert cells["spills"] == f"{expected[arch]['spill_stores']}/{expected[arch]['spill_loads']}"
+        assert len(variants_table) == 5  # the four targets and the max_registers=32 variant
+        moves = page.evaluate("() => [...document.querySelectorAll('.gpucache-moves li')].map(l => l.textContent)")
+        assert any("max_registers" in move for move in moves), moves
+        section = page.locator(".gpucache-inspector").first
+        shot = tmp_path / "inspector-fatbin.png"
+        section.screenshot(path=str(shot), animations="disabled", caret="hide", timeout=ACTION_S * 1000)
+        assert shot.stat().st_size < 600 * 1024
+    finally:
+        page.close()
     if os.environ.get("GPUCACHE_UPDATE_DOCS"):
         shutil.copy(shot, ROOT / "docs" / "inspector-fatbin.png")
     with capsys.disabled():

@@ -123,6 +123,8 @@ STYLE = """<style>
 .gpucache-tiers-table .gpucache-where { white-space: nowrap; }
 /* Two entries' code side by side (the "compare with" view) */
 .gpucache-compare-view { overflow-x: auto; max-width: 100%; }
+.gpucache-variants { overflow-x: auto; max-width: 100%; }  /* a narrow view scrolls the variants' table */
+.gpucache-table-scroll { overflow-x: auto; max-width: 100%; }  /* a wide table scrolls in a narrow view */
 /* two halves of one width; a long line wraps in its half */
 .gpucache-side-by-side { table-layout: fixed; width: 100%; min-width: 720px; }
 .gpucache-side-by-side td { white-space: pre-wrap; overflow-wrap: anywhere; padding: 0 6px; border-bottom: none; }
@@ -999,9 +1001,9 @@ def resources_table_html(rows) -> str:
                 tds.append(f'<td data-resource="spills" data-value="{row.spill_stores}/{row.spill_loads}"'
                            f'{_class("gpucache-warn" if _spilled(row) else "")}>{_esc(cells[column])}</td>')
         body.append(f'<tr data-arch="{_esc(row.arch)}" data-token="{_esc(row.token)}">{"".join(tds)}</tr>')
-    return ('<table class="gpucache-table gpucache-resource-variants"><caption>Per target and config, from '
-            "the linker's log: registers and spills per thread, shared memory per block</caption>"
-            f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+    return ('<div class="gpucache-table-scroll"><table class="gpucache-table gpucache-resource-variants">'
+            "<caption>Per target and config, from the linker's log: registers and spills per thread, shared "
+            f'memory per block</caption><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
 
 
 def _move_prefixes(moves) -> List[str]:
