@@ -185,6 +185,31 @@ def test_shared_cache_matches_fresh(key, shared_forward, shared_reverse, fresh):
     assert not problems, f"{describe(key)}:\n  " + "\n  ".join(problems)
 
 
+@pytest.fixture(scope="module")
+def shared_fatbins():
+    """Every kernel and variant built for all the grid's targets at once
+    (`compile_fatbin`: the targets' ptx and cubin stages run in threads), in
+    one cache, the PTX of the lowest target where the kernel has one alone."""
+    cache = KernelCache()
+    built = {}
+    for kernel, variant in itertools.product(KERNELS, VARIANTS):
+        func, sig = KERNELS[kernel]
+        config = make_config(variant, SMS[0])
+        built[(kernel, variant)] = cache.compile_fatbin(func, sig, config, sms=SMS)
+    return built
+
+
+@pytest.mark.parametrize("key", GRID, ids=GRID_IDS)
+def test_multi_target_builds_match_fresh_single_target_compiles(key, shared_fatbins, fresh):
+    kernel, variant, sm = key
+    built = shared_fatbins[(kernel, variant)]
+    got, want = built.per_target[sm], fresh[key]
+    for stage in ARTIFACT_STAGES:
+        assert artifact(got, stage) == artifact(want, stage), f"{describe(key)}: {stage} differs"
+        assert got.stages[stage].token == want.stages[stage].token, f"{describe(key)}: {stage} token differs"
+    assert built.cubins[sm] == want.cubin
+
+
 def test_fresh_compiles_miss_everything(fresh):
     for key, res in fresh.items():
         hits = [stage for stage, layer in res.stages.items() if layer.hit]
