@@ -200,8 +200,7 @@ def _reassemble(entry, find_upstream, tainted) -> Tuple[str, Optional[str]]:
         if member.token in tainted:
             return "tainted", f"    built from {member.kind} entry {short_token(member.token)}, which was wrong"
         found = find_upstream(member.kind, member.token, divmod(member.arch, 10))
-        image = None if found is None else (
-            found.artifact.cubin if member.kind == "cubin" else "\n".join(found.artifact.ptx).encode())
+        image = None if found is None else fatbin.image(member.kind, found.artifact)
         if image is None or fatbin.member(member.kind, member.arch, member.token, image) != member:
             return "skipped", None  # gone, or holds other bytes now
         if member.kind == "cubin":

@@ -236,8 +236,8 @@ class KernelCache:
             problem = fatbin.ptx_problem(source._ptx, primary._cubin.links)
             if problem is None:
                 layer = source.stages["ptx"]
-                text = "\n".join(source._ptx.ptx)
-                ptx_member = (fatbin.member("ptx", wanted.ptx, layer.token, text.encode()), text)
+                image = fatbin.image("ptx", source._ptx)
+                ptx_member = (fatbin.member("ptx", wanted.ptx, layer.token, image), image.decode())
             elif wanted.explicit_ptx:
                 raise ConfigError(f"ptx={wanted.ptx}: the PTX of {primary.kernel} cannot go into a fatbin "
                                   f"for the driver to compile alone: {problem}; leave it out (ptx='none')",
@@ -273,8 +273,7 @@ class KernelCache:
             if entry is not None:
                 self._count("fatbin", True, tier, entry.seconds)
                 return StageResult("fatbin", token.hex, Outcome.HIT, tier, time.perf_counter() - start,
-                                   components=token.components, saved_seconds=entry.seconds,
-                                   digest=entry.digest), entry.artifact
+                                   components=token.components, saved_seconds=entry.seconds), entry.artifact
         toolchain.confirm("fatbin")
         self._count("fatbin", False)
         start = time.perf_counter()
@@ -287,7 +286,7 @@ class KernelCache:
         token, reasons = self._store("fatbin", token, plan, artifact, seconds, targets.NO_READS, digest,
                                      upstream=cubins[0][0].token)
         return StageResult("fatbin", token.hex, Outcome.MISS, None, seconds, reasons,
-                           components=token.components, digest=digest), artifact
+                           components=token.components), artifact
 
     def _compile_one(self, pyfunc, argtypes, config: CompileConfig, link, force, audit, why_forced,
                      until: str = "cubin") -> CompileResult:
@@ -383,12 +382,10 @@ class KernelCache:
             return False
         if isinstance(result, FatbinResult):  # every target's stages (the fatbin is keyed on their bytes)
             config = config or result.config
-            current = all(self._plan(func, sig, config.replace(sm=sm), link).tokens[stage].hex
-                          == each.generic_tokens[stage]
-                          for sm, each in result.per_target.items() for stage in each.generic_tokens)
+            current = all(_generic_hexes(self._plan(func, sig, config.replace(sm=sm), link), each)
+                          == each.generic_tokens for sm, each in result.per_target.items())
         else:
-            plan = self._plan(func, sig, config, link)
-            current = {s: t.hex for s, t in plan.tokens.items()} == result.generic_tokens
+            current = _generic_hexes(self._plan(func, sig, config, link), result) == result.generic_tokens
         if current:
             with self._lock:
                 self._launch_checks += 1
@@ -778,6 +775,11 @@ class KernelCache:
         return proxy
 
 
+def _generic_hexes(plan: "_Plan", result: CompileResult) -> Dict[str, str]:
+    """`plan`'s generic tokens of the stages `result` went through (a PTX-only target: up to ptx)."""
+    return {stage: token.hex for stage, token in plan.tokens.items() if stage in result.stages}
+
+
 def _check_config(config) -> CompileConfig:
     config = CompileConfig() if config is None else config
     if not isinstance(config, CompileConfig):
@@ -792,8 +794,7 @@ class _FatbinConfig(NamedTuple):
     targets: Targets
 
     def summary(self) -> str:
-        rest = self.config.summary().split(" ", 1)
-        return self.targets.summary() + (" " + rest[1] if len(rest) > 1 else "")
+        return self.targets.describe(self.config)
 
     def fields(self) -> dict:
         return {**self.config.fields(), "sm": list(self.targets.sms), "ptx": self.targets.ptx}
@@ -985,7 +986,7 @@ class _Plan:
         self.cache._count(stage, True, tier, entry.seconds, cutoff=cutoff)
         self.stages[stage] = StageResult(stage, token.hex, Outcome.HIT, tier, time.perf_counter() - start,
                                          components=token.components, saved_seconds=entry.seconds,
-                                         cutoff=cutoff, digest=entry.digest)
+                                         cutoff=cutoff)
         return _Found(stage, entry.artifact, entry.digest, token.hex)
 
     def _peek_typing(self):
@@ -1011,7 +1012,7 @@ class _Plan:
         digest = content_digest(stage, artifact) if stage != "typing" else None
         token, reasons = self.cache._store(stage, generic, self, artifact, seconds, reads, digest, upstream)
         self.stages[stage] = StageResult(stage, token.hex, Outcome.MISS, None, seconds, reasons,
-                                         components=token.components, digest=digest)
+                                         components=token.components)
         return _Found(stage, artifact, digest, token.hex)
 
 

@@ -287,11 +287,12 @@ class Targets:
     explicit_ptx: bool = dataclasses.field(default=False, compare=False, repr=False)
 
     def __init__(self, sms, ptx=None):
-        parsed = [parse_sm(item) for item in _target_list(sms)]
+        items = _target_list(sms)
+        parsed = [parse_sm(item) for item in items]
         if not parsed:
             raise ConfigError("sm=() is invalid: list at least one target, e.g. 80,86,90", field="sm")
         seen = set()
-        for sm, given in zip(parsed, _target_list(sms)):
+        for sm, given in zip(parsed, items):
             if sm in seen:
                 raise ConfigError(f"sm={sms!r} is invalid: sm_{sm} is listed twice ({given!r}); "
                                   "list each target once", field="sm")
@@ -328,6 +329,12 @@ class Targets:
         """"sm_80,86,90 +ptx 80" (or "no ptx")."""
         text = f"sm_{','.join(str(sm) for sm in self.sms)}"
         return text + (f" +ptx {self.ptx}" if self.ptx is not None else " no ptx")
+
+    def describe(self, config: CompileConfig) -> str:
+        """`config`'s summary with these targets in place of its sm:
+        "sm_80,86,90 +ptx 80 max_registers=32"."""
+        rest = config.summary().split(" ", 1)
+        return self.summary() + (" " + rest[1] if len(rest) > 1 else "")
 
     def __str__(self) -> str:
         return self.summary()

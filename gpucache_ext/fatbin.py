@@ -28,6 +28,11 @@ def member(kind: str, arch: int, token: str, image: bytes) -> FatbinMember:
     return FatbinMember(kind, arch, token, hashlib.sha256(image).hexdigest(), len(image))
 
 
+def image(kind: str, artifact) -> bytes:
+    """What a fatbin takes of a cubin artifact (its cubin) or a PTX one (its one module's text)."""
+    return artifact.cubin if kind == "cubin" else "\n".join(artifact.ptx).encode()
+
+
 def ptx_problem(ptx_artifact, cubin_links=()) -> Optional[str]:
     """Why this PTX cannot go into a fatbin for the driver to compile alone
     (None where it can): the driver's JIT links nothing, so a kernel whose

@@ -448,9 +448,8 @@ class Kernel:
         from .sass import SassUnavailable, disassemble
 
         def by_arch(result):
-            cubins = result.cubins if isinstance(result, FatbinResult) else {result.config.sm: result.cubin}
             found = {}
-            for sm, cubin in cubins.items():
+            for sm, cubin in result.cubins.items():
                 try:
                     found[sm] = disassemble(cubin)
                 except SassUnavailable as exc:
@@ -540,9 +539,7 @@ class Kernel:
         lines = [f"{self.__name__}: {self.summary()}"]
         for result in self.results.values():
             lines.append(result.explain())
-            per_arch = result.resources_by_arch if isinstance(result, FatbinResult) \
-                else {result.config.sm: {**result.resources, "cubin_bytes": len(result.cubin)}}
-            for sm, res in per_arch.items():
+            for sm, res in result.resources_by_arch.items():
                 lines.append(
                     f"  resources sm_{sm}: {res['registers']} registers, {res['shared_bytes']} B shared, "
                     f"{res['local_bytes']} B local, {res['constant_bytes']} B constant, "
@@ -556,10 +553,7 @@ class Kernel:
 
     def summary(self) -> str:
         """The config's summary, with the targets in place of sm for a multi-target kernel."""
-        if self.targets is None:
-            return self.config.summary()
-        rest = self.config.summary().split(" ", 1)
-        return self.targets.summary() + (" " + rest[1] if len(rest) > 1 else "")
+        return self.config.summary() if self.targets is None else self.targets.describe(self.config)
 
     def __repr__(self):
         sigs = ", ".join(map(short_signature, self.results)) or "not compiled"

@@ -80,8 +80,6 @@ class StageResult:
     # a hit right after the stage before was rebuilt to the same bytes as
     # before (early cutoff: its inputs are that stage's bytes)
     cutoff: bool = False
-    # the content digest of its artifact (`codec.content_digest`; None for typing)
-    digest: Optional[str] = field(default=None, repr=False, compare=False)
 
     @property
     def hit(self) -> bool:
@@ -294,29 +292,39 @@ class CompileResult:
         return parse_resources(self._cubin.info_log)
 
     @property
+    def cubins(self) -> Dict[int, bytes]:
+        """Each target's cubin, by target (86 for sm_86): here the one."""
+        return {self.config.sm: self.cubin}
+
+    @property
+    def resources_by_arch(self) -> Dict[int, Dict[str, int]]:
+        """Each target's resources (as ``resources``) and its cubin's size
+        (``cubin_bytes``), by target: here the one."""
+        return {self.config.sm: {**self.resources, "cubin_bytes": len(self.cubin)}}
+
+    def every_stage(self) -> List[StageResult]:
+        """Every stage this compile went through (a fatbin's: each target's, then its own)."""
+        return list(self.stages.values())
+
+    @property
     def seconds(self) -> float:
         """Time this compile spent in the stages (lookups and compiles)."""
-        return sum(layer.seconds for layer in self.stages.values())
+        return sum(layer.seconds for layer in self.every_stage())
 
     @property
     def saved_seconds(self) -> float:
         """Compile time the hits saved (what those entries took to build)."""
-        return sum(layer.saved_seconds for layer in self.stages.values())
+        return sum(layer.saved_seconds for layer in self.every_stage())
 
     @property
     def hit(self) -> bool:
         """True when no stage had to compile."""
-        return all(layer.hit for layer in self.stages.values())
+        return all(layer.hit for layer in self.every_stage())
 
     def explain(self) -> str:
         """One line per stage: hit or miss, tier, time, and why it missed."""
         lines = [f"{self.kernel} {self.signature_text} [{self.config.summary()}]"]
-        for stage in STAGES:
-            layer = self.stages[stage]
-            line = f"  {stage:<6} {_outcome_text(layer):<16} {layer.seconds * 1e3:8.2f} ms  {layer.short_token}"
-            if layer.reasons:
-                line += "  " + "; ".join(layer.reasons)
-            lines.append(line)
+        lines += [_stage_line(self.stages[stage], "  ") for stage in STAGES]
         return "\n".join(lines)
 
     @property
@@ -324,9 +332,12 @@ class CompileResult:
         return short_signature(self.signature)
 
 
-def _outcome_text(layer: StageResult) -> str:
+def _stage_line(layer: StageResult, indent: str, joined: str = "  ") -> str:
+    """One stage of `explain`: outcome, time, token, then why it missed (after `joined`)."""
     where = f"{layer.tier}, same bytes" if layer.cutoff else layer.tier
-    return {Outcome.HIT: f"hit ({where})", Outcome.MISS: "miss", Outcome.NOT_NEEDED: "not needed"}[layer.outcome]
+    state = {Outcome.HIT: f"hit ({where})", Outcome.MISS: "miss", Outcome.NOT_NEEDED: "not needed"}[layer.outcome]
+    line = f"{indent}{layer.stage:<6} {state:<16} {layer.seconds * 1e3:8.2f} ms  {layer.short_token}"
+    return line + (joined + "; ".join(layer.reasons) if layer.reasons else "")
 
 
 @dataclass
@@ -368,49 +379,23 @@ class FatbinResult(CompileResult):
     def resources_by_arch(self) -> Dict[int, Dict[str, int]]:
         """Each cubin target's resources (as ``resources``) and its cubin's
         size (``cubin_bytes``), by target."""
-        return {sm: {**self.per_target[sm].resources, "cubin_bytes": len(self.per_target[sm].cubin)}
-                for sm in self.targets.sms}
+        return {sm: self.per_target[sm].resources_by_arch[sm] for sm in self.targets.sms}
 
-    def _layers(self):
-        for sm in sorted(self.per_target):
-            yield from self.per_target[sm].stages.values()
-        yield self.fatbin_stage
-
-    @property
-    def seconds(self) -> float:
-        """Time spent in every target's stages and the fatbin stage."""
-        return sum(layer.seconds for layer in self._layers())
-
-    @property
-    def saved_seconds(self) -> float:
-        return sum(layer.saved_seconds for layer in self._layers())
-
-    @property
-    def hit(self) -> bool:
-        """True when nothing had to compile, for any target."""
-        return all(layer.hit for layer in self._layers())
+    def every_stage(self) -> List[StageResult]:
+        """Each target's stages (so ``seconds``, ``saved_seconds`` and ``hit``
+        count every target), then the fatbin's."""
+        return [layer for sm in sorted(self.per_target) for layer in self.per_target[sm].every_stage()] \
+            + [self.fatbin_stage]
 
     def explain(self) -> str:
         """Per target, one line per stage; then the fatbin."""
-        config = self.config.summary().split(" ", 1)
-        lines = [f"{self.kernel} {self.signature_text} [{self.targets.summary()}"
-                 f"{' ' + config[1] if len(config) > 1 else ''}]"]
+        lines = [f"{self.kernel} {self.signature_text} [{self.targets.describe(self.config)}]"]
         for sm in sorted(self.per_target):
-            result = self.per_target[sm]
-            role = "" if sm in self.targets.sms else " (PTX only)"
-            lines.append(f"  sm_{sm}{role}")
-            for layer in result.stages.values():
-                line = f"    {layer.stage:<6} {_outcome_text(layer):<16} {layer.seconds * 1e3:8.2f} ms  " \
-                       f"{layer.short_token}"
-                if layer.reasons:
-                    line += "  " + "; ".join(layer.reasons)
-                lines.append(line)
-        layer = self.fatbin_stage
-        line = f"  fatbin {_outcome_text(layer):<16} {layer.seconds * 1e3:8.2f} ms  {layer.short_token}  " \
-               + ", ".join(member.name for member in self.members)
-        if layer.reasons:
-            line += "; " + "; ".join(layer.reasons)
-        lines.append(line)
+            lines.append(f"  sm_{sm}{'' if sm in self.targets.sms else ' (PTX only)'}")
+            lines += [_stage_line(layer, "    ") for layer in self.per_target[sm].every_stage()]
+        members = ", ".join(member.name for member in self.members)
+        line = _stage_line(self.fatbin_stage, "  ", f"  {members}; ")  # (the reasons after its members)
+        lines.append(line if self.fatbin_stage.reasons else f"{line}  {members}")
         if self.ptx_note:
             lines.append(f"  no PTX: {self.ptx_note}")
         return "\n".join(lines)

@@ -153,13 +153,6 @@ def _audit_cell(result: CompileResult) -> str:
     return {"passed": "ok"}.get(audit.state, audit.state)
 
 
-def _layers(result: CompileResult):
-    """Every stage result of a compile: each target's, and the fatbin's."""
-    if isinstance(result, FatbinResult):
-        return list(result._layers())
-    return list(result.stages.values())
-
-
 def _kernel_name(result: CompileResult) -> str:
     return result.kernel.rsplit(".", 1)[-1]
 
@@ -192,7 +185,7 @@ class CellReport:
         """A line per unsigned tier a hit of this cell came from, and one for
         the entries refused during the cell: nothing when all is signed."""
         unsigned = self._unsigned()
-        hit_from = {done.tier for result in self.results for done in _layers(result)
+        hit_from = {done.tier for result in self.results for done in result.every_stage()
                     if done.outcome is Outcome.HIT}
         lines = [f"{tier} tier is unsigned: {note}" for tier, note in unsigned.items() if tier in hit_from]
         if self.refused:
