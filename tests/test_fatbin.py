@@ -349,3 +349,14 @@ def test_explain_predicts_each_target_of_a_multi_target_kernel(ip, capsys):
     again = kernel.cache.recompile(kernel.last.fatbin_stage.token)
     assert again.fatbin == kernel.last.fatbin and not again.fatbin_stage.hit
     assert again.fatbin_stage.reasons == ("recompiled on request",)
+
+
+def test_a_ptx_the_driver_cannot_compile_fails_the_cell_and_keeps_the_earlier_kernel(ip):
+    ip.run_cell_magic("gpukernel", "--sm 80,86 --quiet", COPY_CELL)
+    kernel = ip.user_ns["copy2"]
+    done = ip.run_cell("%%gpukernel --sm 80,86 --ptx 80 --lto --quiet\n" + COPY_CELL)
+    assert not done.success and isinstance(done.error_in_exec, ConfigError)
+    assert "LTO-IR" in str(done.error_in_exec) and "ptx='none'" in str(done.error_in_exec)
+    assert ip.user_ns["copy2"] is kernel  # the name keeps the kernel it had
+    ip.run_cell_magic("gpukernel", "--sm 80,86 --lto --quiet", COPY_CELL)  # without --ptx: cubins alone
+    assert [m.kind for m in ip.user_ns["copy2"].last.members] == ["cubin", "cubin"]
