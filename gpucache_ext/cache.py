@@ -428,7 +428,8 @@ class KernelCache:
                     held = tier.stats(stage)
                     tiers[tier.name] = TierStats(count, round(saved, 6), int(held["entries"]),
                                                  int(held["bytes"]), held.get("corrupt"), held.get("rejected"),
-                                                 held.get("rejected_by"), held.get("previous_secret"))
+                                                 held.get("rejected_by"), held.get("previous_secret"),
+                                                 held.get("unwritable"))
                 counters = self._stats[stage]
                 result[stage] = StageStats(
                     hits=counters.hits, misses=counters.misses, not_needed=counters.not_needed,

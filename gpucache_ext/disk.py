@@ -14,7 +14,12 @@ killed mid-write.  A size cap (default 1 GiB) is kept by evicting the least
 recently used entries (hits refresh an entry's mtime) under a file lock, so
 several processes can share one directory.  If the directory cannot be
 written (read-only, disk full), the tier warns once and goes on read-only:
-the notebook keeps working from memory.
+the notebook keeps working from memory.  A failed write that concerns one
+entry's path alone (a directory or other non-file in its place, a file that
+may not be replaced) costs that entry only: the write is skipped, counted
+(``unwritable``) and logged, and what stands there is left alone.  Only
+regular files are entries: anything else under the folder is not listed,
+counted, evicted or verified.
 
 With a secret (``GPUCACHE_SECRET``) entries are signed and checked as the
 shared tier's are (see `gpucache_ext.signing`): a folder on a cluster file
@@ -25,6 +30,8 @@ to the user (0700); a folder that other users can write to gives a
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import stat
 import tempfile
@@ -44,10 +51,14 @@ from .signing import HEAD_BYTES, Keyring, accepted, signature_length, strip
 from .tiers import Entry, Tier
 from .toolchain import sign_memo
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MAX_BYTES = 1 << 30
 _SUFFIX = ".entry"
 _TEMP_PREFIX = ".tmp-"
 _STALE_TEMP_SECONDS = 3600
+# errors of the file system, whichever path met them: no write can succeed
+_FOLDER_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EROFS") if hasattr(errno, name))
 
 
 def default_directory() -> Path:
@@ -147,6 +158,7 @@ class DiskTier(Tier):
         self._sign_with(keyring if keyring is not None else Keyring(allow_unsigned=True))
         self.writable = True
         self.corrupt: Counter = Counter()
+        self.unwritable: Counter = Counter()  # writes skipped for an odd path (a directory where an entry goes)
         if private and not self.directory.exists():
             try:
                 self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -188,7 +200,7 @@ class DiskTier(Tier):
             except OSError:
                 continue
             for item in names:
-                if item.name.endswith(_SUFFIX) and not item.name.startswith(_TEMP_PREFIX):
+                if item.name.endswith(_SUFFIX) and not item.name.startswith(_TEMP_PREFIX) and _is_file(item):
                     yield Path(item.path)
 
     # -- Tier interface ------------------------------------------------------
@@ -223,7 +235,10 @@ class DiskTier(Tier):
             # a rewrite replaces the old file's bytes, it does not add to them
             replaced = write_atomically(path, data, _TEMP_PREFIX)
         except OSError as exc:
-            self._stop_writing(exc)
+            if self._one_entry(stage, exc):
+                self._skip(stage, path, exc)
+            else:
+                self._stop_writing(exc)
             return
         self._account(stage, 0 if replaced is not None else 1, len(data) - (replaced or 0))
         if self.max_bytes is not None and self._total_bytes() > self.max_bytes:
@@ -247,7 +262,8 @@ class DiskTier(Tier):
 
     def stats(self, stage: str) -> Dict[str, int]:
         count, size = self._sizes_by_stage()[stage]
-        return {"entries": count, "bytes": size, "corrupt": self.corrupt[stage], **self._signing_stats(stage)}
+        return {"entries": count, "bytes": size, "corrupt": self.corrupt[stage],
+                "unwritable": self.unwritable[stage], **self._signing_stats(stage)}
 
     def signatures(self, stage: str) -> Dict[str, int]:
         """How this stage's entries are signed, from their first bytes (no
@@ -340,6 +356,24 @@ class DiskTier(Tier):
         self._account(stage, -1, -size)
         return True
 
+    def _one_entry(self, stage: str, exc: OSError) -> bool:
+        """Whether a failed write concerns the entry's own path (its shard or
+        file: a directory in its place, a file that may not be replaced) rather
+        than the whole folder.  The stage's folder decides: when it is a folder
+        this process may write to, what failed was that one path."""
+        if exc.errno in _FOLDER_ERRNOS:
+            return False
+        folder = self.root / stage
+        return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+
+    def _skip(self, stage: str, path: Path, exc: OSError) -> None:
+        """One entry not written: a miss for it next time, nothing else.  What
+        stands in its place is left alone (a directory is not ours to delete)."""
+        with self._lock:
+            self.unwritable[stage] += 1
+        log.warning("gpucache_ext: could not write the disk cache entry %s (%s); skipped, other entries are "
+                    "still written", path, exc.strerror or exc)
+
     def _stop_writing(self, exc: OSError) -> None:
         self.writable = False
         warnings.warn(
@@ -377,6 +411,14 @@ class DiskTier(Tier):
                         temp.unlink()
                 except OSError:
                     continue
+
+
+def _is_file(item: os.DirEntry) -> bool:
+    """A regular file (or a link to one): something else named like an entry is none."""
+    try:
+        return item.is_file()
+    except OSError:
+        return False
 
 
 def _read_head(path: Path) -> bytes:

@@ -108,6 +108,7 @@ class TierStats(_Record):
     # persistent tiers: the refusals by reason (gpucache_ext.signing.REASONS)
     rejected_by: Optional[Mapping[str, int]] = None
     previous_secret: Optional[int] = None  # entries read that a retired secret signed
+    unwritable: Optional[int] = None  # disk tier: writes skipped for an odd path (a directory where an entry goes)
 
 
 @dataclass(frozen=True, eq=False)

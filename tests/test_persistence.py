@@ -327,3 +327,62 @@ def test_rewriting_an_entry_counts_its_bytes_once(tmp_path):
         sizes.append(sum(on_disk.values()))
     # not growing with each rewrite (sizes differ only by header text: timings, "why built")
     assert max(sizes) < 1.05 * min(sizes)
+
+
+def test_a_directory_in_place_of_an_entry_costs_that_entry_only(tmp_path, caplog):
+    """An entry file replaced by a directory of the same name (by a user, a
+    sync tool, a bad restore): the entry is a miss, rebuilt, and its write is
+    skipped (a directory cannot be replaced by a file atomically, and is not
+    ours to delete); every other entry is still written, in this process too."""
+    config = CompileConfig(sm=86)
+    first = KernelCache(directory=tmp_path).compile(kernels.copy, kernels.COPY_SIG, config)
+    token = first.stages["cubin"].token
+    blocked = DiskTier(tmp_path).path("cubin", token)
+    blocked.unlink()
+    blocked.mkdir()
+    (blocked / "notes.txt").write_text("not the cache's")
+
+    cache = KernelCache(directory=tmp_path)
+    tier = cache.tiers[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = cache.compile(kernels.copy, kernels.COPY_SIG, config)
+        other = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
+    assert not [w for w in caught if "cannot write to the disk cache" in str(w.message)]
+    assert again.stages["ptx"].tier == "disk" and not again.stages["cubin"].hit  # one miss, rebuilt
+    assert again.cubin == first.cubin
+    assert tier.writable and tier.unwritable["cubin"] == 1 and tier.stats("cubin")["unwritable"] == 1
+    assert cache.stats()["cubin"].tiers["disk"].unwritable == 1
+    assert "could not write the disk cache entry" in caplog.text and token in caplog.text
+    assert blocked.is_dir() and (blocked / "notes.txt").exists()  # left alone
+    for stage in ("llvm", "ptx", "cubin"):  # the next kernel's entries reach the disk
+        assert tier.path(stage, other.stages[stage].token).is_file()
+
+    later = KernelCache(directory=tmp_path)  # a new process: the other kernel from disk, the blocked one a miss
+    assert later.compile(kernels.axpy, kernels.AXPY_SIG, config).stages["cubin"].tier == "disk"
+    assert not later.compile(kernels.copy, kernels.COPY_SIG, config).stages["cubin"].hit
+    # only files are entries: the directory is not counted, listed, verified, evicted or cleared
+    assert tier.get("cubin", token) is None
+    assert tier.stats("cubin")["entries"] == len(list(Path(tmp_path).glob("v1/cubin/*/*.entry"))) - 1
+    assert token not in {e.token for e in tier.entries("cubin")}
+    assert tier.verify() == [] and tier.delete("cubin", token) is False
+    tier.prune(0)
+    tier.clear("cubin")
+    assert blocked.is_dir() and entry_files(tmp_path) == [blocked]
+
+
+def test_only_folder_wide_write_errors_stop_the_disk_tier(tmp_path, monkeypatch):
+    """A file system error (full, read-only, over quota) or a folder that cannot
+    be written stops writing; an error about one entry's path does not."""
+    import gpucache_ext.disk as disk
+
+    tier = DiskTier(tmp_path)
+    (tmp_path / "v1" / "cubin").mkdir(parents=True)
+    assert tier._one_entry("cubin", IsADirectoryError(errno.EISDIR, "Is a directory"))
+    assert tier._one_entry("cubin", PermissionError(errno.EPERM, "Operation not permitted"))
+    assert tier._one_entry("cubin", NotADirectoryError(errno.ENOTDIR, "Not a directory"))  # a shard that is a file
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        assert not tier._one_entry("cubin", OSError(code, os.strerror(code)))
+    assert not tier._one_entry("ptx", PermissionError(errno.EACCES, "Permission denied"))  # no ptx folder
+    monkeypatch.setattr(disk.os, "access", lambda path, mode: False)  # the stage's folder not writable
+    assert not tier._one_entry("cubin", PermissionError(errno.EACCES, "Permission denied"))
