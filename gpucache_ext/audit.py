@@ -1,12 +1,23 @@
 """Self-audit: a cache hit is compiled again from nothing and compared.
 
 Tokens are the cache's only defence against stale code; the audit checks
-them.  With ``KernelCache(audit=...)`` (``%%gpukernel --audit``,
-``GPUCACHE_AUDIT``) a compile that hit any stage is compiled again in a
-brand-new pipeline (a fresh memory-only cache, new device proxies, every
-stage forced), and each stage that was served from the cache is compared with
+them.  A compile that hit a stage is compiled again in a brand-new pipeline
+(a fresh memory-only cache, new device proxies, every stage forced) from the
+same snapshot of what the kernel reads (so an edit made since is no
+mismatch), and each stage that was served from the cache is compared with
 the fresh artifact, byte for byte: NVVM IR modules, PTX (or LTO-IR), cubin,
-nvJitLink's log and entry names.  The pipeline's outputs are canonical (see
+nvJitLink's log and entry names.
+
+Which hits (`AuditPolicy`, ``KernelCache(audit=...)``, ``GPUCACHE_AUDIT``,
+``%%gpukernel --audit``): by default the first hit of each kernel that came
+from the disk or shared tier, where another process, another version or
+another person wrote the entry; ``"all"`` or a fraction (``0.1``) widens it
+to a sample of every hit, ``"off"`` turns it off.  Background audits run in
+a low-priority thread once the cache has been idle a moment, so the cell the
+user waits for does not wait for them.  (numba captures warnings process-wide
+while it types, and Python's warning filters are not per thread: a
+``warnings.catch_warnings`` block running in another thread at that moment
+may miss a warning; in a notebook, audits run between cells.)  The pipeline's outputs are canonical (see
 `stages.canonical_modules`); the one normalisation drops the compile times
 nvJitLink writes into its log (`artifact_parts`).
 
@@ -25,17 +36,22 @@ from, a cubin from its PTX (``gpucache verify --recompile``).
 from __future__ import annotations
 
 import difflib
+import logging
+import os
 import queue
 import re
 import random
 import threading
+import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
 from .tokens import short_token
 
 AUDITED_STAGES = ("llvm", "ptx", "cubin")  # typed IR has no bytes to compare
+log = logging.getLogger(__name__)
 
 
 class AuditWarning(UserWarning):
@@ -80,27 +96,62 @@ class AuditOutcome:
         return self.done.wait(timeout)
 
 
-def parse_audit(value) -> float:
-    """The fraction of hits to audit, from True/False/None, a number in [0, 1],
-    or text ("off", "all", "0.1"), as given to KernelCache or GPUCACHE_AUDIT."""
-    if value is None or value is False:
-        return 0.0
+@dataclass(frozen=True)
+class AuditPolicy:
+    """Which hits a cache audits: a `fraction` of every hit (sampled), and,
+    with `first_persisted`, the first hit of each kernel served by a
+    persistent tier (disk or shared)."""
+
+    fraction: float = 0.0
+    first_persisted: bool = True
+
+    @property
+    def enabled(self) -> bool:
+        return self.fraction > 0 or self.first_persisted
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "off"
+        if self.fraction >= 1:
+            return "all"
+        if self.fraction > 0:
+            return f"{self.fraction:g} of hits, and the first disk or shared hit of each kernel"
+        return "the first disk or shared hit of each kernel"
+
+
+DEFAULT_AUDIT = AuditPolicy()
+_OFF = AuditPolicy(0.0, False)
+_INVALID = "use off, first (the default: the first disk or shared hit of each kernel), all, or a fraction such as 0.1"
+
+
+def parse_audit(value) -> AuditPolicy:
+    """The audit policy from an `AuditPolicy`, None (the default), True/False,
+    a fraction in [0, 1], or text ("off", "first", "all", "0.1"), as given to
+    KernelCache or GPUCACHE_AUDIT.  A fraction audits that share of every hit
+    besides the default's first persistent hits; 0 and False turn auditing off."""
+    if isinstance(value, AuditPolicy):
+        return value
+    if value is None:
+        return DEFAULT_AUDIT
+    if value is False:
+        return _OFF
     if value is True:
-        return 1.0
+        return AuditPolicy(1.0)
     if isinstance(value, str):
         text = value.strip().lower()
-        if text in ("", "0", "off", "no", "false", "none"):
-            return 0.0
+        if text in ("", "first", "default", "persisted"):
+            return DEFAULT_AUDIT
+        if text in ("0", "off", "no", "false", "none"):
+            return _OFF
         if text in ("1", "on", "yes", "true", "all"):
-            return 1.0
+            return AuditPolicy(1.0)
         try:
             value = float(text)
         except ValueError:
-            raise ValueError(f"audit={value!r} is invalid; use off, all, or a fraction "
-                             "of hits to audit such as 0.1") from None
+            raise ValueError(f"audit={value!r} is invalid; {_INVALID}") from None
     if isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0:
-        return float(value)
-    raise ValueError(f"audit={value!r} is invalid; use False, True, or a fraction in [0, 1]")
+        return AuditPolicy(float(value)) if value else _OFF
+    raise ValueError(f"audit={value!r} is invalid; {_INVALID}")
 
 
 _TIMING = re.compile(rb"^.*Compile time = .*$\n?", re.MULTILINE)
@@ -144,22 +195,59 @@ def first_difference(stage: str, cached, fresh, context: int = 3) -> Optional[st
 
 
 class Auditor:
-    """Samples a cache's hits and audits them, in a background thread or at once."""
+    """Picks a cache's hits to audit (by its `AuditPolicy`) and audits them, in
+    a low-priority background thread once the cache is idle, or at once."""
 
-    def __init__(self, fraction: float, background: bool, seed: Optional[int] = None):
-        self.fraction = fraction
+    IDLE_SECONDS = 0.2  # how long no compile may run before a background audit starts
+
+    def __init__(self, policy: AuditPolicy, background: bool, seed: Optional[int] = None):
+        self.policy = policy
         self.background = background
         self._random = random.Random(seed)
         self._queue: "queue.Queue[Optional[Callable[[], None]]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
+        self._first_seen: set = set()  # kernels whose first persistent hit was picked
+        self._busy = 0  # compiles running now
+        self._last_busy = 0.0
+        self._held = False  # a cell is running (the magic's session holds audits back meanwhile)
+        _auditors.add(self)
 
-    def wants(self, forced: bool = False) -> bool:
-        """Whether to audit this hit (always when `forced`)."""
+    @property
+    def fraction(self) -> float:
+        return self.policy.fraction
+
+    def wants(self, forced: bool = False, kernel: Optional[str] = None, persisted: bool = False) -> bool:
+        """Whether to audit this hit: always when `forced`; the first hit of
+        `kernel` served by a persistent tier; else a sample of `fraction`."""
         if forced:
             return True
         with self._lock:
-            return self.fraction > 0 and self._random.random() < self.fraction
+            if self.policy.first_persisted and persisted and kernel not in self._first_seen:
+                self._first_seen.add(kernel)
+                return True
+            return self.policy.fraction > 0 and self._random.random() < self.policy.fraction
+
+    def busy(self, entering: bool) -> None:
+        """A compile starts (`entering`) or ends: background audits wait for quiet."""
+        with self._lock:
+            self._busy += 1 if entering else -1
+            self._last_busy = time.monotonic()
+
+    def hold(self, held: bool) -> None:
+        """Hold background audits back (a cell runs), or let them go."""
+        with self._lock:
+            self._held = held
+            self._last_busy = time.monotonic()
+
+    def _wait_for_quiet(self) -> None:
+        while True:
+            with self._lock:
+                wait = 0.05 if self._busy or self._held else \
+                    self.IDLE_SECONDS - (time.monotonic() - self._last_busy)
+            if wait <= 0:
+                return
+            time.sleep(wait)
 
     def submit(self, job: Callable[[], None], background: Optional[bool] = None) -> None:
         if not (self.background if background is None else background):
@@ -172,9 +260,11 @@ class Auditor:
         self._queue.put(job)
 
     def _work(self):
+        _lower_priority()
         while True:
             job = self._queue.get()
             try:
+                self._wait_for_quiet()
                 job()
             except Exception as exc:  # an audit must never take the process down
                 warnings.warn(f"gpucache_ext audit failed: {type(exc).__name__}: {exc}",
@@ -185,6 +275,27 @@ class Auditor:
     def wait(self) -> None:
         """Block until every submitted audit is done."""
         self._queue.join()
+
+
+_auditors: "weakref.WeakSet[Auditor]" = weakref.WeakSet()
+
+
+def wait_for_all() -> None:
+    """Block until every cache's submitted audits are done (tests: none runs
+    on into the next one, where numba's process-wide warning capture in the
+    audit's thread could swallow that test's warnings)."""
+    for auditor in list(_auditors):
+        auditor.wait()
+
+
+def _lower_priority() -> None:
+    """Give this thread the lowest scheduling priority (Linux, where a thread
+    has its own): the compilers it runs release the GIL, and then yield the
+    cores to the user's work."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # not Linux, or not allowed: the default priority
+        log.debug("audit thread keeps its priority", exc_info=True)
 
 
 UPSTREAM = {"ptx": "llvm", "cubin": "ptx"}

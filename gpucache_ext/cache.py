@@ -44,7 +44,7 @@ from .disk import OFF_VALUES, DiskTier, configured_directory, default_directory
 from .shared import RedisTier, UnsignedSharedTier, display_url
 from .signing import Keyring
 from .tiers import Entry, MemoryTier, Tier
-from .sources import declared_signatures, identify, python_function, rebind
+from .sources import SnapshotChanged, identify, python_function, rebind, signature_component
 from .tokens import Component, Token, component, extend_token, make_token, short_token
 from .toolchain import numba_settings, toolchain_component
 
@@ -90,17 +90,18 @@ class KernelCache:
     ``GPUCACHE_SHARED_UNSIGNED``).  ``redis_prefix`` and ``redis_ttl``: None
     reads ``GPUCACHE_REDIS_PREFIX`` and ``GPUCACHE_REDIS_TTL``.
 
-    ``audit`` checks the cache's own hits (see `gpucache_ext.audit`): False
-    (default), True for every compile that hit a stage, or the fraction of
-    them to check (0.1); ``audit_background`` runs the checks in a background
-    thread (default) or before `compile` returns.
+    ``audit`` checks the cache's own hits (see `gpucache_ext.audit`): None
+    (default) the first hit of each kernel served by the disk or shared tier,
+    True every compile that hit a stage, a fraction (0.1) a sample of them
+    besides, False none (or an `AuditPolicy`); ``audit_background`` runs the
+    checks in a background thread (default) or before `compile` returns.
     """
 
     def __init__(self, max_entries=None, max_bytes=None, *, directory=None,
                  max_disk_bytes: Optional[int] = DEFAULT_DISK_BYTES, redis_url: Optional[str] = None,
                  secret: settings.SecretArgument = None, allow_unsigned: Optional[bool] = None,
                  redis_prefix: Optional[str] = None, redis_ttl=None, tiers: Sequence[Tier] = (),
-                 audit=False, audit_background: bool = True):
+                 audit=None, audit_background: bool = True):
         limits = _per_stage(max_entries, DEFAULT_MAX_ENTRIES, "max_entries")
         byte_limits = _per_stage(max_bytes, dict.fromkeys(LAYERS), "max_bytes")
         self._memory = {s: MemoryTier(limits[s], byte_limits[s]) for s in LAYERS}
@@ -163,8 +164,8 @@ class KernelCache:
             try:
                 kwargs["audit"] = parse_audit(env.get("GPUCACHE_AUDIT"))
             except ValueError:
-                raise ValueError(f"GPUCACHE_AUDIT={env.get('GPUCACHE_AUDIT')!r} is invalid; use off, "
-                                 "all, or the fraction of hits to audit, e.g. 0.1") from None
+                raise ValueError(f"GPUCACHE_AUDIT={env.get('GPUCACHE_AUDIT')!r} is invalid; use off, first "
+                                 "(the default), all, or the fraction of hits to audit, e.g. 0.1") from None
         if redis_url is None:
             redis_url = env.get("GPUCACHE_REDIS_URL")
         if redis_url is not None and str(redis_url).strip().lower() in OFF_VALUES:
@@ -289,14 +290,25 @@ class KernelCache:
                            components=token.components), artifact
 
     def _compile_one(self, pyfunc, argtypes, config: CompileConfig, link, force, audit, why_forced,
-                     until: str = "cubin") -> CompileResult:
-        plan = _Plan(self, pyfunc, argtypes, config, link, why_forced)  # (reloads numba's settings)
+                     until: str = "cubin", identity=None) -> CompileResult:
+        """One target's four stages (`identity`: compile that snapshot, not
+        `pyfunc` as it is now: an audit)."""
         stages.check_numba_runtime()
+        self._auditor.busy(True)
         try:
-            result = plan.run(force, until)
-        except toolchain.ToolchainChanged:  # a library was replaced since its fingerprint was read
-            plan = _Plan(self, pyfunc, argtypes, config, link, why_forced)
-            result = plan.run(force, until)
+            for attempt in range(_ATTEMPTS):
+                plan = _Plan(self, pyfunc, argtypes, config, link, why_forced, identity)  # (reloads numba's settings)
+                try:
+                    result = plan.run(force, until)
+                    break
+                # a library was replaced since its fingerprint was read, or an array
+                # changed between its hash and its copy: hash and compile again
+                except (toolchain.ToolchainChanged, SnapshotChanged) as exc:
+                    if identity is not None and isinstance(exc, SnapshotChanged):
+                        raise
+                    _give_up_after(attempt, plan, exc)
+        finally:
+            self._auditor.busy(False)
         return self._finish(plan, result, force, audit)
 
     def _compile_targets(self, pyfunc, argtypes, config: CompileConfig, link, force, audit, why_forced,
@@ -307,6 +319,14 @@ class KernelCache:
         their entries), then ptx and cubin in threads where there are cores to
         spare (libNVVM and nvJitLink compile in parallel; every tier and
         counter is behind the cache's lock)."""
+        self._auditor.busy(True)
+        try:
+            return self._compile_each_target(pyfunc, argtypes, config, link, force, audit, why_forced, targets_until)
+        finally:
+            self._auditor.busy(False)
+
+    def _compile_each_target(self, pyfunc, argtypes, config: CompileConfig, link, force, audit, why_forced,
+                             targets_until) -> Dict[int, CompileResult]:
         plans = {sm: _Plan(self, pyfunc, argtypes, config.replace(sm=sm), link, why_forced)
                  for sm in targets_until}
         stages.check_numba_runtime()
@@ -314,14 +334,14 @@ class KernelCache:
         for sm, plan in plans.items():  # llvm one target after another: targets may share it
             try:
                 fronts[sm] = plan.front(force)
-            except toolchain.ToolchainChanged:
+            except (toolchain.ToolchainChanged, SnapshotChanged):
                 pass  # (compiled again below, one at a time)
         workers = min(len(fronts), os.cpu_count() or 1)
 
         def run(sm):
             try:
                 return plans[sm].back(fronts[sm], targets_until[sm])
-            except toolchain.ToolchainChanged:
+            except (toolchain.ToolchainChanged, SnapshotChanged):
                 return None
 
         if workers > 1:
@@ -346,10 +366,13 @@ class KernelCache:
         """What follows a compile: what it keeps alive, its audit, and where its tokens came from."""
         pyfunc, argtypes, config, link = plan.pyfunc, plan.argtypes, plan.config, plan.link
         result.referenced = plan.identity.referenced
-        if not force and audit is not False and any(layer.hit for layer in result.stages.values()) \
-                and self._auditor.wants(forced=bool(audit)):
+        hits = [layer for layer in result.stages.values() if layer.hit]
+        persisted = any(layer.tier not in (None, "memory") for layer in hits)
+        if not force and audit is not False and hits \
+                and self._auditor.wants(forced=bool(audit), kernel=plan.kernel, persisted=persisted):
             result.audit = AuditOutcome()
-            self._auditor.submit(lambda: self._audit(pyfunc, argtypes, config, result, link),
+            identity = plan.identity
+            self._auditor.submit(lambda: self._audit(pyfunc, argtypes, config, result, link, identity),
                                  background=False if audit else None)
         with self._lock:
             for layer in result.stages.values():
@@ -540,11 +563,18 @@ class KernelCache:
                 self._proxies.clear()
 
     # -- audit -------------------------------------------------------------
-    def _audit(self, pyfunc, argtypes, config, result: CompileResult, link=()) -> None:
-        """Compile `result`'s inputs again from nothing and compare every artifact."""
+    def _audit(self, pyfunc, argtypes, config, result: CompileResult, link=(), identity=None) -> None:
+        """Compile `result`'s inputs again from nothing (from the snapshot
+        `identity` its compile hashed, so later edits are no mismatch) and
+        compare every artifact."""
         outcome = result.audit
         try:
-            fresh = KernelCache(audit=False).compile(pyfunc, argtypes, config, force=True, link=link)
+            fresh = KernelCache(audit=False)._compile_one(pyfunc, argtypes, config, tuple(link), True, False,
+                                                          "audit", identity=identity)
+        except SnapshotChanged as exc:  # an array it read changed since: nothing left to compare with
+            outcome.state, outcome.error = "skipped", str(exc)
+            outcome.done.set()
+            return
         except Exception as exc:
             outcome.state, outcome.error = "failed", f"{type(exc).__name__}: {exc}"
             outcome.done.set()
@@ -603,6 +633,11 @@ class KernelCache:
     def audit_wait(self) -> None:
         """Block until every audit submitted so far is done."""
         self._auditor.wait()
+
+    def hold_audits(self, held: bool = True) -> None:
+        """Hold background audits back while the user waits (the magic's
+        session does from each cell's start to its end), or let them go."""
+        self._auditor.hold(held)
 
     def audit_mismatches(self, since: int = 0) -> List[Mismatch]:
         """The latest audit mismatches (at most 256), newest last; with `since`
@@ -744,11 +779,14 @@ class KernelCache:
         return reasons
 
     def _proxy_for(self, dispatcher, identity):
-        """The device proxy for a device function of this identity (made once, then reused)."""
-        key = identity.digest
+        """The device proxy for this device function object and identity (made
+        once, then reused).  A proxy belongs to one function object: two of
+        one digest (module twins) never share what either typed from its own
+        snapshot.  The proxy holds its dispatcher, so the id stays its own."""
+        key = (id(dispatcher), identity.digest)
         with self._lock:
             proxy = self._proxies.get(key)
-            if proxy is None:
+            if proxy is None or proxy.original is not dispatcher:
                 proxy = self._new_proxy(dispatcher, identity, self._proxy_for)
             self._proxies.move_to_end(key)
             return proxy
@@ -759,21 +797,49 @@ class KernelCache:
         made = {}
 
         def proxy_for(dispatcher, identity):
+            key = (id(dispatcher), identity.digest)
             with self._lock:
-                if identity.digest not in made:
-                    made[identity.digest] = self._new_proxy(dispatcher, identity, proxy_for)
-                return made[identity.digest]
+                if key not in made:
+                    made[key] = self._new_proxy(dispatcher, identity, proxy_for)
+                return made[key]
 
         return proxy_for
 
     def _new_proxy(self, dispatcher, identity, proxy_for):
-        proxy = stages.DeviceProxy(dispatcher, rebind(identity, proxy_for), identity.digest,
-                                   declared_signatures(dispatcher))
-        self._proxies[identity.digest] = proxy
-        self._proxies.move_to_end(identity.digest)
+        proxy = stages.DeviceProxy(dispatcher, rebind(identity, proxy_for), identity.digest, identity.declared,
+                                   options=identity.options, debug_filename=identity.debug_filename,
+                                   def_line=identity.def_line)
+        key = (id(dispatcher), identity.digest)
+        self._proxies[key] = proxy
+        self._proxies.move_to_end(key)
         while len(self._proxies) > 4 * self._memory["typing"].max_entries:
             self._proxies.popitem(last=False)
         return proxy
+
+
+def _source_files_component(paths) -> Dict[str, Component]:
+    """The cubin's extra input where debug info names source files (see
+    `stages.debug_source_files`): their sizes and modification times."""
+    if not paths:
+        return {}
+    stats = stages.source_file_stats(paths)
+    shown = ", ".join(f"{os.path.basename(path)} {'absent' if rest == ['absent'] else f'{rest[0]} B'}"
+                      for path, *rest in stats)
+    return {"debug source files": component(stats, shown)}
+
+
+_ATTEMPTS = 3  # compiles of one kernel before what it reads is declared too unsteady to cache
+
+
+def _give_up_after(attempt: int, plan: "_Plan", exc: Exception) -> None:
+    """Raise once the last attempt failed: what the kernel reads keeps changing."""
+    if attempt + 1 < _ATTEMPTS:
+        return
+    if isinstance(exc, SnapshotChanged):
+        raise UnsupportedKernelError(
+            f"{plan.kernel}: {exc} ({_ATTEMPTS} times); stop writing to it while the cell compiles, or "
+            "pass it to the kernel as an argument") from exc
+    raise exc
 
 
 def _generic_hexes(plan: "_Plan", result: CompileResult) -> Dict[str, str]:
@@ -869,15 +935,17 @@ class _Plan:
     """One compile: the tokens, the lookups, and the stages that must run."""
 
     def __init__(self, cache: KernelCache, pyfunc, argtypes, config: CompileConfig, link=(),
-                 why_forced: str = "forced recompile"):
+                 why_forced: str = "forced recompile", identity=None):
         self.cache = cache
         self.pyfunc = pyfunc
         self.argtypes = argtypes
         self.config = config
-        self.identity = identify(pyfunc, with_location=config.debug or config.lineinfo)
+        # what the kernel reads, read once (an audit gives the snapshot of the compile it checks)
+        self.identity = identity if identity is not None else \
+            identify(pyfunc, with_location=config.debug or config.lineinfo)
         if self.identity.unlinked and not link:
             raise UnsupportedKernelError(self.identity.unlinked[0])
-        if link:  # the kernel's own link= code joins what its external functions link
+        if link and identity is None:  # the kernel's own link= code joins what its external functions link
             from . import linking
 
             origin = f"{self.identity.qualname} (link=): "
@@ -898,32 +966,42 @@ class _Plan:
         memo = next((tier.directory for tier in self.cache.tiers if isinstance(tier, DiskTier)), None)
         typing = make_token("typing", {
             **self.identity.components,
-            "signature": component([str(t) for t in self.argtypes], self.signature_text[1:-1]),
+            "signature": signature_component(self.argtypes, self.signature_text[1:-1]),
             "toolchain": toolchain_component("typing"),
         })
-        tokens = {"typing": typing}
-        upstream = typing
-        for stage in STAGES[1:]:
-            parts = {name: component(value) for name, value in config.stage_fields(stage).items()}
-            parts[upstream.stage] = Component(upstream.hex, upstream.short)
-            parts["toolchain"] = toolchain_component(stage, memo)
-            if stage == "llvm":
-                parts["numba settings"] = component(numba_settings())
-            if stage == "cubin" and self.identity.links:
-                # what external functions link keys the cubin alone (see linking)
-                parts["linked code"] = component(
-                    [link.digest for link in self.identity.links],
-                    ", ".join(link.name for link in self.identity.links))
-            self._parts[stage] = parts
-            tokens[stage] = upstream = make_token(stage, parts)
-        return tokens
+        settings = self.settings = numba_settings()
+        toolchains = {stage: toolchain_component(stage, memo) for stage in STAGES[1:]}
+        links = tuple((link.digest, link.name) for link in self.identity.links)
+        # what the later stages' tokens are made of besides typing's: the same
+        # inputs give the same tokens (memoised: an exact repeat rebuilds none)
+        key = (typing.hex, config, tuple(settings.items()), links,
+               tuple(part.digest for part in toolchains.values()))
+        found = _DOWNSTREAM_TOKENS.get(key)
+        if found is None:
+            found = _downstream_tokens(typing, config, settings, toolchains, links)
+            if len(_DOWNSTREAM_TOKENS) >= 4096:
+                _DOWNSTREAM_TOKENS.pop(next(iter(_DOWNSTREAM_TOKENS)))
+            _DOWNSTREAM_TOKENS[key] = found
+        tokens, self._parts = found
+        return {"typing": typing, **tokens}
 
-    def content_token(self, stage: str, upstream_digest: str) -> Token:
+    def content_token(self, stage: str, upstream_digest: str, extra: Optional[Mapping[str, Component]] = None
+                      ) -> Token:
         """The token ptx and cubin entries are filed under: the stage's inputs,
         with the upstream artifact's digest in place of the upstream token."""
-        parts = dict(self._parts[stage])
-        parts[STAGES[STAGES.index(stage) - 1]] = Component(upstream_digest, f"output {short_token(upstream_digest)}")
-        return make_token(stage, parts)
+        key = (stage, self.tokens[stage].hex, upstream_digest,
+               tuple((name, part.digest) for name, part in (extra or {}).items()))
+        found = _CONTENT_TOKENS.get(key)
+        if found is None:
+            parts = dict(self._parts[stage])
+            parts[STAGES[STAGES.index(stage) - 1]] = Component(upstream_digest,
+                                                                f"output {short_token(upstream_digest)}")
+            parts.update(extra or {})
+            found = make_token(stage, parts)
+            if len(_CONTENT_TOKENS) >= 4096:
+                _CONTENT_TOKENS.pop(next(iter(_CONTENT_TOKENS)))
+            _CONTENT_TOKENS[key] = found
+        return found
 
     def run(self, force=False, until: str = "cubin") -> CompileResult:
         """llvm is looked up by its token; ptx and cubin by their content
@@ -942,8 +1020,7 @@ class _Plan:
             typed = None if force else self._lookup("typing", self.tokens["typing"])
             if typed is None:
                 typed = self._compile("typing", self.tokens["typing"], self._run_typing)
-            llvm = self._compile("llvm", self.tokens["llvm"], stages.run_llvm, typed.artifact, self.config,
-                                 self.identity.link_keys)
+            llvm = self._compile("llvm", self.tokens["llvm"], self._lower, typed.artifact)
         else:
             self._peek_typing()
         return llvm
@@ -951,29 +1028,50 @@ class _Plan:
     def back(self, llvm: "_Found", until: str = "cubin") -> CompileResult:
         """ptx and cubin (or ptx alone) from `front`'s llvm artifact."""
         ptx = self._downstream("ptx", llvm, stages.run_ptx, self.config, self.kernel)
-        cubin = None if until == "ptx" else \
-            self._downstream("cubin", ptx, stages.run_cubin, self.config, self.kernel, self.identity.links)
+        cubin = None
+        if until != "ptx":
+            sources = stages.debug_source_files(llvm.artifact)
+            extra = _source_files_component(sources)
+
+            def link(*args):
+                cubin = stages.run_cubin(*args)
+                if _source_files_component(sources) != extra:  # (nvJitLink read them meanwhile)
+                    raise SnapshotChanged(f"a source file of {self.kernel} changed while it was being linked")
+                return cubin
+
+            cubin = self._downstream("cubin", ptx, link, self.config, self.kernel, self.identity.links, extra=extra)
         built = STAGES[:STAGES.index(until) + 1]
         return CompileResult(self.kernel, self.argtypes, self.config,
                              {s: self.stages[s] for s in built},
                              llvm.artifact, ptx.artifact, cubin.artifact if cubin is not None else None,
                              generic_tokens={s: t.hex for s, t in self.tokens.items() if s in built})
 
-    def _downstream(self, stage, upstream: "_Found", fn, *args) -> "_Found":
-        """Look up `stage` by the content token of `upstream`'s artifact, else build it."""
-        token = self.content_token(stage, upstream.digest)
+    def _downstream(self, stage, upstream: "_Found", fn, *args, extra=None) -> "_Found":
+        """Look up `stage` by the content token of `upstream`'s artifact (and
+        `extra` components), else build it."""
+        token = self.content_token(stage, upstream.digest, extra)
         rebuilt = self.stages[upstream.stage].outcome is Outcome.MISS
         found = None if self.forced else self._lookup(stage, token, cutoff=rebuilt)
         if found is None:
             found = self._compile(stage, token, fn, upstream.artifact, *args, upstream=upstream.token)
         return found
 
+    def _lower(self, typed):
+        """The llvm stage, lowered with the numba settings its token hashed:
+        numba reads them from its config module as it lowers, where another
+        thread may have set one meanwhile (then the compile starts again)."""
+        llvm = stages.run_llvm(typed, self.config, self.identity.link_keys)
+        if numba_settings(reload=False) != self.settings:
+            raise SnapshotChanged(f"numba's settings changed while {self.kernel} was being lowered")
+        return llvm
+
     def _run_typing(self):
         proxy_for = self.cache._fresh_proxies() if self.forced else self.cache._proxy_for
         pyfunc = rebind(self.identity, proxy_for)
         typed = stages.run_typing(pyfunc, self.argtypes, self.config, kernel=True,
                                   uid=stages.symbol_uid(self.identity.digest), qualname=self.kernel,
-                                  fresh=self.forced)
+                                  fresh=self.forced, debug_filename=self.identity.debug_filename,
+                                  def_line=self.identity.def_line)
         # keep the proxies the typed IR refers to alive as long as it is cached
         typed.proxies = tuple(proxy_for(dispatcher, dev) for dispatcher, dev in self.identity.devices)
         typed.snapshot_bytes = self.identity.snapshot_bytes
@@ -1015,6 +1113,29 @@ class _Plan:
         self.stages[stage] = StageResult(stage, token.hex, Outcome.MISS, None, seconds, reasons,
                                          components=token.components)
         return _Found(stage, artifact, digest, token.hex)
+
+
+def _downstream_tokens(typing: Token, config: CompileConfig, settings, toolchains, links):
+    """The llvm, ptx and cubin tokens chained on `typing`, and each one's components."""
+    tokens, all_parts = {}, {}
+    upstream = typing
+    for stage in STAGES[1:]:
+        parts = {name: component(value) for name, value in config.stage_fields(stage).items()}
+        parts[upstream.stage] = Component(upstream.hex, upstream.short)
+        parts["toolchain"] = toolchains[stage]
+        if stage == "llvm":
+            parts["numba settings"] = component(dict(settings))
+        if stage == "cubin" and links:
+            # what external functions link keys the cubin alone (see linking)
+            parts["linked code"] = component([digest for digest, _ in links], ", ".join(name for _, name in links))
+        all_parts[stage] = parts
+        tokens[stage] = upstream = make_token(stage, parts)
+    return tokens, all_parts
+
+
+# (pure functions of their keys, shared by every cache: bounded, oldest dropped first)
+_DOWNSTREAM_TOKENS: Dict[tuple, tuple] = {}
+_CONTENT_TOKENS: Dict[tuple, Token] = {}
 
 
 class _Found(NamedTuple):

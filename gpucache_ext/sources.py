@@ -35,22 +35,22 @@ original objects.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import dis
 import enum
 import functools
-import hashlib
-import importlib.metadata
+import linecache
 import os
-import site
 import sys
-import sysconfig
 import types as pytypes
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
-from . import linking
+import xxhash
+
+from . import libraries, linking
 from .errors import UnsupportedKernelError
 from .tokens import Component, component, digest
 
@@ -144,106 +144,21 @@ def _const_value(value):
 
 
 # ---------------------------------------------------------------------------
-# Libraries and user code
+# Libraries and user code: `libraries` decides (by where a file lives) and
+# keys a library (by the distribution that owns its file)
 
-
-@functools.lru_cache(maxsize=1)
-def _folders() -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
-    """(installed-package folders, standard-library folders), each ending in a separator."""
-    paths = sysconfig.get_paths()
-    packages = {paths[k] for k in ("purelib", "platlib") if k in paths}
-    packages |= {p for p in sys.path if os.path.basename(p.rstrip(os.sep)) in ("site-packages", "dist-packages")}
-    try:
-        packages |= set(site.getsitepackages()) | {site.getusersitepackages()}
-    except AttributeError:  # pragma: no cover - virtualenv's old site module
-        pass
-    stdlib = {paths[k] for k in ("stdlib", "platstdlib") if k in paths}
-
-    def norm(folders):
-        return tuple(sorted({os.path.realpath(f) + os.sep for f in folders if f}))
-
-    return norm(packages), norm(stdlib)
-
-
-def _module_files(module) -> Tuple[str, ...]:
-    files = [getattr(module, "__file__", None)] + list(getattr(module, "__path__", None) or [])
-    return tuple(f for f in files if isinstance(f, str))
-
-
-@functools.lru_cache(maxsize=2048)
-def _file_origin(path: str) -> Optional[str]:
-    """'installed', 'stdlib' or None (user code) for a source file."""
-    if not os.path.isabs(path):  # "<cell>", "<string>": code typed by the user
-        return None
-    packages, stdlib = _folders()
-    path = os.path.realpath(path)
-    if path.startswith(packages):  # checked first: site-packages may lie inside the stdlib folder
-        return "installed"
-    if path.startswith(stdlib):
-        return "stdlib"
-    return None
-
-
-def library_version(module) -> Optional[str]:
-    """A version string when `module` is a library, None when it is user code.
-
-    A module is a library when it is built in, or when its files live in the
-    standard library's folder or in an installed-package folder; where it
-    lives decides, not its name (a ``sched.py`` beside the notebook is user
-    code).  An installed package is keyed by its distribution's version (its
-    contents change only with its version), the standard library by Python's
-    (in the typing toolchain).
-    """
-    name = getattr(module, "__name__", "")
-    files = _module_files(module)
-    if not files:
-        if name in sys.builtin_module_names or getattr(module, "__spec__", None) is not None and \
-                getattr(module.__spec__, "origin", None) in ("built-in", "frozen"):
-            return "stdlib"
-        return None
-    origin = _files_origin(files)
-    if origin in (None, "stdlib"):
-        return origin
-    return _distribution_version(name.split(".")[0])
-
-
-@functools.lru_cache(maxsize=4096)
-def _files_origin(files: Tuple[str, ...]) -> Optional[str]:
-    """'stdlib', 'installed' or None (user code) for the files of one module."""
-    origins = {_file_origin(f) for f in files}
-    if None in origins:
-        return None
-    return "stdlib" if origins == {"stdlib"} else "installed"
-
-
-@functools.lru_cache(maxsize=1024)
-def _distribution_version(top: str) -> str:
-    version = getattr(sys.modules.get(top), "__version__", None)
-    if isinstance(version, str):
-        return version
-    for dist in importlib.metadata.packages_distributions().get(top, ()) or (top,):
-        try:
-            return f"{dist} {importlib.metadata.version(dist)}"
-        except (importlib.metadata.PackageNotFoundError, ValueError):
-            continue
-    return "installed"
-
-
-def _class_version(cls) -> Optional[str]:
-    """The version of the library that defines `cls` (a class or function), or
-    None for user code.  ``__main__`` is always the user's, wherever its file
-    lies (under pytest or ``python -m`` it is a library's script)."""
-    name = getattr(cls, "__module__", None) or ""
-    if name == "__main__":
-        return None
-    module = sys.modules.get(name)
-    if module is None:
-        return "stdlib" if name == "builtins" else None
-    return library_version(module)
+library_version = libraries.library_version
+_file_origin = libraries.file_origin
+_class_version = libraries.class_version
 
 
 # ---------------------------------------------------------------------------
 # What rebinding substitutes
+
+
+class SnapshotChanged(Exception):
+    """An array changed between being hashed and being copied for the compile
+    (another thread wrote to it): the compile starts again from a new snapshot."""
 
 
 class _Plan:
@@ -262,6 +177,28 @@ class _Snapshot(_Plan):
 
 
 @dataclass
+class _ArraySnapshot(_Plan):
+    """A numpy array, hashed live (cheap: a hit never copies it) and copied
+    when a compile needs it; the copy must hash as the array did, or the
+    array changed meanwhile (`SnapshotChanged`)."""
+
+    array: Any
+    data: list  # its description as hashed (`_array_data`)
+    qualname: str
+    copy: Any = None
+
+    def materialize(self, proxy_for):
+        if self.copy is None:
+            copy = _snapshot_array(self.array, self.qualname)
+            # (the copy's own buffer may be aligned where the array was not: compared apart from flags)
+            same = _array_data(copy, _array_content(copy))
+            if same[:4] != self.data[:4] or same[5] != self.data[5] or same[4][2] != self.data[4][2]:
+                raise SnapshotChanged(f"an array {self.qualname} reads changed while it was being compiled")
+            self.copy = copy
+        return self.copy
+
+
+@dataclass
 class _Device(_Plan):
     dispatcher: Any
     identity: "SourceIdentity"
@@ -271,25 +208,33 @@ class _Device(_Plan):
 
 
 @dataclass
-class _Tuple(_Plan):
-    original: tuple
+class _Sequence(_Plan):
+    """A tuple or list as it was read, its items bound by their own plans."""
+
+    kind: type
+    original: Any  # the items as read (a list: a copy)
     items: List[Optional[_Plan]]
 
     def materialize(self, proxy_for):
         values = [old if plan is None else plan.materialize(proxy_for)
                   for old, plan in zip(self.original, self.items)]
-        cls = type(self.original)
-        return cls._make(values) if hasattr(cls, "_make") else cls(values)
+        if self.kind is list:
+            return values
+        return self.kind._make(values) if hasattr(self.kind, "_make") else self.kind(values)
 
 
 @dataclass
 class _ModuleClone(_Plan):
-    module: pytypes.ModuleType
+    """A user module as the function read it: a new module holding only the
+    attributes read, each as it was hashed (numba types a module's attribute
+    by reading it from the module object it is given)."""
+
+    name: str
+    doc: Optional[str]
     attrs: Dict[str, _Plan]
 
     def materialize(self, proxy_for):
-        clone = pytypes.ModuleType(self.module.__name__, self.module.__doc__)
-        clone.__dict__.update(self.module.__dict__)
+        clone = pytypes.ModuleType(self.name, self.doc)
         for attr, plan in self.attrs.items():
             setattr(clone, attr, plan.materialize(proxy_for))
         return clone
@@ -297,13 +242,31 @@ class _ModuleClone(_Plan):
 
 @dataclass
 class SourceIdentity:
-    """What a function's typed IR depends on, as named components."""
+    """What a function's typed IR depends on, as named components, and the
+    snapshot of everything they were hashed from (what `rebind` compiles)."""
 
     qualname: str
     pyfunc: Callable
     components: Dict[str, Component]
-    # ("global" | "closure", name) -> what the rebound function reads instead
+    # ("global" | "closure", name) -> what the rebound function reads (every
+    # variable its code reads: builtins are globals there)
     bindings: Dict[Tuple[str, str], _Plan] = field(default_factory=dict)
+    # the function's own attributes, read once (each can be reassigned)
+    code: Any = None
+    name: str = ""
+    module: Optional[str] = None
+    func_qualname: str = ""
+    namespace_name: Any = None  # its globals' __name__ (numba reads it)
+    defaults: Optional[tuple] = None
+    kwdefaults: Optional[dict] = None
+    # the file numba-cuda writes into debug info (os.path.abspath of the code's
+    # file, so the working directory for cells), None without debug info
+    debug_filename: Optional[str] = None
+    def_line: Optional[int] = None  # the line of `def` numba-cuda names there (None: not found)
+    # (device functions) the signatures it was declared with and the options it
+    # is lowered with, as hashed
+    declared: Tuple[Tuple[tuple, Any], ...] = ()
+    options: Dict[str, Any] = field(default_factory=dict)
     # every device function this function calls directly: (dispatcher, identity)
     devices: List[Tuple[object, "SourceIdentity"]] = field(default_factory=list)
     snapshot_bytes: int = 0  # size of the array copies the bindings hold
@@ -384,12 +347,18 @@ def python_function(func) -> Callable:
 
 
 def identify(func, with_location: bool, freeze: bool = False) -> SourceIdentity:
-    """The identity of `func` (a Python function or dispatcher).
+    """The identity of `func` (a Python function or dispatcher), and the
+    snapshot it was hashed from.
 
-    With `freeze`, `rebind` gives a function that reads every global, closure
-    variable and module attribute as it is now (what compiled code bakes in),
-    not only the arrays and device functions it must substitute: the
-    simulator runs Python code, and must see what a GPU would run.
+    Every variable the code reads (module globals, builtins, closure cells,
+    defaults, module attribute chains, device functions and what they read)
+    is read once; its description enters the components and the object read
+    (a copy, for an array) enters the bindings, which `rebind` compiles from.
+    So what is hashed is what is compiled, whatever changes meanwhile.
+
+    With `freeze`, the bindings are what the simulator runs (it runs Python):
+    library functions numba would compile become their Python functions, and
+    simulator arrays stay themselves.
     """
     walker = _Walker(with_location, freeze)
     ident = walker.function(python_function(func))
@@ -400,8 +369,42 @@ def identify(func, with_location: bool, freeze: bool = False) -> SourceIdentity:
     return ident
 
 
+def def_line(pyfunc) -> Optional[int]:
+    """The line of `def` numba-cuda writes into debug info (None when it finds
+    no source), found as it finds it (`get_func_def_lineno`: the source text
+    from linecache, parsed).  Memoised per code object and linecache entry:
+    the text of a file edited on disk changes the answer, not the code."""
+    from numba.cuda.misc.firstlinefinder import get_func_def_lineno
+
+    code = pyfunc.__code__
+    linecache.checkcache(code.co_filename)  # (as inspect does: a file changed on disk is read again)
+    linecache.getlines(code.co_filename)
+    entry = linecache.cache.get(code.co_filename)
+    if entry is None or len(entry) != 4:  # no source at all: nothing to remember it by
+        return get_func_def_lineno(pyfunc)
+    key = (code, code.co_filename, id(entry[2]), entry[:2])
+    found = _DEF_LINES.get(key, _MISSING)
+    if found is _MISSING:
+        found = get_func_def_lineno(pyfunc)
+        if len(_DEF_LINES) > 4096:
+            _DEF_LINES.clear()
+        _DEF_LINES[key] = found
+    return found
+
+
+_DEF_LINES: Dict[Any, Optional[int]] = {}
+
+
 def _short(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_MISSING = object()
+# The builtins as Python starts them: a name read from builtins that is still
+# the same object is keyed by its name (Python's version is in the toolchain);
+# anything a program put into builtins is keyed by its value, as a global is.
+_PRISTINE_BUILTINS = dict(builtins.__dict__)
+_BUILTIN_COMPONENTS: Dict[str, Component] = {}
 
 
 class _Walker:
@@ -415,8 +418,9 @@ class _Walker:
         self.active = []  # functions being walked (cycle guard)
         self.memo = {}
 
-    def function(self, pyfunc) -> SourceIdentity:
-        key = id(pyfunc)
+    def function(self, pyfunc, with_location: Optional[bool] = None) -> SourceIdentity:
+        with_location = self.with_location if with_location is None else with_location
+        key = (id(pyfunc), with_location)
         if key in self.memo:
             return self.memo[key]
         if pyfunc in self.active:
@@ -426,69 +430,89 @@ class _Walker:
             )
         self.active.append(pyfunc)
         try:
-            ident = self._function(pyfunc)
+            ident = self._function(pyfunc, with_location)
         finally:
             self.active.pop()
         self.memo[key] = ident
         return ident
 
-    def _function(self, pyfunc) -> SourceIdentity:
-        code = pyfunc.__code__
+    def _function(self, pyfunc, with_location: bool) -> SourceIdentity:
+        # each attribute read once: what is hashed below is what rebind compiles
+        code, namespace, closure = pyfunc.__code__, pyfunc.__globals__, pyfunc.__closure__
+        defaults, kwdefaults = pyfunc.__defaults__, pyfunc.__kwdefaults__
+        kwdefaults = dict(kwdefaults) if kwdefaults else None
         qualname = f"{pyfunc.__module__}.{pyfunc.__qualname__}"
-        ident = SourceIdentity(qualname, pyfunc, {})
+        ident = SourceIdentity(qualname, pyfunc, {}, code=code, name=pyfunc.__name__, module=pyfunc.__module__,
+                               func_qualname=pyfunc.__qualname__, namespace_name=namespace.get("__name__"),
+                               defaults=defaults, kwdefaults=kwdefaults)
         parts = ident.components
         parts["function"] = component(qualname)
-        parts["code"] = Component(_code_digest(code, self.with_location), "code")
-        if self.with_location:
+        parts["code"] = Component(_code_digest(code, with_location), "code")
+        if with_location:
+            # numba-cuda writes os.path.abspath(co_filename) into debug info:
+            # for a cell or exec'd code, the working directory is an input
+            ident.debug_filename = os.path.abspath(code.co_filename)
+            # and the line of `def`, which it finds by parsing the source text
+            ident.def_line = def_line(pyfunc)
             parts["location"] = component(
-                [code.co_filename, code.co_firstlineno],
-                f"{_short(code.co_filename)}:{code.co_firstlineno}",
+                [ident.debug_filename, code.co_firstlineno, ident.def_line],
+                f"{_short(ident.debug_filename)}:{code.co_firstlineno}",
             )
-        if pyfunc.__defaults__ or pyfunc.__kwdefaults__:
+        if defaults or kwdefaults:
             parts["defaults"] = Component(digest(self._data(
-                (pyfunc.__defaults__, tuple(sorted((pyfunc.__kwdefaults__ or {}).items()))), ident)[0]),
-                "defaults")
+                (defaults, tuple(sorted((kwdefaults or {}).items()))), ident)[0]), "defaults")
         reads = code_reads(code)
-        gvars = pyfunc.__globals__
         for name in sorted(reads.globals):
-            if name in gvars:
-                self._variable(ident, "global", name, gvars[name], reads.globals[name])
-            # else a builtin: part of the Python version in the toolchain
-        for name, cell in zip(code.co_freevars, pyfunc.__closure__ or ()):
+            value = namespace.get(name, _MISSING)
+            kind = "global"
+            if value is _MISSING:  # numba then reads the builtins module
+                value, kind = builtins.__dict__.get(name, _MISSING), "builtin"
+            if value is _MISSING:  # numba fails to type it; keyed, so defining it later is a change
+                parts[f"global {name}"] = component(["undefined"], "undefined")
+            elif kind == "builtin" and value is _PRISTINE_BUILTINS.get(name, _MISSING):
+                parts[f"builtin {name}"] = _pristine_builtin(name)
+                ident.bindings[("global", name)] = _Snapshot(value)
+            else:
+                self._variable(ident, kind, name, value, reads.globals[name], with_location)
+        for name, cell in zip(code.co_freevars, closure or ()):
             try:
                 value = cell.cell_contents
             except ValueError:
                 raise UnsupportedKernelError(
                     f"{qualname} reads closure variable {name!r} before it is assigned"
                 ) from None
-            self._variable(ident, "closure", name, value, reads.derefs.get(name, frozenset({()})))
+            self._variable(ident, "closure", name, value, reads.derefs.get(name, frozenset({()})), with_location)
         return ident
 
-    def _variable(self, ident, kind, name, value, chains):
+    def _variable(self, ident, kind, name, value, chains, with_location):
+        label = f"{kind} {name}"
         if isinstance(value, pytypes.ModuleType):
-            plan = self._module(ident, f"{kind} {name}", name, value, chains)
+            plan = self._module(ident, label, name, value, chains)
         else:
-            plan = self._read(ident, f"{kind} {name}", name, value)
-        if plan is not None:
-            ident.bindings[(kind, name)] = plan
+            plan = self._read(ident, label, name, value, with_location)
+        ident.bindings[("closure" if kind == "closure" else "global", name)] = plan
 
-    def _read(self, ident, component_name, where, value) -> Optional[_Plan]:
+    def _read(self, ident, component_name, where, value, with_location=None) -> _Plan:
         """Key one value the function reads (a device function keys itself, by
         its own identity); returns how the rebound function reads it."""
-        data, plan = self._data(value, ident, label=where)
+        data, plan = self._data(value, ident, label=where, with_location=with_location)
         if not (isinstance(plan, _Device) and plan.dispatcher is value):
             ident.components[component_name] = Component(digest(data), _short(_shown(value)))
-        return _Snapshot(value) if plan is None and self.freeze else plan
+        return _Snapshot(value) if plan is None else plan
 
-    def _module(self, ident, label, path, module, chains) -> Optional[_Plan]:
-        """Components for the attributes read through `module`; a clone plan when needed."""
+    def _module(self, ident, label, path, module, chains) -> _Plan:
+        """Components for the attributes read through `module`, and how the
+        rebound function reads it: a library module itself (numba knows its
+        functions by the module object; keyed by its version, and the plain
+        data read through it by value), a user module as a clone holding
+        what was read."""
         version = library_version(module)
         if version is not None:
             ident.components[label] = component(["module", module.__name__, version],
                                                 f"module {module.__name__}")
             for chain in chains:
-                _check_library_chain(ident.qualname, path, module, chain)
-            return None
+                _check_library_chain(ident, label, path, module, chain)
+            return _Snapshot(module)
         if () in chains:
             raise UnsupportedKernelError(
                 f"{ident.qualname} uses module {path} ({module.__name__}) as a value; the cache "
@@ -500,34 +524,35 @@ class _Walker:
         attrs = {}
         for attr in sorted(rests):
             where = f"{path}.{attr}"
-            if not hasattr(module, attr):
+            value = getattr(module, attr, _MISSING)
+            if value is _MISSING:
                 # numba fails to type it; still keyed, so defining it later is a change
                 ident.components[f"{label}.{attr}"] = component(["missing"], "missing")
-                continue
-            value = getattr(module, attr)
-            if isinstance(value, pytypes.ModuleType):
-                plan = self._module(ident, f"{label}.{attr}", where, value, frozenset(rests[attr]))
+            elif isinstance(value, pytypes.ModuleType):
+                attrs[attr] = self._module(ident, f"{label}.{attr}", where, value, frozenset(rests[attr]))
             else:
-                plan = self._read(ident, f"{label}.{attr}", where, value)
-            if plan is not None:
-                attrs[attr] = plan
-        return _ModuleClone(module, attrs) if attrs or self.freeze else None
+                attrs[attr] = self._read(ident, f"{label}.{attr}", where, value)
+        return _ModuleClone(module.__name__, module.__doc__, attrs)
 
-    def _data_device(self, dispatcher, pyfunc, ident, label):
+    def _data_device(self, dispatcher, pyfunc, ident, label, with_location=None):
         """A device function (or one numba compiles as one): hashed by its own
         identity, and proxied in the rebound function."""
-        dev = self.function(pyfunc)
-        declared = declared_signatures(dispatcher)
-        if declared:  # the same function declared otherwise compiles otherwise
-            shown = "; ".join(f"{ret}({', '.join(map(str, args))})" for args, ret in declared)
-            dev = dataclasses.replace(dev, components={
-                **dev.components, "declared signatures": component(shown)})
         # numba lowers a device function with its own options (stages.device_options)
-        options = {name: value for name, value in sorted(_device_options(dispatcher).items())
-                   if value not in (False, "never")}
+        own = _device_options(dispatcher)
+        # its debug info holds its own file and lines (under the kernel's or its own debug or lineinfo)
+        with_location = (self.with_location if with_location is None else with_location) \
+            or own["debug"] or own["lineinfo"]
+        dev = self.function(pyfunc, with_location)
+        declared = declared_signatures(dispatcher)
+        extra = {}
+        if declared:  # the same function declared otherwise compiles otherwise
+            extra["declared signatures"] = component(
+                [[[type_data(t) for t in args], type_data(ret)] for args, ret in declared],
+                "; ".join(f"{ret}({', '.join(map(str, args))})" for args, ret in declared))
+        options = {name: value for name, value in sorted(own.items()) if value not in (False, "never")}
         if options:
-            dev = dataclasses.replace(dev, components={
-                **dev.components, "device options": component(repr(options))})
+            extra["device options"] = component(repr(options))
+        dev = dataclasses.replace(dev, components={**dev.components, **extra}, declared=declared, options=own)
         ident.devices.append((dispatcher, dev))
         ident.components[f"device function {label}"] = Component(dev.digest, "device function")
         return ["device function", dev.digest], _Device(dispatcher, dev)
@@ -590,29 +615,34 @@ class _Walker:
                 "its typing and lowering in process-wide tables keyed by argument types alone, "
                 "which the cache cannot key yet"
             )
+        if _cpu_compilation_disabled(value):
+            # numba-cuda refuses it when a kernel calls it (its typing context's
+            # resolve_value_type): compiled from itself, it fails as in numba
+            return ["numba function, compilation disabled", pyfunc.__module__, pyfunc.__qualname__,
+                    _code_digest(pyfunc.__code__, False)], None
         # numba.njit function: numba-cuda compiles its Python function as a device function
         return self._data_device(value, pyfunc, ident, label)
 
     # -- values -------------------------------------------------------------
-    def _data(self, value, ident, label="") -> Tuple[Any, Optional[_Plan]]:
-        """(JSON-able description of `value`, its rebinding plan or None)."""
-        if value is None or isinstance(value, (bool, int, float, str, bytes)):
-            return [type(value).__name__, value], None
-        if isinstance(value, complex):
+    def _data(self, value, ident, label="", with_location=None) -> Tuple[Any, Optional[_Plan]]:
+        """(JSON-able description of `value`, its rebinding plan or None).
+
+        Exact: scalars by type and value (floats by their bits, so every NaN
+        and -0.0; ints by value, whatever a subclass's __str__ says), enum
+        members by class and name, named tuples with their class."""
+        kind = type(value)
+        if kind in _EXACT_SCALARS:
+            return [kind.__name__, value], None
+        if kind is complex:
             return ["complex", value.real, value.imag], None
         if isinstance(value, enum.Enum):
-            return ["enum member", _class_data(type(value)), value.name], None
-        if isinstance(value, tuple):
-            items = [self._data(v, ident, f"{label}[{i}]") for i, v in enumerate(value)]
-            fields = getattr(type(value), "_fields", None)
-            data = ["tuple", _class_data(type(value)) if fields is not None else "tuple",
-                    [d for d, _ in items]]
-            plans = [p for _, p in items]
-            return data, (_Tuple(value, plans) if any(p is not None for p in plans) else None)
-        if isinstance(value, list):
-            return ["list", [self._data(v, ident, label)[0] for v in value]], None
+            return ["enum member", _class_data(kind), value.name], None
+        if isinstance(value, _SCALAR_BASES):
+            return _scalar_subclass(value, ident, label), None
+        if isinstance(value, (tuple, list)):
+            return self._sequence(value, ident, label)
         if is_device_dispatcher(value):
-            return self._data_device(value, value.py_func, ident, label)
+            return self._data_device(value, value.py_func, ident, label, with_location)
         device_data = self._device_array(value, ident)
         if device_data is not None:
             return device_data
@@ -626,7 +656,7 @@ class _Walker:
         if numba_data is not None:
             return numba_data, None
         if _is_dispatcher(value):  # a kernel called from a kernel: numba compiles it as a device function
-            return self._data_device(value, value.py_func, ident, label)
+            return self._data_device(value, value.py_func, ident, label, with_location)
         if _is_numba_function(value):
             return self._numba_function(value, ident, label)
         if isinstance(value, pytypes.FunctionType):
@@ -656,6 +686,22 @@ class _Walker:
             "to it could not be detected; pass it to the kernel as an argument or use a number, "
             "tuple, enum or numpy array"
         )
+
+    def _sequence(self, value, ident, label):
+        """A tuple (a named tuple with its class) or a list, item by item."""
+        kind = type(value)
+        if kind is tuple or kind is list:
+            described = kind.__name__
+        elif isinstance(value, tuple) and hasattr(kind, "_fields"):
+            described = _class_data(kind)
+        else:
+            described = _class_data(kind)  # a library class, or refused
+        items = [self._data(v, ident, f"{label}[{i}]") for i, v in enumerate(value)]
+        plans = [p for _, p in items]
+        data = ["tuple" if isinstance(value, tuple) else "list", described, [d for d, _ in items]]
+        if isinstance(value, list):  # a list can change after it is hashed: bind the items read now
+            return data, _Sequence(list, list(value), plans)
+        return data, (_Sequence(kind, value, plans) if any(p is not None for p in plans) else None)
 
 
 def pure_python(dispatcher, memo=None):
@@ -704,6 +750,15 @@ def _is_numba_function(value) -> bool:
         kind == "_Intrinsic" or (hasattr(value, "py_func") and hasattr(value, "targetoptions")))
 
 
+def _cpu_compilation_disabled(dispatcher) -> bool:
+    """A CPU dispatcher numba-cuda will not compile for a kernel: one given
+    explicit signatures (``@jit("(i4, i4)")`` turns compiling off), unless
+    numba-cuda already made its device dispatcher, which it then reuses
+    (numba/cuda/target.py CUDATypingContext.resolve_value_type)."""
+    return not getattr(dispatcher, "_can_compile", True) and \
+        not hasattr(dispatcher, "_CUDATypingContext__dispatcher")
+
+
 def _registered_jitable(func, qualname, label) -> bool:
     """True when user function `func` is made callable from kernels by
     ``register_jitable`` (it compiles as a device function would).  A user
@@ -739,22 +794,56 @@ def library_identity_digest(pyfunc) -> Optional[str]:
     code = pyfunc.__code__
     if _file_origin(code.co_filename) is None:
         return None
-    cells = []
+    return digest(["library function", pyfunc.__module__, pyfunc.__qualname__,
+                   _class_version(pyfunc) or "stdlib", _code_digest(code, False), _described_cells(pyfunc)])
+
+
+def internal_function_digest(pyfunc, depth: int = 0) -> str:
+    """A digest of a function numba compiles or inlines on its own inside a
+    compile (a library helper such as ``int_power``, a closure it inlines, the
+    branch table ``literal_unroll`` generates): its place, its code and what
+    its closure holds, functions there by their own digest.  numba numbers
+    such functions from a process-wide counter and puts the number in symbol
+    and variable names; `stages` numbers them from this digest instead, so
+    the names are the same in every process.  A closure value with no
+    process-independent description is told apart by identity (`_describe`):
+    unique, but not the same in another process."""
+
+    def describe(value):
+        # (a dispatcher by its Python function, an @intrinsic by its definition)
+        inner = getattr(value, "py_func", None) or getattr(value, "_defn", None) or value
+        if isinstance(inner, pytypes.FunctionType) and depth < 4:
+            return ["function", internal_function_digest(inner, depth + 1)]
+        return _describe(value)
+
+    return digest(["numba-compiled function", pyfunc.__module__, pyfunc.__qualname__,
+                   _code_digest(pyfunc.__code__, False), _described_cells(pyfunc, describe)])
+
+
+def _described_cells(pyfunc, describe=None) -> list:
+    """What a function's closure cells hold, each described ("empty" for an empty cell)."""
+    described = []
     for cell in pyfunc.__closure__ or ():
         try:
-            cells.append(_describe(cell.cell_contents))
+            value = cell.cell_contents
         except ValueError:
-            cells.append("empty")
-    return digest(["library function", pyfunc.__module__, pyfunc.__qualname__,
-                   _class_version(pyfunc) or "stdlib", _code_digest(code, False), cells])
+            described.append("empty")
+        else:
+            described.append((describe or _describe)(value))
+    return described
 
 
 def _describe(value):
     """A process-independent description of a value a library closure holds
     (numbers, strings, numba types, functions and classes by name)."""
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+    if type(value) in _EXACT_SCALARS:
         return [type(value).__name__, value]
-    if isinstance(value, (tuple, list)):
+    if isinstance(value, enum.Enum):
+        return ["enum member", type(value).__module__, type(value).__qualname__, value.name,
+                _describe(value.value)]
+    if type(value) is complex:
+        return ["complex", value.real, value.imag]
+    if type(value) in (tuple, list):
         return [type(value).__name__, [_describe(v) for v in value]]
     if isinstance(value, dict):
         return ["dict", sorted([repr(k), _describe(v)] for k, v in value.items())]
@@ -764,7 +853,7 @@ def _describe(value):
     from numba.cuda import types as nbtypes
 
     if isinstance(value, nbtypes.Type):
-        return ["numba type", str(value)]
+        return ["numba type", type_data(value)]
     if type(value).__name__ == "FFI" and type(value).__module__.startswith("cffi"):
         # numba types every cffi FFI object alike (types.ffi: only
         # ffi.from_buffer), whatever it declares
@@ -772,8 +861,119 @@ def _describe(value):
 
         if cffi_utils.is_ffi_instance(value):
             return ["cffi FFI object"]
+    described = _described_library_value(value)
+    if described is not None:
+        return described
     # Anything else is told apart by identity within this process only.
     return ["object", type(value).__qualname__, id(value)]
+
+
+def _described_library_value(value):
+    """Values numba's own helpers hold in their closures, exactly (None for
+    others): numpy scalars (``FLT_MAX / 4`` in cmath's ``acos``) by dtype and
+    bytes, external functions (the fp16 shims' ``declare_device``) by name and
+    signature, which is all their caller's code names of them, intrinsics by
+    their definition."""
+    import numpy as np
+    from numba.cuda.compiler import ExternFunction
+
+    if isinstance(value, np.generic):
+        return ["numpy scalar", value.dtype.str, value.tobytes().hex()]
+    if isinstance(value, ExternFunction):
+        return ["external function", value.name, str(value.sig)]
+    if type(value).__name__ == "_Intrinsic" and isinstance(getattr(value, "_defn", None), pytypes.FunctionType):
+        # made per call by numba's helpers (carray's): by its definition's content
+        return ["intrinsic", internal_function_digest(value._defn)]
+    return None
+
+
+# Scalars described exactly by their type and value (tokens hash floats by
+# their bits and ints by value)
+_EXACT_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+_SCALAR_BASES = (int, float, complex, str, bytes)
+
+
+def _scalar_subclass(value, ident, label) -> list:
+    """An instance of a subclass of int, float, complex, str or bytes that is
+    not an enum: a library's by its class and exact base value; a user
+    class's is refused (its own methods may change what numba reads)."""
+    cls = type(value)
+    base = next(b for b in _SCALAR_BASES if isinstance(value, b))
+    if _class_version(cls) is None:
+        raise UnsupportedKernelError(
+            f"{ident.qualname} reads {label}, an instance of {cls.__qualname__} (a subclass of "
+            f"{base.__name__} defined in user code): the cache cannot tell what its methods change "
+            f"in what numba reads; pass {base.__name__}({label.split()[-1]}) instead, or an enum")
+    exact = complex(value.real, value.imag) if base is complex else base.__new__(base, value)
+    return ["library scalar", _class_data(cls), _describe(exact)]
+
+
+def _pristine_builtin(name: str) -> Component:
+    """The component of a builtin read as Python started it (by name)."""
+    found = _BUILTIN_COMPONENTS.get(name)
+    if found is None:
+        found = _BUILTIN_COMPONENTS[name] = component(["builtin", name], f"builtin {name}")
+    return found
+
+
+def type_data(nbtype) -> list:
+    """A numba type by its complete key, process-independent: the type's
+    class and every part of its key (classes by what numba reads of them, so
+    two named-tuple classes of one name with other fields differ, as they do
+    for numba), never its printed name.  Unknown key parts are refused.
+    Memoised for types whose key holds no class (a class can change)."""
+    found = _TYPE_DATA.get(nbtype)
+    if found is None:
+        holds_class = []
+        found = _key_data(nbtype, nbtype, holds_class)
+        if not holds_class and len(_TYPE_DATA) < 4096:
+            _TYPE_DATA[nbtype] = found
+    return found
+
+
+_TYPE_DATA: Dict[Any, list] = {}
+
+
+def signature_component(argtypes, shown: str) -> Component:
+    """The typing token's component for argument types (`type_data` of each)."""
+    found = _SIGNATURES.get((argtypes, shown))
+    if found is None:
+        data = [type_data(t) for t in argtypes]
+        found = component(data, shown)
+        if all(t in _TYPE_DATA for t in argtypes) and len(_SIGNATURES) < 4096:  # (no class among them)
+            _SIGNATURES[(argtypes, shown)] = found
+    return found
+
+
+_SIGNATURES: Dict[Any, Component] = {}
+
+
+def _key_data(part, whole, holds_class):
+    from numba.cuda import types as nbtypes
+
+    if isinstance(part, nbtypes.Type):
+        kind = type(part)
+        key = part.key
+        data = part.name if key is part else _key_data(key, whole, holds_class)
+        return ["type", kind.__module__, kind.__qualname__, data]
+    if type(part) in _EXACT_SCALARS:
+        return [type(part).__name__, part]
+    if isinstance(part, enum.Enum):
+        holds_class.append(True)
+        return ["enum member", _class_data(type(part)), part.name]
+    if type(part) in (tuple, list):
+        return [type(part).__name__, [_key_data(p, whole, holds_class) for p in part]]
+    if isinstance(part, frozenset):
+        return ["frozenset", sorted((_key_data(p, whole, holds_class) for p in part), key=repr)]
+    if isinstance(part, type):
+        holds_class.append(True)
+        return _class_data(part)
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(part, np.dtype):
+        return ["dtype", _dtype_data(part)]
+    raise UnsupportedKernelError(
+        f"argument type {whole} holds a {type(part).__qualname__} ({_short(repr(part))}) that the "
+        "cache cannot key exactly; pass the argument as an array, a number or a tuple of them")
 
 
 def _class_data(cls) -> list:
@@ -802,14 +1002,14 @@ def _class_data(cls) -> list:
 
 def _plain_data(value, label) -> list:
     """An immutable value held by a class (an enum member's value, a field default)."""
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+    if type(value) in _EXACT_SCALARS:
         return [type(value).__name__, value]
-    if isinstance(value, complex):
+    if type(value) is complex:
         return ["complex", value.real, value.imag]
-    if isinstance(value, tuple):
-        return ["tuple", [_plain_data(v, label) for v in value]]
     if isinstance(value, enum.Enum):
         return ["enum member", _class_data(type(value)), value.name]
+    if type(value) is tuple:
+        return ["tuple", [_plain_data(v, label) for v in value]]
     np = sys.modules.get("numpy")
     if np is not None and isinstance(value, np.generic) and not value.dtype.hasobject:
         return ["numpy scalar", _dtype_data(value.dtype), np.asarray(value).tobytes()]
@@ -819,14 +1019,20 @@ def _plain_data(value, label) -> list:
     )
 
 
-def _check_library_chain(qualname, path, module, chain):
-    """Refuse what a library attribute chain reaches that the pipeline cannot compile yet."""
+def _check_library_chain(ident, label, path, module, chain):
+    """Key the plain data a library attribute chain reaches (``math.pi``,
+    ``np.e``): a library is keyed by its version, but its module attributes
+    can be reassigned at run time.  What else it reaches (functions, classes,
+    numba's stubs) is the library's own, keyed by its version."""
     value = module
-    for depth, attr in enumerate(chain):
-        value = getattr(value, attr, None)
-        if value is None:
+    for attr in chain:
+        value = getattr(value, attr, _MISSING)
+        if value is _MISSING:
             return
-        _numba_data(value, qualname, ".".join((path, *chain[:depth + 1])))
+    if type(value) in _EXACT_SCALARS or type(value) is complex or (
+            type(value) is tuple and all(type(v) in _EXACT_SCALARS for v in value)):
+        ident.components[".".join((label, *chain))] = component(
+            _describe(value), _short(repr(value)))
 
 
 def _dtype_data(dtype) -> list:
@@ -853,15 +1059,11 @@ def _numpy_data(value, ident):
                 f"{ident.qualname} reads an array of Python objects ({value.dtype}); "
                 "numba cannot compile it into a kernel"
             )
-        snapshot = _snapshot_array(value, ident.qualname)
-        ident.snapshot_bytes += snapshot.nbytes
-        contiguous = np.ascontiguousarray(snapshot)
-        content = hashlib.sha256(contiguous.view(np.uint8).reshape(-1) if contiguous.size else b"")
-        flags = snapshot.flags
-        data = ["ndarray", _dtype_data(value.dtype), list(value.shape), list(value.strides),
-                [bool(flags.c_contiguous), bool(flags.f_contiguous), bool(flags.writeable),
-                 bool(flags.aligned)], content.hexdigest()]
-        return data, _Snapshot(snapshot)
+        # hashed as it is (a hit copies nothing); copied when a compile needs it,
+        # and the copy must hash the same (`_ArraySnapshot`)
+        data = _array_data(value, _array_content(value))
+        ident.snapshot_bytes += value.nbytes
+        return data, _ArraySnapshot(value, data, ident.qualname)
     if isinstance(value, np.generic):
         if value.dtype.hasobject:
             raise UnsupportedKernelError(
@@ -875,6 +1077,23 @@ def _numpy_data(value, ident):
     if isinstance(value, np.dtype):
         return ["dtype", _dtype_data(value)], None
     return None
+
+
+def _array_content(array) -> str:
+    """A digest of an array's elements, byte for byte (padding included).
+    XXH3-128: a 64 MiB array in a few milliseconds, where SHA-256 takes
+    around 200 (the token itself is SHA-256 over this and the rest)."""
+    np = sys.modules["numpy"]
+    contiguous = np.ascontiguousarray(array)
+    return "xxh3-128:" + xxhash.xxh3_128_hexdigest(
+        contiguous.view(np.uint8).reshape(-1) if contiguous.size else b"")
+
+
+def _array_data(array, content: str) -> list:
+    flags = array.flags
+    return ["ndarray", _dtype_data(array.dtype), list(array.shape), list(array.strides),
+            [bool(flags.c_contiguous), bool(flags.f_contiguous), bool(flags.writeable), bool(flags.aligned)],
+            content]
 
 
 def _snapshot_array(array, qualname):
@@ -909,7 +1128,7 @@ def _numba_data(value, qualname, label):
     from numba.cuda import types as nbtypes
 
     if isinstance(value, nbtypes.Type):
-        return ["numba type", str(value)]
+        return ["numba type", type_data(value)]
     if type(value).__name__ == "FFI" and type(value).__module__.startswith("cffi"):
         # numba types every cffi FFI object alike (types.ffi: only
         # ffi.from_buffer), whatever it declares
@@ -937,27 +1156,31 @@ def _shown(value) -> str:
 
 
 def rebind(ident: SourceIdentity, proxy_for: Callable[[object, SourceIdentity], object]):
-    """A copy of ident.pyfunc that reads the snapshots and proxies of `ident`.
+    """A function that reads the snapshot of `ident` and nothing live.
 
-    Device functions become ``proxy_for(dispatcher, identity)`` objects; arrays
-    the copies that were hashed; modules that lead to either, clones holding
-    them.  Returns the original function when there is nothing to substitute.
+    Its code, name, defaults and closure are those `ident` hashed; its
+    globals are a new namespace holding every name its code reads (builtins
+    included: numba looks a name up in the function's globals first) bound
+    to the object hashed for it: device functions become
+    ``proxy_for(dispatcher, identity)`` objects, arrays their copies, user
+    modules clones holding the attributes read.
     """
-    pyfunc = ident.pyfunc
-    if not ident.bindings:
-        return pyfunc
-    code = pyfunc.__code__
-    new_globals = pyfunc.__globals__
-    cells = dict(zip(code.co_freevars, pyfunc.__closure__ or ()))
+    namespace = {"__name__": ident.namespace_name, "__builtins__": builtins}
+    cells = {}
     for (kind, name), plan in ident.bindings.items():
         value = plan.materialize(proxy_for)
         if kind == "closure":
             cells[name] = pytypes.CellType(value)
         else:
-            if new_globals is pyfunc.__globals__:
-                new_globals = dict(pyfunc.__globals__)
-            new_globals[name] = value
-    return _copy_function(pyfunc, new_globals, tuple(cells[n] for n in code.co_freevars) or None)
+            namespace[name] = value
+    code = ident.code
+    closure = tuple(cells[n] for n in code.co_freevars) or None
+    copy = pytypes.FunctionType(code, namespace, ident.name, ident.defaults, closure)
+    copy.__kwdefaults__ = dict(ident.kwdefaults) if ident.kwdefaults else None
+    copy.__qualname__ = ident.func_qualname
+    copy.__module__ = ident.module
+    copy.__doc__ = ident.pyfunc.__doc__
+    return copy
 
 
 def _copy_function(pyfunc, namespace, closure):

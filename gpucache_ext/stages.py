@@ -29,10 +29,15 @@ here:
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
+import hashlib
 import itertools
 import linecache
+import os
+import re
 import threading
+import types as pytypes
 import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
@@ -49,11 +54,11 @@ from numba.cuda.compiler import (
 )
 from numba.cuda.core import config as nbconfig
 from numba.cuda.core.base import OverloadSelector
+from numba.cuda.core import ir as nbir
 from numba.cuda.core import sigutils
 from numba.cuda.core.bytecode import FunctionIdentity
 from numba.cuda.core.compiler import _EarlyPipelineCompletion
 from numba.cuda.core.untyped_passes import ExtractByteCode
-from numba.cuda.core.compiler_lock import global_compiler_lock
 from numba.cuda.core.compiler_machinery import FunctionPass, PassManager, register_pass
 from numba.cuda.core.untyped_passes import TranslateByteCode
 from numba.cuda.cudadrv import nvvm
@@ -63,6 +68,7 @@ from numba.cuda.dispatcher import CUDADispatcher
 from numba.cuda.flags import CUDAFlags
 
 from . import linking, targets
+from .locks import compiler_lock
 from .artifacts import CubinArtifact, LLVMArtifact, PTXArtifact  # noqa: F401  (re-exported)
 from .config import CompileConfig
 from .errors import CompileError, UnsupportedKernelError
@@ -144,8 +150,9 @@ def _lowering_flags(config: CompileConfig) -> _TrackedFlags:
 
 @contextlib.contextmanager
 def _numba_compiling():
-    """numba's global compiler lock, the CUDA target, and NRT forced off."""
-    with global_compiler_lock, nbutils.numba_target_override():
+    """numba's global compiler lock (safe against Ctrl-C: `locks`), the CUDA
+    target, and NRT forced off."""
+    with compiler_lock(), nbutils.numba_target_override():
         saved = getattr(nbconfig, "CUDA_ENABLE_NRT", False)
         nbconfig.CUDA_ENABLE_NRT = False
         try:
@@ -191,7 +198,11 @@ class _TypingPipeline(CUDACompiler):
     uid: Optional[int] = None
 
     def compile_extra(self, func):
-        self.state.func_id = FunctionIdentity.from_function(func)
+        from_function = FunctionIdentity.from_function
+        if self.uid is not None:  # (numbered here, not by content: `_install_numbering`)
+            from_function = functools.partial(getattr(from_function, "numba_original", from_function.__func__),
+                                              FunctionIdentity)
+        self.state.func_id = from_function(func)
         if self.uid is not None:
             self.state.func_id.unique_id = self.uid
             self.state.func_id.unique_name = f"{self.state.func_id.func_qualname}${self.uid}"
@@ -264,15 +275,20 @@ def symbol_uid(identity_digest: str) -> int:
 
 def run_typing(pyfunc, argtypes, config: CompileConfig, *, kernel: bool, uid: Optional[int] = None,
                qualname=None, fresh: Optional[bool] = None, return_type=None,
-               inline: str = "never") -> TypedFunction:
+               inline: str = "never", debug_filename: Optional[str] = None,
+               def_line: Optional[int] = None) -> TypedFunction:
     """Type `pyfunc` for `argtypes`.  Kernels must return void; a device
     function may have a declared `return_type`, and be inlined into its
     callers (``inline="always"``: numba then lets it return a new array).
     ``fresh``: make new proxies for the library device functions reached (a
-    forced compile); None keeps the enclosing compile's choice."""
+    forced compile); None keeps the enclosing compile's choice.
+    ``debug_filename``, ``def_line``: the file and the line of ``def`` debug
+    info names, as the typing token hashed them (see `_lower`)."""
     qualname = qualname or pyfunc.__qualname__
     return_type = nbtypes.void if kernel else return_type
-    with _numba_compiling(), _compiling_for(config, "typing", fresh), targets.track() as reads:
+    # (numbered afresh before the pipeline is made: it copies numba's target context)
+    with _numba_compiling(), _compiling_for(config, "typing", fresh), targets.track() as reads, \
+            _numbered_afresh():
         try:
             flags = _typing_flags(config)
             flags.inline = inline
@@ -288,12 +304,47 @@ def run_typing(pyfunc, argtypes, config: CompileConfig, *, kernel: bool, uid: Op
             raise _compile_error(qualname, "typing", exc, pyfunc) from exc
     if kernel and state["return_type"] not in (nbtypes.void, nbtypes.none):
         raise CompileError(qualname, "typing", "a CUDA kernel must not return a value")
+    state["debug_filename"] = debug_filename
+    state["def_line"] = def_line
     if state["metadata"].get("launch_config_sensitive"):
         raise UnsupportedKernelError(
             f"{qualname} reads the launch configuration at compile time; "
             "such kernels are compiled per launch and cannot be cached ahead of it"
         )
     return TypedFunction(qualname, state, frozenset(reads))
+
+
+@contextlib.contextmanager
+def _def_line_as_hashed(state):
+    """numba-cuda finds the line of ``def`` for debug info by parsing the
+    source text when it lowers (which may have changed on disk since): it is
+    given the line the typing token hashed instead."""
+    code = state["func_id"].code
+    previous = _active.def_line
+    _active.def_line = (code, state.get("def_line")) if state.get("debug_filename") else None
+    try:
+        yield
+    finally:
+        _active.def_line = previous
+
+
+def _hashed_def_line(fn):
+    given = _active.def_line
+    if given is not None and getattr(fn, "__code__", None) is given[0]:
+        return given[1]
+    return _numba_def_line(fn)
+
+
+def _install_def_lines():
+    global _numba_def_line
+    from numba.cuda import lowering
+
+    if lowering.get_func_def_lineno is not _hashed_def_line:
+        _numba_def_line = lowering.get_func_def_lineno
+        lowering.get_func_def_lineno = _hashed_def_line
+
+
+_numba_def_line = None
 
 
 @contextlib.contextmanager
@@ -315,7 +366,276 @@ def _stable_shared_memory_names(uid):
         cudaimpl._get_unique_smem_id = saved
 
 
+# ---------------------------------------------------------------------------
+# numba's process-wide numbering
+
+
+_numbering_depth = 0  # typings and lowerings under way (nested: device functions); under numba's lock
+_numbering_high = [0, 0]  # the highest variable and label numbers any of them reached
+
+
+@contextlib.contextmanager
+def _numbered_afresh():
+    """One typing or lowering, numbered as if it were the process's first compile.
+
+    numba numbers what it makes from counters that live as long as the
+    process, and the numbers reach the output, so a kernel's NVVM IR followed
+    what the process had compiled before (with ``literal_unroll``, two compiles
+    in a row differ): the variables it makes (``$20pred.305``,
+    numba/cuda/core/ir_utils.py:33-40 ``mk_unique_var``), the block labels of
+    code it inlines (ir_utils.py:43-72 ``_the_max_label``, LLVM's ``B<label>``),
+    and the functions it compiles or inlines on its own (numbered by content
+    here, see `_install_numbering`).  And its helper cache
+    (numba/cuda/core/base.py:913-946 ``cached_internal_func``, keyed without
+    the compile's flags or target) handed a kernel a helper lowered for
+    another: here it is one per lowering config (`_subroutine_cache`).
+
+    Here both counters start at 0.  A nested one gives the outer its
+    counters back as they were (so the outer's numbering does not depend on
+    whether a device function was typed before); after the outermost,
+    numba's counters go on from the highest number reached, so numba's own
+    later compiles never reuse one of ours.  Runs under numba's compiler
+    lock (the counters are process-wide).
+    """
+    global _numbering_depth
+    from numba.cuda.core import ir_utils
+
+    context = cuda_target.target_context
+    saved = (ir_utils._unique_var_count, ir_utils._the_max_label._value, context.cached_internal_func)
+    ir_utils._unique_var_count = ir_utils._the_max_label._value = 0
+    context.cached_internal_func = _subroutine_cache(_active.config)
+    _numbering_depth += 1
+    try:
+        yield
+    finally:
+        _numbering_depth -= 1
+        _numbering_high[0] = max(_numbering_high[0], ir_utils._unique_var_count)
+        _numbering_high[1] = max(_numbering_high[1], ir_utils._the_max_label._value)
+        ir_utils._unique_var_count, ir_utils._the_max_label._value = saved[:2]
+        if not _numbering_depth:
+            ir_utils._unique_var_count = max(saved[0], _numbering_high[0])
+            ir_utils._the_max_label._value = max(saved[1], _numbering_high[1])
+        context.cached_internal_func = saved[2]
+
+
+_subroutine_caches: Dict[Any, dict] = {}  # (lowering key, target) -> numba's helper cache for them
+# a helper's library -> the target reads its compile made (replayed at each reuse)
+_subroutine_reads: "weakref.WeakKeyDictionary[Any, frozenset]" = weakref.WeakKeyDictionary()
+
+
+def _subroutine_cache(config: Optional[CompileConfig]) -> dict:
+    """numba's helper cache (``context.compile_internal``: int power, cmath,
+    array methods) for compiles with `config`: shared by the lowerings of one
+    lowering config and target only, whose helpers come out the same (each
+    compiled numbered afresh: `_fresh_subroutine`), so a kernel's helpers
+    never depend on what was compiled before."""
+    if config is None:
+        return {}
+    return _subroutine_caches.setdefault((_lowering_key(config), tuple(config.cc)), {})
+
+
+def _fresh_subroutine(compile_no_cache):
+    """numba's compile of a helper on a miss of its cache: numbered afresh
+    (its text must not depend on the lowering that first needed it), and its
+    target reads kept with it (`_replayed_subroutine`)."""
+
+    @functools.wraps(compile_no_cache)
+    def compile_(self, *args, **kwargs):
+        if _active.config is None:
+            return compile_no_cache(self, *args, **kwargs)
+        with _numbered_afresh(), targets.track() as reads:
+            cres = compile_no_cache(self, *args, **kwargs)
+        _subroutine_reads[cres.library] = frozenset(reads)
+        return cres
+
+    return compile_
+
+
+def _replayed_subroutine(compile_subroutine):
+    """numba's helper lookup: a helper found in the cache reads the target as
+    its compile did (or a kernel using it would seem valid for every target)."""
+
+    @functools.wraps(compile_subroutine)
+    def compile_(self, *args, **kwargs):
+        cres = compile_subroutine(self, *args, **kwargs)
+        if _active.config is not None:
+            targets.note(_subroutine_reads.get(cres.library, ()))
+        return cres
+
+    return compile_
+
+
+_internal_uids: Dict[int, Tuple[Any, tuple]] = {}  # uid -> (code, closure values) it numbers
+# the rebound Python functions of user device proxies -> their symbol uid (from their identity)
+_proxied_uids: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+
+
+def _internal_uid(pyfunc) -> int:
+    """The number of a function numba compiles or inlines on its own: a user
+    device function's snapshot by its proxy's identity (numba inlines an
+    ``inline="always"`` one itself), any other's from its content
+    (`sources.internal_function_digest`),
+    so the same in every process.  Unique as numba's counter is: a function
+    whose content describes like another's but is not equal to it takes the
+    next free number (then only that one follows the process's history)."""
+    from .sources import internal_function_digest
+
+    uid = _proxied_uids.get(pyfunc)
+    if uid is not None:
+        return uid
+    uid = symbol_uid(internal_function_digest(pyfunc))
+    holder = (pyfunc.__code__, tuple(_closure_contents(pyfunc)))
+    while not _same(_internal_uids.setdefault(uid, holder), holder):
+        uid = (uid + 1) % (1 << 48)
+    return uid
+
+
+def _closure_contents(pyfunc):
+    for cell in pyfunc.__closure__ or ():
+        try:
+            yield cell.cell_contents
+        except ValueError:
+            yield _EMPTY_CELL
+
+
+_EMPTY_CELL = object()
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # (values with elementwise ==, such as arrays)
+        return a is b
+
+
+def _numbered_by_content(from_function):
+    """numba's FunctionIdentity.from_function, numbering by content inside a
+    compile of ours (numba/cuda/core/bytecode.py:675,716 number from a
+    process-wide counter; the number is in symbol names, as an ABI tag, and
+    in the names of variables inlined from the function)."""
+
+    @functools.wraps(from_function)
+    def numbered(cls, pyfunc):
+        func_id = from_function(cls, pyfunc)
+        if _active.config is not None:
+            func_id.unique_id = _internal_uid(pyfunc)
+            func_id.unique_name = f"{func_id.func_qualname}${func_id.unique_id}"
+        return func_id
+
+    numbered.numba_original = from_function
+    return numbered
+
+
+def _record_mangling_args(self):
+    """numba mangles a record type as its process-wide type number
+    (numba/core/types/npytypes.py Record.mangling_args: ``self._code``, a
+    counter of types made), which is in the symbol of every function taking
+    a record.  Inside a compile of ours it is a number derived from the
+    record's key (its fields, offsets, size, alignment): unique as the
+    type is, and the same in every process."""
+    if _active.config is None:
+        return _numba_record_mangling(self)
+    key = f"{type(self).__module__}.{type(self).__qualname__}:{self.key!r}"
+    return type(self).__name__, (symbol_uid(hashlib.sha256(key.encode()).hexdigest()),)
+
+
+_numba_record_mangling = None
+
+
+def _stable_const_bytes(insert_const_bytes):
+    """numba names a constant byte string after Python's ``hash()`` of it
+    (numba/cuda/core/base.py:494), which PYTHONHASHSEED changes; inside a
+    compile of ours, after a digest of the bytes."""
+
+    @functools.wraps(insert_const_bytes)
+    def insert(self, mod, data, name=None):
+        if name is None and _active.config is not None:
+            name = str(int(hashlib.sha256(bytes(data)).hexdigest()[:15], 16))
+        return insert_const_bytes(self, mod, data, name)
+
+    return insert
+
+
+def _dispatcher_repr(numba_repr):
+    """numba names the type of a dispatcher passed as an argument after its
+    repr, with the Python function's address (numba/cuda/dispatcher.py:1416),
+    in the mangled name of the function it is passed to; a dispatcher numba
+    makes inside a compile of ours (a ``make_function`` closure turned into
+    one) is named by its function's content number instead
+    (`DeviceProxy.__repr__` for the proxies)."""
+
+    @functools.wraps(numba_repr)
+    def repr_(self):
+        if _active.config is None:
+            return numba_repr(self)
+        return f"{type(self).__name__}(<function {self.py_func.__qualname__} at 0x{_internal_uid(self.py_func):x}>)"
+
+    return repr_
+
+
+def _afresh_inside(run_untyped_passes):
+    """numba types an ``@overload(inline="always")`` implementation while it
+    types the caller, and keeps the IR for later callers: numbered afresh,
+    that IR and the caller's own numbering do not depend on which compile
+    made it first."""
+
+    @functools.wraps(run_untyped_passes)
+    def run(self, *args, **kwargs):
+        if _active.config is None:
+            return run_untyped_passes(self, *args, **kwargs)
+        with _numbered_afresh():
+            return run_untyped_passes(self, *args, **kwargs)
+
+    return run
+
+
+def _inlined_by_content(inline_ir):
+    """The variables numba inlines are named after the callee's numbered name
+    (numba/cuda/core/inline_closurecall.py:63-74, 392): inside a compile of
+    ours, after its content number, even where the callee's IR was made (and
+    kept, see `_afresh_inside`) by one of numba's own compiles."""
+
+    @functools.wraps(inline_ir)
+    def inline(self, caller_ir, block, i, callee_ir, *args, **kwargs):
+        func = getattr(callee_ir.func_id, "func", None)
+        if _active.config is not None and isinstance(func, pytypes.FunctionType):
+            func_id = copy.copy(callee_ir.func_id)
+            func_id.unique_id = _internal_uid(func)
+            func_id.unique_name = f"{func_id.func_qualname}${func_id.unique_id}"
+            callee_ir = copy.copy(callee_ir)  # (inline_ir copies its blocks itself)
+            callee_ir.func_id = func_id
+        return inline_ir(self, caller_ir, block, i, callee_ir, *args, **kwargs)
+
+    return inline
+
+
+def _install_numbering():
+    """Patch what numba numbers or names process-wide, each acting only inside
+    a compile of ours (numba's own compiles are left as they are)."""
+    global _numba_record_mangling
+    from numba.cuda.core.base import BaseContext
+    from numba.cuda.core.inline_closurecall import InlineWorker
+
+    if getattr(FunctionIdentity.from_function, "numba_original", None):
+        return  # (installed)
+    FunctionIdentity.from_function = classmethod(_numbered_by_content(FunctionIdentity.from_function.__func__))
+    _numba_record_mangling = nbtypes.Record.mangling_args.fget
+    nbtypes.Record.mangling_args = property(_record_mangling_args)
+    BaseContext.insert_const_bytes = _stable_const_bytes(BaseContext.insert_const_bytes)
+    BaseContext._compile_subroutine_no_cache = _fresh_subroutine(BaseContext._compile_subroutine_no_cache)
+    BaseContext.compile_subroutine = _replayed_subroutine(BaseContext.compile_subroutine)
+    CUDADispatcher.__repr__ = _dispatcher_repr(CUDADispatcher.__repr__)
+    InlineWorker.run_untyped_passes = _afresh_inside(InlineWorker.run_untyped_passes)
+    InlineWorker.inline_ir = _inlined_by_content(InlineWorker.inline_ir)
+
+
 def _lower(typed: TypedFunction, config: CompileConfig, forceinline: bool = False):
+    # (numbered afresh before the pipeline is made: it copies numba's target context)
+    with _numbered_afresh():
+        return _lower_typed(typed, config, forceinline)
+
+
+def _lower_typed(typed: TypedFunction, config: CompileConfig, forceinline: bool):
     state = typed.state
     flags = _lowering_flags(config)
     if forceinline:
@@ -328,13 +648,19 @@ def _lower(typed: TypedFunction, config: CompileConfig, forceinline: bool = Fals
     ps.func_id = state["func_id"]
     # Lowering inserts ir.Del nodes into the blocks: give it its own copy.
     ps.func_ir = state["func_ir"].copy()
+    if state.get("debug_filename"):
+        # numba-cuda names os.path.abspath(the code's file) in debug info, which
+        # for a cell reads the working directory at lowering time: name the one
+        # the typing token hashed instead
+        loc = ps.func_ir.loc
+        ps.func_ir.loc = nbir.Loc(state["debug_filename"], loc.line, loc.col, loc.maybe_decorator)
     ps.typemap = state["typemap"]
     ps.calltypes = state["calltypes"]
     ps.return_type = state["return_type"]
     ps.metadata = dict(state["metadata"])
     ps.lifted = ()
     ps.lifted_from = None
-    with _stable_shared_memory_names(state["func_id"].unique_id):
+    with _stable_shared_memory_names(state["func_id"].unique_id), _def_line_as_hashed(state):
         cres = pipeline._compile_core()
     cres.library.finalize()
     return cres
@@ -353,6 +679,7 @@ class _ActiveConfig(threading.local):
         self.config: Optional[CompileConfig] = None
         self.phase: Optional[str] = None  # "typing" or "lowering"
         self.fresh: Optional[set] = None
+        self.def_line = None  # (code, line of def) of the function being lowered, for debug info
 
 
 _active = _ActiveConfig()
@@ -399,16 +726,21 @@ class DeviceProxy(CUDADispatcher):
     being lowered: the active `CompileConfig` comes from `_active`.
     """
 
-    def __init__(self, original, pyfunc, identity_digest, declared=(), options_from=None):
+    def __init__(self, original, pyfunc, identity_digest, declared=(), options_from=None, options=None,
+                 debug_filename=None, def_line=None):
         # As numba: a device function is lowered with its own options, whatever
         # the calling kernel's (its identity hashes them: `device_options`), and
         # a call to one declared inline="always" is inlined in the caller's IR.
-        own = device_options(original if options_from is None else options_from)
+        own = dict(options) if options else device_options(original if options_from is None else options_from)
+        self.debug_filename = debug_filename
+        self.def_line = def_line
         options = {"device": True, "opt": True, **own}
         super().__init__(pyfunc, targetoptions=options)
         self.own_options = own
         self.original = original
         self.identity_digest = identity_digest
+        if original is not None:  # (a user function's snapshot, which numba may inline: `_internal_uid`)
+            _proxied_uids[pyfunc] = symbol_uid(identity_digest)
         # Declared signatures ((args, return type), ...): as with numba, calls
         # are typed against them (arguments and result cast), never per call.
         self.declared = tuple(declared)
@@ -420,6 +752,15 @@ class DeviceProxy(CUDADispatcher):
         self._lazy_keys = {}
         self._lowered = targets.VariantMemo(on_evict=lambda found: _unregister(live_keys, found[0]))
         weakref.finalize(self, _unregister_all, live_keys)
+
+    def __repr__(self):
+        """numba names the type of a device function passed as an argument
+        after its dispatcher's repr, which is in the mangled name of the
+        function it is passed to; numba's has the Python function's address
+        (different in every process and compile), this one the identity's
+        number in its place."""
+        uid = symbol_uid(getattr(self, "identity_digest", None) or "0")
+        return f"{type(self).__name__}(<function {self.py_func.__qualname__} at 0x{uid:x}>)"
 
     def get_call_template(self, args, kws):
         """As numba's, but with declared signatures the call is typed against
@@ -451,7 +792,8 @@ class DeviceProxy(CUDADispatcher):
                                uid=symbol_uid(self.identity_digest),
                                qualname=self.py_func.__qualname__,
                                return_type=declared.get(args, return_type),
-                               inline=self.own_options["inline"])
+                               inline=self.own_options["inline"], debug_filename=self.debug_filename,
+                               def_line=self.def_line)
             self._typed.put(args, typed.target_reads, typed)
         targets.note(typed.target_reads)
         if args not in self.overloads:
@@ -549,7 +891,7 @@ def _route(dispatcher) -> "DeviceProxy":
             "Call it as a @cuda.jit(device=True) function read from a global or closure variable"
         )
     fresh = _active.fresh
-    with global_compiler_lock:
+    with compiler_lock():
         proxy = _library_proxies.get(dispatcher)
         if proxy is None or proxy.identity_digest != digest or (
                 fresh is not None and dispatcher not in fresh):
@@ -646,12 +988,21 @@ def run_llvm(typed: TypedFunction, config: CompileConfig, external=frozenset()) 
 def canonical_modules(library) -> Tuple[str, ...]:
     """The NVVM IR modules of `library` and everything it links, in a canonical order.
 
-    numba keeps a library's linked libraries in a set, so their order (and
-    with it libNVVM's output) follows memory addresses and differs between
-    processes.  Here each library's linked libraries are visited sorted by
-    their text.  The walk stays depth-first, callers before callees, as
-    numba's own: libNVVM links a ``linkonce_odr`` function only when a module
-    linked before it refers to it.
+    numba keeps a library's linked libraries in a set (numba/cuda/codegen.py:166,
+    walked by ``modules``, :424-427), so their order (and with it libNVVM's
+    output: the order of functions in the PTX, the layout of debug info)
+    follows memory addresses and differs between processes: there is no
+    order of numba's to follow.  Here each library's linked libraries are
+    visited sorted by their text.  That is canonical because the text is:
+    what numba numbers from process-wide counters (helpers' symbols, record
+    types, inlined variables, labels) is numbered from content here
+    (`_numbered_afresh`, `_install_numbering`), and a device function passed
+    as an argument is named by its identity (`DeviceProxy.__repr__`), so equal
+    inputs give equal texts in every process; libraries of equal text are
+    interchangeable, so ties reorder nothing.  (Before, those numbers were in
+    the text, and the sort followed them.)  The walk stays depth-first,
+    callers before callees, as numba's own: libNVVM links a ``linkonce_odr``
+    function only when a module linked before it refers to it.
     """
     return tuple(_library_modules(library))
 
@@ -667,6 +1018,47 @@ def _library_modules(library):
         )
     linked = sorted(_library_modules(lib) for lib in library._linking_libraries)
     return [str(module)] + [text for texts in linked for text in texts]
+
+
+_DI_FILE = re.compile(r'!DIFile\(directory: "((?:[^"\\]|\\.)*)", filename: "((?:[^"\\]|\\.)*)"\)')
+
+
+def debug_source_files(llvm: LLVMArtifact) -> Tuple[str, ...]:
+    """The source files the debug info of `llvm` names (none without debug
+    info).  ptxas, inside nvJitLink, reads each one's size and modification
+    time from the file system and writes them into the cubin's line table:
+    they are inputs of the cubin stage (see `source_file_stats`)."""
+    found = getattr(llvm, "_debug_sources", None)  # (read once per artifact: its modules never change)
+    if found is None:
+        found = llvm._debug_sources = _debug_source_files(llvm)
+    return found
+
+
+def _debug_source_files(llvm: LLVMArtifact) -> Tuple[str, ...]:
+    found = set()
+    for module in llvm.modules:
+        if "!DIFile(" in module:
+            for directory, filename in _DI_FILE.findall(module):
+                found.add(os.path.join(_unescape(directory), _unescape(filename)))
+    return tuple(sorted(found))
+
+
+def _unescape(text: str) -> str:
+    return re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), text)
+
+
+def source_file_stats(paths) -> list:
+    """What ptxas records of each file debug info names: its size and
+    modification time, or that it is absent (a cell has no file)."""
+    stats = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            stats.append([path, "absent"])
+        else:
+            stats.append([path, info.st_size, info.st_mtime_ns])
+    return stats
 
 
 def nvvm_options(config: CompileConfig) -> dict:
@@ -759,6 +1151,17 @@ def run_cubin(ptx: PTXArtifact, config: CompileConfig, qualname="kernel", extern
 
 def normalize_signature(sig) -> Tuple[Any, ...]:
     """Argument types of a signature string, numba signature or tuple of types."""
+    if isinstance(sig, str):  # parsed once: the parse reads numba's type names alone
+        return _parse_signature(sig)
+    return _normalize_signature(sig)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_signature(sig: str) -> Tuple[Any, ...]:
+    return _normalize_signature(sig)
+
+
+def _normalize_signature(sig) -> Tuple[Any, ...]:
     try:
         args, return_type = sigutils.normalize_signature(sig)
     except Exception as exc:
@@ -769,3 +1172,5 @@ def normalize_signature(sig) -> Tuple[Any, ...]:
 
 
 _install_routes()
+_install_def_lines()
+_install_numbering()

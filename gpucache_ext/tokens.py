@@ -15,23 +15,26 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Mapping, Tuple
 
 # Bump when the meaning of any token component changes.  3: ptx and cubin
 # tokens hash the upstream artifact's digest, not the upstream token (early
-# cutoff); entries of earlier schemas are never looked up again (misses).
-SCHEMA_VERSION = 3
+# cutoff); 4: floats by their bits, ints by value, types by numba's complete
+# keys, builtins and every value typing reads from one snapshot.  Entries of
+# earlier schemas are never looked up again (misses).
+SCHEMA_VERSION = 4
 
 
 def _canonical(value: Any) -> Any:
     """Map a value onto JSON with one spelling per value."""
     if value is None or isinstance(value, (bool, str)):
         return value
-    if isinstance(value, int):
-        return {"int": str(value)}
-    if isinstance(value, float):
-        return {"float": value.hex()}
+    if isinstance(value, int):  # by value: int's own repr, never a subclass's __str__
+        return {"int": int.__repr__(value)}
+    if isinstance(value, float):  # by its bits: every NaN's sign and payload, and -0.0
+        return {"float": struct.pack(">d", value).hex()}
     if isinstance(value, (tuple, list)):
         return [_canonical(v) for v in value]
     if isinstance(value, Mapping):
@@ -57,9 +60,10 @@ class Component:
 
 def component(value: Any, shown: str | None = None) -> Component:
     """A component for a plain value; it is shown as itself unless told otherwise."""
-    if isinstance(value, (dict, list)) or len(_COMPONENT_MEMO) > 8192:
+    if type(value) not in _MEMOISED or len(_COMPONENT_MEMO) > 8192:
         return Component(digest(value), shown if shown is not None else _show(value))
-    # Keyed by type and repr, so that 1, 1.0 and True (equal as dict keys) stay apart.
+    # Keyed by exact type and repr, so that 1 and True (equal as dict keys) stay
+    # apart; only for types whose repr is their value (every NaN reprs "nan").
     key = (type(value), repr(value), shown)
     found = _COMPONENT_MEMO.get(key)
     if found is None:
@@ -68,6 +72,7 @@ def component(value: Any, shown: str | None = None) -> Component:
 
 
 _COMPONENT_MEMO: Dict[Any, Component] = {}
+_MEMOISED = (str, int, bool, type(None))
 
 
 def _show(value: Any) -> str:

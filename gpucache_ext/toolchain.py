@@ -493,21 +493,53 @@ def stage_toolchain(stage: str, directory=None) -> dict:
 
 def toolchain_component(stage: str, directory=None) -> Component:
     versions = stage_toolchain(stage, directory)
-    return component(versions, " ".join(f"{k} {v}" for k, v in versions.items()))
+    key = (stage, tuple(versions.items()))
+    found = _components.get(key)
+    if found is None:
+        found = _components[key] = component(versions, " ".join(f"{k} {v}" for k, v in versions.items()))
+    return found
+
+
+_components: Dict[tuple, Component] = {}
 
 
 def numba_settings(reload: bool = True) -> dict:
     """numba's current values of the settings that lowering reads.
 
-    Reloads numba's configuration first (unless `reload` is False), exactly
-    as each numba compile does, so the values are the ones the next compile
-    will use.
+    Reloads numba's configuration first (unless `reload` is False), as each
+    numba compile does, so the values are the ones the next compile will
+    use.  numba's reload reads its environment variables and its config file
+    and changes nothing unless they changed: it is skipped while they are
+    as at the last reload (a set of values and a stat, not a reparse).
     """
     from numba.cuda.core import config
 
+    global _numba_inputs
     if reload:
-        config.reload_config()
+        seen = _numba_config_inputs()
+        if seen != _numba_inputs:
+            config.reload_config()
+            _numba_inputs = seen
     return {name: _plain(getattr(config, name, None)) for name in SETTINGS_READ_BY_LOWERING}
+
+
+_numba_inputs = None
+
+
+def _numba_config_inputs():
+    """What numba's `reload_config` reads: its NUMBA_* environment variables
+    and its config file (.numba_config.yaml in the working directory)."""
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict) and data and isinstance(next(iter(data)), bytes):
+        variables = tuple(sorted((k, v) for k, v in data.items() if k[:6] == b"NUMBA_"))
+    else:
+        variables = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("NUMBA_")))
+    try:
+        info = os.stat(".numba_config.yaml")
+        config_file = (os.path.abspath(".numba_config.yaml"), info.st_size, info.st_mtime_ns, info.st_ino)
+    except OSError:
+        config_file = None
+    return variables, config_file
 
 
 def _plain(value):

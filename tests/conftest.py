@@ -53,6 +53,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _no_audit_runs_on_into_the_next_test():
+    """Background audits (on by default for disk and shared hits) finish
+    within the test that started them."""
+    yield
+    from gpucache_ext.audit import wait_for_all
+
+    wait_for_all()
+
+
 @pytest.fixture
 def ip():
     """An in-process IPython shell with gpucache_ext loaded, a fresh namespace

@@ -8,8 +8,10 @@ are normalised, nothing else:
   differently; both sit in the mangled name's ABI tags (``B<n><chars>``),
   which are dropped (module, function name and argument types stay; in those,
   a function passed as an argument is named by its dispatcher class and
-  address, which are dropped too), and the counter-numbered shared and local
-  memory names become placeholders;
+  address, a record type by numba's process-wide type number, both dropped
+  too), and the counter-numbered shared and local memory names and the
+  constant byte strings numba names after Python's ``hash()`` become
+  placeholders;
 * the order of top-level PTX items (declarations, functions): numba links its
   libraries in an order that follows memory addresses (it differs from run to
   run), the pipeline in a canonical one; items are compared as a sorted list,
@@ -18,6 +20,40 @@ are normalised, nothing else:
   number.
 
 Comment lines (compiler banners) are dropped.
+
+So "equivalent" is up to module order and numbering, and that is as close
+as numba's output can be compared: numba's own is not the same from one
+process to the next.  Its module order follows addresses; its helpers,
+record types and inlined variables are numbered from counters that follow
+what the process compiled before; constant byte strings are named after
+``hash()`` (PYTHONHASHSEED); and its helper cache hands a kernel a helper
+lowered for an earlier kernel with other flags (lineinfo, fastmath), as do
+the device functions it compiled once, so the reference is taken as a fresh
+process compiles it (`forget_numbas_compiles`; the corpus also accepts a
+fresh process that imported the module, whose device functions declared
+with signatures compiled helpers at import).
+
+The pipeline's output is byte-identical (NVVM IR, PTX, cubin) in every
+compile and process, whatever the history, hash seed or address layout
+(tests/test_determinism.py), except where numba's numbering reaches it from
+outside a compile of ours or from an object with no content to number by:
+
+* a helper whose closure holds a value with no process-independent
+  description (`sources._describe` falls back to identity), or one that
+  describes like another without being equal to it (`stages._internal_uid`);
+* an ``@overload(inline="always")`` implementation whose IR numba's own
+  compile made and kept first: its variables made by ``mk_unique_var`` keep
+  that compile's numbers (the callee's name is renumbered:
+  `stages._inlined_by_content`);
+* a function type numba's own compile made first for a dispatcher passed as
+  an argument (its name, with an address, stays the type's);
+* numba-cuda's polymorphic-variable debug info (``CUDA_DEBUG_POLY``, off with
+  this toolchain) names a discriminator after ``id()``, and
+  ``UndefinedFunctionType`` counts its instances.
+
+Inputs that differ make outputs differ, as they should: a device array's
+pointer, and the padding bytes numpy leaves uninitialised in an aligned
+record array (numba bakes them; the token hashes them).
 
 With debug info, symbol names are also spelt out in the DWARF sections, as
 ``.b8`` bytes: the text those bytes spell is compared (so the names
@@ -40,7 +76,9 @@ from gpucache_ext.sass import without_abi_tags as _without_tags
 
 _DEBUG_SECTION = re.compile(r"^\s*\.section\s+\.debug", re.M)
 _SYMBOL = re.compile(r"_ZN[\w$]+")
-_MEMORY = re.compile(r"_cudapy_[a-z]+mem_\w+")
+# counter-numbered shared/local memory, and constant byte strings numba names
+# after Python's hash() of them (PYTHONHASHSEED; the pipeline: a digest)
+_MEMORY = re.compile(r"_cudapy_[a-z]+mem_\w+|_\$_bytes_\$_(?:_\$_)?\d+")
 
 
 def _items(text: str):
@@ -114,8 +152,11 @@ def normalise_ptx(text: str) -> str:
 def _argument_types(symbol: str) -> str:
     """Mangled argument types that name objects: a function passed as an
     argument is typed by its dispatcher (numba's, or the pipeline's proxy for
-    it) and its address (" at 0x7f..")."""
+    it) and its address (" at 0x7f..", the proxy: its identity's number); a
+    record type by a number (numba's: from a process-wide counter of types,
+    the pipeline's: from the record's fields)."""
     symbol = re.sub(r"0x[0-9a-f]+", "0x#", symbol)
+    symbol = re.sub(r"6RecordILi\d+E", "6RecordILi#E", symbol)
     return re.sub(r"\d+type_28(?:CUDADispatcher|DeviceProxy)_28", "#type_28Dispatcher_28", symbol)
 
 
@@ -141,10 +182,66 @@ def stand_in_gpu(cc=(8, 6)):
         dispatcher.get_current_device = saved
 
 
+def numbas_helpers() -> dict:
+    """numba's process-wide helper cache (``cached_internal_func``: int power,
+    cmath, fp16 shims), keyed without the compile's flags: a kernel compiled
+    with lineinfo or fastmath after one without reuses helpers lowered
+    without them, so numba's output follows the process's history (the
+    pipeline's does not: `stages._subroutine_cache`)."""
+    from numba.cuda.descriptor import cuda_target
+
+    return cuda_target.target_context.cached_internal_func
+
+
+def forget_numbas_compiles(func, helpers=None):
+    """Set numba's helper cache back to `helpers` (empty: as a fresh process
+    starts; what a module's import compiled: as a fresh process that imported
+    it), and empty the compiled overloads of the lazy device functions
+    `func` reaches (through globals and closures), so numba's next compile of
+    `func` is the one such a process makes: numba compiles each device
+    function once per process, with the helpers and flags of that time."""
+    import types as pytypes
+
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    numbas_helpers().clear()
+    numbas_helpers().update(helpers or {})
+    seen, todo = set(), [getattr(func, "py_func", func)]
+    while todo:
+        pyfunc = todo.pop()
+        if not isinstance(pyfunc, pytypes.FunctionType) or id(pyfunc) in seen:
+            continue
+        seen.add(id(pyfunc))
+        for value in _reached(pyfunc):
+            if isinstance(value, CUDADispatcher) and value.targetoptions.get("device"):
+                if value._can_compile:  # (one declared with signatures cannot compile again)
+                    value.overloads.clear()
+                todo.append(value.py_func)
+
+
+def _reached(pyfunc):
+    """The values a function's code names: globals (nested code included) and closure cells."""
+    import types as pytypes
+
+    codes, names = [pyfunc.__code__], set()
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes.extend(c for c in code.co_consts if isinstance(c, pytypes.CodeType))
+    values = [pyfunc.__globals__[name] for name in names if name in pyfunc.__globals__]
+    for cell in pyfunc.__closure__ or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:
+            pass
+    return values
+
+
 def numba_ptx(func, sig, cc=(8, 6), **options) -> str:
-    """numba-cuda's own PTX for `func`."""
+    """numba-cuda's own PTX for `func`, as a fresh process compiles it."""
     from numba import cuda
 
+    forget_numbas_compiles(func)
     with stand_in_gpu(cc):
         ptx, _ = cuda.compile_ptx(func, sig, cc=cc, **options)
     return ptx

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from gpucache_ext import AuditWarning, CompileConfig, KernelCache
-from gpucache_ext.audit import parse_audit
+from gpucache_ext.audit import AuditPolicy, parse_audit
 from gpucache_ext.disk import DiskTier
 
 from . import kernels
@@ -110,8 +110,11 @@ def test_background_audit_reports_when_done_and_the_kernel_then_runs_fresh_code(
 
 
 def test_sampling_and_settings():
-    assert parse_audit(None) == parse_audit("off") == parse_audit(False) == 0.0
-    assert parse_audit("all") == parse_audit(True) == 1.0 and parse_audit("0.25") == 0.25
+    default = AuditPolicy(0.0, first_persisted=True)
+    assert parse_audit(None) == parse_audit("") == parse_audit("first") == default
+    assert parse_audit("off") == parse_audit(False) == parse_audit(0) == AuditPolicy(0.0, first_persisted=False)
+    assert parse_audit("all") == parse_audit(True) == AuditPolicy(1.0)
+    assert parse_audit("0.25") == AuditPolicy(0.25) and not parse_audit("off").enabled
     for bad in ("sometimes", 1.5, -0.1):
         with pytest.raises(ValueError, match="audit"):
             parse_audit(bad)
@@ -232,3 +235,84 @@ def test_background_audit_findings_reach_the_next_cell_report(ip, capsys, monkey
     assert "audit: the cached cubin of shift" in out and "fresh code is in use" in out
     ip.run_cell("%%gpukernel --sm 80 --quiet\nx = 2\n").raise_error()
     assert "audit:" not in capsys.readouterr().out  # reported once
+
+
+# ---------------------------------------------------------------------------
+# On by default: the first hit of each kernel served by a persistent tier
+
+
+def test_by_default_the_first_disk_hit_of_each_kernel_is_audited_in_the_background(tmp_path):
+    KernelCache(directory=tmp_path, audit=False).compile(kernels.axpy, kernels.AXPY_SIG, SM80)
+    cache = KernelCache(directory=tmp_path)  # a new process's cache, default policy
+    first = cache.compile(kernels.axpy, kernels.AXPY_SIG, SM80)
+    assert first.stages["cubin"].tier == "disk" and first.audit is not None
+    assert first.audit.state == "pending"  # (it waits for the cache to be idle)
+    cache.audit_wait()
+    assert first.audit.state == "passed"
+    again = cache.compile(kernels.axpy, kernels.AXPY_SIG, SM80)  # a memory hit
+    assert again.hit and again.audit is None
+    other = cache.compile(kernels.axpy, kernels.AXPY_SIG, SM80.replace(max_registers=40))  # a miss and hits
+    assert other.audit is None
+    assert cache.stats()["cubin"]["audits"] == 1
+    assert KernelCache(directory=tmp_path, audit="off").compile(kernels.axpy, kernels.AXPY_SIG, SM80).audit is None
+
+
+def test_by_default_a_planted_disk_entry_is_caught_evicted_and_replaced(planted):
+    directory, axpy, copy = planted
+    cache = KernelCache(directory=directory)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = cache.compile(kernels.axpy, kernels.AXPY_SIG, SM80)
+        assert result.cubin == copy.cubin  # served as found ...
+        cache.audit_wait()
+    assert result.audit.state == "mismatch" and result.cubin == axpy.cubin  # ... and fixed before the next launch
+    assert any(issubclass(w.category, AuditWarning) for w in caught)
+    assert KernelCache(directory=directory, audit=False).compile(
+        kernels.axpy, kernels.AXPY_SIG, SM80).cubin == axpy.cubin
+
+
+def test_an_audit_compiles_the_snapshot_its_hit_was_hashed_from(tmp_path):
+    """An edit made between the hit and its background audit is no mismatch:
+    the audit compiles what the hit's token hashed, not the kernel as it is."""
+    from .test_cache import notebook_namespace, run_cell
+
+    ns = notebook_namespace()
+    run_cell(ns, "def kernel(r):\n    r[0] = K\n")
+    ns["K"] = 2.0
+    KernelCache(directory=tmp_path, audit=False).compile(ns["kernel"], "void(float64[:])", SM80)
+    cache = KernelCache(directory=tmp_path)
+    result = cache.compile(ns["kernel"], "void(float64[:])", SM80)
+    ns["K"] = 3.0  # the next cell, before the audit ran
+    cache.audit_wait()
+    assert result.audit.state == "passed" and cache.audit_mismatch_count == 0
+
+
+def test_audits_wait_for_the_cache_to_be_idle():
+    from gpucache_ext.audit import Auditor
+
+    auditor = Auditor(AuditPolicy(), background=True)
+    ran = []
+    auditor.busy(True)  # a compile running
+    auditor.submit(lambda: ran.append(True))
+    import time
+
+    time.sleep(auditor.IDLE_SECONDS * 2)
+    assert not ran, "an audit started while a compile ran"
+    auditor.busy(False)
+    auditor.wait()
+    assert ran
+
+
+def test_in_a_notebook_audits_wait_for_the_end_of_the_cell(ip, tmp_path):
+    """The magic's session holds its cache's background audits from each
+    cell's start to its end: the cell the user waits for never shares the
+    machine with them."""
+    import gpucache_ext
+
+    session = gpucache_ext._session()
+    session.configure_cache(directory=str(tmp_path))
+    ip.run_cell("x = 1").raise_error()
+    cache = session.cache
+    assert not cache._auditor._held
+    ip.run_cell("import gpucache_ext\nheld = gpucache_ext._session().cache._auditor._held").raise_error()
+    assert ip.user_ns["held"] is True and not cache._auditor._held

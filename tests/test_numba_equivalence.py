@@ -1,8 +1,15 @@
 """The pipeline compiles what numba-cuda compiles, to equivalent code.
 
 numba-cuda's own `compile_ptx` is the reference (see `tests/equivalence.py`:
-only symbol names and comment lines are normalised).
+only symbol names, module order and comment lines are normalised).  The
+comparison is "equivalent up to module order and numbering" because numba's
+own output differs from process to process there (its module order follows
+addresses, its numbering the process's history); the pipeline's is
+byte-identical in every process (tests/test_determinism.py; the exceptions
+are listed in `tests/equivalence.py`).
 """
+
+import sys
 
 import pytest
 
@@ -281,3 +288,69 @@ def test_debug_sections_compare_their_text_not_their_layout_bytes():
     same = normalise_ptx(ptx(b"kernel.py", 3))
     assert normalise_ptx(ptx(b"kernel.py", 7)) == same  # an abbreviation code: layout
     assert normalise_ptx(ptx(b"kernel2.py", 3)) != same  # a file name: compared
+
+
+CPU_ADD = """
+import numba
+
+@numba.jit
+def add(a, b):
+    return a + b
+"""
+
+CPU_KERNEL = """
+def add_kernel(ary):
+    i = cuda.grid(1)
+    ary[i] = {call}(ary[i], 1)
+"""
+
+
+def test_a_cpu_jit_function_called_from_a_kernel_compiles_as_numbas_device_function():
+    # numba-cuda compiles a CPU dispatcher a kernel calls as a device function,
+    # with the dispatcher's own options (its test_device_func's test_cpu_dispatcher)
+    ns = notebook_namespace()
+    run_cell(ns, CPU_ADD + CPU_KERNEL.format(call="add"))
+    sig = "void(int64[:])"
+    result = KernelCache().compile(ns["add_kernel"], sig, SM86)
+    assert normalise_ptx(result.ptx) == normalise_ptx(numba_ptx(ns["add_kernel"], sig))
+    assert "device function add" in result.stages["typing"].components
+    ns["add"](1, 2)  # compiled for the CPU too: nothing changes for the kernel
+    again = KernelCache().compile(ns["add_kernel"], sig, SM86)
+    assert again.cubin == result.cubin
+
+
+def test_a_cpu_jit_function_read_through_a_module_compiles_as_numbas(tmp_path, monkeypatch):
+    # its test_cpu_dispatcher_other_module, with the module a file of its own
+    import importlib
+
+    (tmp_path / "gpucache_cpu_helpers.py").write_text(CPU_ADD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("gpucache_cpu_helpers")
+    monkeypatch.setitem(sys.modules, "gpucache_cpu_helpers", module)  # (removed again afterwards)
+    ns = notebook_namespace()
+    ns["helpers"] = module
+    run_cell(ns, CPU_KERNEL.format(call="helpers.add"))
+    sig = "void(int64[:])"
+    cache = KernelCache()
+    result = cache.compile(ns["add_kernel"], sig, SM86)
+    assert normalise_ptx(result.ptx) == normalise_ptx(numba_ptx(ns["add_kernel"], sig))
+    assert "device function helpers.add" in result.stages["typing"].components
+    # another CPU function in its place is another device function
+    run_cell(module.__dict__, "@numba.jit\ndef add(a, b):\n    return a - b\n")
+    changed = cache.compile(ns["add_kernel"], sig, SM86)
+    assert not changed.hit and changed.ptx != result.ptx
+    assert normalise_ptx(changed.ptx) == normalise_ptx(numba_ptx(ns["add_kernel"], sig))
+
+
+def test_a_cpu_jit_function_that_cannot_compile_fails_as_in_numba():
+    # explicit signatures turn a CPU dispatcher's compiling off, and numba-cuda
+    # then refuses it in a kernel (its test_cpu_dispatcher_invalid)
+    ns = notebook_namespace()
+    run_cell(ns, CPU_ADD.replace("@numba.jit", '@numba.jit("(i4, i4)")') + CPU_KERNEL.format(call="add"))
+    sig = "void(int64[:])"
+    message = "using cpu function on device but its compilation is disabled"
+    with pytest.raises(Exception, match=message):
+        numba_ptx(ns["add_kernel"], sig)
+    with pytest.raises(CompileError, match=message) as raised:
+        KernelCache().compile(ns["add_kernel"], sig, SM86)
+    assert raised.value.stage == "typing"

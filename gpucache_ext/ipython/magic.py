@@ -81,8 +81,9 @@ class GpuCacheMagics(Magics):
     quiet = Bool(help="Do not show the per-cell report (env GPUCACHE_QUIET=1).").tag(config=True)
     audit = Unicode(
         help="Audit the cache's hits by compiling them again from nothing and comparing "
-             "(env GPUCACHE_AUDIT): 'off', 'all', or the fraction of hits to audit, e.g. '0.1'; "
-             "audits run in a background thread.",
+             "(env GPUCACHE_AUDIT): 'first' (the default: the first hit of each kernel served by "
+             "the disk or shared tier), 'all', a fraction of every hit besides, e.g. '0.1', or 'off'; "
+             "audits run in a low-priority background thread once the cell is done.",
     ).tag(config=True)
 
     @default("default_sm")

@@ -82,6 +82,7 @@ class Session:
         self.magics = GpuCacheMagics(shell=shell, session=self)
         self.settings = Settings.from_magics(self.magics)
         self._cache = None
+        self._in_cell = False  # between pre_run_cell and post_run_cell
         self.cell_count = 0
         self._histories: "weakref.WeakKeyDictionary[Any, CellHistory]" = weakref.WeakKeyDictionary()
         self.inspectors: "weakref.WeakSet" = weakref.WeakSet()
@@ -97,6 +98,7 @@ class Session:
             from ..cache import KernelCache
 
             self._cache = KernelCache.from_environment(**{**self.settings.cache_arguments(), **self._overrides})
+            self._cache.hold_audits(self._in_cell)
             self._histories[self._cache] = CellHistory()  # made here: all its activity is in cells
         return self._cache
 
@@ -135,6 +137,7 @@ class Session:
         from .cell import _check_cell_syntax
 
         self.shell.register_magics(self.magics)
+        self.shell.events.register("pre_run_cell", self.pre_run_cell)
         self.shell.events.register("post_run_cell", self.post_run_cell)
         if _check_cell_syntax not in self.shell.input_transformers_post:  # syntax errors as a plain cell's
             self.shell.input_transformers_post.append(_check_cell_syntax)
@@ -147,7 +150,11 @@ class Session:
         from .cell import _check_cell_syntax
 
         with contextlib.suppress(ValueError):
+            self.shell.events.unregister("pre_run_cell", self.pre_run_cell)
+        with contextlib.suppress(ValueError):
             self.shell.events.unregister("post_run_cell", self.post_run_cell)
+        if self._cache is not None:
+            self._cache.hold_audits(False)
         with contextlib.suppress(ValueError):
             self.shell.input_transformers_post.remove(_check_cell_syntax)
         simulate_memory(False)
@@ -161,12 +168,21 @@ class Session:
         self._cache = None
 
     # -- hooks and inspectors ------------------------------------------------
+    def pre_run_cell(self, info=None) -> None:
+        """Before every cell: the cache's background audits wait for its end."""
+        self._in_cell = True
+        if self._cache is not None:
+            self._cache.hold_audits(True)
+
     def post_run_cell(self, result=None) -> None:
         """After every cell: kernels re-check their inputs at their next launch;
         each watched cache's history gets the cell's hits and misses; open
-        inspectors refresh."""
+        inspectors refresh; background audits may run."""
         from ..kernel import refresh_all
 
+        self._in_cell = False
+        if self._cache is not None:
+            self._cache.hold_audits(False)
         refresh_all()
         try:
             self.cell_count += 1
