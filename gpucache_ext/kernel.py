@@ -33,7 +33,7 @@ from .results import FatbinResult
 from .config import CompileConfig, Targets
 from .errors import GpuCacheError, UnsupportedKernelError
 from .results import short_signature
-from .sources import identify, python_function, rebind
+from .sources import declared_signatures, identify, python_function, rebind
 from .stages import normalize_signature
 
 _generation = 0
@@ -334,13 +334,24 @@ class Kernel:
                     f"{self.__name__} synchronises its grid (cuda.cg.this_grid), which numba's "
                     f"simulator can do within one block only; launch it as [1, threads] (or with "
                     f".forall(n)) to simulate it, or run it on a GPU")
-            self._simulator()[griddim, blockdim, stream, sharedmem](*args)
+            self._simulator()[griddim, blockdim, stream, sharedmem](*self._as_launched(result, args))
             return
         from numba.cuda.cudadrv import driver
 
         griddim, blockdim = normalize_kernel_dimensions(griddim, blockdim)
         loaded = self._gpu_kernel(result)
         loaded.launch(args, griddim, blockdim, driver._to_core_stream(stream), sharedmem)
+
+    def _as_launched(self, result: CompileResult, args) -> tuple:
+        """The arguments as a GPU launch of `result` gets them (a float32
+        parameter gets a rounded float), for the simulator, which would
+        otherwise compute with the Python values themselves."""
+        from .simulator import launch_arguments
+
+        try:
+            return launch_arguments(result.signature, args)
+        except (TypeError, OverflowError, ValueError) as exc:
+            raise LaunchError(f"{self.__name__}: {exc}") from None
 
     def _gpu_kernel(self, result: CompileResult):
         # (an audit mismatch swaps the result's cubin for a fresh one: load that)
@@ -807,14 +818,25 @@ def _notice_simulator(asked: bool) -> None:
 
 def simulated_kernel(pyfunc, config: CompileConfig, extensions=()):
     """numba's simulator kernel for `pyfunc`, its device functions replaced by
-    simulator twins.  Like compiled code, it keeps the values its globals,
-    closure variables and module attributes had when it was made (numba's
-    simulator would read them anew at every launch)."""
+    simulator twins (those declared with signatures cast their arguments and
+    result as compiled code does), and the math functions they read computing
+    float32 arguments at numba's widths (simulator.narrow_math).  Like compiled
+    code, it keeps the values its globals, closure variables and module
+    attributes had when it was made (numba's simulator would read them anew at
+    every launch)."""
     from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    from .simulator import DeclaredTwin, narrow_math
+
+    def simulated(identity):
+        return narrow_math(rebind(identity, twin))
 
     def twin(dispatcher, identity):
         refuse_externs(identity)
-        return FakeCUDAKernel(rebind(identity, twin), device=True, fastmath=config.fastmath)
+        declared = declared_signatures(dispatcher)
+        if declared:  # compiled code casts to the declared types: so must the twin
+            return DeclaredTwin(simulated(identity), declared, fastmath=config.fastmath)
+        return FakeCUDAKernel(simulated(identity), device=True, fastmath=config.fastmath)
 
     def refuse_externs(identity):
         if identity.externs:
@@ -826,7 +848,7 @@ def simulated_kernel(pyfunc, config: CompileConfig, extensions=()):
 
     identity = identify(pyfunc, with_location=False, freeze=True)
     refuse_externs(identity)
-    return FakeCUDAKernel(rebind(identity, twin), device=False, fastmath=config.fastmath,
+    return FakeCUDAKernel(simulated(identity), device=False, fastmath=config.fastmath,
                           debug=config.debug, extensions=extensions)
 
 
