@@ -37,6 +37,7 @@ import importlib.metadata
 import os
 import pathlib
 import posixpath
+import re
 import site
 import sys
 import sysconfig
@@ -244,7 +245,9 @@ def _resolve(files: Tuple[str, ...]) -> _Owned:
 def _owners(files: Tuple[str, ...], plain: Tuple[str, ...]):
     """(owning metadata folders, edited files, [(site folder, path in it)])."""
     owners, edits, where = set(), [], []
-    for path in files:
+    # a regular package is owned as its __init__ is; only a namespace package
+    # (no file of its own) is owned by what its folders hold
+    for path in plain or files:
         site_folder = _locate(path)[1]
         if site_folder is None:  # a standard-library file among installed ones: Python's version keys it
             continue
@@ -376,26 +379,70 @@ def _mentions(text: str, top: str) -> bool:
     return False
 
 
+def _normalised(name: str) -> str:
+    """A project or folder name as packaging normalises it (PEP 503), with _."""
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _recorded_hash(text: str, rel: str) -> Optional[str]:
+    """The hash a RECORD gives `rel` ("" for none), None when it does not list
+    it: one search for the row, not a parse (a RECORD can hold thousands)."""
+    prefix = rel + ","
+    if text.startswith(prefix):
+        start = 0
+    else:
+        found = text.find("\n" + prefix)
+        if found == -1:
+            return None
+        start = found + 1
+    end = text.find("\n", start)
+    fields = text[start:end if end != -1 else len(text)].split(",")
+    return fields[1].strip() if len(fields) > 1 else ""
+
+
 class _Index:
     """Installed file -> owning distributions, for one site folder.
 
-    The RECORD files are read once (about 7 ms for 130 distributions here) and
-    parsed only for the top-level names asked about.  Rebuilt when the site
-    folder changes (an install or removal renames, adds or drops a metadata
-    folder), or when an owner it names is gone (a change within the folder's
-    mtime granularity: `_resolve` forgets the index)."""
+    A file is looked up first in the RECORD of the distributions named like
+    its top-level folder (``numpy/...`` in ``numpy-2.4.6.dist-info``: one
+    file read and one search, the case of nearly every module); otherwise,
+    and for a namespace package's folders, every RECORD is read (about 7 ms
+    for 130 distributions here, once) and parsed for that top-level name
+    only.  Rebuilt when the site folder changes (an install or removal
+    renames, adds or drops a metadata folder), or when an owner it names is
+    gone (a change within the folder's mtime granularity: `_resolve` forgets
+    the index)."""
 
     _indexes: Dict[str, "_Index"] = {}
 
     def __init__(self, folder: str):
         self.folder = folder
         self.stat = _stat_id(folder)
-        self.records: Dict[str, str] = {}  # metadata folder -> RECORD text
+        self.folders = self._metadata_folders()
+        self._records: Dict[str, str] = {}  # metadata folder -> RECORD text, read when needed
+        self._all_read = False
         self.tops: Dict[str, Dict[str, List[Tuple[str, str]]]] = {}  # top -> rel -> [(dist, hash)]
-        for dist in self._metadata_folders():
-            text = self._record(dist)
-            if text:
-                self.records[dist] = text
+
+    @property
+    def records(self) -> Dict[str, str]:
+        """Every distribution's RECORD text (read once, on first need)."""
+        if not self._all_read:
+            for dist in self.folders:
+                self._record_of(dist)
+            self._all_read = True
+        return {dist: text for dist, text in self._records.items() if text}
+
+    def _record_of(self, dist: str) -> str:
+        text = self._records.get(dist)
+        if text is None:
+            text = self._records[dist] = self._record(dist)
+        return text
+
+    def _named_like(self, top: str) -> List[str]:
+        """The metadata folders whose project name is the top-level folder's."""
+        wanted = _normalised(top)
+        return [dist for dist in self.folders
+                if _normalised(os.path.basename(dist).rsplit(".", 1)[0].split("-")[0]) == wanted]
 
     @classmethod
     def get(cls, folder: str) -> "_Index":
@@ -445,7 +492,14 @@ class _Index:
 
     def file_owners(self, rel: str) -> List[Tuple[str, str]]:
         """[(metadata folder, recorded hash)] of the distributions listing the file."""
-        return self._entries(rel.split("/")[0]).get(rel, [])
+        top = rel.split("/")[0]
+        if top not in self.tops:
+            for dist in self._named_like(top):
+                text = self._record_of(dist)
+                recorded = None if '"' in text else _recorded_hash(text, rel)
+                if recorded is not None:
+                    return [(dist, recorded)]
+        return self._entries(top).get(rel, [])
 
     def folder_owners(self, rel: str) -> FrozenSet[str]:
         """The distributions with a file inside the folder (a namespace package may have several)."""

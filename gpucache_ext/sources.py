@@ -42,6 +42,7 @@ import enum
 import functools
 import linecache
 import os
+import struct
 import sys
 import types as pytypes
 import weakref
@@ -74,7 +75,27 @@ class CodeReads:
     derefs: Dict[str, FrozenSet[Chain]]
 
 
-@functools.lru_cache(maxsize=4096)
+def _by_code(fn):
+    """`fn(code, *args)` memoised by the code object's identity (the memo holds
+    it, so its id stays its own): an lru_cache would hash and compare code
+    objects, bytecode and constants, tens of microseconds on a cold hit, and
+    equal code objects may differ in their file name."""
+    memo: Dict[tuple, tuple] = {}
+
+    @functools.wraps(fn)
+    def memoised(code, *args):
+        key = (id(code), *args)
+        found = memo.get(key)
+        if found is None or found[0] is not code:
+            if len(memo) >= 4096:
+                memo.clear()
+            found = memo[key] = (code, fn(code, *args))
+        return found[1]
+
+    return memoised
+
+
+@_by_code
 def code_reads(code) -> CodeReads:
     found = {"global": {}, "deref": {}}
     _collect_reads(code, found)
@@ -102,7 +123,7 @@ def _collect_reads(code, found):
             _collect_reads(const, found)
 
 
-@functools.lru_cache(maxsize=4096)
+@_by_code
 def _code_digest(code, with_location: bool) -> str:
     return digest(_code_value(code, with_location))
 
@@ -395,6 +416,29 @@ def def_line(pyfunc) -> Optional[int]:
 _DEF_LINES: Dict[Any, Optional[int]] = {}
 
 
+def _value_key(value):
+    """A key telling apart every plain value whose component can be memoised
+    (exact scalars, by type and bits; numba types whose key holds no class),
+    None for any other value."""
+    kind = type(value)
+    if kind is float:
+        return (float, struct.pack(">d", value))
+    if kind in _EXACT_SCALARS:
+        return (kind, value)
+    if value in _TYPE_DATA if _is_numba_type(value) else False:
+        return ("numba type", value)
+    return None
+
+
+def _is_numba_type(value) -> bool:
+    from numba.cuda import types as nbtypes
+
+    return isinstance(value, nbtypes.Type)
+
+
+_VALUE_COMPONENTS: Dict[Any, Component] = {}
+
+
 def _short(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -495,9 +539,16 @@ class _Walker:
     def _read(self, ident, component_name, where, value, with_location=None) -> _Plan:
         """Key one value the function reads (a device function keys itself, by
         its own identity); returns how the rebound function reads it."""
+        memo_key = _value_key(value)
+        found = _VALUE_COMPONENTS.get(memo_key) if memo_key is not None else None
+        if found is not None:  # a plain value keyed before: its component, without describing it again
+            ident.components[component_name] = found
+            return _Snapshot(value)
         data, plan = self._data(value, ident, label=where, with_location=with_location)
         if not (isinstance(plan, _Device) and plan.dispatcher is value):
-            ident.components[component_name] = Component(digest(data), _short(_shown(value)))
+            ident.components[component_name] = part = Component(digest(data), _short(_shown(value)))
+            if memo_key is not None and plan is None and len(_VALUE_COMPONENTS) < 8192:
+                _VALUE_COMPONENTS[memo_key] = part
         return _Snapshot(value) if plan is None else plan
 
     def _module(self, ident, label, path, module, chains) -> _Plan:
@@ -508,8 +559,7 @@ class _Walker:
         what was read."""
         version = library_version(module)
         if version is not None:
-            ident.components[label] = component(["module", module.__name__, version],
-                                                f"module {module.__name__}")
+            ident.components[label] = _library_module_component(module.__name__, version)
             for chain in chains:
                 _check_library_chain(ident, label, path, module, chain)
             return _Snapshot(module)
@@ -906,6 +956,11 @@ def _scalar_subclass(value, ident, label) -> list:
             f"in what numba reads; pass {base.__name__}({label.split()[-1]}) instead, or an enum")
     exact = complex(value.real, value.imag) if base is complex else base.__new__(base, value)
     return ["library scalar", _class_data(cls), _describe(exact)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _library_module_component(name: str, version: str) -> Component:
+    return component(["module", name, version], f"module {name}")
 
 
 def _pristine_builtin(name: str) -> Component:
