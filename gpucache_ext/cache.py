@@ -783,7 +783,7 @@ class KernelCache:
         once, then reused).  A proxy belongs to one function object: two of
         one digest (module twins) never share what either typed from its own
         snapshot.  The proxy holds its dispatcher, so the id stays its own."""
-        key = (id(dispatcher), identity.digest)
+        key = _proxy_key(dispatcher, identity)
         with self._lock:
             proxy = self._proxies.get(key)
             if proxy is None or proxy.original is not dispatcher:
@@ -797,7 +797,7 @@ class KernelCache:
         made = {}
 
         def proxy_for(dispatcher, identity):
-            key = (id(dispatcher), identity.digest)
+            key = _proxy_key(dispatcher, identity)
             with self._lock:
                 if key not in made:
                     made[key] = self._new_proxy(dispatcher, identity, proxy_for)
@@ -809,7 +809,7 @@ class KernelCache:
         proxy = stages.DeviceProxy(dispatcher, rebind(identity, proxy_for), identity.digest, identity.declared,
                                    options=identity.options, debug_filename=identity.debug_filename,
                                    def_line=identity.def_line)
-        key = (id(dispatcher), identity.digest)
+        key = _proxy_key(dispatcher, identity)
         self._proxies[key] = proxy
         self._proxies.move_to_end(key)
         while len(self._proxies) > 4 * self._memory["typing"].max_entries:
@@ -840,6 +840,12 @@ def _give_up_after(attempt: int, plan: "_Plan", exc: Exception) -> None:
             f"{plan.kernel}: {exc} ({_ATTEMPTS} times); stop writing to it while the cell compiles, or "
             "pass it to the kernel as an argument") from exc
     raise exc
+
+
+def _proxy_key(dispatcher, identity) -> tuple:
+    """A device proxy's key: the function object (held by the proxy, so its id
+    stays its own while the proxy is kept) and the identity it was made from."""
+    return id(dispatcher), identity.digest
 
 
 def _generic_hexes(plan: "_Plan", result: CompileResult) -> Dict[str, str]:
@@ -976,13 +982,8 @@ class _Plan:
         # inputs give the same tokens (memoised: an exact repeat rebuilds none)
         key = (typing.hex, config, tuple(settings.items()), links,
                tuple(part.digest for part in toolchains.values()))
-        found = _DOWNSTREAM_TOKENS.get(key)
-        if found is None:
-            found = _downstream_tokens(typing, config, settings, toolchains, links)
-            if len(_DOWNSTREAM_TOKENS) >= 4096:
-                _DOWNSTREAM_TOKENS.pop(next(iter(_DOWNSTREAM_TOKENS)))
-            _DOWNSTREAM_TOKENS[key] = found
-        tokens, self._parts = found
+        tokens, self._parts = _memoised(_DOWNSTREAM_TOKENS, key, lambda: _downstream_tokens(
+            typing, config, settings, toolchains, links))
         return {"typing": typing, **tokens}
 
     def content_token(self, stage: str, upstream_digest: str, extra: Optional[Mapping[str, Component]] = None
@@ -991,17 +992,15 @@ class _Plan:
         with the upstream artifact's digest in place of the upstream token."""
         key = (stage, self.tokens[stage].hex, upstream_digest,
                tuple((name, part.digest) for name, part in (extra or {}).items()))
-        found = _CONTENT_TOKENS.get(key)
-        if found is None:
+
+        def make():
             parts = dict(self._parts[stage])
             parts[STAGES[STAGES.index(stage) - 1]] = Component(upstream_digest,
                                                                 f"output {short_token(upstream_digest)}")
             parts.update(extra or {})
-            found = make_token(stage, parts)
-            if len(_CONTENT_TOKENS) >= 4096:
-                _CONTENT_TOKENS.pop(next(iter(_CONTENT_TOKENS)))
-            _CONTENT_TOKENS[key] = found
-        return found
+            return make_token(stage, parts)
+
+        return _memoised(_CONTENT_TOKENS, key, make)
 
     def run(self, force=False, until: str = "cubin") -> CompileResult:
         """llvm is looked up by its token; ptx and cubin by their content
@@ -1136,6 +1135,16 @@ def _downstream_tokens(typing: Token, config: CompileConfig, settings, toolchain
 # (pure functions of their keys, shared by every cache: bounded, oldest dropped first)
 _DOWNSTREAM_TOKENS: Dict[tuple, tuple] = {}
 _CONTENT_TOKENS: Dict[tuple, Token] = {}
+
+
+def _memoised(memo: dict, key, make, limit: int = 4096):
+    """memo[key], made by `make()` when missing; the oldest entry goes when full."""
+    found = memo.get(key)
+    if found is None:
+        if len(memo) >= limit:
+            memo.pop(next(iter(memo)))
+        found = memo[key] = make()
+    return found
 
 
 class _Found(NamedTuple):

@@ -425,7 +425,7 @@ def _value_key(value):
         return (float, struct.pack(">d", value))
     if kind in _EXACT_SCALARS:
         return (kind, value)
-    if value in _TYPE_DATA if _is_numba_type(value) else False:
+    if _is_numba_type(value) and value in _TYPE_DATA:
         return ("numba type", value)
     return None
 
@@ -448,7 +448,6 @@ _MISSING = object()
 # the same object is keyed by its name (Python's version is in the toolchain);
 # anything a program put into builtins is keyed by its value, as a global is.
 _PRISTINE_BUILTINS = dict(builtins.__dict__)
-_BUILTIN_COMPONENTS: Dict[str, Component] = {}
 
 
 class _Walker:
@@ -740,12 +739,8 @@ class _Walker:
     def _sequence(self, value, ident, label):
         """A tuple (a named tuple with its class) or a list, item by item."""
         kind = type(value)
-        if kind is tuple or kind is list:
-            described = kind.__name__
-        elif isinstance(value, tuple) and hasattr(kind, "_fields"):
-            described = _class_data(kind)
-        else:
-            described = _class_data(kind)  # a library class, or refused
+        # a named tuple's class by its fields; another subclass a library's, or refused
+        described = kind.__name__ if kind in (tuple, list) else _class_data(kind)
         items = [self._data(v, ident, f"{label}[{i}]") for i, v in enumerate(value)]
         plans = [p for _, p in items]
         data = ["tuple" if isinstance(value, tuple) else "list", described, [d for d, _ in items]]
@@ -963,12 +958,10 @@ def _library_module_component(name: str, version: str) -> Component:
     return component(["module", name, version], f"module {name}")
 
 
+@functools.lru_cache(maxsize=1024)
 def _pristine_builtin(name: str) -> Component:
     """The component of a builtin read as Python started it (by name)."""
-    found = _BUILTIN_COMPONENTS.get(name)
-    if found is None:
-        found = _BUILTIN_COMPONENTS[name] = component(["builtin", name], f"builtin {name}")
-    return found
+    return component(["builtin", name], f"builtin {name}")
 
 
 def type_data(nbtype) -> list:

@@ -492,15 +492,12 @@ def stage_toolchain(stage: str, directory=None) -> dict:
 
 
 def toolchain_component(stage: str, directory=None) -> Component:
-    versions = stage_toolchain(stage, directory)
-    key = (stage, tuple(versions.items()))
-    found = _components.get(key)
-    if found is None:
-        found = _components[key] = component(versions, " ".join(f"{k} {v}" for k, v in versions.items()))
-    return found
+    return _versions_component(tuple(stage_toolchain(stage, directory).items()))
 
 
-_components: Dict[tuple, Component] = {}
+@functools.lru_cache(maxsize=256)
+def _versions_component(versions: Tuple[Tuple[str, str], ...]) -> Component:
+    return component(dict(versions), " ".join(f"{k} {v}" for k, v in versions))
 
 
 def numba_settings(reload: bool = True) -> dict:
