@@ -393,7 +393,11 @@ def _plan(function, operands) -> Optional[_Plan]:
         return _plans[key]
     except KeyError:
         pass
-    with _typing_lock:  # (simulator threads type concurrently; numba's typing context is not thread-safe)
+    from numba.cuda.core.compiler_lock import global_compiler_lock
+
+    # numba's typing context is not thread-safe: simulator threads type
+    # concurrently, and a compile (a background audit) may be running
+    with _typing_lock, global_compiler_lock:
         if key not in _plans:
             _plans[key] = _make_plan(function, argtypes)
         return _plans[key]
