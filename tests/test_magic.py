@@ -488,8 +488,8 @@ def test_help_names_the_cell_magic_and_its_defaults_as_the_code_has_them(ip, mon
 
     text = ip.magics_manager.magics["cell"]["gpukernel"].__doc__
     assert re.search(r"^\s*%%gpukernel \[--sm SM\]", text, re.M), text[:200]
-    # --sm: the setting first, then the GPU, then 86, as resolved_default_sm does
-    assert "default: GPUCACHE_SM, else the current GPU's, else 86" in " ".join(text.split())
+    # --sm: the GPU first, then the setting, then 86, as device.default_sm decides
+    assert "default: the current GPU's, else GPUCACHE_SM, else 86" in " ".join(text.split())
     monkeypatch.setenv("GPUCACHE_SM", "75")  # settings are read when the extension loads
     ip.run_line_magic("unload_ext", "gpucache_ext")
     ip.run_line_magic("load_ext", "gpucache_ext")

@@ -26,7 +26,8 @@ from IPython.display import display
 from traitlets import Bool, Unicode, default
 
 from .. import default_cache
-from ..config import LAYERS, STAGES, CompileConfig, Targets, parse_sm
+from ..config import LAYERS, STAGES, CompileConfig, Targets
+from ..device import default_sm
 from ..errors import ConfigError
 from ..kernel import Kernel, gpu_available
 from ..queries import compare_entries, find_entry, resource_moves, resource_rows
@@ -35,7 +36,6 @@ from ..stages import normalize_signature
 from .cell import _run_cell
 from .report import and_join, cutoff_text, refusals_between
 
-DEFAULT_SM = 86
 
 _FLAG_OF_FIELD = {
     "sm": "--sm", "opt": "--opt", "fastmath": "--fastmath", "ftz": "--ftz",
@@ -66,8 +66,8 @@ class GpuCacheMagics(Magics):
     """
 
     default_sm = Unicode(
-        help="Target used when a cell gives no --sm (env GPUCACHE_SM). Empty: the "
-             "current GPU's compute capability, else sm_86.",
+        help="Target used when a cell gives no --sm and there is no GPU (env GPUCACHE_SM); "
+             "on a GPU, its compute capability. Empty: sm_86.",
     ).tag(config=True)
     cache_dir = Unicode(
         help="Directory of the disk cache tier (env GPUCACHE_DIR; 'off' for none). "
@@ -118,8 +118,8 @@ class GpuCacheMagics(Magics):
 
     # -- %%gpukernel -------------------------------------------------------------
     @magic_arguments(name="%gpukernel")  # IPython prefixes one %: the usage reads %%gpukernel
-    @argument("--sm", help="target: 86, 8.6 or sm_86 (default: GPUCACHE_SM, else the current "
-                           "GPU's, else 86); several, 80,86,90: a fatbin with a cubin for each")
+    @argument("--sm", help="target: 86, 8.6 or sm_86 (default: the current GPU's, else GPUCACHE_SM, "
+                           "else 86); several, 80,86,90: a fatbin with a cubin for each")
     @argument("--ptx", metavar="SM", help="with several targets: whose PTX the fatbin carries for newer "
                                           "GPUs, at most the lowest target (default: the lowest), or none")
     @argument("--opt", type=int, choices=[0, 1, 2, 3], default=None,
@@ -200,18 +200,11 @@ class GpuCacheMagics(Magics):
             raise UsageError(f"{flag} {given}: {exc}") from None
 
     def resolved_default_sm(self):
-        """The target for cells without --sm: configured, else this GPU's, else 86."""
-        if self.default_sm:
+        """The target for cells without --sm, as `gpucache_ext.device.default_sm`
+        decides: this GPU's, else the setting (which may list several), else 86."""
+        if self.default_sm and not gpu_available():
             return self.default_sm
-        if gpu_available():
-            from ..kernel import device_cc
-
-            major, minor = device_cc()
-            try:
-                return parse_sm((major, minor))
-            except ConfigError:
-                pass
-        return DEFAULT_SM
+        return default_sm("")
 
     @staticmethod
     def _signatures(sigs):

@@ -1,0 +1,53 @@
+"""The GPU this process launches on, and the target a kernel gets by default.
+
+`default_sm` is the one place that decides the target of a kernel whose
+target nobody gave (a cell without ``--sm``, ``Kernel(func)``,
+``gpucache_ext.jit``): the current GPU's, where there is one; else the
+``GPUCACHE_SM`` setting; else sm_86.  A kernel with such a default follows
+the device: launched on a GPU of another architecture, it compiles that
+target too (see `gpucache_ext.kernel`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Optional, Tuple
+
+FALLBACK_SM = 86
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_available() -> bool:
+    """True when a CUDA driver and at least one GPU are present."""
+    try:
+        from numba import cuda
+
+        return bool(cuda.is_available())
+    except Exception:
+        return False
+
+
+def device_cc() -> Tuple[int, int]:
+    """The current GPU's compute capability (needs a GPU)."""
+    from numba import cuda
+
+    return tuple(cuda.get_current_device().compute_capability)
+
+
+def default_sm(setting: Optional[str] = None) -> int:
+    """The target for a kernel nobody gave one: the current GPU's, else
+    `setting` (default: the ``GPUCACHE_SM`` variable), else 86.
+
+    A GPU whose compute capability the cache does not know as a target (a
+    ``ConfigError`` from `parse_sm`) falls through to the setting.
+    """
+    from .config import ConfigError, parse_sm
+
+    if gpu_available():
+        try:
+            return parse_sm(device_cc())
+        except ConfigError:
+            pass
+    setting = os.environ.get("GPUCACHE_SM", "") if setting is None else setting
+    return parse_sm(setting) if setting else FALLBACK_SM
