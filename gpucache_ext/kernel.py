@@ -1,23 +1,28 @@
-"""Launchable kernels: compiled through a `KernelCache`, launched on a GPU or
-on numba's CUDA simulator.
+"""Launchable kernels: numba-cuda's own dispatcher, loading every variant
+from a `KernelCache`; on numba's CUDA simulator where there is no GPU.
 
-A `Kernel` is launched like a numba kernel, ``k[blocks, threads](args)``
-(also ``[blocks, threads, stream, shared_bytes]``).  Kernels with signatures
-are compiled up front; others are compiled at their first launch for the
-argument types, once per distinct signature.
+A `Kernel` is a ``numba.cuda`` dispatcher (``CUDADispatcher``) whose cache
+numba asks before it compiles: each variant numba would compile comes from
+the `KernelCache` instead (typing, LLVM, PTX, cubin, each stage cached), as a
+`CachedKernel` (numba's ``_Kernel``, plus the `CompileResult`).  Everything
+else is numba's own code: picking the variant for the arguments, marshalling
+them, streams, ``forall``, ``specialize``, ``configure``, binding (module
+setup, the shared-memory carveout), pre-launch callbacks and the launch.
 
-On a GPU the cached cubin is loaded and launched through numba-cuda's own
-launch path (cuda.core underneath), which marshals numpy arrays (copied in
-and out), device arrays, objects with ``__cuda_array_interface__`` and
-scalars.  When the compiled target cannot run on the present GPU, the PTX is
-given to the driver to JIT if that is valid, else the launch fails with the
-``--sm`` to use.  Without a GPU, or with ``simulate=True``, launches run on
-numba's CUDA simulator; the artifacts are still compiled, cached and
-inspectable.
+What the cache adds on top:
 
-Globals and device functions are re-checked at a kernel's first launch after
-`refresh_all()` (the magic calls it after every cell), so an edit in another
-cell recompiles what uses it; between refreshes launches cost no lookup.
+- the image for the current device: a variant keeps one image per device
+  architecture (`CachedCodeLibrary`); a kernel whose target was not given
+  (see `gpucache_ext.device.default_sm`) compiles the device's architecture
+  through the cache when it meets a new one; a kernel whose target was
+  given runs its cubin, its fatbin, or PTX for the driver where that is
+  valid, and otherwise refuses with the ``--sm`` to use (`image_for`);
+- globals and device functions are re-checked at a kernel's first launch
+  after `refresh_all()` (the magic calls it after every cell), so an edit in
+  another cell recompiles what uses it; between refreshes launches cost no
+  lookup;
+- without a GPU, or with ``simulate=True``, launches run on numba's CUDA
+  simulator (the variant is still compiled, cached and inspectable).
 """
 
 from __future__ import annotations
@@ -28,11 +33,14 @@ import sys
 import threading
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
+from numba.cuda.codegen import CUDACodeLibrary
+from numba.cuda.dispatcher import CUDADispatcher, _Kernel
+
 from .cache import CompileResult, KernelCache
-from .results import FatbinResult
 from .config import CompileConfig, Targets
-from .errors import GpuCacheError, UnsupportedKernelError
-from .results import short_signature
+from .device import default_sm, device_cc, gpu_available
+from .errors import ConfigError, GpuCacheError, UnsupportedKernelError
+from .results import FatbinResult, short_signature
 from .sources import declared_signatures, identify, python_function, rebind
 from .stages import normalize_signature
 
@@ -130,70 +138,209 @@ def config_with_options(config: CompileConfig, options: Dict[str, Any]) -> Compi
     return config.replace(**changes) if changes else config
 
 
-def _typeof_argument(value):
-    from numba.cuda.typing.typeof import Purpose, typeof
-
-    try:
-        ty = typeof(value, Purpose.argument)
-    except Exception as exc:
-        raise LaunchError(f"cannot pass a {type(value).__name__} to a kernel: {exc}") from None
-    if ty is None:
-        raise LaunchError(f"cannot pass a {type(value).__name__} to a kernel")
-    return ty
 
 
-def select_signature(declared: Sequence[Tuple], actual: Tuple) -> Optional[Tuple]:
-    """The declared signature a launch with argument types `actual` uses, as
-    numba-cuda's dispatcher picks it: numba's type manager rates each
-    candidate's conversions (an exact match first, then fewest unsafe, safe
-    and promoting conversions; unsafe ones are allowed, as for any dispatcher
-    with declared signatures) and a tie is ambiguous.  None when no signature
-    accepts the arguments; `LaunchError` when the choice is ambiguous.
+class _NoMatch(LaunchError):
+    """No compiled variant accepts a launch's arguments."""
+
+    def __init__(self, message: str, retry: bool):
+        super().__init__(message)
+        self.retry = retry
+
+
+class CachedKernel(_Kernel):
+    """One compiled variant, as numba's dispatcher holds it (``overloads[sig]``,
+    numba's ``_Kernel``): built from a `CompileResult` instead of compiled by
+    numba.  It answers the result's attributes too (``.ptx``, ``.cubin``,
+    ``.resources``, ``.stages``...), and its resource figures come from the
+    compile where no GPU has loaded it."""
+
+    def __init__(self, owner: "Kernel", result: CompileResult):  # numba's compiling __init__ is not called
+        from numba.cuda import types as nbtypes
+        from numba.cuda import typing as nbtyping
+
+        # the fields numba's own cache-loading path (_Kernel._rebuild) sets
+        self.entry_point = None
+        self.objectmode = False
+        self.cooperative = result.cooperative
+        self.entry_name = result.entry_name
+        self.signature = nbtyping.signature(nbtypes.void, *result.signature)
+        self._type_annotation = None
+        self._codelibrary = CachedCodeLibrary(owner, result)
+        self.debug = result.config.debug
+        self.lineinfo = result.config.lineinfo
+        self.call_helper = result.call_helper
+        self.extensions = list(owner.options.get("extensions") or ())
+        carveout = owner.options.get("shared_memory_carveout")
+        self.shared_memory_carveout = None if carveout is None else self._parse_carveout(carveout)
+        self.launch_config_sensitive = False
+        self.result = result
+
+    def __getattr__(self, name):
+        # (only reached for names the kernel lacks): the CompileResult's
+        result = self.__dict__.get("result")
+        if result is not None and not name.startswith("_") and hasattr(result, name):
+            return getattr(result, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def audit_mismatched(self) -> bool:
+        """Whether an audit found the cached artifacts wrong (the result then holds fresh ones)."""
+        audit = self.result.audit
+        return audit is not None and audit.mismatched
+
+    def bind(self):
+        if self.debug and self.call_helper is None:
+            raise LaunchError(f"{self.result.kernel}: a debug launch needs the kernel's exception table; "
+                              "recompile it in this process (force=True)")
+        super().bind()
+
+    def _figure(self, attribute: str, name: str) -> int:
+        """The driver's figure once a GPU has loaded the kernel, else the compile's."""
+        if self._codelibrary.loaded:
+            return getattr(self._codelibrary.get_cufunc().attrs, attribute)
+        return self.result.resources[name]
+
+    regs_per_thread = property(lambda self: self._figure("regs", "registers"),
+                               doc="Registers per thread (nvJitLink's report, or the driver's).")
+    shared_mem_per_block = property(lambda self: self._figure("shared", "shared_bytes"),
+                                    doc="Static shared memory per block, in bytes.")
+    local_mem_per_thread = property(lambda self: self._figure("local", "local_bytes"),
+                                    doc="Local memory per thread, in bytes.")
+    const_mem_size = property(lambda self: self._figure("const", "user_constant_bytes"),
+                              doc="User constant memory in bytes (kernel parameters not counted).")
+
+    @property
+    def max_threads_per_block(self) -> int:
+        """The most threads a block can have: the driver decides when it loads the kernel."""
+        if not self._codelibrary.loaded:
+            raise LaunchError(
+                f"{self.result.kernel.rsplit('.', 1)[-1]}.get_max_threads_per_block() needs a GPU (the driver "
+                "computes it when the kernel is loaded); registers and memory use are in .resources")
+        return self._codelibrary.get_cufunc().attrs.maxthreads
+
+    def max_cooperative_grid_blocks(self, blockdim, dynsmemsize=0) -> int:
+        """The most blocks a cooperative (grid-synchronised) launch can have:
+        the driver's figure on a GPU (numba's own query); 1 on the simulator,
+        as numba's simulator says (it cannot synchronise blocks)."""
+        if self._codelibrary._owner._on_simulator():
+            return 1
+        return super().max_cooperative_grid_blocks(blockdim, dynsmemsize)
+
+    def inspect_llvm(self) -> str:
+        return self.result.llvm_ir
+
+    def inspect_asm(self, cc=None) -> str:
+        return self.result.ptx
+
+    def __repr__(self):
+        return f"<compiled {self.result.kernel.rsplit('.', 1)[-1]}{self.result.signature_text}>"
+
+
+class CachedCodeLibrary(CUDACodeLibrary):
+    """numba's code library for one cached variant: the image numba loads on a
+    device is the one `Kernel.image_for` chooses for that device's
+    architecture, made once per architecture (numba loads it once per device)."""
+
+    def __init__(self, owner: "Kernel", result: CompileResult):
+        from numba.cuda.descriptor import cuda_target
+
+        super().__init__(cuda_target.target_context.codegen(), result.kernel, entry_name=result.entry_name,
+                         max_registers=result.config.max_registers)
+        self._owner = owner
+        self._result = result
+        self.use_cooperative = result.cooperative
+        self._finalized = True
+
+    @property
+    def loaded(self) -> bool:
+        """Whether a GPU has loaded this variant."""
+        return bool(self._cufunc_cache)
+
+    def get_cubin(self, cc=None):
+        cc = self._ensure_cc(cc)
+        image = self._cubin_cache.get(cc)
+        if image is None:
+            image = self._cubin_cache[cc] = self._owner.image_for(self._result, tuple(cc[:2]))
+        return image
+
+    def get_llvm_str(self):
+        return self._result.llvm_ir
+
+    def get_asm_str(self, cc=None):
+        return self._result.ptx
+
+
+class _CacheSource:
+    """What numba's dispatcher takes for its cache: it asks ``load_overload``
+    before it compiles, and the answer always comes from the `KernelCache`."""
+
+    def __init__(self, kernel: "Kernel"):
+        self._kernel = kernel
+
+    def load_overload(self, sig, target_context):
+        return self._kernel._load(normalize_signature(sig))
+
+    def save_overload(self, sig, data):  # never reached: every variant is loaded
+        pass
+
+    def flush(self):
+        pass
+
+
+class _NotOffered:
+    """A part of numba's dispatcher a Kernel leaves out: reading it raises
+    AttributeError, which `Kernel.__getattr__` turns into what to use instead."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, instance, owner=None):
+        raise AttributeError(self.name)
+
+
+# Parts of numba's dispatcher API a Kernel leaves out, and what to use instead.
+_NUMBA_ONLY = {
+    "inspect_types": "typed IR is cached per stage; use .inspect() or %gpucache explain NAME",
+    "inspect_sass_cfg": "use .inspect_sass()",
+    "get_metadata": "use .last (the CompileResult) and .inspect()",
+    "stats": "use the cache's statistics: kernel.cache.stats() or %gpucache stats",
+    "enable_caching": "every kernel is cached by gpucache_ext already",
+    "recompile": "use .compile(sig, force=True), or %%gpukernel --force",
+    "get_compile_result": "use .compile(sig), which returns the compiled variant and its CompileResult",
+    "mark_launch_config_sensitive": "kernels that read the launch configuration are not supported",
+}
+
+
+class Kernel(CUDADispatcher):
+    """A numba-cuda dispatcher whose variants come from a `KernelCache`.
+
+    `config` and `targets` say what to build (`targets`: several, as a
+    fatbin); `options` are ``@cuda.jit`` options, which override the config.
+    With neither a config nor targets, the target is `default_sm()`'s and
+    follows the device (`pinned` False); a given target is pinned.
+    `signatures` are compiled by `compile_declared` (the magic and
+    `gpucache_ext.jit` call it), and then only they launch, as with numba.
     """
-    from numba.cuda.descriptor import cuda_target
-    from numba.cuda.typeconv.rules import default_type_manager
-
-    candidates = [d for d in declared if len(d) == len(actual)]
-    if not candidates:
-        return None
-    for attempt in range(2):
-        try:
-            index = default_type_manager.select_overload(actual, candidates, True, False)
-            return candidates[index]
-        except TypeError as exc:
-            if "mbiguous" in str(exc):
-                shown = "; ".join(short_signature(d) for d in candidates)
-                raise LaunchError(
-                    f"arguments {short_signature(actual)} match several signatures equally "
-                    f"well: {shown}; pass arguments of the exact types of one of them"
-                ) from None
-            if attempt:
-                return None
-        # As numba's dispatcher: register the conversions these types allow
-        # (array layouts, literals) and try once more.
-        context = cuda_target.typing_context
-        if not any([context.install_possible_conversions(actual, d) for d in candidates]):
-            return None
-    return None
-
-
-class Kernel:
-    """A kernel compiled through a `KernelCache` and launched like numba's."""
 
     def __init__(self, func, signatures: Sequence = (), config: Optional[CompileConfig] = None,
                  cache: Optional[KernelCache] = None, options: Optional[Dict[str, Any]] = None,
                  simulate: bool = False, on_compile: Optional[Callable[[CompileResult], None]] = None,
-                 force: bool = False, audit: Optional[bool] = None, targets=None):
-        self.py_func = python_function(func)
-        functools.update_wrapper(self, self.py_func)
+                 force: bool = False, audit: Optional[bool] = None, targets=None, pinned: Optional[bool] = None):
+        py_func = python_function(func)
         self.options = dict(options or {})
-        self.config = config_with_options(config or CompileConfig(), self.options)
+        check_options(self.options)
+        self.pinned = (config is not None or targets is not None) if pinned is None else pinned
+        config = config if config is not None else CompileConfig(sm=default_sm())
+        self.config = config_with_options(config, self.options)
         # several targets (a `Targets`, or what it takes: "80,86,90"): each
         # signature compiles to a fatbin (`KernelCache.compile_fatbin`), and
         # the config's sm is the lowest target
         self.targets = targets if targets is None or isinstance(targets, Targets) else Targets(targets)
         if self.targets is not None:
             self.config = self.config.replace(sm=self.targets.sms[0])
+        super().__init__(py_func, _target_options(self.config, self.options))
+        self._cache = _CacheSource(self)
         self.cache = cache if cache is not None else _default_cache()
         self.simulate = simulate
         self.on_compile = on_compile
@@ -201,69 +348,132 @@ class Kernel:
         self.audit = audit  # True: audit each compile's hits at once (see KernelCache.compile)
         self.declared = tuple(normalize_signature(sig) for sig in signatures)
         self.results: Dict[Tuple, CompileResult] = {}
-        self._checked: Dict[Tuple, int] = {}
-        self._loaded: Dict[Tuple, Any] = {}
+        self._generation = -1  # refresh_all's count when the variants were last checked
+        self._forced = set()
         self._simulated = None
         self._lock = threading.RLock()
 
+    @property
+    def _link(self):
+        return self.options.get("link") or ()
+
+    def _on_simulator(self) -> bool:
+        return self.simulate or not gpu_available()
+
     # -- compiling -------------------------------------------------------------
-    def compile(self, sig, force: bool = False) -> CompileResult:
-        """Compile (or find in the cache) this kernel for one signature."""
+    def compile(self, sig, force: bool = False) -> CachedKernel:
+        """The variant for one signature, compiled (or found in the cache) now:
+        numba's ``compile``, also with the `CompileResult`'s attributes."""
         argtypes = normalize_signature(sig)
-        return self._compile(argtypes, force)
+        with self._lock:
+            if force:
+                self._forced.add(argtypes)
+                self._drop({argtypes})
+            return super().compile(argtypes)
 
     def compile_declared(self, force: bool = False):
         """Compile every signature given to the decorator (or with ``--sig``),
-        except those already compiled since the last `refresh_all`."""
-        results = []
-        for argtypes in self.declared:
-            with self._lock:
-                current = self._checked.get(argtypes) == _generation and not force
-            results.append(self.results[argtypes] if current else self._compile(argtypes, force))
-        return results
-
-    def _compile(self, argtypes, force=False) -> CompileResult:
-        force = force or (self.force and argtypes not in self.results)
-        if self.targets is not None:
-            result = self.cache.compile_fatbin(self.py_func, argtypes, self.config, sms=self.targets, force=force,
-                                               audit=self.audit, link=self.options.get("link") or ())
-        else:
-            result = self.cache.compile(self.py_func, argtypes, self.config, force=force, audit=self.audit,
-                                        link=self.options.get("link") or ())
+        except those already checked since the last `refresh_all`; then, as
+        numba, launches take only these."""
         with self._lock:
-            self.results[argtypes] = result
-            self._checked[argtypes] = _generation
+            if not force:
+                self._recheck()
+            kernels = [self.compile(argtypes, force) for argtypes in self.declared]
+            if self.declared:
+                self.disable_compile()
+            return [kernel.result for kernel in kernels]
+
+    def _load(self, argtypes) -> CachedKernel:
+        """numba asks its cache for a variant (`_CacheSource`): compile it
+        through the `KernelCache`; on a GPU, bind it as numba binds what it
+        compiles (load the image, module setup, the carveout)."""
+        forced = argtypes in self._forced or (self.force and argtypes not in self.results)
+        self._forced.discard(argtypes)
+        kernel = CachedKernel(self, self._compile_result(argtypes, self.config, forced))
+        with self._lock:
+            self.results[argtypes] = kernel.result
         if self.on_compile is not None:
-            self.on_compile(result)
-        return result
+            self.on_compile(kernel.result)
+        if not self._on_simulator():
+            kernel.bind()
+        return kernel
 
-    def result_for(self, *args) -> CompileResult:
-        """The compiled variant a launch with these arguments runs (compiled now if
-        needed): with declared signatures, the one numba-cuda's dispatcher would
-        pick (see `select_signature`); without, the arguments' own types."""
-        actual = tuple(_typeof_argument(a) for a in args)
-        argtypes = actual
-        if self.declared:
-            try:
-                argtypes = select_signature(self.declared, actual)
-            except LaunchError as exc:
-                raise LaunchError(f"{self.__name__}: {exc}") from None
-            if argtypes is None:
-                raise LaunchError(
-                    f"{self.__name__}: no signature accepts {short_signature(actual)}; declared: "
-                    + "; ".join(short_signature(d) for d in self.declared)
-                )
+    def _compile_result(self, argtypes, config: CompileConfig, force: bool = False) -> CompileResult:
+        if self.targets is not None:
+            return self.cache.compile_fatbin(self.py_func, argtypes, config, sms=self.targets, force=force,
+                                             audit=self.audit, link=self._link)
+        return self.cache.compile(self.py_func, argtypes, config, force=force, audit=self.audit, link=self._link)
+
+    def _recheck(self) -> None:
+        """At the first launch since a cell ran: drop the variants whose inputs
+        changed (numba compiles them again, through the cache, when they are
+        next needed) and compile the declared signatures."""
+        if self._generation == _generation:
+            return
         with self._lock:
-            result = self.results.get(argtypes)
-            if result is not None and self._checked.get(argtypes) == _generation:
-                return result
-        # first launch since a cell ran: what it was built from may have changed
-        if result is not None and self.cache.still_current(self.py_func, argtypes, self.config, result,
-                                                           link=self.options.get("link") or ()):
-            with self._lock:
-                self._checked[argtypes] = _generation
-            return result
-        return self._compile(argtypes)
+            # (an audit that found a mismatch gave the result a fresh cubin: load that)
+            stale = {argtypes for argtypes, kernel in self.overloads.items()
+                     if kernel.audit_mismatched or not self.cache.still_current(
+                         self.py_func, argtypes, self.config, kernel.result, link=self._link)}
+            self._drop(stale)
+            self._generation = _generation
+            if self.declared:
+                for argtypes in self.declared:
+                    if argtypes not in self.overloads:
+                        self.add_overload(self._load(argtypes), argtypes)
+                self.disable_compile()
+
+    def _drop(self, stale) -> None:
+        """Take variants out of numba's dispatch table (numba has no way to
+        take out one, so the table is rebuilt from those kept)."""
+        if not stale & set(self.overloads):
+            return
+        kept = [(argtypes, kernel) for argtypes, kernel in self.overloads.items() if argtypes not in stale]
+        self._reset_overloads()
+        for argtypes, kernel in kept:
+            self.add_overload(kernel, argtypes)
+
+    def _explain_matching_error(self, *args, **kws):
+        # numba's dispatch calls this when no variant accepts the arguments.
+        # For some argument types (float16 arrays) it registers the conversions
+        # they allow only then: `_dispatch` tries once more where it did.
+        actual = tuple(self.typeof_pyval(a) for a in args)
+        raise _NoMatch(
+            f"{self.__name__}: no signature accepts {short_signature(actual)}; declared: "
+            + "; ".join(short_signature(d) for d in self.overloads),
+            retry=self._search_new_conversions(*args))
+
+    @staticmethod
+    def _dispatch(attempt: Callable[[], Any]):
+        """`attempt` (a numba dispatch), once more if numba had not registered
+        the conversions the arguments allow (see `_explain_matching_error`)."""
+        try:
+            return attempt()
+        except _NoMatch as exc:
+            if not exc.retry:
+                raise
+        return attempt()
+
+    def _explain_ambiguous(self, *args, **kws):
+        actual = tuple(self.typeof_pyval(a) for a in args)
+        raise LaunchError(
+            f"{self.__name__}: arguments {short_signature(actual)} match several signatures equally "
+            f"well: {'; '.join(short_signature(d) for d in self.overloads)}; pass arguments of the exact "
+            "types of one of them")
+
+    # -- the image for a device ---------------------------------------------------
+    def image_for(self, result: CompileResult, cc: Tuple[int, int]):
+        """What a GPU of `cc` loads for `result`, as a cuda.core ``ObjectCode``
+        (see `choose_image`); a kernel that follows the device compiles `cc`'s
+        own target through the cache first when `result` has no cubin for it."""
+        if not self.pinned and self.targets is None and not runs_on("cubin", result.config.sm, cc):
+            try:
+                config = self.config.replace(sm=cc)
+            except ConfigError as exc:
+                raise LaunchError(f"{self.__name__}: this GPU (sm_{cc[0]}{cc[1]}) is no target the "
+                                  f"cache can build: {exc}") from None
+            result = self._compile_result(result.signature, config)
+        return choose_image(result, cc)
 
     # -- launching -------------------------------------------------------------
     def __getitem__(self, launch):
@@ -272,75 +482,89 @@ class Kernel:
                 f"launch {self.__name__} as kernel[blocks, threads] or "
                 "kernel[blocks, threads, stream, shared_bytes]"
             )
-        return functools.partial(self.launch, griddim=launch[0], blockdim=launch[1],
-                                 stream=launch[2] if len(launch) > 2 else 0,
-                                 sharedmem=launch[3] if len(launch) > 3 else 0)
-
-    def __call__(self, *args, **kwargs):
-        raise LaunchError(f"launch {self.__name__} with a configuration: {self.__name__}[blocks, threads](...)")
+        if self._on_simulator():
+            return functools.partial(self._simulate, griddim=launch[0], blockdim=launch[1],
+                                     stream=launch[2] if len(launch) > 2 else 0,
+                                     sharedmem=launch[3] if len(launch) > 3 else 0)
+        return CUDADispatcher.configure(self, *launch)  # numba's launch configuration
 
     def configure(self, griddim, blockdim, stream=0, sharedmem=0):
         """The kernel configured for a launch, as numba's ``configure``:
         the same as ``kernel[griddim, blockdim, stream, sharedmem]``."""
         return self[griddim, blockdim, stream, sharedmem]
 
+    def __call__(self, *args, **kwargs):
+        raise LaunchError(f"launch {self.__name__} with a configuration: {self.__name__}[blocks, threads](...)")
+
+    def call(self, args, launch_config):
+        """numba's launch, after re-checking the variants at the first launch since a cell ran."""
+        if self._generation != _generation:
+            self._recheck()
+        return self._dispatch(lambda: super(Kernel, self).call(args, launch_config))
+
     def forall(self, ntasks, tpb=0, stream=0, sharedmem=0):
         """A launcher over `ntasks` tasks, as numba's ``forall`` (the kernel maps
-        ``cuda.grid(1)`` to tasks and ignores ids past `ntasks`).
-
-        Blocks of `tpb` threads, or on a GPU the size the driver suggests for
-        the compiled kernel; on the simulator `ntasks` blocks of one thread, as
-        numba's simulator does.
-        """
+        ``cuda.grid(1)`` to tasks and ignores ids past `ntasks`): numba's own
+        on a GPU; on the simulator, `ntasks` blocks of one thread, as numba's
+        simulator does (one block for a kernel that synchronises its grid)."""
+        if not self._on_simulator():
+            return super().forall(ntasks, tpb=tpb, stream=stream, sharedmem=sharedmem)
         if ntasks < 0:
             raise ValueError(f"Can't create ForAll with negative task count: {ntasks}")
 
         def launch_all(*args):
             if ntasks == 0:
                 return None
-            if self.simulate or not gpu_available():
-                if self.result_for(*args).cooperative:  # grid sync: one block, where the simulator can
-                    return self.launch(*args, griddim=1, blockdim=ntasks, stream=stream, sharedmem=sharedmem)
-                return self.launch(*args, griddim=ntasks, blockdim=1, stream=stream, sharedmem=sharedmem)
-            block = tpb or self._suggested_block_size(self.result_for(*args), sharedmem)
-            return self.launch(*args, griddim=(ntasks + block - 1) // block, blockdim=block,
-                               stream=stream, sharedmem=sharedmem)
+            if self.result_for(*args).cooperative:  # grid sync: one block, where the simulator can
+                return self._simulate(*args, griddim=1, blockdim=ntasks, stream=stream, sharedmem=sharedmem)
+            return self._simulate(*args, griddim=ntasks, blockdim=1, stream=stream, sharedmem=sharedmem)
 
         return launch_all
 
-    def _suggested_block_size(self, result: CompileResult, sharedmem) -> int:
-        from numba.cuda.cudadrv.devices import get_context
+    def specialize(self, *args) -> "Kernel":
+        """A kernel compiled for exactly these arguments' types, as numba's
+        ``specialize`` (it never compiles for other types), through the cache."""
+        if self.specialized:
+            raise RuntimeError("Dispatcher already specialized")
+        argtypes = tuple(self.typeof_pyval(a) for a in args)
+        key = (None if self._on_simulator() else device_cc(), argtypes)
+        special = self.specializations.get(key)
+        if special is None:
+            special = Kernel(self.py_func, [argtypes], self.config, self.cache, self.options,
+                             simulate=self.simulate, on_compile=self.on_compile, audit=self.audit,
+                             targets=self.targets, pinned=self.pinned)
+            special.compile_declared()
+            special._specialized = True
+            self.specializations[key] = special
+        return special
 
-        loaded = self._gpu_kernel(result)
-        _, block = get_context().get_max_potential_block_size(
-            func=loaded._codelibrary.get_cufunc(), b2d_func=0, memsize=sharedmem, blocksizelimit=1024)
-        return block
+    # -- the simulator -----------------------------------------------------------
+    def result_for(self, *args) -> CompileResult:
+        """The compiled variant a launch with these arguments runs, as numba's
+        dispatch picks it (compiled now if needed)."""
+        from numba.cuda.cext import _dispatcher
 
-    def launch(self, *args, griddim, blockdim, stream=0, sharedmem=0):
-        """Compile for the arguments' types if needed, then run the kernel."""
+        self._recheck()
+        if self.specialized:
+            return next(iter(self.overloads.values())).result
+        return self._dispatch(lambda: _dispatcher.Dispatcher._cuda_call(self, *args)).result
+
+    def _simulate(self, *args, griddim, blockdim, stream=0, sharedmem=0):
         from numba.cuda import types as nbtypes
         from numba.cuda.errors import normalize_kernel_dimensions
 
-        simulated = self.simulate or not gpu_available()
-        if simulated and any(isinstance(t, nbtypes.CPointer) for sig in self.declared for t in sig):
+        if any(isinstance(t, nbtypes.CPointer) for sig in self.declared for t in sig):
             raise LaunchError(
                 f"{self.__name__} takes raw pointers, which need a GPU: the simulator runs "
                 "Python and cannot follow a device pointer")
         result = self.result_for(*args)
-        if simulated:
-            _notice_simulator(self.simulate)
-            if result.cooperative and math.prod(normalize_kernel_dimensions(griddim, blockdim)[0]) > 1:
-                raise LaunchError(
-                    f"{self.__name__} synchronises its grid (cuda.cg.this_grid), which numba's "
-                    f"simulator can do within one block only; launch it as [1, threads] (or with "
-                    f".forall(n)) to simulate it, or run it on a GPU")
-            self._simulator()[griddim, blockdim, stream, sharedmem](*self._as_launched(result, args))
-            return
-        from numba.cuda.cudadrv import driver
-
-        griddim, blockdim = normalize_kernel_dimensions(griddim, blockdim)
-        loaded = self._gpu_kernel(result)
-        loaded.launch(args, griddim, blockdim, driver._to_core_stream(stream), sharedmem)
+        _notice_simulator(self.simulate)
+        if result.cooperative and math.prod(normalize_kernel_dimensions(griddim, blockdim)[0]) > 1:
+            raise LaunchError(
+                f"{self.__name__} synchronises its grid (cuda.cg.this_grid), which numba's "
+                f"simulator can do within one block only; launch it as [1, threads] (or with "
+                f".forall(n)) to simulate it, or run it on a GPU")
+        self._simulator()[griddim, blockdim, stream, sharedmem](*self._as_launched(result, args))
 
     def _as_launched(self, result: CompileResult, args) -> tuple:
         """The arguments as a GPU launch of `result` gets them (a float32
@@ -353,17 +577,6 @@ class Kernel:
         except (TypeError, OverflowError, ValueError) as exc:
             raise LaunchError(f"{self.__name__}: {exc}") from None
 
-    def _gpu_kernel(self, result: CompileResult):
-        # (an audit mismatch swaps the result's cubin for a fresh one: load that)
-        key = (result.signature, result.stages["fatbin" if "fatbin" in result.stages else "cubin"].token,
-               id(result.cubin))
-        with self._lock:
-            loaded = self._loaded.get(key)
-            if loaded is None:
-                loaded = self._loaded[key] = load_on_gpu(result, self.options.get("shared_memory_carveout"),
-                                                         self.options.get("extensions") or ())
-            return loaded
-
     def _simulator(self):
         with self._lock:
             if self._simulated is None or self._simulated[0] != _generation:
@@ -371,76 +584,47 @@ class Kernel:
                                                                  self.options.get("extensions") or ()))
             return self._simulated[1]
 
-    # -- numba's dispatcher API -------------------------------------------------
-    def specialize(self, *args) -> "Kernel":
-        """A kernel compiled for exactly these arguments' types, as numba's
-        ``specialize`` (it never compiles for other types)."""
-        if self.specialized:
-            raise RuntimeError("Dispatcher already specialized")
-        argtypes = tuple(_typeof_argument(a) for a in args)
-        kernel = Kernel(self.py_func, [argtypes], self.config, self.cache, self.options,
-                        simulate=self.simulate, on_compile=self.on_compile, audit=self.audit,
-                        targets=self.targets)
-        kernel._specialized = True
-        kernel.compile_declared()
-        return kernel
-
-    _specialized = False
-
+    # -- numba's dispatcher API, answered from the compile results ----------------
     @property
-    def specialized(self) -> bool:
-        """True for a kernel made by `specialize`."""
-        return self._specialized
-
-    @property
-    def overloads(self) -> Dict[Tuple, "Overload"]:
-        """Argument types -> the compiled variant (its `CompileResult`'s attributes,
-        and numba's per-variant API), for every declared or compiled signature."""
-        self.compile_declared()
-        return {argtypes: Overload(self, result) for argtypes, result in self.results.items()}
-
-    definitions = overloads
-
-    @property
-    def signatures(self):
-        return list(self.results)
+    def definitions(self):
+        return self.overloads
 
     def _per_signature(self, signature, value: Callable[[CompileResult], Any]):
         """numba's convention: one value for a given signature (or a specialized
         kernel), else {argument types: value} for every compiled signature."""
         if signature is not None:
-            return value(self._result_of(signature))
+            return value(self._variant_of(signature))
         if self.specialized:
-            return value(self.last)
-        return {argtypes: value(result) for argtypes, result in self.results.items()}
+            return value(next(iter(self.overloads.values())))
+        return {argtypes: value(kernel) for argtypes, kernel in self.overloads.items()}
 
-    def _result_of(self, signature) -> CompileResult:
+    def _variant_of(self, signature) -> CachedKernel:
         args = getattr(signature, "args", None)
         if args is None:
             args = signature if isinstance(signature, tuple) else normalize_signature(signature)
         args = tuple(args)
-        result = self.results.get(args)
-        if result is None:
-            result = self.compile(args) if not self.declared or args in self.declared else None
-        if result is None:
+        kernel = self.overloads.get(args)
+        if kernel is None and (self._can_compile or args in self.declared):
+            kernel = self.compile(args)
+        if kernel is None:
             raise LaunchError(f"{self.__name__} has no signature {short_signature(args)}; "
-                              f"compiled: {', '.join(map(short_signature, self.results)) or 'none'}")
-        return result
+                              f"compiled: {', '.join(map(short_signature, self.overloads)) or 'none'}")
+        return kernel
 
     def inspect_llvm(self, signature=None):
         """The NVVM IR, as numba's ``inspect_llvm`` (per signature)."""
-        return self._per_signature(signature, lambda r: r.llvm_ir)
+        return self._per_signature(signature, lambda k: k.result.llvm_ir)
 
     def inspect_asm(self, signature=None):
         """The PTX, as numba's ``inspect_asm`` (for this kernel's target, not the GPU's)."""
-        return self._per_signature(signature, lambda r: r.ptx)
+        return self._per_signature(signature, lambda k: k.result.ptx)
 
     def inspect_lto_ptx(self, signature=None):
         """The PTX after link-time optimisation (the kernel must be compiled with lto)."""
-        def lto_ptx(result):
-            if not result.config.lto:
+        def lto_ptx(kernel):
+            if not kernel.result.config.lto:
                 raise LaunchError(f"{self.__name__} was not compiled with lto (--lto or lto=True)")
-            return result.ptx
+            return kernel.result.ptx
         return self._per_signature(signature, lto_ptx)
 
     def inspect_sass(self, signature=None):
@@ -448,7 +632,7 @@ class Kernel:
         the text (`gpucache_ext.sass.disassemble`; `SassUnavailable` says why not)."""
         from .sass import disassemble
 
-        return self._per_signature(signature, lambda r: disassemble(r.cubin))
+        return self._per_signature(signature, lambda k: disassemble(k.result.cubin))
 
     def inspect_sass_by_arch(self, signature=None):
         """The SASS of every cubin target, ``{86: text, ...}`` (one entry for a
@@ -458,9 +642,9 @@ class Kernel:
         place of its text."""
         from .sass import SassUnavailable, disassemble
 
-        def by_arch(result):
+        def by_arch(kernel):
             found = {}
-            for sm, cubin in result.cubins.items():
+            for sm, cubin in kernel.result.cubins.items():
                 try:
                     found[sm] = disassemble(cubin)
                 except SassUnavailable as exc:
@@ -470,35 +654,24 @@ class Kernel:
 
     def get_regs_per_thread(self, signature=None):
         """Registers per thread (from nvJitLink's report, or the driver on a GPU)."""
-        return self._per_signature(signature, lambda r: self._resource(r, "regs", "registers"))
+        return self._per_signature(signature, lambda k: k.regs_per_thread)
 
     def get_shared_mem_per_block(self, signature=None):
         """Static shared memory per block, in bytes."""
-        return self._per_signature(signature, lambda r: self._resource(r, "shared", "shared_bytes"))
+        return self._per_signature(signature, lambda k: k.shared_mem_per_block)
 
     def get_local_mem_per_thread(self, signature=None):
         """Local memory per thread, in bytes."""
-        return self._per_signature(signature, lambda r: self._resource(r, "local", "local_bytes"))
+        return self._per_signature(signature, lambda k: k.local_mem_per_thread)
 
     def get_const_mem_size(self, signature=None):
         """User constant memory, in bytes (kernel parameters not counted, as the driver's figure)."""
-        return self._per_signature(signature, lambda r: self._resource(r, "const", "user_constant_bytes"))
+        return self._per_signature(signature, lambda k: k.const_mem_size)
 
     def get_max_threads_per_block(self, signature=None):
         """The most threads a block of this kernel can have: the driver decides
         it when the kernel is loaded, so it needs a GPU."""
-        def max_threads(result):
-            if self.simulate or not gpu_available():
-                raise LaunchError(
-                    f"{self.__name__}.get_max_threads_per_block() needs a GPU (the driver computes "
-                    "it when the kernel is loaded); registers and memory use are in .resources")
-            return self._gpu_kernel(result).max_threads_per_block
-        return self._per_signature(signature, max_threads)
-
-    def _resource(self, result: CompileResult, attribute: str, name: str) -> int:
-        if not self.simulate and gpu_available():
-            return getattr(self._gpu_kernel(result)._codelibrary.get_cufunc().attrs, attribute)
-        return result.resources[name]
+        return self._per_signature(signature, lambda k: k.max_threads_per_block)
 
     def __getattr__(self, name):
         if name in _NUMBA_ONLY:
@@ -571,71 +744,18 @@ class Kernel:
         return f"<gpucache_ext.Kernel {self.__name__} [{self.summary()}] {sigs}>"
 
 
-class Overload:
-    """One compiled variant of a Kernel, as numba's ``kernel.overloads[sig]``:
-    the `CompileResult`'s attributes, plus numba's per-variant queries."""
-
-    def __init__(self, kernel: "Kernel", result: CompileResult):
-        self._kernel = kernel
-        self.result = result
-
-    def __getattr__(self, name):
-        return getattr(self.result, name)
-
-    def __eq__(self, other):
-        return isinstance(other, Overload) and other.result is self.result
-
-    __hash__ = None
-
-    def _on_gpu(self):
-        return not self._kernel.simulate and gpu_available()
-
-    def max_cooperative_grid_blocks(self, blockdim) -> int:
-        """The most blocks a cooperative (grid-synchronised) launch can have: the
-        driver's figure on a GPU; 1 on the simulator, as numba's simulator says
-        (it cannot synchronise blocks)."""
-        if not self._on_gpu():
-            return 1
-        return self._kernel._gpu_kernel(self.result).max_cooperative_grid_blocks(blockdim)
-
-    @property
-    def regs_per_thread(self) -> int:
-        return self._kernel.get_regs_per_thread(self.result.signature)
-
-    @property
-    def shared_mem_per_block(self) -> int:
-        return self._kernel.get_shared_mem_per_block(self.result.signature)
-
-    @property
-    def local_mem_per_thread(self) -> int:
-        return self._kernel.get_local_mem_per_thread(self.result.signature)
-
-    @property
-    def const_mem_size(self) -> int:
-        return self._kernel.get_const_mem_size(self.result.signature)
-
-    def inspect_asm(self) -> str:
-        return self.result.ptx
-
-    def inspect_llvm(self) -> str:
-        return self.result.llvm_ir
-
-    def __repr__(self):
-        return f"<compiled {self._kernel.__name__}{self.result.signature_text}>"
+for _name in _NUMBA_ONLY:
+    setattr(Kernel, _name, _NotOffered(_name))
 
 
-# Parts of numba's dispatcher API a Kernel leaves out, and what to use instead.
-_NUMBA_ONLY = {
-    "inspect_types": "typed IR is cached per stage; use .inspect() or %gpucache explain NAME",
-    "inspect_sass_cfg": "use .inspect_sass()",
-    "get_metadata": "use .last (the CompileResult) and .inspect()",
-    "stats": "use the cache's statistics: kernel.cache.stats() or %gpucache stats",
-    "enable_caching": "every kernel is cached by gpucache_ext already",
-    "recompile": "use .compile(sig, force=True), or %%gpukernel --force",
-    "get_compile_result": "use .compile(sig), which returns the CompileResult",
-    "extensions": "argument extensions are not supported",
-    "mark_launch_config_sensitive": "kernels that read the launch configuration are not supported",
-}
+def _target_options(config: CompileConfig, options: Dict[str, Any]) -> Dict[str, Any]:
+    """numba's ``targetoptions`` for a kernel of `config` (numba's dispatcher
+    reads some of them: extensions, device)."""
+    return {"debug": config.debug, "lineinfo": config.lineinfo, "fastmath": config.fastmath,
+            "opt": config.opt != 0, "max_registers": config.max_registers, "lto": config.lto,
+            "launch_bounds": config.launch_bounds, "link": list(options.get("link") or ()),
+            "extensions": list(options.get("extensions") or ()),
+            "shared_memory_carveout": options.get("shared_memory_carveout"), "device": False}
 
 
 def _default_cache():
@@ -645,24 +765,7 @@ def _default_cache():
 
 
 # ---------------------------------------------------------------------------
-# GPU
-
-
-@functools.lru_cache(maxsize=1)
-def gpu_available() -> bool:
-    """True when a CUDA driver and at least one GPU are present."""
-    try:
-        from numba import cuda
-
-        return bool(cuda.is_available())
-    except Exception:
-        return False
-
-
-def device_cc() -> Tuple[int, int]:
-    from numba import cuda
-
-    return tuple(cuda.get_current_device().compute_capability)
+# The image a GPU loads
 
 
 def runs_on(member_kind: str, arch: int, cc: Tuple[int, int]) -> bool:
@@ -678,7 +781,7 @@ def choose_image(result: CompileResult, cc: Tuple[int, int]):
     """What to load on a GPU of `cc`, as a cuda.core ``ObjectCode``: a
     multi-target kernel's fatbin (the driver picks the cubin, or compiles the
     PTX) where something in it runs there; else the cubin if it runs there,
-    else PTX for the driver to compile."""
+    else PTX for the driver to compile, where the PTX is complete alone."""
     from cuda.core import ObjectCode
 
     if isinstance(result, FatbinResult):
@@ -694,48 +797,21 @@ def choose_image(result: CompileResult, cc: Tuple[int, int]):
 def _ptx_image(result: CompileResult, cc: Tuple[int, int]):
     from cuda.core import ObjectCode
 
+    from .fatbin import ptx_problem
+
+    name = result.kernel.rsplit('.', 1)[-1]
     compiled = result.config.cc
-    if compiled <= cc:
-        return ObjectCode.from_ptx(result.ptx)
-    raise LaunchError(
-        f"{result.kernel.rsplit('.', 1)[-1]} was compiled for sm_{compiled[0]}{compiled[1]}, "
-        f"which this GPU (sm_{cc[0]}{cc[1]}) cannot run; use --sm {cc[0]}{cc[1]} "
-        f"(or CompileConfig(sm={cc[0]}{cc[1]}))"
-    )
+    fix = f"use --sm {cc[0]}{cc[1]} (or CompileConfig(sm={cc[0]}{cc[1]}))"
+    if compiled > cc:
+        raise LaunchError(f"{name} was compiled for sm_{compiled[0]}{compiled[1]}, which this GPU "
+                          f"(sm_{cc[0]}{cc[1]}) cannot run; {fix}")
+    problem = ptx_problem(result._ptx, result._cubin.links)
+    if problem:
+        raise LaunchError(f"{name} was compiled for sm_{compiled[0]}{compiled[1]}, and this GPU "
+                          f"(sm_{cc[0]}{cc[1]}) would need its PTX compiled by the driver, which cannot "
+                          f"be done: {problem}; {fix}")
+    return ObjectCode.from_ptx(result.ptx)
 
-
-def load_on_gpu(result: CompileResult, shared_memory_carveout=None, extensions=()):
-    """A numba launchable for the cached artifact, loaded through cuda.core
-    (`shared_memory_carveout`, `extensions`: as numba's jit options, used when
-    it binds and launches)."""
-    from numba.cuda import types as nbtypes
-    from numba.cuda import typing as nbtyping
-    from numba.cuda.codegen import CUDACodeLibrary
-    from numba.cuda.descriptor import cuda_target
-    from numba.cuda.dispatcher import _Kernel
-
-    cc = device_cc()
-    image = choose_image(result, cc)
-    # numba-cuda's own cache-loading path: a code library holding the binary
-    # under the device's cc, and a kernel around it.
-    device_key = (cc[0], cc[1], "a" if cc >= (9, 0) else "")
-    library = CUDACodeLibrary._rebuild(
-        cuda_target.target_context.codegen(), result.kernel, result.entry_name,
-        llvm_strs=None, ptx_cache={}, cubin_cache={device_key: image}, linkerinfo_cache={},
-        max_registers=result.config.max_registers, nvvm_options={}, needs_cudadevrt=False,
-        nrt=False, use_cooperative=result.cooperative, lto=False,
-    )
-    if result.config.debug and result.call_helper is None:
-        raise LaunchError(f"{result.kernel}: a debug launch needs the kernel's exception table; "
-                          "recompile it in this process (force=True)")
-    return _Kernel._rebuild(
-        cooperative=result.cooperative, name=result.entry_name,
-        signature=nbtyping.signature(nbtypes.void, *result.signature),
-        codelibrary=library, debug=result.config.debug, lineinfo=result.config.lineinfo,
-        call_helper=result.call_helper, extensions=list(extensions),
-        shared_memory_carveout=None if shared_memory_carveout is None
-        else _Kernel._parse_carveout(None, shared_memory_carveout),
-    )
 
 
 # ---------------------------------------------------------------------------
@@ -852,7 +928,5 @@ def simulated_kernel(pyfunc, config: CompileConfig, extensions=()):
                           debug=config.debug, extensions=extensions)
 
 
-__all__ = ["Kernel", "LaunchError", "refresh_all", "gpu_available", "config_with_options", "check_options",
-           "explicit_options",
-           "simulate_memory",
-           "select_signature"]
+__all__ = ["Kernel", "CachedKernel", "LaunchError", "refresh_all", "gpu_available", "device_cc",
+           "config_with_options", "check_options", "explicit_options", "simulate_memory", "choose_image"]

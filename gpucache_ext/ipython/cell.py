@@ -46,8 +46,11 @@ class _CellContext:
     def make_kernel(self, func, sigs, options) -> Kernel:
         kernel = Kernel(func, sigs or self.signatures, self.config, default_cache(), options,
                         simulate=self.args.simulate, on_compile=self.collect, force=self.args.force,
-                        audit=True if self.args.audit else None, targets=getattr(self.args, "targets", None))
+                        audit=True if self.args.audit else None, targets=getattr(self.args, "targets", None),
+                        pinned=self.args.sm is not None or getattr(self.args, "targets", None) is not None)
         self.kernels.append(kernel)
+        if sigs:  # signatures in the decorator: compiled where it runs, as numba does
+            kernel.compile_declared()
         return kernel
 
 
@@ -137,8 +140,8 @@ def _capture_numba_kernels(namespace, before, context: _CellContext):
     from numba.cuda.dispatcher import CUDADispatcher
 
     for name, value in list(namespace.items()):
-        if (isinstance(value, CUDADispatcher) and not value.targetoptions.get("device")
-                and before.get(name) is not value):
+        if (isinstance(value, CUDADispatcher) and not isinstance(value, Kernel)
+                and not value.targetoptions.get("device") and before.get(name) is not value):
             namespace[name] = context.make_kernel(value.py_func, [],
                                                   explicit_options(value.targetoptions))
 
