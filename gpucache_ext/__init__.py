@@ -21,6 +21,7 @@ from .errors import CompileError, ConfigError, GpuCacheError, UnsupportedKernelE
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time, `__getattr__` below
     from .audit import AuditWarning
     from .cache import KernelCache
+    from .decorators import jit
     from .kernel import Kernel, LaunchError
     from .results import (CacheStats, CompileResult, EntryInfo, LayerResult, Outcome, StageResult, StageStats,
                           TierStats)
@@ -32,7 +33,7 @@ _LAZY = {
     "KernelCache": "cache",
     "CompileResult": "results", "StageResult": "results", "LayerResult": "results", "Outcome": "results",
     "CacheStats": "results", "StageStats": "results", "TierStats": "results", "EntryInfo": "results",
-    "Kernel": "kernel", "LaunchError": "kernel",
+    "Kernel": "kernel", "LaunchError": "kernel", "jit": "decorators",
     "AuditWarning": "audit",
 }
 def __getattr__(name):
@@ -134,7 +135,7 @@ def unload_ipython_extension(ipython):
 
 __all__ = [
     "CompileConfig", "KernelCache", "CompileResult", "StageResult", "LayerResult", "Outcome",
-    "CacheStats", "StageStats", "TierStats", "EntryInfo", "Kernel", "LaunchError",
+    "CacheStats", "StageStats", "TierStats", "EntryInfo", "Kernel", "LaunchError", "jit",
     "default_cache", "configure_default_cache", "inspector",
     "FIELD_STAGES", "STAGES",
     "GpuCacheError", "ConfigError", "CompileError", "UnsupportedKernelError", "AuditWarning",

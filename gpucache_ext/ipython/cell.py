@@ -15,8 +15,8 @@ from typing import Any, Dict, List, Optional
 
 from .. import default_cache
 from ..cache import CompileResult
-from ..kernel import Kernel, check_options, explicit_options
-from ..sources import declare_signatures
+from ..decorators import decorator_form, device_function
+from ..kernel import Kernel, explicit_options
 from .cell_errors import _as_cell_error, _cell_names
 from .report import CellReport
 
@@ -76,15 +76,12 @@ class CellJit:
         self.active: Optional[_CellContext] = None
 
     def __call__(self, func_or_sig=None, device=False, **options):
-        from numba.cuda.core.sigutils import is_signature
-
         if self.active is None:
             return _real_jit()(func_or_sig, device=device, **options)
-        if func_or_sig is None or is_signature(func_or_sig) or isinstance(func_or_sig, list):
-            sigs = [] if func_or_sig is None else (
-                list(func_or_sig) if isinstance(func_or_sig, list) else [func_or_sig])
+        func, sigs = decorator_form(func_or_sig)
+        if func is None:
             return lambda func: self._make(func, sigs, device, options)
-        return self._make(func_or_sig, [], device, options)
+        return self._make(func, sigs, device, options)
 
     def _make(self, func, sigs, device, options):
         if self.active is None:  # the decorator was made in a cell and applied after it
@@ -95,11 +92,8 @@ class CellJit:
             # compile it now, for the current GPU).  As numba, it is lowered with
             # its own options: the cell's flags, overridden by its decorator's.
             # numba still checks the options; those it cannot have are refused.
-            check_options(options, "@cuda.jit(device=True, ...)")
-            dispatcher = _real_jit()(device=True, **{**self.active.device_defaults(), **options})(func)
-            if sigs:  # calls are typed against them, as numba does
-                declare_signatures(dispatcher, sigs)
-            return dispatcher
+            return device_function(func, sigs, {**self.active.device_defaults(), **options},
+                                   "@cuda.jit(device=True, ...)")
         return self.active.make_kernel(func, sigs, options)
 
     def __repr__(self):

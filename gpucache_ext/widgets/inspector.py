@@ -478,7 +478,7 @@ def inspector(cache=None) -> Inspector:
     cache while it is open, refreshed after every cell.  Elsewhere a new
     widget, refreshed by its `refresh` method.
     """
-    from . import _session, default_cache
+    from .. import _session, default_cache
 
     session = _session()
     if session is not None:

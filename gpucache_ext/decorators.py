@@ -1,0 +1,92 @@
+"""``gpucache_ext.jit``: ``numba.cuda.jit`` for plain Python files, with every
+kernel compiled through the staged cache.
+
+    import gpucache_ext
+    from numba import cuda
+
+    @gpucache_ext.jit("void(float32[:], float32, float32[:], float32[:])", fastmath=True)
+    def axpy(r, a, x, y):
+        i = cuda.grid(1)
+        if i < r.size:
+            r[i] = a * x[i] + y[i]
+
+The same arguments and decorator forms as numba's (with and without
+signatures, a list of them, ``device=True``, options).  A kernel is a
+`gpucache_ext.Kernel` (numba's own dispatcher, its variants loaded from the
+cache) on `gpucache_ext.default_cache()`: the disk tier persists across
+processes, keyed by everything the kernel reads, its device functions in
+other modules and its options included; the ``GPUCACHE_*`` variables
+configure it; ``default_cache().stats()`` and ``.explain(...)`` report on it.
+Its target is the current GPU's (else ``GPUCACHE_SM``, else sm_86), and it
+follows the device it is launched on.
+
+A device function (``device=True``) is numba's own dispatcher: the cache
+types and lowers it for each kernel that calls it, with its own options.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .kernel import Kernel, check_options
+
+
+def jit(func_or_sig=None, device: bool = False, **options: Any):
+    """A drop-in for ``numba.cuda.jit`` whose kernels are cached per stage.
+
+    ``@jit``, ``@jit(**options)``, ``@jit("void(float32[:])", **options)``,
+    ``@jit(["sig1", "sig2"])``, ``@jit(device=True)``, and ``jit(func)``.
+    Kernels with signatures are compiled when decorated, as numba does (here
+    through the cache, with or without a GPU); others at their first launch,
+    once per distinct set of argument types.  ``cache=True`` is accepted and
+    changes nothing: every kernel is cached.
+    """
+    func, sigs = decorator_form(func_or_sig)
+    if func is None:
+        return lambda func: _decorate(func, sigs, device, options)
+    return _decorate(func, sigs, device, options)
+
+
+def decorator_form(func_or_sig):
+    """What ``jit``'s first argument is, as numba reads it: (the function, [])
+    for ``@jit`` and ``jit(func)``; (None, signatures) for the forms that
+    return a decorator."""
+    from numba.cuda.core.sigutils import is_signature
+
+    if func_or_sig is None:
+        return None, []
+    if isinstance(func_or_sig, list):
+        return None, list(func_or_sig)
+    if is_signature(func_or_sig):
+        return None, [func_or_sig]
+    if not callable(func_or_sig):
+        raise TypeError(f"jit takes a function or a signature, not {type(func_or_sig).__name__}")
+    return func_or_sig, []
+
+
+def _decorate(func: Callable, sigs, device: bool, options) -> Any:
+    if device:
+        return device_function(func, sigs, options, "@gpucache_ext.jit(device=True, ...)")
+    kernel = Kernel(func, sigs, options=options)
+    if sigs:  # as numba: compiled now, and only these launch
+        kernel.compile_declared()
+    return kernel
+
+
+def device_function(func: Callable, sigs, options, what: str):
+    """numba's own lazy device dispatcher, its options checked as a kernel's
+    are (`what` names the decorator in the error); with signatures, calls are
+    typed against them (as numba does), yet it is compiled for each calling
+    kernel's target, not for the current GPU."""
+    from numba.cuda.decorators import jit as numba_jit
+
+    from .sources import declare_signatures
+
+    check_options(options, what)
+    dispatcher = numba_jit(device=True, **options)(func)
+    if sigs:
+        declare_signatures(dispatcher, sigs)
+    return dispatcher
+
+
+__all__ = ["jit"]
