@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .kernel import Kernel, check_options
+from .kernel import Kernel
+from .options import check_options
 
 
 def jit(func_or_sig=None, device: bool = False, **options: Any):
@@ -47,27 +48,38 @@ def jit(func_or_sig=None, device: bool = False, **options: Any):
     return _decorate(func, sigs, device, options)
 
 
+class Signatures(list):
+    """The signatures a ``jit`` decorator was given; `single` for one signature
+    not in a list, which numba launches without dispatching (specialized)."""
+
+    single = False
+
+
 def decorator_form(func_or_sig):
     """What ``jit``'s first argument is, as numba reads it: (the function, [])
-    for ``@jit`` and ``jit(func)``; (None, signatures) for the forms that
+    for ``@jit`` and ``jit(func)``; (None, `Signatures`) for the forms that
     return a decorator."""
     from numba.cuda.core.sigutils import is_signature
 
+    sigs = Signatures()
     if func_or_sig is None:
-        return None, []
+        return None, sigs
     if isinstance(func_or_sig, list):
-        return None, list(func_or_sig)
+        sigs.extend(func_or_sig)
+        return None, sigs
     if is_signature(func_or_sig):
-        return None, [func_or_sig]
+        sigs.append(func_or_sig)
+        sigs.single = True
+        return None, sigs
     if not callable(func_or_sig):
         raise TypeError(f"jit takes a function or a signature, not {type(func_or_sig).__name__}")
-    return func_or_sig, []
+    return func_or_sig, sigs
 
 
 def _decorate(func: Callable, sigs, device: bool, options) -> Any:
     if device:
         return device_function(func, sigs, options, "@gpucache_ext.jit(device=True, ...)")
-    kernel = Kernel(func, sigs, options=options)
+    kernel = Kernel(func, sigs, options=options, specialized=sigs.single)
     if sigs:  # as numba: compiled now, and only these launch
         kernel.compile_declared()
     return kernel

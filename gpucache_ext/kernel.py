@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 import threading
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
@@ -39,9 +38,11 @@ from numba.cuda.dispatcher import CUDADispatcher, _Kernel
 from .cache import CompileResult, KernelCache
 from .config import CompileConfig, Targets
 from .device import default_sm, device_cc, gpu_available
-from .errors import ConfigError, GpuCacheError, UnsupportedKernelError
+from .errors import ConfigError, GpuCacheError
+from .options import check_options, config_with_options
 from .results import FatbinResult, short_signature
-from .sources import declared_signatures, identify, python_function, rebind
+from .simulator import notice_simulator, simulated_kernel
+from .sources import python_function
 from .stages import normalize_signature
 
 _generation = 0
@@ -55,97 +56,6 @@ def refresh_all() -> None:
 
 class LaunchError(GpuCacheError):
     """A kernel cannot be launched as asked (no matching signature, wrong target)."""
-
-
-# numba-cuda's @cuda.jit options: those that map onto CompileConfig fields,
-# those that do not change the kernel's code here, those used at launch, and
-# the code the cubin links.
-_CONFIG_OPTIONS = ("fastmath", "debug", "lineinfo", "max_registers", "launch_bounds", "lto")
-_INERT_OPTIONS = ("device", "inline", "forceinline", "cache")  # cache: this cache replaces numba's
-# used when the kernel is loaded and launched, never part of its code
-_LAUNCH_OPTIONS = ("shared_memory_carveout", "extensions")
-# code the cubin links (KernelCache.compile's link=)
-_LINK_OPTIONS = ("link",)
-_JIT_OPTIONS = _CONFIG_OPTIONS + _INERT_OPTIONS + _LAUNCH_OPTIONS + _LINK_OPTIONS + ("opt", "boundscheck")
-
-
-def check_options(options: Dict[str, Any], what: str = "@cuda.jit") -> None:
-    """Refuse what numba-cuda's jit refuses (boundscheck, deprecated and
-    unknown options, bad carveouts), before anything compiles."""
-    if options.get("boundscheck"):
-        raise UnsupportedKernelError(
-            f"{what}(boundscheck=True): bounds checking is not supported for CUDA "
-            "(numba-cuda refuses it too); remove the option"
-        )
-    for name in ("argtypes", "restype", "bind"):
-        if options.get(name) is not None:
-            raise UnsupportedKernelError(
-                f"{what}({name}=...) is no longer supported by numba-cuda; give the "
-                "signature as the first argument, e.g. @cuda.jit('void(float32[:])')"
-            )
-    unknown = sorted(set(options) - set(_JIT_OPTIONS) - {"argtypes", "restype", "bind"})
-    if unknown:
-        raise UnsupportedKernelError(
-            f"{what}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-            f"numba-cuda's jit accepts {', '.join(sorted(_JIT_OPTIONS))}"
-        )
-    carveout = options.get("shared_memory_carveout")
-    if carveout is not None:
-        from numba.cuda.decorators import _validate_shared_memory_carveout
-
-        try:  # numba's own check, with its message
-            _validate_shared_memory_carveout(carveout)
-        except ValueError as exc:
-            raise UnsupportedKernelError(f"{what}(shared_memory_carveout=...): {exc}") from None
-
-
-def explicit_options(targetoptions: Dict[str, Any]) -> Dict[str, Any]:
-    """The options of a numba dispatcher that would change or refuse a kernel,
-    where they differ from numba's defaults (numba fills in debug=0, opt=True
-    and the like)."""
-    options = {}
-    for name in set(_JIT_OPTIONS) - set(_INERT_OPTIONS):
-        value = targetoptions.get(name)
-        if (value is not True and value is not None) if name == "opt" else value:
-            options[name] = value
-    if options.get("lto") and not targetoptions.get("debug") and _numba_lto_default():
-        # numba turns LTO on by itself wherever nvJitLink is new enough
-        del options["lto"]
-    return options
-
-
-@functools.lru_cache(maxsize=1)
-def _numba_lto_default() -> bool:
-    try:
-        from numba.cuda.decorators import _have_nvjitlink
-    except ImportError:  # older numba-cuda: LTO only when asked for
-        return False
-    return bool(_have_nvjitlink())
-
-
-def config_with_options(config: CompileConfig, options: Dict[str, Any]) -> CompileConfig:
-    """`config` overridden by a ``@cuda.jit(...)`` decorator's options."""
-    check_options(options)
-    changes = {}
-    for name in _CONFIG_OPTIONS:
-        value = options.get(name)
-        if value is not None:
-            # numba takes any truth value for its switches (debug=1)
-            changes[name] = bool(value) if name in ("fastmath", "debug", "lineinfo", "lto") else value
-    opt = options.get("opt")
-    if opt is not None:
-        changes["opt"] = (config.opt or 3) if opt is True else 0 if opt is False else opt
-    return config.replace(**changes) if changes else config
-
-
-
-
-class _NoMatch(LaunchError):
-    """No compiled variant accepts a launch's arguments."""
-
-    def __init__(self, message: str, retry: bool):
-        super().__init__(message)
-        self.retry = retry
 
 
 class CachedKernel(_Kernel):
@@ -188,12 +98,6 @@ class CachedKernel(_Kernel):
         """Whether an audit found the cached artifacts wrong (the result then holds fresh ones)."""
         audit = self.result.audit
         return audit is not None and audit.mismatched
-
-    def bind(self):
-        if self.debug and self.call_helper is None:
-            raise LaunchError(f"{self.result.kernel}: a debug launch needs the kernel's exception table; "
-                              "recompile it in this process (force=True)")
-        super().bind()
 
     def _figure(self, attribute: str, name: str) -> int:
         """The driver's figure once a GPU has loaded the kernel, else the compile's."""
@@ -320,13 +224,16 @@ class Kernel(CUDADispatcher):
     With neither a config nor targets, the target is `default_sm()`'s and
     follows the device (`pinned` False); a given target is pinned.
     `signatures` are compiled by `compile_declared` (the magic and
-    `gpucache_ext.jit` call it), and then only they launch, as with numba.
+    `gpucache_ext.jit` call it), and then only they launch, as with numba;
+    `specialized` (numba's ``@jit("sig")``, one signature not in a list):
+    launches take the one variant without dispatching on the arguments.
     """
 
     def __init__(self, func, signatures: Sequence = (), config: Optional[CompileConfig] = None,
                  cache: Optional[KernelCache] = None, options: Optional[Dict[str, Any]] = None,
                  simulate: bool = False, on_compile: Optional[Callable[[CompileResult], None]] = None,
-                 force: bool = False, audit: Optional[bool] = None, targets=None, pinned: Optional[bool] = None):
+                 force: bool = False, audit: Optional[bool] = None, targets=None, pinned: Optional[bool] = None,
+                 specialized: bool = False):
         py_func = python_function(func)
         self.options = dict(options or {})
         check_options(self.options)
@@ -341,6 +248,8 @@ class Kernel(CUDADispatcher):
             self.config = self.config.replace(sm=self.targets.sms[0])
         super().__init__(py_func, _target_options(self.config, self.options))
         self._cache = _CacheSource(self)
+        # one signature, launched without dispatch: numba's @jit("sig") (a list is dispatched)
+        self._specialized = specialized
         self.cache = cache if cache is not None else _default_cache()
         self.simulate = simulate
         self.on_compile = on_compile
@@ -369,6 +278,8 @@ class Kernel(CUDADispatcher):
             if force:
                 self._forced.add(argtypes)
                 self._drop({argtypes})
+            if self._specialized and argtypes not in self.overloads:  # numba hands back its one variant
+                self.add_overload(self._load(argtypes), argtypes)
             return super().compile(argtypes)
 
     def compile_declared(self, force: bool = False):
@@ -389,7 +300,12 @@ class Kernel(CUDADispatcher):
         compiles (load the image, module setup, the carveout)."""
         forced = argtypes in self._forced or (self.force and argtypes not in self.results)
         self._forced.discard(argtypes)
-        kernel = CachedKernel(self, self._compile_result(argtypes, self.config, forced))
+        result = self._compile_result(argtypes, self.config, forced)
+        if result.config.debug and result.call_helper is None and not self._on_simulator():
+            # a debug launch reads numba's exception table, which lives only in
+            # the process that lowered the kernel (a disk hit has none)
+            result = self._compile_result(argtypes, self.config, force=True)
+        kernel = CachedKernel(self, result)
         with self._lock:
             self.results[argtypes] = kernel.result
         if self.on_compile is not None:
@@ -434,25 +350,11 @@ class Kernel(CUDADispatcher):
             self.add_overload(kernel, argtypes)
 
     def _explain_matching_error(self, *args, **kws):
-        # numba's dispatch calls this when no variant accepts the arguments.
-        # For some argument types (float16 arrays) it registers the conversions
-        # they allow only then: `_dispatch` tries once more where it did.
+        # numba's dispatch calls this when no variant accepts the arguments
         actual = tuple(self.typeof_pyval(a) for a in args)
-        raise _NoMatch(
+        raise LaunchError(
             f"{self.__name__}: no signature accepts {short_signature(actual)}; declared: "
-            + "; ".join(short_signature(d) for d in self.overloads),
-            retry=self._search_new_conversions(*args))
-
-    @staticmethod
-    def _dispatch(attempt: Callable[[], Any]):
-        """`attempt` (a numba dispatch), once more if numba had not registered
-        the conversions the arguments allow (see `_explain_matching_error`)."""
-        try:
-            return attempt()
-        except _NoMatch as exc:
-            if not exc.retry:
-                raise
-        return attempt()
+            + "; ".join(short_signature(d) for d in self.overloads))
 
     def _explain_ambiguous(self, *args, **kws):
         actual = tuple(self.typeof_pyval(a) for a in args)
@@ -500,7 +402,15 @@ class Kernel(CUDADispatcher):
         """numba's launch, after re-checking the variants at the first launch since a cell ran."""
         if self._generation != _generation:
             self._recheck()
-        return self._dispatch(lambda: super(Kernel, self).call(args, launch_config))
+        if self._specialized and len(args) != len(self.declared[0]):
+            self._wrong_count(args)
+        return super().call(args, launch_config)
+
+    def _wrong_count(self, args):
+        # numba launches a specialized kernel without looking at its arguments
+        # (zip stops at the shorter); a wrong count would launch garbage
+        raise LaunchError(f"{self.__name__} takes {len(self.declared[0])} arguments "
+                          f"{short_signature(self.declared[0])}, not {len(args)}")
 
     def forall(self, ntasks, tpb=0, stream=0, sharedmem=0):
         """A launcher over `ntasks` tasks, as numba's ``forall`` (the kernel maps
@@ -532,9 +442,8 @@ class Kernel(CUDADispatcher):
         if special is None:
             special = Kernel(self.py_func, [argtypes], self.config, self.cache, self.options,
                              simulate=self.simulate, on_compile=self.on_compile, audit=self.audit,
-                             targets=self.targets, pinned=self.pinned)
+                             targets=self.targets, pinned=self.pinned, specialized=True)
             special.compile_declared()
-            special._specialized = True
             self.specializations[key] = special
         return special
 
@@ -546,8 +455,10 @@ class Kernel(CUDADispatcher):
 
         self._recheck()
         if self.specialized:
+            if len(args) != len(self.declared[0]):
+                self._wrong_count(args)
             return next(iter(self.overloads.values())).result
-        return self._dispatch(lambda: _dispatcher.Dispatcher._cuda_call(self, *args)).result
+        return _dispatcher.Dispatcher._cuda_call(self, *args).result
 
     def _simulate(self, *args, griddim, blockdim, stream=0, sharedmem=0):
         from numba.cuda import types as nbtypes
@@ -558,7 +469,7 @@ class Kernel(CUDADispatcher):
                 f"{self.__name__} takes raw pointers, which need a GPU: the simulator runs "
                 "Python and cannot follow a device pointer")
         result = self.result_for(*args)
-        _notice_simulator(self.simulate)
+        notice_simulator(self.simulate)
         if result.cooperative and math.prod(normalize_kernel_dimensions(griddim, blockdim)[0]) > 1:
             raise LaunchError(
                 f"{self.__name__} synchronises its grid (cuda.cg.this_grid), which numba's "
@@ -651,27 +562,6 @@ class Kernel(CUDADispatcher):
                     found[sm] = f"(no SASS: {exc})"
             return found
         return self._per_signature(signature, by_arch)
-
-    def get_regs_per_thread(self, signature=None):
-        """Registers per thread (from nvJitLink's report, or the driver on a GPU)."""
-        return self._per_signature(signature, lambda k: k.regs_per_thread)
-
-    def get_shared_mem_per_block(self, signature=None):
-        """Static shared memory per block, in bytes."""
-        return self._per_signature(signature, lambda k: k.shared_mem_per_block)
-
-    def get_local_mem_per_thread(self, signature=None):
-        """Local memory per thread, in bytes."""
-        return self._per_signature(signature, lambda k: k.local_mem_per_thread)
-
-    def get_const_mem_size(self, signature=None):
-        """User constant memory, in bytes (kernel parameters not counted, as the driver's figure)."""
-        return self._per_signature(signature, lambda k: k.const_mem_size)
-
-    def get_max_threads_per_block(self, signature=None):
-        """The most threads a block of this kernel can have: the driver decides
-        it when the kernel is loaded, so it needs a GPU."""
-        return self._per_signature(signature, lambda k: k.max_threads_per_block)
 
     def __getattr__(self, name):
         if name in _NUMBA_ONLY:
@@ -810,123 +700,8 @@ def _ptx_image(result: CompileResult, cc: Tuple[int, int]):
         raise LaunchError(f"{name} was compiled for sm_{compiled[0]}{compiled[1]}, and this GPU "
                           f"(sm_{cc[0]}{cc[1]}) would need its PTX compiled by the driver, which cannot "
                           f"be done: {problem}; {fix}")
-    return ObjectCode.from_ptx(result.ptx)
+    return ObjectCode.from_ptx(result.ptx.encode())  # bytes: cuda.core reads a str as a file name
 
 
 
-# ---------------------------------------------------------------------------
-# Simulator
-
-# numba.cuda's memory and stream API, which needs a GPU; the simulator has its own.
-_MEMORY_API = ("to_device", "device_array", "device_array_like", "pinned_array",
-               "pinned_array_like", "mapped_array", "managed_array", "pinned", "auto_device",
-               "stream", "default_stream", "legacy_default_stream", "per_thread_default_stream",
-               "external_stream", "event", "synchronize",
-               "reduce", "Reduce")  # cuda.reduce launches numba's own kernels
-_saved_memory_api: Dict[str, Any] = {}
-
-
-@functools.lru_cache(maxsize=1)
-def _simulated_array_class():
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
-    from .sources import host_array_interface
-
-    class SimulatedDeviceArray(FakeCUDAArray):
-        """The simulator's device array, with the CUDA Array Interface a real
-        one has (its data pointer is the host buffer's)."""
-
-        @property
-        def __cuda_array_interface__(self):
-            return host_array_interface(self._ary)
-
-    return SimulatedDeviceArray
-
-
-def _with_interface(factory):
-    """`factory`, its simulator arrays given the CUDA Array Interface."""
-    if not callable(factory) or isinstance(factory, type):
-        return factory
-    simulated = _simulated_array_class()
-
-    @functools.wraps(factory)
-    def make(*args, **kwargs):
-        made = factory(*args, **kwargs)
-        if type(made).__name__ == "FakeCUDAArray":
-            made.__class__ = simulated
-        return made
-
-    return make
-
-
-def simulate_memory(enable: bool = True) -> None:
-    """Give ``numba.cuda``'s memory and stream API (``to_device``,
-    ``device_array``, ``stream``, ``synchronize``...) the simulator's objects,
-    or numba's own back (`enable` False).  The magic does this when there is
-    no GPU, so that cells written for a GPU run on the simulator as written:
-    kernels launched there accept the simulator's arrays.
-    """
-    import numba.cuda
-    from numba.cuda import simulator
-
-    if enable and not _saved_memory_api:
-        for name in _MEMORY_API:
-            replacement = getattr(simulator, name, None) or getattr(simulator.devicearray, name, None)
-            if replacement is not None and hasattr(numba.cuda, name):
-                _saved_memory_api[name] = getattr(numba.cuda, name)
-                setattr(numba.cuda, name, _with_interface(replacement))
-    elif not enable:
-        for name, original in _saved_memory_api.items():
-            setattr(numba.cuda, name, original)
-        _saved_memory_api.clear()
-
-
-_notice_shown = False
-
-
-def _notice_simulator(asked: bool) -> None:
-    global _notice_shown
-    if not _notice_shown and not asked:
-        print("gpucache_ext: no GPU found, kernels run on numba's CUDA simulator "
-              "(compiled artifacts are still cached and inspectable)", file=sys.stderr)
-    _notice_shown = True
-
-
-def simulated_kernel(pyfunc, config: CompileConfig, extensions=()):
-    """numba's simulator kernel for `pyfunc`, its device functions replaced by
-    simulator twins (those declared with signatures cast their arguments and
-    result as compiled code does), and the math functions they read computing
-    float32 arguments at numba's widths (simulator.narrow_math).  Like compiled
-    code, it keeps the values its globals, closure variables and module
-    attributes had when it was made (numba's simulator would read them anew at
-    every launch)."""
-    from numba.cuda.simulator.kernel import FakeCUDAKernel
-
-    from .simulator import DeclaredTwin, narrow_math
-
-    def simulated(identity):
-        return narrow_math(rebind(identity, twin))
-
-    def twin(dispatcher, identity):
-        refuse_externs(identity)
-        declared = declared_signatures(dispatcher)
-        if declared:  # compiled code casts to the declared types: so must the twin
-            return DeclaredTwin(simulated(identity), declared, fastmath=config.fastmath)
-        return FakeCUDAKernel(simulated(identity), device=True, fastmath=config.fastmath)
-
-    def refuse_externs(identity):
-        if identity.externs:
-            raise UnsupportedKernelError(
-                f"{identity.qualname} calls {', '.join(sorted(set(identity.externs)))}, declared with "
-                "cuda.declare_device: external code cannot run on the simulator, it needs a GPU "
-                "(the kernel compiles: its .ptx, .cubin and resources are there to inspect)"
-            )
-
-    identity = identify(pyfunc, with_location=False, freeze=True)
-    refuse_externs(identity)
-    return FakeCUDAKernel(simulated(identity), device=False, fastmath=config.fastmath,
-                          debug=config.debug, extensions=extensions)
-
-
-__all__ = ["Kernel", "CachedKernel", "LaunchError", "refresh_all", "gpu_available", "device_cc",
-           "config_with_options", "check_options", "explicit_options", "simulate_memory", "choose_image"]
+__all__ = ["Kernel", "CachedKernel", "LaunchError", "refresh_all", "gpu_available", "device_cc", "choose_image"]

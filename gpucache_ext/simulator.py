@@ -114,15 +114,20 @@ import ctypes
 import functools
 import math
 import operator
+import sys
 import threading
 import types as pytypes
-from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .errors import UnsupportedKernelError
 
-__all__ = ["launch_arguments", "DeclaredTwin", "Float32", "Float16", "NarrowInt", "simulated_value", "narrow_math"]
+if TYPE_CHECKING:
+    from .config import CompileConfig
+
+__all__ = ["launch_arguments", "DeclaredTwin", "Float32", "Float16", "NarrowInt", "simulated_value", "narrow_math",
+           "simulated_kernel", "simulate_memory", "notice_simulator"]
 
 
 # -- kernel arguments -------------------------------------------------------------
@@ -659,3 +664,117 @@ def _fits(number: float, target: np.dtype) -> bool:
     """True when a float truncated toward zero fits the integer type (else LLVM's fptosi is undefined)."""
     info = np.iinfo(target)
     return math.isfinite(number) and info.min <= math.trunc(number) <= info.max
+
+
+# -- running a kernel on the simulator ---------------------------------------------
+
+# numba.cuda's memory and stream API, which needs a GPU; the simulator has its own.
+_MEMORY_API = ("to_device", "device_array", "device_array_like", "pinned_array",
+               "pinned_array_like", "mapped_array", "managed_array", "pinned", "auto_device",
+               "stream", "default_stream", "legacy_default_stream", "per_thread_default_stream",
+               "external_stream", "event", "synchronize",
+               "reduce", "Reduce")  # cuda.reduce launches numba's own kernels
+_saved_memory_api: Dict[str, Any] = {}
+
+
+@functools.lru_cache(maxsize=1)
+def _simulated_array_class():
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    from .sources import host_array_interface
+
+    class SimulatedDeviceArray(FakeCUDAArray):
+        """The simulator's device array, with the CUDA Array Interface a real
+        one has (its data pointer is the host buffer's)."""
+
+        @property
+        def __cuda_array_interface__(self):
+            return host_array_interface(self._ary)
+
+    return SimulatedDeviceArray
+
+
+def _with_interface(factory):
+    """`factory`, its simulator arrays given the CUDA Array Interface."""
+    if not callable(factory) or isinstance(factory, type):
+        return factory
+    simulated = _simulated_array_class()
+
+    @functools.wraps(factory)
+    def make(*args, **kwargs):
+        made = factory(*args, **kwargs)
+        if type(made).__name__ == "FakeCUDAArray":
+            made.__class__ = simulated
+        return made
+
+    return make
+
+
+def simulate_memory(enable: bool = True) -> None:
+    """Give ``numba.cuda``'s memory and stream API (``to_device``,
+    ``device_array``, ``stream``, ``synchronize``...) the simulator's objects,
+    or numba's own back (`enable` False).  The magic does this when there is
+    no GPU, so that cells written for a GPU run on the simulator as written:
+    kernels launched there accept the simulator's arrays.
+    """
+    import numba.cuda
+    from numba.cuda import simulator
+
+    if enable and not _saved_memory_api:
+        for name in _MEMORY_API:
+            replacement = getattr(simulator, name, None) or getattr(simulator.devicearray, name, None)
+            if replacement is not None and hasattr(numba.cuda, name):
+                _saved_memory_api[name] = getattr(numba.cuda, name)
+                setattr(numba.cuda, name, _with_interface(replacement))
+    elif not enable:
+        for name, original in _saved_memory_api.items():
+            setattr(numba.cuda, name, original)
+        _saved_memory_api.clear()
+
+
+_notice_shown = False
+
+
+def notice_simulator(asked: bool) -> None:
+    """Say once per process that launches run on the simulator (unless asked for)."""
+    global _notice_shown
+    if not _notice_shown and not asked:
+        print("gpucache_ext: no GPU found, kernels run on numba's CUDA simulator "
+              "(compiled artifacts are still cached and inspectable)", file=sys.stderr)
+    _notice_shown = True
+
+
+def simulated_kernel(pyfunc, config: "CompileConfig", extensions=()):
+    """numba's simulator kernel for `pyfunc`, its device functions replaced by
+    simulator twins (those declared with signatures cast their arguments and
+    result as compiled code does), and the math functions they read computing
+    float32 arguments at numba's widths (simulator.narrow_math).  Like compiled
+    code, it keeps the values its globals, closure variables and module
+    attributes had when it was made (numba's simulator would read them anew at
+    every launch)."""
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    from .sources import declared_signatures, identify, rebind
+
+    def simulated(identity):
+        return narrow_math(rebind(identity, twin))
+
+    def twin(dispatcher, identity):
+        refuse_externs(identity)
+        declared = declared_signatures(dispatcher)
+        if declared:  # compiled code casts to the declared types: so must the twin
+            return DeclaredTwin(simulated(identity), declared, fastmath=config.fastmath)
+        return FakeCUDAKernel(simulated(identity), device=True, fastmath=config.fastmath)
+
+    def refuse_externs(identity):
+        if identity.externs:
+            raise UnsupportedKernelError(
+                f"{identity.qualname} calls {', '.join(sorted(set(identity.externs)))}, declared with "
+                "cuda.declare_device: external code cannot run on the simulator, it needs a GPU "
+                "(the kernel compiles: its .ptx, .cubin and resources are there to inspect)"
+            )
+
+    identity = identify(pyfunc, with_location=False, freeze=True)
+    refuse_externs(identity)
+    return FakeCUDAKernel(simulated(identity), device=False, fastmath=config.fastmath,
+                          debug=config.debug, extensions=extensions)

@@ -105,7 +105,7 @@ def _harvesting(found):
     from numba.cuda import testing
 
     try:
-        from gpucache_ext.kernel import simulate_memory
+        from gpucache_ext.simulator import simulate_memory
     except ImportError:  # an older gpucache_ext (measuring before/after): numba's memory API
         def simulate_memory(enable):
             pass
@@ -242,7 +242,7 @@ def compare(dispatcher, argtypes, settings, variant):
     from gpucache_ext import CompileConfig, KernelCache, UnsupportedKernelError
 
     try:
-        from gpucache_ext.kernel import config_with_options, explicit_options
+        from gpucache_ext.options import config_with_options, explicit_options
     except ImportError:  # an older gpucache_ext (measuring before/after)
         def explicit_options(options):
             return {k: v for k, v in options.items() if k in ("fastmath", "debug", "lineinfo") and v}

@@ -51,6 +51,19 @@ def test_every_decorator_form_makes_a_cached_kernel(cache):
     assert again.last.stages["cubin"].hit and again.last.cubin == declared.last.cubin
 
 
+def test_one_signature_is_specialized_as_numbas_and_a_list_is_dispatched(cache):
+    one = gpucache_ext.jit("void(float64[:], float64[:])")(_body)
+    listed = gpucache_ext.jit(["void(float64[:], float64[:])"])(_body)
+    assert one.specialized and not listed.specialized
+    r = np.zeros(4)
+    one[1, 4](r, np.arange(4.0))  # launched without dispatch, as numba launches it
+    assert list(r) == [1, 2, 3, 4]
+    with pytest.raises(LaunchError, match=r"_body takes 2 arguments \(float64\[:\], float64\[:\]\), not 1"):
+        one[1, 4](r)
+    with pytest.raises(RuntimeError, match="already specialized"):
+        one.specialize(r, r)
+
+
 def test_bad_input_is_refused_as_numba_refuses_it(cache):
     with pytest.raises(UnsupportedKernelError, match="unknown option nonsense"):
         gpucache_ext.jit(nonsense=1)(_body)

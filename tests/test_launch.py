@@ -47,7 +47,7 @@ def test_a_pinned_target_gives_the_driver_ptx_only_where_it_can_compile_it_alone
     kernel = Kernel(kernels.copy, [kernels.COPY_SIG], CompileConfig(sm=86), cache)
     (result,) = kernel.compile_declared()
     image = kernel.image_for(result, (9, 0))
-    assert image.code_type == "ptx" and image.code == result.ptx
+    assert image.code_type == "ptx" and image.code == result.ptx.encode()  # bytes: a str is a file name
     with pytest.raises(LaunchError, match="sm_75.*use --sm 75"):
         kernel.image_for(result, (7, 5))
     synced = Kernel(grid_sync, ["void(int64[:])"], CompileConfig(sm=80), cache)

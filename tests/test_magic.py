@@ -378,8 +378,14 @@ def test_launch_errors_are_clear(ip):
     kernel = ip.user_ns["axpy"]
     with pytest.raises(gpucache_ext.LaunchError, match="axpy\\[blocks, threads\\]"):
         kernel(1, 2)
-    with pytest.raises(gpucache_ext.LaunchError, match="no signature accepts"):
+    # one signature: launched as numba launches it, without dispatch; a wrong count is refused
+    with pytest.raises(gpucache_ext.LaunchError, match=r"axpy takes 4 arguments \(float32\[:\], float32"):
         kernel[1, 4](np.zeros(4, np.int32))
+    listed = AXPY.replace('@cuda.jit("void(float32[:], float32, float32[:], float32[:])")',
+                          '@cuda.jit(["void(float32[:], float32, float32[:], float32[:])"])')
+    cell(ip, "--sm 80 --quiet", listed)  # a list of signatures: dispatched on the arguments
+    with pytest.raises(gpucache_ext.LaunchError, match="no signature accepts"):
+        ip.user_ns["axpy"][1, 4](np.zeros(4, np.int32))
 
 
 def test_kernels_compile_the_same_whether_imports_share_their_cell(ip):

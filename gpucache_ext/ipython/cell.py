@@ -16,7 +16,8 @@ from typing import Any, Dict, List, Optional
 from .. import default_cache
 from ..cache import CompileResult
 from ..decorators import decorator_form, device_function
-from ..kernel import Kernel, explicit_options
+from ..kernel import Kernel
+from ..options import explicit_options
 from .cell_errors import _as_cell_error, _cell_names
 from .report import CellReport
 
@@ -45,6 +46,7 @@ class _CellContext:
 
     def make_kernel(self, func, sigs, options) -> Kernel:
         kernel = Kernel(func, sigs or self.signatures, self.config, default_cache(), options,
+                        specialized=getattr(sigs, "single", False),
                         simulate=self.args.simulate, on_compile=self.collect, force=self.args.force,
                         audit=True if self.args.audit else None, targets=getattr(self.args, "targets", None),
                         pinned=self.args.sm is not None or getattr(self.args, "targets", None) is not None)

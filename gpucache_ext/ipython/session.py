@@ -120,7 +120,8 @@ class Session:
         from IPython.core.error import UsageError
 
         from ..audit import parse_audit
-        from ..kernel import gpu_available, simulate_memory
+        from ..kernel import gpu_available
+        from ..simulator import simulate_memory
 
         try:
             parse_audit(self.settings.audit)
@@ -145,7 +146,7 @@ class Session:
             simulate_memory(True)
 
     def unload(self) -> None:
-        from ..kernel import simulate_memory
+        from ..simulator import simulate_memory
 
         from .cell import _check_cell_syntax
 
