@@ -1,0 +1,155 @@
+"""The proof of the launch path without a GPU: numba-cuda's own uncached
+dispatcher, ``gpucache_ext.jit`` and ``%%gpukernel`` make the same driver
+calls, on one fake device and on two of different architectures.
+
+Every launch form of `tests/launch_forms.py`, and every one of numba-cuda's
+documentation examples (run until its own check of the numbers, which the
+stand-in computes none of), runs in a fresh process under
+the recording stand-in driver (`tests/fakecuda`) three ways.  The traces must
+be equal call for call — allocations, copies, memsets, loads, lookups,
+attribute sets (the carveout), launches with grid, block, dynamic shared
+memory, stream, cooperative flag and marshalled parameter bytes — except for
+what the cache changes on purpose: the image loaded is the cached artifact
+(numba compiles for sm_90a with LTO by default, the cache for sm_90; its
+names are numbered deterministically), so image bytes and kernel names are
+compared by their order of appearance, and each image loaded is checked to
+be the cached artifact itself.  A second process that hits on disk makes
+exactly the calls of the cold one, image bytes included.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from . import fakecuda
+from .launch_forms import FORMS
+
+pytestmark = pytest.mark.slow  # one process per way, every form compiled in each
+
+SCRIPT = str(Path(__file__).with_name("launch_forms.py"))
+LOADS = ("cuLibraryLoadData", "cuModuleLoadData", "cuModuleLoadDataEx")
+DEVICES = {"one device": ("9.0",), "two devices": ("9.0", "8.0")}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stand_in():
+    reason = fakecuda.skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+def traced(mode: str, cc, cache_dir: Path, images: Path | None = None, forms=(*FORMS, "docs"), flags=""):
+    env = {"GPUCACHE_DIR": str(cache_dir), "LAUNCH_FORMS_FLAGS": flags}
+    if images is not None:
+        env["LAUNCH_FORMS_IMAGES"] = str(images)
+    done = fakecuda.run(SCRIPT, cc=cc, args=[mode, *forms], env=env)
+    shown = "\n".join(line for line in done.stderr.splitlines() if "Warning" not in line and "warn(" not in line)
+    assert done.returncode == 0, f"{mode} failed ({done.returncode}):\n{shown[-4000:]}"
+    return done.calls
+
+
+def comparable(calls):
+    """`calls` with images by kind and architecture, and kernel names (also
+    inside symbol names: ``<entry>__errcode__``) by the load that brought
+    them, in order: numba names every compile anew, the cache names the same
+    kernel alike (a specialization loads the same name again)."""
+    every = sorted({name for call in calls for name in call["args"].get("entries", ())
+                    if name.startswith("_Z")}, key=len, reverse=True)
+    pattern = re.compile("|".join(map(re.escape, every))) if every else None
+    names, loads = {}, 0
+
+    def rename(value):
+        if isinstance(value, str) and pattern is not None:
+            return pattern.sub(lambda m: names.get(m.group(0), m.group(0)), value)
+        if isinstance(value, list):
+            return [rename(v) for v in value]
+        return value
+
+    out = []
+    for call in calls:
+        if call["call"] in LOADS:
+            loads += 1
+            names.update({name: f"kernel#{loads}.{i}" for i, name in enumerate(call["args"].get("entries", ()))
+                          if name.startswith("_Z")})
+        args = {key: rename(value) for key, value in call["args"].items()}
+        if call["call"] in LOADS:
+            args = {key: value for key, value in args.items() if key not in ("sha256", "size")}
+            args["entries"] = [e for e in args.get("entries", ()) if e.startswith("kernel#")]
+            args["entries"] = len(args["entries"])
+        out.append({"call": call["call"], "args": args})
+    return out
+
+
+def first_difference(expected, got) -> str:
+    for index, (a, b) in enumerate(zip(expected, got)):
+        if a != b:
+            return f"call {index}:\n  numba: {json.dumps(a)[:600]}\n  ours:  {json.dumps(b)[:600]}"
+    return f"{len(expected)} calls from numba, {len(got)} from ours"
+
+
+@pytest.fixture(scope="module", params=list(DEVICES), ids=list(DEVICES))
+def runs(request, tmp_path_factory):
+    cc = DEVICES[request.param]
+    root = tmp_path_factory.mktemp(request.param.replace(" ", "_"))
+    numba = traced("numba", cc, root / "unused")
+    jit = traced("jit", cc, root / "jit", images=root / "jit.json")
+    magic = traced("magic", cc, root / "magic", images=root / "magic.json")
+    return {"cc": cc, "root": root, "numba": numba, "jit": jit, "magic": magic}
+
+
+@pytest.mark.parametrize("mode", ["jit", "magic"])
+def test_the_same_driver_calls_as_numbas_own_dispatcher(runs, mode):
+    expected, got = comparable(runs["numba"]), comparable(runs[mode])
+    assert expected == got, first_difference(expected, got)
+
+
+def test_the_forms_reach_what_they_are_meant_to(runs):
+    calls = runs["magic"]
+    launches = [c["args"] for c in calls if c["call"].startswith("cuLaunch")]
+    assert any(launch.get("cooperative") for launch in launches)  # grid sync
+    assert any(launch.get("shared_mem") == 32 * 4 for launch in launches)  # dynamic shared memory
+    assert any(launch.get("stream", "default") != "default" for launch in launches)  # a stream
+    assert any(c["call"].endswith("SetAttribute") and c["args"].get("value") == 100 for c in calls)  # MaxShared
+    assert any(c["call"] in ("cuLibraryGetGlobal", "cuModuleGetGlobal") and "__errcode__" in c["args"]["name"]
+               for c in calls)  # the debug kernel's exception check
+    devices = {launch.get("device") for launch in launches}
+    assert devices == set(range(len(runs["cc"])))
+
+
+@pytest.mark.parametrize("mode", ["jit", "magic"])
+def test_what_is_loaded_is_the_cached_artifact(runs, mode):
+    held = json.loads((runs["root"] / f"{mode}.json").read_text())
+    handed = {sha for variant in held for sha in variant["loaded"].values()}
+    loaded = [c["args"] for c in runs[mode] if c["call"] in LOADS]
+    assert loaded and {load["sha256"] for load in loaded} <= handed
+    for variant in held:  # on a GPU of the compiled target, the artifact itself
+        target = f"{variant['sm'] // 10}.{variant['sm'] % 10}"
+        if target in variant["loaded"]:
+            assert variant["loaded"][target] == variant["artifact"], variant["entry"]
+    if len(runs["cc"]) > 1:  # the second GPU's architecture was compiled for it
+        assert any(len(variant["loaded"]) > 1 for variant in held)
+
+
+def test_a_new_process_that_hits_on_disk_makes_the_same_calls(runs):
+    again = traced("jit", runs["cc"], runs["root"] / "jit")
+    assert again == runs["jit"], first_difference(runs["jit"], again)
+
+
+@pytest.mark.parametrize("flags, kind", [("--sm 80", "ptx"), ("--sm 80,90", "fatbin"), ("--sm 90", "cubin")])
+def test_a_pinned_target_loads_ptx_or_a_fatbin_and_launches_as_numba_does(tmp_path, flags, kind):
+    """On an sm_90 GPU: the PTX of --sm 80 (the driver compiles it), the fatbin
+    of --sm 80,90, the cubin of --sm 90; every other call as numba's."""
+    forms = ("samples", "streams_shared_configure")
+    expected = comparable(traced("numba", ("9.0",), tmp_path / "unused", forms=forms))
+    calls = traced("magic", ("9.0",), tmp_path / "cache", forms=forms, flags=flags)
+    assert {c["args"]["kind"] for c in calls if c["call"] in LOADS} == {kind}
+    got = comparable(calls)
+    for call in got:
+        if call["call"] in LOADS:
+            call["args"].update(kind="cubin", arch=90)
+            call["args"].pop("member", None)
+    assert expected == got, first_difference(expected, got)
