@@ -86,13 +86,6 @@ class CachedKernel(_Kernel):
         self.launch_config_sensitive = False
         self.result = result
 
-    def __getattr__(self, name):
-        # (only reached for names the kernel lacks): the CompileResult's
-        result = self.__dict__.get("result")
-        if result is not None and not name.startswith("_") and hasattr(result, name):
-            return getattr(result, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     @property
     def audit_mismatched(self) -> bool:
         """Whether an audit found the cached artifacts wrong (the result then holds fresh ones)."""
@@ -139,6 +132,24 @@ class CachedKernel(_Kernel):
 
     def __repr__(self):
         return f"<compiled {self.result.kernel.rsplit('.', 1)[-1]}{self.result.signature_text}>"
+
+
+# The CompileResult's attributes a variant answers too (a FatbinResult's where
+# it is one).  Properties, not __getattr__: a class with __getattr__ makes
+# every attribute read slower, and numba reads many at every launch.
+_RESULT_ATTRIBUTES = (
+    "ptx", "cubin", "cubins", "llvm_ir", "ltoir", "link_log", "links", "resources", "resources_by_arch",
+    "stages", "layers", "hit", "every_stage", "config", "kernel", "signature_text", "explain", "artifacts",
+    "audit", "referenced", "generic_tokens", "seconds", "saved_seconds",
+    "fatbin", "fatbin_stage", "members", "per_target", "ptx_note", "targets")
+
+
+def _forwarded(name: str) -> property:
+    return property(lambda self: getattr(self.result, name), doc=f"The CompileResult's {name}.")
+
+
+for _name in _RESULT_ATTRIBUTES:
+    setattr(CachedKernel, _name, _forwarded(_name))
 
 
 class CachedCodeLibrary(CUDACodeLibrary):
@@ -194,13 +205,14 @@ class _CacheSource:
 
 class _NotOffered:
     """A part of numba's dispatcher a Kernel leaves out: reading it raises
-    AttributeError, which `Kernel.__getattr__` turns into what to use instead."""
+    AttributeError, saying what to use instead."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, instead: str):
         self.name = name
+        self.instead = instead
 
     def __get__(self, instance, owner=None):
-        raise AttributeError(self.name)
+        raise AttributeError(f"gpucache_ext.Kernel does not offer numba's {self.name}: {self.instead}")
 
 
 # Parts of numba's dispatcher API a Kernel leaves out, and what to use instead.
@@ -404,7 +416,7 @@ class Kernel(CUDADispatcher):
             self._recheck()
         if self._specialized and len(args) != len(self.declared[0]):
             self._wrong_count(args)
-        return super().call(args, launch_config)
+        return CUDADispatcher.call(self, args, launch_config)
 
     def _wrong_count(self, args):
         # numba launches a specialized kernel without looking at its arguments
@@ -563,12 +575,6 @@ class Kernel(CUDADispatcher):
             return found
         return self._per_signature(signature, by_arch)
 
-    def __getattr__(self, name):
-        if name in _NUMBA_ONLY:
-            raise AttributeError(
-                f"gpucache_ext.Kernel does not offer numba's {name}: {_NUMBA_ONLY[name]}")
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     # -- inspecting --------------------------------------------------------------
     @property
     def last(self) -> CompileResult:
@@ -634,8 +640,8 @@ class Kernel(CUDADispatcher):
         return f"<gpucache_ext.Kernel {self.__name__} [{self.summary()}] {sigs}>"
 
 
-for _name in _NUMBA_ONLY:
-    setattr(Kernel, _name, _NotOffered(_name))
+for _name, _instead in _NUMBA_ONLY.items():
+    setattr(Kernel, _name, _NotOffered(_name, _instead))
 
 
 def _target_options(config: CompileConfig, options: Dict[str, Any]) -> Dict[str, Any]:
