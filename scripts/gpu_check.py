@@ -12,15 +12,28 @@
    cubin, one whose cubins are all for an older major architecture (the
    driver compiles its PTX), and one with neither (refused, naming the
    target to add);
-4. times a launch whose kernel is already cached against a cold one.
+4. runs every launch form of tests/launch_forms.py (streams, dynamic shared
+   memory, forall, specialize, grid sync, a debug kernel, a carveout, records,
+   a second GPU where there is one) three ways, numba-cuda's own dispatcher,
+   gpucache_ext.jit and %%gpukernel, each in a fresh process, and compares
+   every array they leave (the recording stand-in driver proves the driver
+   calls equal without a GPU; only a GPU shows the numbers are);
+5. times a launch whose kernel is already cached against a cold one.
+
+It says what it could not check on this machine (a second GPU, an older or
+newer architecture).  One command, under 3 minutes on an idle GPU.
 
 Prints a Markdown report (and writes it with --out); exits 1 if a check fails.
 """
 
 import argparse
+import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -116,6 +129,45 @@ def check_fatbins(device, lines):
     return ok
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def check_launch_forms(lines):
+    """The launch forms three ways, on this GPU: the same arrays every way."""
+    with tempfile.TemporaryDirectory() as tmp:
+        computed = {}
+        for mode in ("numba", "jit", "magic"):
+            out = Path(tmp) / f"{mode}.json"
+            env = {**os.environ, "GPUCACHE_DIR": str(Path(tmp) / "cache"), "LAUNCH_FORMS_RESULTS": str(out),
+                   "PYTHONPATH": str(ROOT)}
+            done = subprocess.run([sys.executable, str(ROOT / "tests" / "launch_forms.py"), mode], env=env,
+                                  capture_output=True, text=True, timeout=300)
+            if not _report(lines, f"launch forms through {mode}: ran", done.returncode == 0):
+                lines.append("```\n" + done.stderr[-3000:] + "\n```")
+                return False
+            computed[mode] = json.loads(out.read_text())
+    ok = True
+    for form, arrays in computed["numba"].items():
+        for mode in ("jit", "magic"):
+            same = computed[mode].get(form) == arrays
+            ok &= _report(lines, f"launch form {form}: {mode} computes what numba-cuda computes "
+                                 f"({len(arrays)} arrays)", same)
+    return ok
+
+
+def not_checked(device) -> list:
+    """What this machine cannot show."""
+    missing = []
+    if len(cuda.gpus) < 2:
+        missing.append("a second GPU: the two-device form ran on this one alone, and a second "
+                       "architecture was not compiled at launch")
+    if device[0] <= 7:
+        missing.append("the PTX fallback from an older major architecture")
+    if device >= (12, 0):
+        missing.append("refusing a target newer than the GPU")
+    return missing
+
+
 def time_launches(sm, lines, runs=5):
     x = np.arange(1 << 20, dtype=np.float32)
     r = np.zeros_like(x)
@@ -161,8 +213,12 @@ def main():
     ok &= check_fallbacks(device, lines)
     lines += ["", "## Multi-target kernels (fatbins)", ""]
     ok &= check_fatbins(device, lines)
+    lines += ["", "## Launch forms: numba-cuda, gpucache_ext.jit and %%gpukernel", ""]
+    ok &= check_launch_forms(lines)
     lines += ["", "## Launch time (median of 5)", "", "| launch | time |", "|---|---|"]
     time_launches(sm, lines)
+    lines += ["", "## Not checked on this machine", ""]
+    lines += [f"- {what}" for what in not_checked(device)] or ["- nothing"]
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out:
