@@ -34,7 +34,6 @@ import errno
 import logging
 import os
 import stat
-import tempfile
 import threading
 import time
 import warnings
@@ -47,6 +46,7 @@ from filelock import FileLock, Timeout
 from .codec import (FORMAT_VERSION, OK, PERSISTENT_STAGES, PREVIOUS_SECRET, BadEntry, check_stored, decode, encode,
                     header_entry)
 from .errors import SecurityWarning
+from .fsutil import write_atomically
 from .signing import HEAD_BYTES, Keyring, accepted, signature_length, strip
 from .tiers import Entry, Tier
 from .toolchain import sign_memo
@@ -82,32 +82,6 @@ def configured_directory(directory=None) -> Optional[Path]:
     if str(directory).strip().lower() in OFF_VALUES:
         return None
     return Path(directory).expanduser()
-
-
-def write_atomically(path: Path, data: bytes, prefix: str) -> Optional[int]:
-    """Write `data` to `path` through a temporary file (named `prefix`...) in
-    its folder and `os.replace`: readers see the old file or the new one, never
-    a torn one.  Returns the size of the file it replaced (None: there was
-    none); raises OSError, leaving no temporary file behind."""
-    temp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".part")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        try:
-            replaced = path.stat().st_size
-        except FileNotFoundError:
-            replaced = None
-        os.replace(temp, path)
-        temp = None
-        return replaced
-    finally:
-        if temp is not None:
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
 
 
 def writable_by_others(directory: Path) -> Optional[str]:

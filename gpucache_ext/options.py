@@ -93,3 +93,12 @@ def config_with_options(config: CompileConfig, options: Dict[str, Any]) -> Compi
     if opt is not None:
         changes["opt"] = (config.opt or 3) if opt is True else 0 if opt is False else opt
     return config.replace(**changes) if changes else config
+
+
+def device_options(dispatcher) -> Dict[str, Any]:
+    """The options numba lowers a device function with: its own decorator's
+    (numba's defaults where it has none), never the calling kernel's."""
+    options = getattr(dispatcher, "targetoptions", None) or {}
+    return {"fastmath": bool(options.get("fastmath")), "debug": bool(options.get("debug")),
+            "lineinfo": bool(options.get("lineinfo")), "forceinline": bool(options.get("forceinline")),
+            "inline": options.get("inline", "never")}

@@ -53,6 +53,7 @@ import xxhash
 
 from . import libraries, linking
 from .errors import UnsupportedKernelError
+from .options import device_options
 from .tokens import Component, component, digest
 
 # ---------------------------------------------------------------------------
@@ -337,12 +338,6 @@ def declared_signatures(dispatcher) -> Tuple[Tuple[tuple, Any], ...]:
     return ()
 
 
-def _device_options(dispatcher):
-    from .stages import device_options
-
-    return device_options(dispatcher)
-
-
 def is_device_dispatcher(value) -> bool:
     from numba.cuda.dispatcher import CUDADispatcher
 
@@ -586,8 +581,8 @@ class _Walker:
     def _data_device(self, dispatcher, pyfunc, ident, label, with_location=None):
         """A device function (or one numba compiles as one): hashed by its own
         identity, and proxied in the rebound function."""
-        # numba lowers a device function with its own options (stages.device_options)
-        own = _device_options(dispatcher)
+        # numba lowers a device function with its own options
+        own = device_options(dispatcher)
         # its debug info holds its own file and lines (under the kernel's or its own debug or lineinfo)
         with_location = (self.with_location if with_location is None else with_location) \
             or own["debug"] or own["lineinfo"]

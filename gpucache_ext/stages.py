@@ -72,6 +72,7 @@ from .locks import compiler_lock
 from .artifacts import CubinArtifact, LLVMArtifact, PTXArtifact  # noqa: F401  (re-exported)
 from .config import CompileConfig
 from .errors import CompileError, UnsupportedKernelError
+from .options import device_options
 
 # ---------------------------------------------------------------------------
 # numba flags
@@ -707,15 +708,6 @@ class _Overload:
 
     def __init__(self, signature):
         self.signature = signature
-
-
-def device_options(dispatcher) -> Dict[str, Any]:
-    """The options numba lowers a device function with: its own decorator's
-    (numba's defaults where it has none), never the calling kernel's."""
-    options = getattr(dispatcher, "targetoptions", None) or {}
-    return {"fastmath": bool(options.get("fastmath")), "debug": bool(options.get("debug")),
-            "lineinfo": bool(options.get("lineinfo")), "forceinline": bool(options.get("forceinline")),
-            "inline": options.get("inline", "never")}
 
 
 class DeviceProxy(CUDADispatcher):

@@ -365,7 +365,7 @@ def _write_memo(directory: Path, name: str, key: Optional[str], value: Optional[
         keys[key] = value
     while len(keys) > _MEMO_KEYS_PER_PART:
         keys.pop(next(iter(keys)))
-    from .disk import write_atomically  # (disk imports codec, which imports this module)
+    from .fsutil import write_atomically
 
     data = _memo_keyring(directory).sign(json.dumps({"format": _MEMO_FORMAT, "parts": parts},
                                                     sort_keys=True).encode())

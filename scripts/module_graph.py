@@ -6,7 +6,8 @@
 Read from the source with `ast` (nothing is imported): an edge A -> B for every
 ``import`` of B in A, at module level or inside a function (an import inside a
 function defers the cycle to run time, it does not remove it; such edges are
-marked ``(lazy)``).  A cycle is a strongly connected set of two or more modules.
+marked ``(lazy)``); imports under ``if TYPE_CHECKING:`` are left out (they
+never run).  A cycle is a strongly connected set of two or more modules.
 Private names imported from another module (``from .disk import _read_head``)
 are listed too.
 """
@@ -61,7 +62,9 @@ def graph():
                             private.append((name, base, alias.name))
             else:
                 continue
-            lazy = id(node) not in top_level and not _in_type_checking(tree, node)
+            if _in_type_checking(tree, node):  # for annotations only: never imported at run time
+                continue
+            lazy = id(node) not in top_level
             for target in targets:
                 while target and target not in modules:
                     target = target.rpartition(".")[0]
