@@ -655,7 +655,7 @@ def _target_options(config: CompileConfig, options: Dict[str, Any]) -> Dict[str,
 
 
 def _default_cache():
-    from . import default_cache
+    from .defaults import default_cache
 
     return default_cache()
 

@@ -309,10 +309,10 @@ def test_in_a_notebook_audits_wait_for_the_end_of_the_cell(ip, tmp_path):
     machine with them."""
     import gpucache_ext
 
-    session = gpucache_ext._session()
+    session = gpucache_ext.current_session()
     session.configure_cache(directory=str(tmp_path))
     ip.run_cell("x = 1").raise_error()
     cache = session.cache
     assert not cache._auditor._held
-    ip.run_cell("import gpucache_ext\nheld = gpucache_ext._session().cache._auditor._held").raise_error()
+    ip.run_cell("import gpucache_ext\nheld = gpucache_ext.current_session().cache._auditor._held").raise_error()
     assert ip.user_ns["held"] is True and not cache._auditor._held

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def cache(monkeypatch):
     """A memory-only default cache for this test."""
     fresh = KernelCache()
-    monkeypatch.setattr(gpucache_ext, "_default_cache", fresh)
+    monkeypatch.setattr(gpucache_ext.defaults, "_default_cache", fresh)
     return fresh
 
 

@@ -99,7 +99,7 @@ from gpucache_ext import KernelCache, Kernel, CompileConfig, CompileResult, defa
 assert KernelCache.__module__ == "gpucache_ext.cache" and Kernel.__module__ == "gpucache_ext.kernel"
 assert all(getattr(gpucache_ext, name) is not None for name in gpucache_ext.__all__)
 assert callable(gpucache_ext.configure_default_cache) and callable(gpucache_ext.inspector)
-assert callable(gpucache_ext.load_ipython_extension) and gpucache_ext._default_cache is None
+assert callable(gpucache_ext.load_ipython_extension) and gpucache_ext.defaults._default_cache is None
 assert gpucache_ext.stages.LLVMArtifact is gpucache_ext.artifacts.LLVMArtifact
 _report(before=before, version=gpucache_ext.__version__)
 """)

@@ -459,10 +459,10 @@ def test_the_magics_cache_uses_the_configured_directory(tmp_path, monkeypatch):
     finally:
         shell.run_line_magic("unload_ext", "gpucache_ext")
     # without a session, plain Python's default cache follows the environment too
-    gpucache_ext._default_cache = None
+    gpucache_ext.defaults._default_cache = None
     assert gpucache_ext.default_cache().tiers[0].directory == tmp_path / "from-env"
     monkeypatch.setenv("GPUCACHE_DIR", "off")
-    gpucache_ext._default_cache = None
+    gpucache_ext.defaults._default_cache = None
     assert gpucache_ext.default_cache().tiers == []
     shell.run_line_magic("load_ext", "gpucache_ext")
 

@@ -43,3 +43,24 @@ def test_the_core_imports_no_ipython():
                             "print('IPython' in sys.modules)"], capture_output=True, text=True,
                            check=True, timeout=300).stdout
     assert shown.strip() == "True"
+
+
+def _module_graph():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("module_graph", ROOT / "scripts" / "module_graph.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_module_imports_another_that_imports_it_back():
+    """No import cycle, at module level or inside a function (scripts/module_graph.py shows the graph)."""
+    graph = _module_graph()
+    modules, edges, _ = graph.graph()
+    assert len(modules) > 30 and sum(map(len, edges.values())) > 100  # the graph was read
+    assert graph.cycles(modules, edges) == []
+    # a planted cycle is found: the check can fail
+    planted = {name: dict(targets) for name, targets in edges.items()}
+    planted.setdefault("gpucache_ext.config", {})["gpucache_ext.cache"] = True
+    assert any("gpucache_ext.cache" in cycle for cycle in graph.cycles(modules, planted))

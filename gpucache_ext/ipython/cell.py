@@ -13,7 +13,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 
-from .. import default_cache
+from ..defaults import default_cache
 from ..cache import CompileResult
 from ..decorators import decorator_form, device_function
 from ..kernel import Kernel

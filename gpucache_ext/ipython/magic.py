@@ -25,7 +25,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 from traitlets import Bool, Unicode, default
 
-from .. import default_cache
+from ..defaults import default_cache
 from ..config import LAYERS, STAGES, CompileConfig, Targets
 from ..device import default_sm
 from ..errors import ConfigError
@@ -362,19 +362,3 @@ def predicted_misses(misses) -> List[str]:
             line += f"; {and_join(reused)} {notes[stage]}"
         lines.append(line)
     return lines
-
-
-def load(shell):
-    """Start a `gpucache_ext.ipython.session.Session` on `shell`: magics, hooks, settings."""
-    from .session import Session
-
-    Session(shell).load()
-
-
-def unload(shell):
-    """Take down the session `load` started (if any)."""
-    from .session import current
-
-    session = current(shell)
-    if session is not None:
-        session.unload()

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
+
 import weakref
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional
 
-from ..config import LAYERS
-
-_HISTORY_POINTS = 500
-
+from .. import defaults
+from ..history import CellHistory  # noqa: F401  (its home is history; importable here too)
+from .magic import GpuCacheMagics
 
 @dataclass(frozen=True)
 class Settings:
@@ -48,36 +47,10 @@ class Settings:
                                               ("audit", self.audit)) if value}
 
 
-class CellHistory:
-    """One cache's hits and misses per cell: a point per cell that looked anything up."""
-
-    def __init__(self, lookups: Optional[Dict[str, Tuple[int, int, int]]] = None):
-        self.points: List[Dict[str, Any]] = []
-        self.last: Dict[str, Tuple[int, int]] = {s: (v[0], v[1]) for s, v in (lookups or {}).items()}
-
-    def record(self, label: str, lookups: Dict[str, Tuple[int, int, int]]) -> Optional[dict]:
-        """Add a point labelled `label` with the hits and misses since the last
-        one (if any changed)."""
-        now = {s: (int(v[0]), int(v[1])) for s, v in lookups.items() if s in LAYERS}
-        delta = {s: (now[s][0] - self.last.get(s, (0, 0))[0], now[s][1] - self.last.get(s, (0, 0))[1])
-                 for s in now}
-        if delta.get("fatbin") == (0, 0):  # (a layer only multi-target builds use)
-            del delta["fatbin"]
-        self.last.update(now)
-        if not any(h or m for h, m in delta.values()):
-            return None
-        point = {"label": label, "stages": delta, "time": time.time()}
-        self.points.append(point)
-        del self.points[:-_HISTORY_POINTS]
-        return point
-
-
 class Session:
     """The extension's state for one IPython shell (see the module's doc)."""
 
     def __init__(self, shell):
-        from .magic import GpuCacheMagics
-
         self.shell = shell
         self.magics = GpuCacheMagics(shell=shell, session=self)
         self.settings = Settings.from_magics(self.magics)
@@ -239,3 +212,18 @@ def current(shell=None) -> Optional[Session]:
         return None
     magics = shell.magics_manager.registry.get("GpuCacheMagics")
     return getattr(magics, "session", None)
+
+
+def load(shell):
+    """Start a `gpucache_ext.ipython.session.Session` on `shell`: magics, hooks, settings."""
+    Session(shell).load()
+
+
+def unload(shell):
+    """Take down the session `load` started (if any)."""
+    session = current(shell)
+    if session is not None:
+        session.unload()
+
+
+defaults.register_session_lookup(current)

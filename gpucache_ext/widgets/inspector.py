@@ -52,7 +52,7 @@ from ..queries import (COMPARED_STAGES, Sources, built_from, comparable_entries,
                        nearest_entry, resource_moves, resource_rows)
 from ..units import format_seconds
 from ..sass import Sass, SassUnavailable, disassembly
-from ..ipython.session import CellHistory
+from ..history import CellHistory
 from ..tokens import short_token
 from .render import (_ENTRY_COLUMNS, _MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, _entry_line,
                      _entry_widths, _esc, _short_kernel, chart_svg, compare_options, comparison_html,
@@ -478,9 +478,9 @@ def inspector(cache=None) -> Inspector:
     cache while it is open, refreshed after every cell.  Elsewhere a new
     widget, refreshed by its `refresh` method.
     """
-    from .. import _session, default_cache
+    from ..defaults import current_session, default_cache
 
-    session = _session()
+    session = current_session()
     if session is not None:
         return session.inspector(cache)
     return Inspector(default_cache() if cache is None else cache)
