@@ -164,9 +164,9 @@ def artifact_parts(stage: str, artifact) -> list:
     resource figures) reports how long ptxas took, which differs run to run;
     those lines are left out of the comparison.
     """
-    from .codec import _parts
+    from .codec import entry_parts
 
-    meta, parts = _parts(stage, artifact)
+    meta, parts = entry_parts(stage, artifact)
     if stage == "cubin":
         parts = [parts[0], _TIMING.sub(b"", parts[1]), *parts[2:]]
     return [meta, parts]

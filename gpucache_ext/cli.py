@@ -150,9 +150,9 @@ def _rows(tier: DiskTier, stages, kernel=None, older=None, newer=None, progress=
 
 
 def _head(path: Path) -> bytes:
-    from .disk import _read_head
+    from .disk import read_head
 
-    return _read_head(path)
+    return read_head(path)
 
 
 def _toolchain_stages(args):

@@ -41,7 +41,7 @@ def _reads_from_json(value) -> targets.TargetReads:
     return frozenset((op, tuple(operand), bool(answer)) for op, operand, answer in value)
 
 
-def _parts(stage: str, artifact) -> Tuple[Dict, List[bytes]]:
+def entry_parts(stage: str, artifact) -> Tuple[Dict, List[bytes]]:
     """(metadata, payload parts) of an artifact; linked inputs come last."""
     if stage == "llvm":
         return ({"entry_name": artifact.entry_name, "cooperative": artifact.cooperative,
@@ -105,7 +105,7 @@ def content_digest(stage: str, artifact) -> str:
     inputs), exactly as stored.  The next stage's token hashes it instead of
     the upstream token, so that a stage rebuilt to the same bytes stops the
     chain (see `KernelCache`)."""
-    meta, parts = _parts(stage, artifact)
+    meta, parts = entry_parts(stage, artifact)
     hasher = hashlib.sha256(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
     for part in parts:
         hasher.update(len(part).to_bytes(8, "big"))
@@ -120,7 +120,7 @@ def encode(stage: str, entry: Entry) -> bytes:
     else:
         if entry.digest is None:  # (`decode` refuses such an entry: the next stage's token needs it)
             raise ValueError(f"a {stage} entry needs its content digest to be stored (codec.content_digest)")
-        meta, parts = _parts(stage, entry.artifact)
+        meta, parts = entry_parts(stage, entry.artifact)
     payload = b"".join(parts)
     header = {
         "format": FORMAT_VERSION,

@@ -228,7 +228,7 @@ class DiskTier(Tier):
     def entries(self, stage: str) -> Iterator[Entry]:
         for path in self._files(stage):
             try:
-                head = _read_head(path)
+                head = read_head(path)
                 if accepted(self.keyring.classify(head)):  # (what `get` would refuse is not listed)
                     yield header_entry(strip(head))
             except (OSError, BadEntry):
@@ -395,7 +395,7 @@ def _is_file(item: os.DirEntry) -> bool:
         return False
 
 
-def _read_head(path: Path) -> bytes:
+def read_head(path: Path) -> bytes:
     """The first bytes of an entry file (any signature included): enough for its header."""
     with open(path, "rb") as handle:
         start = handle.read(65536)

@@ -121,7 +121,7 @@ def _digest(kind: str, data: bytes, folder: Optional[Path]) -> str:
             h.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
         from numba.cuda.core import config
 
-        h.update(repr((_nvrtc_identity(), getattr(config, "CUDA_NVRTC_EXTRA_SEARCH_PATHS", ""))).encode())
+        h.update(repr((nvrtc_identity(), getattr(config, "CUDA_NVRTC_EXTRA_SEARCH_PATHS", ""))).encode())
     return h.hexdigest()
 
 
@@ -137,7 +137,7 @@ def _search_paths(folder: Optional[Path]) -> List[Path]:
     import numba.cuda
 
     root = Path(numba.cuda.__file__).parent
-    paths.extend([root / "include" / str(_nvrtc_identity()[0][0]), root / "memory_management"])
+    paths.extend([root / "include" / str(nvrtc_identity()[0][0]), root / "memory_management"])
     return paths
 
 
@@ -162,7 +162,7 @@ def _headers(source: bytes, folder: Optional[Path]) -> dict:
 
 
 @functools.lru_cache(maxsize=1)
-def _nvrtc_identity() -> Tuple:
+def nvrtc_identity() -> Tuple:
     from numba.cuda.cudadrv import nvrtc
 
     return (tuple(nvrtc._get_nvrtc_version()),)

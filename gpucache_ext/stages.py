@@ -254,14 +254,14 @@ def _compile_error(qualname, stage, exc, pyfunc=None):
     loc = getattr(exc, "loc", None)
     filename, line = getattr(loc, "filename", None), getattr(loc, "line", None)
     if (filename is None or line is None) and pyfunc is not None:
-        filename, line = pyfunc.__code__.co_filename, _def_line(pyfunc.__code__)
+        filename, line = pyfunc.__code__.co_filename, def_line_of(pyfunc.__code__)
     if filename is not None and line is not None and f"line {line}" not in message:
         source = linecache.getline(filename, line).strip()
         message += f'\n  File "{filename}", line {line}' + (f"\n    {source}" if source else "")
     return CompileError(qualname, stage, message)
 
 
-def _def_line(code) -> int:
+def def_line_of(code) -> int:
     """The line of ``def`` itself (co_firstlineno is the first decorator's)."""
     for line in range(code.co_firstlineno, code.co_firstlineno + 20):
         if linecache.getline(code.co_filename, line).lstrip().startswith(("def ", "async def ")):

@@ -104,9 +104,9 @@ def _probe_nvfatbin() -> str:
 
 def _probe_nvrtc() -> str:
     try:
-        from .linking import _nvrtc_identity
+        from .linking import nvrtc_identity
 
-        return ".".join(map(str, _nvrtc_identity()[0]))
+        return ".".join(map(str, nvrtc_identity()[0]))
     except Exception:  # pragma: no cover - NVRTC comes with numba-cuda[cu12]
         return "absent"
 

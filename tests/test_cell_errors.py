@@ -205,13 +205,13 @@ late[1, 1](np.zeros(1, np.float32))
 
 
 def test_syntax_check_leaves_with_the_extension(ip):
-    from gpucache_ext.ipython.cell import _check_cell_syntax
+    from gpucache_ext.ipython.cell import check_cell_syntax
 
-    assert ip.input_transformers_post.count(_check_cell_syntax) == 1
+    assert ip.input_transformers_post.count(check_cell_syntax) == 1
     ip.run_line_magic("reload_ext", "gpucache_ext")
-    assert ip.input_transformers_post.count(_check_cell_syntax) == 1
+    assert ip.input_transformers_post.count(check_cell_syntax) == 1
     ip.run_line_magic("unload_ext", "gpucache_ext")
-    assert _check_cell_syntax not in ip.input_transformers_post
+    assert check_cell_syntax not in ip.input_transformers_post
     ip.run_line_magic("load_ext", "gpucache_ext")
 
 

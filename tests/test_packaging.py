@@ -64,3 +64,9 @@ def test_no_module_imports_another_that_imports_it_back():
     planted = {name: dict(targets) for name, targets in edges.items()}
     planted.setdefault("gpucache_ext.config", {})["gpucache_ext.cache"] = True
     assert any("gpucache_ext.cache" in cycle for cycle in graph.cycles(modules, planted))
+
+
+def test_no_module_imports_another_modules_private_names():
+    modules, edges, private = _module_graph().graph()
+    assert private == [], "private names imported across modules: " + ", ".join(
+        f"{source} imports {base}.{name}" for source, base, name in private)

@@ -485,7 +485,7 @@ def test_sass_through_nvdisasm_per_architecture(ip):
     cell(ip, "--sm 80", AXPY)
     inspector = gpucache_ext.inspector()
     axpy = ip.user_ns["axpy"]
-    widgets._sass_cache.clear()
+    widgets.sass_cache.clear()
     inspector.select("cubin", axpy.last.stages["cubin"].token)
     page = part(inspector, "gpucache-entry-view").get_state()["value"]
     assert "SASS sm_80 (nvdisasm 1" in page and html.escape(axpy.last.entry_name) in page and "EXIT" in page
@@ -495,7 +495,7 @@ def test_sass_through_nvdisasm_per_architecture(ip):
     page = part(inspector, "gpucache-entry-view").get_state()["value"]
     note = page[page.index("gpucache-sass-note"):]
     assert "cannot disassemble sm_70 code" in note and "sm_75 and later" in note and "EXIT" not in page
-    widgets._sass_cache.clear()
+    widgets.sass_cache.clear()
 
 
 def test_unload_removes_the_session_and_everything_it_registered(ip):

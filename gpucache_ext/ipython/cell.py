@@ -18,7 +18,7 @@ from ..cache import CompileResult
 from ..decorators import decorator_form, device_function
 from ..kernel import Kernel
 from ..options import explicit_options
-from .cell_errors import _as_cell_error, _cell_names
+from .cell_errors import as_cell_error, cell_names
 from .report import CellReport
 
 # ---------------------------------------------------------------------------
@@ -217,7 +217,7 @@ def _compile_cell(source: str, filename: str):
     return compile(ast.fix_missing_locations(tree), filename, "exec")
 
 
-def _run_cell(shell, cell, config, signatures, args, line=""):
+def run_cell(shell, cell, config, signatures, args, line=""):
     source = shell.transform_cell(cell)
     filename = _register_cell(shell, source, line, _running_cell_number(shell))
     code = _compile_cell(source, filename)
@@ -240,7 +240,7 @@ def _run_cell(shell, cell, config, signatures, args, line=""):
             kernel.compile_declared()
     except BaseException as exc:
         _restore_kernel_names(namespace, before, context.kernels)
-        shown = _as_cell_error(shell, exc, filename, context)
+        shown = as_cell_error(shell, exc, filename, context)
         if shown is exc:
             raise
         raise shown from exc
@@ -266,7 +266,7 @@ def _register_cell(shell, source: str, line: str, number: Optional[int]) -> str:
     magic = ("%%gpukernel " + line).rstrip() + "\n"
     lines = [magic] + [text if text.endswith("\n") else text + "\n" for text in source.splitlines(True)]
     linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
-    names = _cell_names(shell)
+    names = cell_names(shell)
     if number is not None and names is not None:
         names[filename] = number
     return filename
@@ -275,7 +275,7 @@ def _register_cell(shell, source: str, line: str, number: Optional[int]) -> str:
 def _running_cell_number(shell) -> Optional[int]:
     """The execution count of the IPython cell running this magic: that of
     the nearest calling frame whose code is a cell's."""
-    names = _cell_names(shell)
+    names = cell_names(shell)
     frame = sys._getframe(1)
     while names is not None and frame is not None:
         number = names.get(frame.f_code.co_filename)
@@ -285,7 +285,7 @@ def _running_cell_number(shell) -> Optional[int]:
     return None
 
 
-def _check_cell_syntax(lines):
+def check_cell_syntax(lines):
     """IPython input transformer (``input_transformers_post``): a %%gpukernel
     cell whose code does not parse fails before it runs, its SyntaxError shown
     as a plain cell's is, at the cell's line and with no frames."""

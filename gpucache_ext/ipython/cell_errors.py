@@ -12,7 +12,7 @@ from typing import Dict, Optional
 
 from ..errors import CompileError, GpuCacheError
 from ..kernel import Kernel
-from ..stages import _def_line
+from ..stages import def_line_of
 
 # ---------------------------------------------------------------------------
 # A failing cell reads as a plain cell's error
@@ -33,7 +33,7 @@ from ..stages import _def_line
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-def _cell_names(shell) -> Optional[Dict[str, int]]:
+def cell_names(shell) -> Optional[Dict[str, int]]:
     """IPython's map from a cell's code name to its execution count (what
     its tracebacks read as ``Cell In[N]``), if this shell has one."""
     names = getattr(getattr(shell, "compile", None), "_filename_map", None)
@@ -41,12 +41,12 @@ def _cell_names(shell) -> Optional[Dict[str, int]]:
 
 
 def _is_cell_file(shell, filename) -> bool:
-    names = _cell_names(shell) or {}
+    names = cell_names(shell) or {}
     return isinstance(filename, str) and (
         filename in names or filename.startswith(("<gpukernel-", "<ipython-input-")))
 
 
-def _as_cell_error(shell, exc, filename, context):
+def as_cell_error(shell, exc, filename, context):
     """The exception a failing cell raises, set to show as a plain cell's.
 
     A kernel that did not compile (a `CompileError` chaining the compiler's
@@ -99,7 +99,7 @@ def _compile_location(shell, exc, original, context):
     kernel = _kernel_named(context, getattr(exc, "kernel", None))
     if kernel is not None:
         code = kernel.py_func.__code__
-        return code.co_filename, _def_line(code), kernel.py_func.__name__
+        return code.co_filename, def_line_of(code), kernel.py_func.__name__
     return None
 
 

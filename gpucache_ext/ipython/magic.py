@@ -33,7 +33,7 @@ from ..kernel import Kernel, gpu_available
 from ..queries import compare_entries, find_entry, resource_moves, resource_rows
 from ..results import FatbinResult, short_signature
 from ..stages import normalize_signature
-from .cell import _run_cell
+from .cell import run_cell
 from .report import and_join, cutoff_text, refusals_between
 
 
@@ -163,7 +163,7 @@ class GpuCacheMagics(Magics):
         signatures = self._signatures(args.sig)
         before = self.cache
         refusals = before.tier_info()  # (asks no server: what the tiers refused so far)
-        report = _run_cell(self.shell, cell, config, signatures, args, line)
+        report = run_cell(self.shell, cell, config, signatures, args, line)
         cache = self.cache
         reported = self.session.audits_reported if self.session is not None else {}
         seen = reported.get(cache, 0)

@@ -108,20 +108,20 @@ class Session:
             settings.redis_ttl()
         except settings.SettingError as exc:
             raise UsageError(str(exc)) from None
-        from .cell import _check_cell_syntax
+        from .cell import check_cell_syntax
 
         self.shell.register_magics(self.magics)
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
         self.shell.events.register("post_run_cell", self.post_run_cell)
-        if _check_cell_syntax not in self.shell.input_transformers_post:  # syntax errors as a plain cell's
-            self.shell.input_transformers_post.append(_check_cell_syntax)
+        if check_cell_syntax not in self.shell.input_transformers_post:  # syntax errors as a plain cell's
+            self.shell.input_transformers_post.append(check_cell_syntax)
         if not gpu_available():  # cells written for a GPU run on the simulator, memory API too
             simulate_memory(True)
 
     def unload(self) -> None:
         from ..simulator import simulate_memory
 
-        from .cell import _check_cell_syntax
+        from .cell import check_cell_syntax
 
         with contextlib.suppress(ValueError):
             self.shell.events.unregister("pre_run_cell", self.pre_run_cell)
@@ -130,7 +130,7 @@ class Session:
         if self._cache is not None:
             self._cache.hold_audits(False)
         with contextlib.suppress(ValueError):
-            self.shell.input_transformers_post.remove(_check_cell_syntax)
+            self.shell.input_transformers_post.remove(check_cell_syntax)
         simulate_memory(False)
         for widget in list(self.inspectors):
             widget.close()

@@ -5,7 +5,7 @@ reads the cache and shows them (`inspector`, the controller).
 ``%gpucache stats`` shows `StatsView`.
 """
 
-from .inspector import Inspector, _sass_cache, entry_detail, inspector, sass_of, snapshot, stats_view  # noqa: F401
+from .inspector import Inspector, sass_cache, entry_detail, inspector, sass_of, snapshot, stats_view  # noqa: F401
 from .render import CacheSnapshot, EntryDetail, StatsView  # noqa: F401
 
 __all__ = ["inspector", "Inspector", "CacheSnapshot", "StatsView", "EntryDetail", "entry_detail", "snapshot",

@@ -54,25 +54,25 @@ from ..units import format_seconds
 from ..sass import Sass, SassUnavailable, disassembly
 from ..history import CellHistory
 from ..tokens import short_token
-from .render import (_ENTRY_COLUMNS, _MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, _entry_line,
-                     _entry_widths, _esc, _short_kernel, chart_svg, compare_options, comparison_html,
+from .render import (ENTRY_COLUMNS, MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, entry_line,
+                     entry_widths, esc, short_kernel, chart_svg, compare_options, comparison_html,
                      comparison_note_html, entry_cells, entry_html, kernel_labels, resource_variants_html,
                      saved_seconds, storage_summary, summary_html, tier_security_html)
 
-_sass_cache: "OrderedDict[str, Tuple[Optional[Sass], Optional[str]]]" = OrderedDict()
+sass_cache: "OrderedDict[str, Tuple[Optional[Sass], Optional[str]]]" = OrderedDict()
 
 
 def sass_view(token: str, cubin: bytes) -> Tuple[Optional[Sass], Optional[str]]:
     """(the cubin's `Sass`, None) via nvdisasm, or (None, a one-line note why not)."""
-    if token in _sass_cache:
-        return _sass_cache[token]
+    if token in sass_cache:
+        return sass_cache[token]
     try:
         found = (disassembly(cubin), None)
     except SassUnavailable as exc:  # a missing nvdisasm, or one that cannot read the arch, must not break the view
         found = (None, f"SASS: {exc}")
-    _sass_cache[token] = found
-    while len(_sass_cache) > 32:
-        _sass_cache.popitem(last=False)
+    sass_cache[token] = found
+    while len(sass_cache) > 32:
+        sass_cache.popitem(last=False)
     return found
 
 
@@ -112,7 +112,7 @@ def variants_html(cache, kernel: str, label: Optional[str] = None, source: Optio
         rows = [row for row in rows if row.source == source]
     if len(rows) < 2:
         return ""
-    return resource_variants_html(label or _short_kernel(kernel), rows, resource_moves(rows))
+    return resource_variants_html(label or short_kernel(kernel), rows, resource_moves(rows))
 
 
 def snapshot(cache, history: Optional[CellHistory] = None, sources: Optional[Sources] = None) -> CacheSnapshot:
@@ -252,8 +252,8 @@ class Inspector(W.VBox):
         kernels = len({r["kernel"] for r in rows})
         self.header.value = (
             f'{STYLE}<h3>gpucache inspector</h3><p class="gpucache-muted">{len(rows)} entries of '
-            f'{kernels} kernel{"s" if kernels != 1 else ""}, {_esc(storage_summary(stats))}; updated '
-            f'{time.strftime("%H:%M:%S")}{" after cell " + _esc(points[-1]["label"]) if points else ""}</p>')
+            f'{kernels} kernel{"s" if kernels != 1 else ""}, {esc(storage_summary(stats))}; updated '
+            f'{time.strftime("%H:%M:%S")}{" after cell " + esc(points[-1]["label"]) if points else ""}</p>')
         self.summary.value = summary_html(stats, saved)
         self.tier_view.value = tier_security_html(stats.tiers)
         self.chart.value = chart_svg(points)
@@ -265,8 +265,8 @@ class Inspector(W.VBox):
     def _update_entries(self):
         rows = self._rows
         now = time.time()
-        kernels = sorted({r["kernel"] for r in rows}, key=_short_kernel)
-        short = [_short_kernel(k) for k in kernels]
+        kernels = sorted({r["kernel"] for r in rows}, key=short_kernel)
+        short = [short_kernel(k) for k in kernels]
         options = [(_ALL, "")] + [(s if short.count(s) == 1 else k, k) for s, k in zip(short, kernels)]
         self._updating = True
         try:
@@ -277,14 +277,14 @@ class Inspector(W.VBox):
             kernel, stage = self.kernel_filter.value, self.stage_filter.value
             shown = [r for r in rows if (not kernel or r["kernel"] == kernel)
                      and (not stage or r["stage"] == stage)]
-            listed = shown[:_MAX_LIST_ROWS]
+            listed = shown[:MAX_LIST_ROWS]
             cells = [entry_cells(r, now, self._labels.get((r["stage"], r["token"]))) for r in listed]
-            widths = _entry_widths(cells)
+            widths = entry_widths(cells)
             # (the listbox keeps the labels' spaces, so the columns line up)
             self.entries_head.value = ('<div class="gpucache-entries-head" aria-hidden="true">'
-                                       + _esc(_entry_line({c: c for c in _ENTRY_COLUMNS}, widths))
+                                       + esc(entry_line({c: c for c in ENTRY_COLUMNS}, widths))
                                        + "</div>")
-            list_options = [(_entry_line(c, widths), (r["stage"], r["token"])) for c, r in zip(cells, listed)]
+            list_options = [(entry_line(c, widths), (r["stage"], r["token"])) for c, r in zip(cells, listed)]
             values = [value for _, value in list_options]
             selected = self._selected if self._selected in values else (values[0] if values else None)
             if list(self.entries_list.options) != list_options:
@@ -431,7 +431,7 @@ class Inspector(W.VBox):
         if done is not None:
             self._selected = (stage, done.token)
         self._refresh_all()
-        self._set_status(f"recompiled {_short_kernel(result.kernel)} {result.signature_text} "
+        self._set_status(f"recompiled {short_kernel(result.kernel)} {result.signature_text} "
                          f"[{result.config.summary()}] in {format_seconds(result.seconds)}")
         return result
 
@@ -452,7 +452,7 @@ class Inspector(W.VBox):
 
     def _set_status(self, text: str, error: bool = False) -> None:
         cls = "gpucache-status-error" if error else "gpucache-status-ok"
-        self.status.value = f'<div role="status" aria-live="polite" class="{cls}">{_esc(text)}</div>'
+        self.status.value = f'<div role="status" aria-live="polite" class="{cls}">{esc(text)}</div>'
 
     # -- display -----------------------------------------------------------------
     def snapshot(self) -> CacheSnapshot:

@@ -139,7 +139,7 @@ STYLE = """<style>
 </style>"""
 
 _TOKEN_SHORT = 8
-_MAX_LIST_ROWS = 500
+MAX_LIST_ROWS = 500
 _MAX_STATIC_ROWS = 40
 _MAX_ARTIFACT_CHARS = 200_000
 _MAX_DIFF_ROWS = 2000
@@ -153,7 +153,7 @@ _CHART_LABEL_GAP = 6
 # Small formatters
 
 
-def _esc(value: Any) -> str:
+def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
@@ -164,7 +164,7 @@ def _rate(hits: int, misses: int) -> str:
 
 
 
-def _short_kernel(qualname: str) -> str:
+def short_kernel(qualname: str) -> str:
     return (qualname or "").rsplit(".", 1)[-1]
 
 
@@ -225,12 +225,12 @@ _SUMMARY_COLUMNS = (
 
 def _cell(stage: str, field: str, value: Any, shown: str, tier: Optional[str] = None,
           cls: str = "") -> str:
-    attrs = f' data-stage="{_esc(stage)}" data-field="{field}" data-value="{_esc(value)}"'
+    attrs = f' data-stage="{esc(stage)}" data-field="{field}" data-value="{esc(value)}"'
     if tier is not None:
-        attrs += f' data-tier="{_esc(tier)}"'
+        attrs += f' data-tier="{esc(tier)}"'
     if cls:
         attrs += f' class="{cls}"'
-    return f"<td{attrs}>{_esc(shown)}</td>"
+    return f"<td{attrs}>{esc(shown)}</td>"
 
 
 def storage_summary(stats) -> str:
@@ -294,7 +294,7 @@ def _shown(field: str, value: Any) -> str:
 
 def summary_html(stats, saved) -> str:
     head = "<th scope=\"col\">stage</th>" + "".join(
-        f"<th scope=\"col\">{_esc(title)}</th>" for _, title in _SUMMARY_COLUMNS)
+        f"<th scope=\"col\">{esc(title)}</th>" for _, title in _SUMMARY_COLUMNS)
     body = []
     for row in summary_rows(stats, saved):
         stage, tier = row["stage"], row["tier"]
@@ -315,9 +315,9 @@ def summary_html(stats, saved) -> str:
             elif field in ("hits", "cutoffs") and value and tier is None:
                 mark = "gpucache-hit"
             cells.append(_cell(stage, field, value, _shown(field, value), tier, mark))
-        tier_attr = f' data-tier="{_esc(tier)}"' if tier else ""
-        body.append(f'<tr class="{cls}" data-stage="{_esc(stage)}"{tier_attr}>'
-                    f'<th scope="row">{_esc(title)}</th>{"".join(cells)}</tr>')
+        tier_attr = f' data-tier="{esc(tier)}"' if tier else ""
+        body.append(f'<tr class="{cls}" data-stage="{esc(stage)}"{tier_attr}>'
+                    f'<th scope="row">{esc(title)}</th>{"".join(cells)}</tr>')
     caption = ("Per stage: lookups that hit and missed, the hits cut off (ptx and cubin found because "
                "the stage before was rebuilt to the same bytes: the cell report's \u201chit (same "
                "bytes)\u201d), what is cached in memory, compile time spent (misses) and saved (hits), "
@@ -475,21 +475,21 @@ def tier_security_html(tiers) -> str:
     body = []
     for row in rows:
         state_class = "gpucache-warn" if row["warn"] else "gpucache-hit" if row["state"] == "signed" else ""
-        note = f'<div class="gpucache-muted">{_esc(row["note"])}</div>' if row["note"] else ""
+        note = f'<div class="gpucache-muted">{esc(row["note"])}</div>' if row["note"] else ""
         reasons = "".join(
-            f'<div data-reason="{_esc(reason)}" data-count="{count}">{count} {_esc(reason)}'
-            + (f' <span class="gpucache-muted">({_esc(REASON_HELP[reason])})</span>' if reason in REASON_HELP
+            f'<div data-reason="{esc(reason)}" data-count="{count}">{count} {esc(reason)}'
+            + (f' <span class="gpucache-muted">({esc(REASON_HELP[reason])})</span>' if reason in REASON_HELP
                else "") + "</div>"
             for reason, count in row["rejected"].items())
         previous = row["previous_secret"]
         command = '<span class="gpucache-code">gpucache verify --fix</span>'
-        rotation = (f'{_esc(entries_phrase(previous))}<div class="gpucache-muted">{_rotation_help(command)}</div>'
+        rotation = (f'{esc(entries_phrase(previous))}<div class="gpucache-muted">{_rotation_help(command)}</div>'
                     if previous else "none")
         body.append(
-            f'<tr data-tier="{_esc(row["tier"])}"><th scope="row">{_esc(row["tier"])}</th>'
-            f'<td class="gpucache-code gpucache-where">{_esc(row["location"])}</td>'
-            f'<td data-tier-field="state" data-value="{_esc(row["state"])}"{_class(state_class)}>'
-            f'{_esc(row["shown"])}{note}</td>'
+            f'<tr data-tier="{esc(row["tier"])}"><th scope="row">{esc(row["tier"])}</th>'
+            f'<td class="gpucache-code gpucache-where">{esc(row["location"])}</td>'
+            f'<td data-tier-field="state" data-value="{esc(row["state"])}"{_class(state_class)}>'
+            f'{esc(row["shown"])}{note}</td>'
             f'<td data-tier-field="rejected" data-value="{row["refused"]}"'
             f'{_class("gpucache-miss" if row["refused"] else "")}>{reasons or "none"}</td>'
             f'<td data-tier-field="previous_secret" data-value="{previous}"'
@@ -531,7 +531,7 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
         f'viewBox="0 0 {width} {height}">',
         f'<title id="gpucache-chart-title">Hits and misses per stage over the last {len(points)} '
         f'cells that used the cache</title>',
-        f'<desc id="gpucache-chart-desc">{_esc(desc)}</desc>',
+        f'<desc id="gpucache-chart-desc">{esc(desc)}</desc>',
         '<rect class="gpucache-bar-hit" fill="#2e7d32" x="0" y="4" width="10" height="10"/>',
         '<text x="14" y="13">hits (up)</text>',
         f'<rect class="gpucache-bar-miss" fill="#c62828" x="{misses_x}" y="4" width="10" height="10"/>',
@@ -546,8 +546,8 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
             hits, misses = point["stages"].get(stage, (0, 0))
             x = left + i * col + (col - bar) // 2
             label = f"cell {point['label']}, {stage}: {hits} hits, {misses} misses"
-            parts.append(f'<g data-stage="{stage}" data-cell="{_esc(point["label"])}" '
-                         f'data-hits="{hits}" data-misses="{misses}"><title>{_esc(label)}</title>')
+            parts.append(f'<g data-stage="{stage}" data-cell="{esc(point["label"])}" '
+                         f'data-hits="{hits}" data-misses="{misses}"><title>{esc(label)}</title>')
             if hits:
                 h = max(2, round(half * hits / peak))
                 parts.append(f'<rect class="gpucache-bar-hit" fill="#2e7d32" x="{x}" y="{base - h}" '
@@ -561,7 +561,7 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
     for i, label in enumerate(labels):
         if (len(labels) - 1 - i) % step == 0:
             x = left + i * col + col // 2
-            parts.append(f'<text x="{x}" y="{y}" text-anchor="middle">{_esc(label)}</text>')
+            parts.append(f'<text x="{x}" y="{y}" text-anchor="middle">{esc(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -584,7 +584,7 @@ def chart_text(points: List[Dict[str, Any]], limit: int = 12) -> str:
 
 # What tells rows apart first (kernel, stage, token, config), so that a narrow view shows
 # it without scrolling; the free text ("why built", whole in the entry view) last.
-_ENTRY_COLUMNS = ("kernel", "stage", "token", "config", "signature", "tier", "size", "age", "why built")
+ENTRY_COLUMNS = ("kernel", "stage", "token", "config", "signature", "tier", "size", "age", "why built")
 _ENTRY_WIDTHS = {"kernel": 18, "signature": 46, "config": 22, "stage": 6, "token": _TOKEN_SHORT,
                  "tier": 14, "size": 9, "age": 4, "why built": 40}
 _RIGHT = ("size", "age")
@@ -617,13 +617,13 @@ def kernel_labels(rows, sources: Optional[Dict[Tuple[str, str], Optional[str]]] 
     qualnames: Dict[str, set] = {}
     digests: Dict[str, set] = {}
     for row in rows:
-        qualnames.setdefault(_short_kernel(row["kernel"]), set()).add(row["kernel"])
+        qualnames.setdefault(short_kernel(row["kernel"]), set()).add(row["kernel"])
         digests.setdefault(row["kernel"], set()).add(sources.get((row["stage"], row["token"])))
     labels = {}
     for row in rows:
         kernel = row["kernel"]
-        same = qualnames[_short_kernel(kernel)]
-        name = _short_kernel(kernel) if len(same) == 1 else _distinct_tail(kernel, same)
+        same = qualnames[short_kernel(kernel)]
+        name = short_kernel(kernel) if len(same) == 1 else _distinct_tail(kernel, same)
         if len(digests[kernel] - {None}) > 1:
             digest = sources.get((row["stage"], row["token"]))
             name += "#" + (digest[:6] if digest else "?")
@@ -642,7 +642,7 @@ def _fit_kernel(text: str, width: int) -> str:
 def entry_cells(row: Dict[str, Any], now: float, kernel: Optional[str] = None) -> Dict[str, str]:
     """One row's columns as text; `kernel`: its label (`kernel_labels`), else the short name."""
     return {
-        "kernel": kernel if kernel is not None else _short_kernel(row["kernel"]),
+        "kernel": kernel if kernel is not None else short_kernel(row["kernel"]),
         "signature": row.get("signature", ""),
         "config": row.get("config", ""),
         "stage": row["stage"],
@@ -654,13 +654,13 @@ def entry_cells(row: Dict[str, Any], now: float, kernel: Optional[str] = None) -
     }
 
 
-def _entry_widths(cells: List[Dict[str, str]]) -> Dict[str, int]:
-    return {c: min(_ENTRY_WIDTHS[c], max([len(c)] + [len(r[c]) for r in cells])) for c in _ENTRY_COLUMNS}
+def entry_widths(cells: List[Dict[str, str]]) -> Dict[str, int]:
+    return {c: min(_ENTRY_WIDTHS[c], max([len(c)] + [len(r[c]) for r in cells])) for c in ENTRY_COLUMNS}
 
 
-def _entry_line(cells: Dict[str, str], widths: Dict[str, int]) -> str:
+def entry_line(cells: Dict[str, str], widths: Dict[str, int]) -> str:
     parts = []
-    for column in _ENTRY_COLUMNS:
+    for column in ENTRY_COLUMNS:
         text = (_fit_kernel if column == "kernel" else _fit)(cells[column], widths[column])
         parts.append(text.rjust(widths[column]) if column in _RIGHT else text.ljust(widths[column]))
     return "  ".join(parts).rstrip()
@@ -672,9 +672,9 @@ def entries_text(rows: List[Dict[str, Any]], now: float, limit: int = 20,
         return "entries: none cached"
     labels = labels or {}
     cells = [entry_cells(r, now, labels.get((r["stage"], r["token"]))) for r in rows[:limit]]
-    widths = _entry_widths(cells)
-    lines = [_entry_line({c: c for c in _ENTRY_COLUMNS}, widths)]
-    lines += [_entry_line(c, widths) for c in cells]
+    widths = entry_widths(cells)
+    lines = [entry_line({c: c for c in ENTRY_COLUMNS}, widths)]
+    lines += [entry_line(c, widths) for c in cells]
     if len(rows) > limit:
         lines.append(f"... and {len(rows) - limit} more")
     return "\n".join(lines)
@@ -685,17 +685,17 @@ def entries_html(rows: List[Dict[str, Any]], now: float, limit: int = _MAX_STATI
     if not rows:
         return '<p class="gpucache-muted">No entries are cached.</p>'
     labels = labels or {}
-    head = "".join(f'<th scope="col">{_esc(c)}</th>' for c in _ENTRY_COLUMNS)
+    head = "".join(f'<th scope="col">{esc(c)}</th>' for c in ENTRY_COLUMNS)
     body = []
     for row in rows[:limit]:
         cells = entry_cells(row, now, labels.get((row["stage"], row["token"])))
         tds = []
-        for column in _ENTRY_COLUMNS:
+        for column in ENTRY_COLUMNS:
             cls = "gpucache-text" if column not in _RIGHT else ""
             if column in ("token", "signature"):
                 cls += " gpucache-code"
-            tds.append(f'<td class="{cls.strip()}">{_esc(cells[column])}</td>')
-        body.append(f'<tr data-stage="{_esc(row["stage"])}" data-token="{_esc(row["token"])}">'
+            tds.append(f'<td class="{cls.strip()}">{esc(cells[column])}</td>')
+        body.append(f'<tr data-stage="{esc(row["stage"])}" data-token="{esc(row["token"])}">'
                     + "".join(tds) + "</tr>")
     more = (f'<p class="gpucache-muted">... and {len(rows) - limit} more</p>'
             if len(rows) > limit else "")
@@ -714,8 +714,8 @@ def _pre(text: str, label: str) -> str:
         more = f"\n... ({len(text) - _MAX_ARTIFACT_CHARS} more characters)"
         text = text[:_MAX_ARTIFACT_CHARS]
     lines = text.count("\n") + 1 if text else 0
-    return (f"<details><summary>{_esc(label)} ({lines} lines)</summary>"
-            f'<pre aria-label="{_esc(label)}">{_esc(text + more)}</pre></details>')
+    return (f"<details><summary>{esc(label)} ({lines} lines)</summary>"
+            f'<pre aria-label="{esc(label)}">{esc(text + more)}</pre></details>')
 
 
 def _typed_ir_text(artifact) -> str:
@@ -761,31 +761,31 @@ def artifacts_html(stage: str, entry, sass: Optional[str] = None, sass_note: Opt
             parts.append(_pre("\n".join(ptx), "PTX"))
         ltoir = getattr(artifact, "ltoir", None)
         if ltoir is not None:
-            parts.append(f'<p>LTO-IR: {_esc(format_bytes(len(ltoir)))} (binary; the PTX after link-time '
+            parts.append(f'<p>LTO-IR: {esc(format_bytes(len(ltoir)))} (binary; the PTX after link-time '
                          'optimisation is in the cubin entries built from it)</p>')
     elif stage == "cubin":
         cubin = getattr(artifact, "cubin", b"") or b""
         if sass is not None:
             parts.append(_pre(sass, sass_label or "SASS (nvdisasm)"))
         else:
-            parts.append(f'<p class="gpucache-muted gpucache-sass-note">{_esc(sass_note or "")}</p>')
+            parts.append(f'<p class="gpucache-muted gpucache-sass-note">{esc(sass_note or "")}</p>')
         if getattr(artifact, "linked_ptx", None):
             parts.append(_pre(artifact.linked_ptx, "PTX after link-time optimisation"))
         parts.append(_pre(getattr(artifact, "info_log", ""), "link log (nvJitLink)"))
-        parts.append(f'<p class="gpucache-muted gpucache-wrap">cubin: {_esc(format_bytes(len(cubin)))}, '
-                     f'entry {_esc(getattr(artifact, "entry_name", ""))}</p>')
+        parts.append(f'<p class="gpucache-muted gpucache-wrap">cubin: {esc(format_bytes(len(cubin)))}, '
+                     f'entry {esc(getattr(artifact, "entry_name", ""))}</p>')
     elif stage == "fatbin":
-        items = "".join(f'<tr><th scope="row">{_esc(m.name)}</th><td>{_esc(m.kind)}</td>'
-                        f'<td>{_esc(format_bytes(m.nbytes))}</td>'
-                        f'<td class="gpucache-code">{_esc(short_token(m.token))}</td></tr>'
+        items = "".join(f'<tr><th scope="row">{esc(m.name)}</th><td>{esc(m.kind)}</td>'
+                        f'<td>{esc(format_bytes(m.nbytes))}</td>'
+                        f'<td class="gpucache-code">{esc(short_token(m.token))}</td></tr>'
                         for m in getattr(artifact, "members", ()))
         parts.append('<table class="gpucache-table gpucache-fatbin-members"><caption>What the fatbin holds (the '
                      'driver loads the cubin of the GPU\'s architecture, else compiles the PTX)</caption>'
                      '<thead><tr><th scope="col">architecture</th><th scope="col">kind</th><th scope="col">size'
                      f'</th><th scope="col">entry</th></tr></thead><tbody>{items}</tbody></table>')
         parts.append(f'<p class="gpucache-muted gpucache-wrap">fatbin: '
-                     f'{_esc(format_bytes(len(getattr(artifact, "fatbin", b""))))}, entry '
-                     f'{_esc(getattr(artifact, "entry_name", ""))}</p>')
+                     f'{esc(format_bytes(len(getattr(artifact, "fatbin", b""))))}, entry '
+                     f'{esc(getattr(artifact, "entry_name", ""))}</p>')
     return "".join(parts)
 
 
@@ -806,7 +806,7 @@ def _resources_html(stage: str, entry, downstream) -> str:
                 ("spill loads", format_bytes(res["spill_loads"]),
                  "gpucache-warn" if res["spill_loads"] else "")]
         body = "".join(f'<tr><th scope="row">{name}</th><td class="{cls}" data-resource="{name}">'
-                       f'{_esc(value)}</td></tr>' for name, value, cls in rows)
+                       f'{esc(value)}</td></tr>' for name, value, cls in rows)
         return (f'<table class="gpucache-table gpucache-resources"><caption>Per thread and block, '
                 f'from the linker\'s log</caption><tbody>{body}</tbody></table>')
     if not downstream:
@@ -814,16 +814,16 @@ def _resources_html(stage: str, entry, downstream) -> str:
                 'when linking a cubin; no cubin built from this entry is cached.</p>')
     items = []
     for row, res in downstream:
-        items.append(f'<li><span class="gpucache-code">{_esc(short_token(row["token"]))}</span> '
-                     f'[{_esc(row["config"])}]: {res["registers"]} registers, '
-                     f'{_esc(format_bytes(res["shared_bytes"]))} shared, spills '
+        items.append(f'<li><span class="gpucache-code">{esc(short_token(row["token"]))}</span> '
+                     f'[{esc(row["config"])}]: {res["registers"]} registers, '
+                     f'{esc(format_bytes(res["shared_bytes"]))} shared, spills '
                      f'{res["spill_stores"]}/{res["spill_loads"]} B</li>')
     return ('<p>Measured on the cubins built from this entry:</p><ul>' + "".join(items) + "</ul>")
 
 
 def _config_html(stage: str, summary: str, fields: Optional[Dict[str, Any]] = None) -> str:
     if not fields:  # written before entries recorded every field
-        return (f'<p class="gpucache-text">{_esc(summary) or "(not recorded)"}</p><p class="gpucache-muted">'
+        return (f'<p class="gpucache-text">{esc(summary) or "(not recorded)"}</p><p class="gpucache-muted">'
                 "This entry records its config's summary only.</p>")
     values = dict(fields)
     effective = _effective(values)
@@ -843,20 +843,20 @@ def _config_html(stage: str, summary: str, fields: Optional[Dict[str, Any]] = No
         # (a fatbin is made of its members' bytes: each field reaches it through them)
         reads = "through its members" if stage == "fatbin" else "yes" if stage in readers else "no"
         rows.append(f'<tr data-field="{name}"><th scope="row" class="gpucache-code">{name}</th>'
-                    f'<td class="gpucache-text">{_esc(shown)}</td><td class="gpucache-text gpucache-chips">{chips}</td>'
+                    f'<td class="gpucache-text">{esc(shown)}</td><td class="gpucache-text gpucache-chips">{chips}</td>'
                     f'<td class="gpucache-text">{reads}</td></tr>')
     return ('<table class="gpucache-table gpucache-left gpucache-config"><caption>The config it was built with; '
             'each field is read by the stages shown (typing and llvm read sm only where their '
             'code asked about the target)</caption><thead><tr><th scope="col">field</th>'
             '<th scope="col">value</th><th scope="col">read by</th>'
-            f'<th scope="col">{_esc(stage)} reads it</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+            f'<th scope="col">{esc(stage)} reads it</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
 def _components_html(components) -> str:
     rows = "".join(
-        f'<tr data-component="{_esc(name)}"><th scope="row" class="gpucache-code">{_esc(name)}</th>'
-        f'<td class="gpucache-text">{_esc(part.shown)}</td>'
-        f'<td class="gpucache-text gpucache-code">{_esc(short_token(part.digest))}</td></tr>'
+        f'<tr data-component="{esc(name)}"><th scope="row" class="gpucache-code">{esc(name)}</th>'
+        f'<td class="gpucache-text">{esc(part.shown)}</td>'
+        f'<td class="gpucache-text gpucache-code">{esc(short_token(part.digest))}</td></tr>'
         for name, part in sorted(components.items()))
     return ('<table class="gpucache-table gpucache-left gpucache-components"><caption>What the token hashes: '
             'one digest per named input</caption><thead><tr><th scope="col">component</th>'
@@ -866,7 +866,7 @@ def _components_html(components) -> str:
 
 def _why_html(stage: str, entry, nearest, names) -> str:
     reasons = tuple(entry.reasons or ())
-    items = "".join(f"<li>{_esc(r)}</li>" for r in reasons) or "<li>(not recorded)</li>"
+    items = "".join(f"<li>{esc(r)}</li>" for r in reasons) or "<li>(not recorded)</li>"
     parts = [f'<ul class="gpucache-reasons">{items}</ul>']
     if nearest is None:
         parts.append('<p class="gpucache-muted">No other entry of this kernel is cached at this '
@@ -875,20 +875,20 @@ def _why_html(stage: str, entry, nearest, names) -> str:
     rows = []
     for name in names:
         mine, theirs = entry.components.get(name), nearest.components.get(name)
-        rows.append(f'<tr data-component="{_esc(name)}"><th scope="row" class="gpucache-code">'
-                    f'{_esc(name)}</th>'
-                    f'<td class="gpucache-text">{_esc(mine.shown if mine else "(absent)")}</td>'
-                    f'<td class="gpucache-text">{_esc(theirs.shown if theirs else "(absent)")}</td></tr>')
+        rows.append(f'<tr data-component="{esc(name)}"><th scope="row" class="gpucache-code">'
+                    f'{esc(name)}</th>'
+                    f'<td class="gpucache-text">{esc(mine.shown if mine else "(absent)")}</td>'
+                    f'<td class="gpucache-text">{esc(theirs.shown if theirs else "(absent)")}</td></tr>')
     if not rows:
         rows.append('<tr><td colspan="3">no component differs</td></tr>')
     parts.append(
         '<table class="gpucache-table gpucache-left gpucache-diff"><caption>Side by side with the nearest other '
-        f'entry of {_esc(_short_kernel(entry.kernel))} at this stage: the inputs that differ</caption>'
+        f'entry of {esc(short_kernel(entry.kernel))} at this stage: the inputs that differ</caption>'
         '<thead><tr><th scope="col">component</th>'
-        f'<th scope="col">this entry <span class="gpucache-code">{_esc(short_token(entry.token))}</span><br>'
-        f'<span class="gpucache-muted">{_esc(entry.config)}</span></th>'
-        f'<th scope="col">nearest <span class="gpucache-code">{_esc(short_token(nearest.token))}</span><br>'
-        f'<span class="gpucache-muted">{_esc(nearest.config)}</span></th></tr></thead>'
+        f'<th scope="col">this entry <span class="gpucache-code">{esc(short_token(entry.token))}</span><br>'
+        f'<span class="gpucache-muted">{esc(entry.config)}</span></th>'
+        f'<th scope="col">nearest <span class="gpucache-code">{esc(short_token(nearest.token))}</span><br>'
+        f'<span class="gpucache-muted">{esc(nearest.config)}</span></th></tr></thead>'
         f'<tbody>{"".join(rows)}</tbody></table>')
     return "".join(parts)
 
@@ -916,13 +916,13 @@ def entry_html(detail: Optional[EntryDetail], now: float) -> str:
     stage, entry = detail.stage, detail.entry
     token = entry.token
     tiers = ", ".join(detail.tiers) or "-"
-    meta = (f'{_esc(stage)} entry <span class="gpucache-code">{_esc(short_token(token))}</span> in '
-            f'{_esc(tiers)}, {_esc(format_bytes(entry.nbytes))}, built {_esc(format_age(now - entry.created))} ago '
-            f'in {_esc(format_seconds(entry.seconds))}')
+    meta = (f'{esc(stage)} entry <span class="gpucache-code">{esc(short_token(token))}</span> in '
+            f'{esc(tiers)}, {esc(format_bytes(entry.nbytes))}, built {esc(format_age(now - entry.created))} ago '
+            f'in {esc(format_seconds(entry.seconds))}')
     return "".join([
-        f'<div class="gpucache-entry" data-stage="{_esc(stage)}" data-token="{_esc(token)}">',
-        f'<h4>{_esc(detail.kernel_label or _short_kernel(entry.kernel))} <span class="gpucache-code">'
-        f'{_esc(entry.signature)}</span> [{_esc(entry.config)}]</h4>',
+        f'<div class="gpucache-entry" data-stage="{esc(stage)}" data-token="{esc(token)}">',
+        f'<h4>{esc(detail.kernel_label or short_kernel(entry.kernel))} <span class="gpucache-code">'
+        f'{esc(entry.signature)}</span> [{esc(entry.config)}]</h4>',
         f'<p class="gpucache-muted">{meta}</p>',
         '<div class="gpucache-entry-grid">',
         "<section><h4>Why it was built</h4>", _why_html(stage, entry, detail.nearest, detail.differing),
@@ -983,24 +983,24 @@ def resources_table_html(rows) -> str:
     if not rows:
         return '<p class="gpucache-muted">No cubin is cached to measure.</p>'
     columns = _variant_columns(rows)
-    head = "".join(f'<th scope="col">{_esc(column)}</th>' for column in columns)
+    head = "".join(f'<th scope="col">{esc(column)}</th>' for column in columns)
     values = {"registers": "registers", "shared": "shared_bytes", "local": "local_bytes",
               "constant": "constant_bytes", "cubin": "cubin_bytes"}
     body = []
     for row in rows:
         cells = _variant_cells(row)
-        tds = [f'<th scope="row">{_esc(row.arch)}</th>']
+        tds = [f'<th scope="row">{esc(row.arch)}</th>']
         for column in columns[1:]:
             if column in ("signature", "config"):
                 tds.append(f'<td class="gpucache-text{" gpucache-code" if column == "signature" else ""}">'
-                           f'{_esc(cells[column])}</td>')
+                           f'{esc(cells[column])}</td>')
             elif column in values:
                 tds.append(f'<td data-resource="{values[column]}" data-value="{getattr(row, values[column])}">'
-                           f'{_esc(cells[column])}</td>')
+                           f'{esc(cells[column])}</td>')
             else:
                 tds.append(f'<td data-resource="spills" data-value="{row.spill_stores}/{row.spill_loads}"'
-                           f'{_class("gpucache-warn" if _spilled(row) else "")}>{_esc(cells[column])}</td>')
-        body.append(f'<tr data-arch="{_esc(row.arch)}" data-token="{_esc(row.token)}">{"".join(tds)}</tr>')
+                           f'{_class("gpucache-warn" if _spilled(row) else "")}>{esc(cells[column])}</td>')
+        body.append(f'<tr data-arch="{esc(row.arch)}" data-token="{esc(row.token)}">{"".join(tds)}</tr>')
     return ('<div class="gpucache-table-scroll"><table class="gpucache-table gpucache-resource-variants">'
             "<caption>Per target and config, from the linker's log: registers and spills per thread, shared "
             f'memory per block</caption><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
@@ -1012,7 +1012,7 @@ def _move_prefixes(moves) -> List[str]:
     if len(groups) < 2:
         return [""] * len(moves)
     kernels = len({kernel for kernel, _ in groups}) > 1
-    return [(f"{_short_kernel(move.kernel)} " if kernels else "") + f"{move.signature}: " for move in moves]
+    return [(f"{short_kernel(move.kernel)} " if kernels else "") + f"{move.signature}: " for move in moves]
 
 
 def resource_moves_text(moves) -> str:
@@ -1029,16 +1029,16 @@ def resource_moves_html(moves) -> str:
     items = []
     for prefix, move in zip(_move_prefixes(moves), moves):
         mark = '<span class="gpucache-warn">regression:</span> ' if move.regression else ""
-        items.append(f'<li data-field="{_esc(move.field)}" data-resource="{_esc(move.resource)}" '
-                     f'data-regression="{str(move.regression).lower()}">{_esc(prefix)}{mark}'
-                     f"{_esc(move.text)}</li>")
+        items.append(f'<li data-field="{esc(move.field)}" data-resource="{esc(move.resource)}" '
+                     f'data-regression="{str(move.regression).lower()}">{esc(prefix)}{mark}'
+                     f"{esc(move.text)}</li>")
     return f'<ul class="gpucache-moves">{"".join(items)}</ul>'
 
 
 def resource_variants_html(kernel: str, rows, moves) -> str:
     """The inspector's "resources across variants" section for one kernel:
     the table of its cubin variants and how the figures moved between them."""
-    return (f'<h4>Resources across variants of {_esc(kernel)}</h4>{resources_table_html(rows)}'
+    return (f'<h4>Resources across variants of {esc(kernel)}</h4>{resources_table_html(rows)}'
             f"<p>How they moved between variants one config field apart:</p>{resource_moves_html(moves)}")
 
 def compare_options(rows) -> List[Tuple[str, str]]:
@@ -1049,18 +1049,18 @@ def compare_options(rows) -> List[Tuple[str, str]]:
 
 def _diff_cells(number, text) -> str:
     return (f'<td class="gpucache-lineno">{"" if number is None else number}</td>'
-            f'<td class="gpucache-code">{_esc(text)}</td>')
+            f'<td class="gpucache-code">{esc(text)}</td>')
 
 
 def comparison_html(comparison) -> str:
     """Two entries' code side by side (a `gpucache_ext.queries.EntryComparison`):
     the differing hunks as a table, changed lines highlighted, and a summary line."""
     diff = comparison.diff
-    head = (f'<div class="gpucache-compare" data-stage="{_esc(comparison.stage)}">'
+    head = (f'<div class="gpucache-compare" data-stage="{esc(comparison.stage)}">'
             f'<p class="gpucache-compare-summary" data-changed="{diff.changed}" data-removed="{diff.removed}" '
-            f'data-added="{diff.added}">{_esc(diff.summary())}</p>')
+            f'data-added="{diff.added}">{esc(diff.summary())}</p>')
     if diff.identical:
-        return (f'{head}<p class="gpucache-muted">{_esc(diff.left_label)} and {_esc(diff.right_label)} '
+        return (f'{head}<p class="gpucache-muted">{esc(diff.left_label)} and {esc(diff.right_label)} '
                 'read the same, instruction by instruction.</p></div>')
     marks = {"same": "", "changed": "|", "left only": "&lt;", "right only": "&gt;"}
     body, shown = [], 0
@@ -1078,14 +1078,14 @@ def comparison_html(comparison) -> str:
             "addresses, encodings and the per-build parts of symbol names left out; changed lines are "
             'highlighted</caption><colgroup><col class="gpucache-lineno"><col><col class="gpucache-mark">'
             '<col class="gpucache-lineno"><col></colgroup><thead><tr>'
-            f'<th scope="col" colspan="2">{_esc(diff.left_label)}</th><th scope="col"></th>'
-            f'<th scope="col" colspan="2">{_esc(diff.right_label)}</th></tr></thead>'
+            f'<th scope="col" colspan="2">{esc(diff.left_label)}</th><th scope="col"></th>'
+            f'<th scope="col" colspan="2">{esc(diff.right_label)}</th></tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')
 
 
 def comparison_note_html(message: str) -> str:
     """Why two entries cannot be compared."""
-    return f'<p class="gpucache-muted gpucache-compare-note">{_esc(message)}</p>'
+    return f'<p class="gpucache-muted gpucache-compare-note">{esc(message)}</p>'
 
 
 # ---------------------------------------------------------------------------
