@@ -67,7 +67,7 @@ from numba.cuda.codegen import ExternalCodeLibrary
 from numba.cuda.dispatcher import CUDADispatcher
 from numba.cuda.flags import CUDAFlags
 
-from . import linking, targets
+from . import linking, numba_compat, targets
 from .locks import compiler_lock
 from .artifacts import CubinArtifact, LLVMArtifact, PTXArtifact  # noqa: F401  (re-exported)
 from .config import CompileConfig
@@ -200,9 +200,9 @@ class _TypingPipeline(CUDACompiler):
 
     def compile_extra(self, func):
         from_function = FunctionIdentity.from_function
-        if self.uid is not None:  # (numbered here, not by content: `_install_numbering`)
-            from_function = functools.partial(getattr(from_function, "numba_original", from_function.__func__),
-                                              FunctionIdentity)
+        if self.uid is not None:  # (numbered here, not by content: `_numbered_by_content`)
+            from_function = functools.partial(
+                numba_compat.original("numba.cuda.core.bytecode:FunctionIdentity.from_function"), FunctionIdentity)
         self.state.func_id = from_function(func)
         if self.uid is not None:
             self.state.func_id.unique_id = self.uid
@@ -329,23 +329,18 @@ def _def_line_as_hashed(state):
         _active.def_line = previous
 
 
-def _hashed_def_line(fn):
-    given = _active.def_line
-    if given is not None and getattr(fn, "__code__", None) is given[0]:
-        return given[1]
-    return _numba_def_line(fn)
+def _hashed_def_line(numba_def_line):
+    """numba's line of `def` for debug info, read from the file as it is now;
+    inside a compile of ours, the line of the source that was hashed."""
 
+    @functools.wraps(numba_def_line)
+    def get_func_def_lineno(pyfunc):
+        given = _active.def_line
+        if given is not None and getattr(pyfunc, "__code__", None) is given[0]:
+            return given[1]
+        return numba_def_line(pyfunc)
 
-def _install_def_lines():
-    global _numba_def_line
-    from numba.cuda import lowering
-
-    if lowering.get_func_def_lineno is not _hashed_def_line:
-        _numba_def_line = lowering.get_func_def_lineno
-        lowering.get_func_def_lineno = _hashed_def_line
-
-
-_numba_def_line = None
+    return get_func_def_lineno
 
 
 @contextlib.contextmanager
@@ -386,7 +381,7 @@ def _numbered_afresh():
     numba/cuda/core/ir_utils.py:33-40 ``mk_unique_var``), the block labels of
     code it inlines (ir_utils.py:43-72 ``_the_max_label``, LLVM's ``B<label>``),
     and the functions it compiles or inlines on its own (numbered by content
-    here, see `_install_numbering`).  And its helper cache
+    here, see `gpucache_ext.numba_compat`).  And its helper cache
     (numba/cuda/core/base.py:913-946 ``cached_internal_func``, keyed without
     the compile's flags or target) handed a kernel a helper lowered for
     another: here it is one per lowering config (`_subroutine_cache`).
@@ -523,24 +518,24 @@ def _numbered_by_content(from_function):
             func_id.unique_name = f"{func_id.func_qualname}${func_id.unique_id}"
         return func_id
 
-    numbered.numba_original = from_function
     return numbered
 
 
-def _record_mangling_args(self):
+def _record_mangling(numba_mangling_args):
     """numba mangles a record type as its process-wide type number
     (numba/core/types/npytypes.py Record.mangling_args: ``self._code``, a
     counter of types made), which is in the symbol of every function taking
     a record.  Inside a compile of ours it is a number derived from the
     record's key (its fields, offsets, size, alignment): unique as the
     type is, and the same in every process."""
-    if _active.config is None:
-        return _numba_record_mangling(self)
-    key = f"{type(self).__module__}.{type(self).__qualname__}:{self.key!r}"
-    return type(self).__name__, (symbol_uid(hashlib.sha256(key.encode()).hexdigest()),)
 
+    def mangling_args(self):
+        if _active.config is None:
+            return numba_mangling_args(self)
+        key = f"{type(self).__module__}.{type(self).__qualname__}:{self.key!r}"
+        return type(self).__name__, (symbol_uid(hashlib.sha256(key.encode()).hexdigest()),)
 
-_numba_record_mangling = None
+    return mangling_args
 
 
 def _stable_const_bytes(insert_const_bytes):
@@ -608,26 +603,6 @@ def _inlined_by_content(inline_ir):
         return inline_ir(self, caller_ir, block, i, callee_ir, *args, **kwargs)
 
     return inline
-
-
-def _install_numbering():
-    """Patch what numba numbers or names process-wide, each acting only inside
-    a compile of ours (numba's own compiles are left as they are)."""
-    global _numba_record_mangling
-    from numba.cuda.core.base import BaseContext
-    from numba.cuda.core.inline_closurecall import InlineWorker
-
-    if getattr(FunctionIdentity.from_function, "numba_original", None):
-        return  # (installed)
-    FunctionIdentity.from_function = classmethod(_numbered_by_content(FunctionIdentity.from_function.__func__))
-    _numba_record_mangling = nbtypes.Record.mangling_args.fget
-    nbtypes.Record.mangling_args = property(_record_mangling_args)
-    BaseContext.insert_const_bytes = _stable_const_bytes(BaseContext.insert_const_bytes)
-    BaseContext._compile_subroutine_no_cache = _fresh_subroutine(BaseContext._compile_subroutine_no_cache)
-    BaseContext.compile_subroutine = _replayed_subroutine(BaseContext.compile_subroutine)
-    CUDADispatcher.__repr__ = _dispatcher_repr(CUDADispatcher.__repr__)
-    InlineWorker.run_untyped_passes = _afresh_inside(InlineWorker.run_untyped_passes)
-    InlineWorker.inline_ir = _inlined_by_content(InlineWorker.inline_ir)
 
 
 def _lower(typed: TypedFunction, config: CompileConfig, forceinline: bool = False):
@@ -895,10 +870,12 @@ def _route(dispatcher) -> "DeviceProxy":
 
 
 def _routed(name):
-    """A CUDADispatcher method that, inside a gpucache_ext compile, hands the
-    call to the dispatcher's proxy (numba's own outside one)."""
-    original = getattr(CUDADispatcher, name)
+    """What makes a CUDADispatcher method that, inside a gpucache_ext compile,
+    hands the call to the dispatcher's proxy (numba's own outside one)."""
+    return functools.partial(_route_method, name)
 
+
+def _route_method(name, original):
     @functools.wraps(original)
     def method(self, *args, **kwargs):
         if _active.config is None or isinstance(self, DeviceProxy):
@@ -909,14 +886,7 @@ def _routed(name):
             return _lazy_key(proxy, tuple(args[0]))
         return getattr(proxy, name)(*args, **kwargs)
 
-    method._gpucache_routed = True
     return method
-
-
-def _install_routes():
-    for name in ("get_call_template", "compile_device", "get_overload"):
-        if not getattr(getattr(CUDADispatcher, name), "_gpucache_routed", False):
-            setattr(CUDADispatcher, name, _routed(name))
 
 
 def _unregister(live_keys, impl_key):
@@ -988,7 +958,7 @@ def canonical_modules(library) -> Tuple[str, ...]:
     visited sorted by their text.  That is canonical because the text is:
     what numba numbers from process-wide counters (helpers' symbols, record
     types, inlined variables, labels) is numbered from content here
-    (`_numbered_afresh`, `_install_numbering`), and a device function passed
+    (`_numbered_afresh`, `gpucache_ext.numba_compat`), and a device function passed
     as an argument is named by its identity (`DeviceProxy.__repr__`), so equal
     inputs give equal texts in every process; libraries of equal text are
     interchangeable, so ties reorder nothing.  (Before, those numbers were in
@@ -1163,6 +1133,18 @@ def _normalize_signature(sig) -> Tuple[Any, ...]:
     return tuple(args)
 
 
-_install_routes()
-_install_def_lines()
-_install_numbering()
+_DISPATCHER = "numba.cuda.dispatcher:CUDADispatcher"
+numba_compat.install({
+    f"{_DISPATCHER}.get_call_template": _routed("get_call_template"),
+    f"{_DISPATCHER}.compile_device": _routed("compile_device"),
+    f"{_DISPATCHER}.get_overload": _routed("get_overload"),
+    f"{_DISPATCHER}.__repr__": _dispatcher_repr,
+    "numba.cuda.lowering:get_func_def_lineno": _hashed_def_line,
+    "numba.cuda.core.bytecode:FunctionIdentity.from_function": _numbered_by_content,
+    "numba.cuda.types:Record.mangling_args": _record_mangling,
+    "numba.cuda.core.base:BaseContext.insert_const_bytes": _stable_const_bytes,
+    "numba.cuda.core.base:BaseContext._compile_subroutine_no_cache": _fresh_subroutine,
+    "numba.cuda.core.base:BaseContext.compile_subroutine": _replayed_subroutine,
+    "numba.cuda.core.inline_closurecall:InlineWorker.run_untyped_passes": _afresh_inside,
+    "numba.cuda.core.inline_closurecall:InlineWorker.inline_ir": _inlined_by_content,
+})
