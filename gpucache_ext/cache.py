@@ -23,6 +23,7 @@ which token components differ.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -47,6 +48,8 @@ from .tiers import Entry, MemoryTier, Tier
 from .sources import SnapshotChanged, identify, python_function, rebind, signature_component
 from .tokens import Component, Token, component, extend_token, make_token, short_token
 from .toolchain import numba_settings, toolchain_component
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_ENTRIES = {"typing": 256, "llvm": 512, "ptx": 1024, "cubin": 1024, "fatbin": 256}
 _HISTORY_LIMIT = 4096
@@ -675,6 +678,7 @@ class KernelCache:
                             if not entry.is_marker:
                                 found.setdefault(entry.kernel, []).append((entry.token, entry.components))
                     except Exception:  # a listing that fails (a server gone) explains nothing
+                        log.debug("listing %s entries of the %s tier failed", stage, tier.name, exc_info=True)
                         continue
                 self._persisted_by_kernel[stage] = found
             return found

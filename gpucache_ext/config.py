@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import re
 from typing import Any, Optional, Tuple
 
 from .errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 STAGES = ("typing", "llvm", "ptx", "cubin")
 # Every cached layer: the four stages each target goes through, then the
@@ -72,6 +75,7 @@ def supported_ccs() -> Tuple[Tuple[int, int], ...]:
         directory = configured_directory()
         return supported_archs(directory if directory is not None and directory.is_dir() else None)
     except Exception:  # pragma: no cover - toolchain always present in CI
+        log.debug("could not ask libNVVM for its targets; using the fallback list", exc_info=True)
         return _FALLBACK_CCS
 
 

@@ -11,8 +11,11 @@ target too (see `gpucache_ext.kernel`).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from typing import Optional, Tuple
+
+log = logging.getLogger(__name__)
 
 FALLBACK_SM = 86
 
@@ -25,6 +28,7 @@ def gpu_available() -> bool:
 
         return bool(cuda.is_available())
     except Exception:
+        log.debug("no CUDA driver or GPU", exc_info=True)
         return False
 
 

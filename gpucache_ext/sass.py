@@ -24,6 +24,7 @@ import difflib
 import functools
 import glob
 import importlib.util
+import logging
 import os
 import re
 import shutil
@@ -32,6 +33,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence, Tuple
+
+log = logging.getLogger(__name__)
 
 
 class SassUnavailable(RuntimeError):
@@ -111,6 +114,7 @@ def _pathfinder_binary() -> List[str]:
 
         path = find_nvidia_binary_utility("nvdisasm")
     except Exception:  # an older cuda-pathfinder, or none
+        log.debug("cuda-pathfinder found no nvdisasm", exc_info=True)
         return []
     return [path] if path else []
 

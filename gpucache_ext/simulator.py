@@ -112,6 +112,7 @@ from __future__ import annotations
 import builtins
 import ctypes
 import functools
+import logging
 import math
 import operator
 import sys
@@ -122,6 +123,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Seq
 import numpy as np
 
 from .errors import UnsupportedKernelError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .config import CompileConfig
@@ -629,6 +632,7 @@ def _simulated_type(value):
     try:
         return typeof(value, Purpose.argument)
     except Exception:
+        log.debug("numba has no type for a %s", type(value).__name__, exc_info=True)
         return None
 
 

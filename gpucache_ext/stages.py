@@ -34,6 +34,7 @@ import functools
 import hashlib
 import itertools
 import linecache
+import logging
 import os
 import re
 import threading
@@ -73,6 +74,8 @@ from .artifacts import CubinArtifact, LLVMArtifact, PTXArtifact  # noqa: F401  (
 from .config import CompileConfig
 from .errors import CompileError, UnsupportedKernelError
 from .options import device_options
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------
 # numba flags
@@ -501,6 +504,7 @@ def _same(a, b) -> bool:
     try:
         return bool(a == b)
     except Exception:  # (values with elementwise ==, such as arrays)
+        log.debug("%s == %s is no truth value: compared by identity", type(a).__name__, type(b).__name__)
         return a is b
 
 

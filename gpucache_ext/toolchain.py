@@ -29,6 +29,7 @@ import functools
 import hashlib
 import importlib
 import json
+import logging
 import os
 import platform
 import sys
@@ -41,6 +42,8 @@ from typing import Callable, Dict, NamedTuple, Optional, Tuple
 from .errors import GpuCacheError
 from .signing import Keyring
 from .tokens import Component, component
+
+log = logging.getLogger(__name__)
 
 # numba settings that change lowered code, and so enter the llvm token:
 #   OPT             debug info's isOptimized flag
@@ -108,6 +111,7 @@ def _probe_nvrtc() -> str:
 
         return ".".join(map(str, nvrtc_identity()[0]))
     except Exception:  # pragma: no cover - NVRTC comes with numba-cuda[cu12]
+        log.debug("NVRTC could not be loaded", exc_info=True)
         return "absent"
 
 
@@ -183,6 +187,7 @@ def _locate_dynamic(libname: str) -> Optional[str]:
         found = run_find_steps(SearchContext(desc), EARLY_FIND_STEPS)
         loaded = LOADER.check_if_already_loaded_from_elsewhere(desc)
     except Exception:  # pathfinder's internals moved: probe instead
+        log.debug("cuda-pathfinder's search steps are not there; probing %s instead", libname, exc_info=True)
         return None
     if loaded is not None:
         return loaded.abs_path
@@ -212,6 +217,7 @@ def _locate_libdevice() -> Optional[str]:
     try:
         return _numba_path("libdevice")
     except Exception:
+        log.debug("numba-cuda found no libdevice", exc_info=True)
         return None
 
 
@@ -231,6 +237,7 @@ def _locate_cudadevrt() -> Optional[str]:
         candidates = find_lib("cudadevrt", _numba_path("static_cudalib_dir"), static=True)
         return max(candidates) if candidates else _staticnamepattern % "cudadevrt"
     except Exception:
+        log.debug("numba-cuda found no libcudadevrt", exc_info=True)
         return None
 
 
@@ -350,7 +357,7 @@ def _read_memo(directory: Path) -> Dict[str, Dict[str, str]]:
                for keys in parts.values()):
             return parts
     except Exception:
-        pass
+        log.debug("the toolchain memo in %s is unreadable; asking the tools again", directory, exc_info=True)
     return {}
 
 
@@ -389,6 +396,7 @@ def _probe(name: str, directory: Optional[Path], path: Optional[str], key: Optio
         try:
             used = part.used()
         except Exception:
+            log.debug("could not tell which %s file is in use", name, exc_info=True)
             used = None
         if _same_file(used, path) and _key(name, path) == key \
                 and _read_memo(directory).get(name, {}).get(key) != value:

@@ -70,3 +70,23 @@ def test_no_module_imports_another_modules_private_names():
     modules, edges, private = _module_graph().graph()
     assert private == [], "private names imported across modules: " + ", ".join(
         f"{source} imports {base}.{name}" for source, base, name in private)
+
+
+def test_no_exception_is_swallowed_silently():
+    """Each ``except Exception`` logs why (``log.debug(..., exc_info=True)`` at
+    least), re-raises, warns, or uses what it caught."""
+    import ast
+
+    silent = []
+    for path in sorted((ROOT / "gpucache_ext").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ExceptHandler) and node.type is not None \
+                    and ast.unparse(node.type) in ("Exception", "BaseException"):
+                body = ast.Module(body=node.body, type_ignores=[])
+                text = ast.unparse(body)
+                handled = ("log." in text or "logging." in text or "warn" in text
+                           or any(isinstance(n, ast.Raise) for n in ast.walk(body))
+                           or (node.name is not None and node.name in text))
+                if not handled:
+                    silent.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert silent == [], "except Exception that says nothing: " + ", ".join(silent)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keyword
 import linecache
+import logging
 import os
 import re
 import types
@@ -13,6 +14,8 @@ from typing import Dict, Optional
 from ..errors import CompileError, GpuCacheError
 from ..kernel import Kernel
 from ..stages import def_line_of
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------
 # A failing cell reads as a plain cell's error
@@ -82,6 +85,7 @@ def _copy_error(exc):
         copy.args = exc.args
         copy.__dict__.update(vars(exc))
     except Exception:
+        log.debug("could not copy %s without its traceback", type(exc).__name__, exc_info=True)
         return None
     copy.__dict__.pop("_render_traceback_", None)
     return copy
@@ -138,6 +142,7 @@ def _loc(value, attribute=None):
             value = getattr(value, attribute, None)
         filename, line = getattr(value, "filename", None), getattr(value, "line", None)
     except Exception:  # whatever the object, looking must not fail the error path
+        log.debug("no source location on %r", type(value).__name__, exc_info=True)
         return None
     return (filename, line) if isinstance(filename, str) and isinstance(line, int) else None
 
@@ -242,6 +247,7 @@ def _show_once(shell, exc, tb, hide_chain):
         try:
             return shell.InteractiveTB.structured_traceback(type(exc), exc, tb, tb_offset=0)
         except Exception:  # as IPython would have shown it
+            log.debug("IPython could not show the cell's traceback from the cell's frame", exc_info=True)
             return shell.InteractiveTB.structured_traceback(type(exc), exc, exc.__traceback__)
         finally:  # (setting __cause__ sets __suppress_context__: restored last)
             exc.__cause__, exc.__context__, exc.__suppress_context__ = chain

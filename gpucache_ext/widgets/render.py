@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import io
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -24,6 +25,8 @@ from ..units import format_age, format_bytes, format_seconds
 from ..results import parse_resources, short_signature
 from ..signing import REASONS
 from ..tokens import short_token
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------
 # Styles (JupyterLab variables with fallbacks for other frontends)
@@ -207,6 +210,7 @@ def _effective(values: Dict[str, Any]) -> Dict[str, Any]:
     try:
         return CompileConfig(**values).normalised()
     except Exception:
+        log.debug("a config from an older entry is shown as stored", exc_info=True)
         return dict(values)
 
 
@@ -739,7 +743,7 @@ def _typed_ir_text(artifact) -> str:
             func_ir.dump(file=buffer)
             lines += ["", "typed IR:", buffer.getvalue()]
         except Exception:  # numba's IR dump is best effort
-            pass
+            log.debug("numba could not dump the typed IR", exc_info=True)
     return "\n".join(lines)
 
 
