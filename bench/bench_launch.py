@@ -86,10 +86,9 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help=f"exit 1 above {TARGET}x numba's time")
     parser.add_argument("--here", action="store_true", help="measure in this process (a GPU or the stand-in)")
     args = parser.parse_args()
+    from gpucache_ext.device import gpu_available
 
     if not args.here:
-        from gpucache_ext.device import gpu_available
-
         if not gpu_available():
             from tests import fakecuda
 
@@ -104,8 +103,6 @@ def main() -> int:
     from numba.cuda.core.errors import NumbaPerformanceWarning
 
     warnings.simplefilter("ignore", NumbaPerformanceWarning)
-    from gpucache_ext.device import gpu_available
-
     where = "a GPU" if os.environ.get("FAKECUDA_DEVICES") is None else "the recording stand-in driver"
     print(f"per-launch time, medians of {args.runs} batches of {args.launches} launches, on {where}")
     print(f"{'arguments':>9}  {'numba-cuda':>11}  {'gpucache_ext':>12}  {'ratio (median of pairs)':>6}")

@@ -39,7 +39,7 @@ from .cache import CompileResult, KernelCache
 from .config import CompileConfig, Targets
 from .device import default_sm, device_cc, gpu_available
 from .errors import ConfigError, GpuCacheError
-from .options import check_options, config_with_options
+from .options import config_with_options
 from .results import FatbinResult, short_signature
 from .simulator import notice_simulator, simulated_kernel
 from .sources import python_function
@@ -248,7 +248,6 @@ class Kernel(CUDADispatcher):
                  specialized: bool = False):
         py_func = python_function(func)
         self.options = dict(options or {})
-        check_options(self.options)
         self.pinned = (config is not None or targets is not None) if pinned is None else pinned
         config = config if config is not None else CompileConfig(sm=default_sm())
         self.config = config_with_options(config, self.options)

@@ -3,20 +3,11 @@ an image per device architecture, PTX only where the driver can use it."""
 
 import numpy as np
 import pytest
-from numba import cuda
 
 from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError
 from gpucache_ext.device import FALLBACK_SM, default_sm
 
 from . import kernels
-
-
-def grid_sync(a):
-    i = cuda.grid(1)
-    g = cuda.cg.this_grid()
-    v = a[(i + 1) % a.size]
-    g.sync()
-    a[i] = v
 
 
 def test_one_function_decides_the_default_target(monkeypatch):
@@ -50,7 +41,7 @@ def test_a_pinned_target_gives_the_driver_ptx_only_where_it_can_compile_it_alone
     assert image.code_type == "ptx" and image.code == result.ptx.encode()  # bytes: a str is a file name
     with pytest.raises(LaunchError, match="sm_75.*use --sm 75"):
         kernel.image_for(result, (7, 5))
-    synced = Kernel(grid_sync, ["void(int64[:])"], CompileConfig(sm=80), cache)
+    synced = Kernel(kernels.grid_sync, [kernels.GRID_SYNC_SIG], CompileConfig(sm=80), cache)
     (cooperative,) = synced.compile_declared()
     assert cooperative.cooperative
     with pytest.raises(LaunchError, match="libcudadevrt.*use --sm 90"):
