@@ -48,7 +48,7 @@ from .codec import (FORMAT_VERSION, OK, PERSISTENT_STAGES, PREVIOUS_SECRET, BadE
 from .errors import SecurityWarning
 from .fsutil import write_atomically
 from .signing import HEAD_BYTES, Keyring, accepted, signature_length, strip
-from .tiers import Entry, Tier
+from .tiers import Entry, Lookup, Tier
 from .toolchain import sign_memo
 
 log = logging.getLogger(__name__)
@@ -179,25 +179,30 @@ class DiskTier(Tier):
 
     # -- Tier interface ------------------------------------------------------
     def get(self, stage: str, token: str) -> Optional[Entry]:
+        return self.lookup(stage, token).entry
+
+    def lookup(self, stage: str, token: str, *, query: bool = False) -> Lookup:
         path = self.path(stage, token)
         try:
             data = path.read_bytes()
         except OSError:  # absent, vanished, unreadable: a miss
-            return None
-        body = self._unseal(stage, data)
+            return Lookup(None)
+        body, refused = self._unseal(stage, data, count=not query)
         if body is None:  # (left there: the compile that follows replaces it)
-            return None
+            return Lookup(None, refused)
         try:
             entry = decode(body, stage, token)
         except BadEntry:
-            self.corrupt[stage] += 1
-            self._remove(stage, path)
-            return None
-        try:
-            os.utime(path)  # least recently used is evicted first
-        except OSError:
-            pass
-        return entry
+            if not query:
+                self.corrupt[stage] += 1
+                self._remove(stage, path)
+            return Lookup(None)
+        if not query:
+            try:
+                os.utime(path)  # least recently used is evicted first
+            except OSError as exc:  # (read-only folder: its order stays as it was)
+                log.debug("could not refresh %s: %s", path, exc)
+        return Lookup(entry)
 
     def put(self, stage: str, entry: Entry) -> None:
         if not self.writable:

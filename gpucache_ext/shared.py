@@ -36,7 +36,7 @@ from . import settings
 from .codec import PERSISTENT_STAGES, FORMAT_VERSION, BadEntry, decode, encode, header_entry
 from .errors import GpuCacheError
 from .signing import HEAD_BYTES, Keyring, Rejected
-from .tiers import Entry, Tier
+from .tiers import Entry, Lookup, Tier
 
 _LIST_LIMIT = 10_000
 
@@ -147,17 +147,21 @@ class RedisTier(Tier):
 
     # -- Tier interface ------------------------------------------------------
     def get(self, stage: str, token: str) -> Optional[Entry]:
+        return self.lookup(stage, token).entry
+
+    def lookup(self, stage: str, token: str, *, query: bool = False) -> Lookup:
         data = self._call(lambda: self.client.get(self.key(stage, token)))
         if data is None:
-            return None
-        body = self._unseal(stage, data)
+            return Lookup(None)
+        body, refused = self._unseal(stage, data, count=not query)
         if body is None:
-            return None
+            return Lookup(None, refused)
         try:
-            return decode(body, stage, token)
+            return Lookup(decode(body, stage, token))
         except BadEntry:
-            self.corrupt[stage] += 1
-            return None
+            if not query:
+                self.corrupt[stage] += 1
+            return Lookup(None)
 
     def put(self, stage: str, entry: Entry) -> None:
         data = self.keyring.sign(encode(stage, entry))

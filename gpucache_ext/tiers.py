@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from . import targets
 from .signing import PREVIOUS, Keyring, Rejected
@@ -50,6 +50,14 @@ class Entry:
         return self.variants is not None
 
 
+class Lookup(NamedTuple):
+    """What a tier answered for one token: the entry (None: a miss) and, where
+    it held an entry and refused it, why (``"unsigned"``, ``"bad signature"``...)."""
+
+    entry: Optional[Entry]
+    refused: Optional[str] = None
+
+
 class MemoryTier:
     """A bounded LRU map from token to `Entry` for one stage."""
 
@@ -69,6 +77,10 @@ class MemoryTier:
         if entry is not None:
             self.entries.move_to_end(token)
         return entry
+
+    def peek(self, token: str) -> Optional[Entry]:
+        """The entry, leaving its place in the eviction order alone (a query)."""
+        return self.entries.get(token)
 
     def put(self, entry: Entry) -> None:
         old = self.entries.pop(entry.token, None)
@@ -121,17 +133,19 @@ class Tier:
         self.rejected: Dict[str, Counter] = {stage: Counter() for stage in self.stages}  # by reason
         self.previous: Counter = Counter()  # entries read that a retired secret signed
 
-    def _unseal(self, stage: str, data: bytes) -> Optional[bytes]:
-        """The entry inside stored `data`, or None where the keyring refuses
-        it (counted by reason: the caller leaves the stored bytes alone)."""
+    def _unseal(self, stage: str, data: bytes, count: bool = True) -> Tuple[Optional[bytes], Optional[str]]:
+        """(the entry inside stored `data`, None) or, where the keyring
+        refuses it, (None, why): counted by reason unless `count` is False (a
+        query); the caller leaves the stored bytes alone."""
         try:
             body, signed = self.keyring.open(data)
         except Rejected as refusal:
-            self.rejected[stage][refusal.reason] += 1
-            return None
-        if signed == PREVIOUS:
+            if count:
+                self.rejected[stage][refusal.reason] += 1
+            return None, refusal.reason
+        if signed == PREVIOUS and count:
             self.previous[stage] += 1
-        return body
+        return body, None
 
     def _signing_stats(self, stage: str) -> Dict[str, Any]:
         """What `stats` reports of the signatures met while reading `stage`."""
@@ -149,6 +163,13 @@ class Tier:
 
     def get(self, stage: str, token: str) -> Optional[Entry]:
         raise NotImplementedError
+
+    def lookup(self, stage: str, token: str, *, query: bool = False) -> Lookup:
+        """`get`, saying why where the tier held an entry and refused it.
+        With `query`, nothing changes: no eviction order is refreshed, no
+        refusal counted (what `KernelCache.explain` and the inspector ask).
+        Tiers that refuse nothing need not override it."""
+        return Lookup(self.get(stage, token))
 
     def put(self, stage: str, entry: Entry) -> None:
         raise NotImplementedError
