@@ -23,6 +23,8 @@ which token components differ.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -44,15 +46,16 @@ from .disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
 from .disk import OFF_VALUES, DiskTier, configured_directory, default_directory
 from .shared import RedisTier, UnsignedSharedTier, display_url
 from .signing import Keyring
+from .index import CacheIndex, variant_token, variants_for
 from .tiers import Entry, MemoryTier, Tier
 from .sources import SnapshotChanged, identify, python_function, rebind, signature_component
-from .tokens import Component, Token, component, extend_token, make_token, short_token
+from .tokens import Component, Token, component, make_token, short_token
 from .toolchain import numba_settings, toolchain_component
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_ENTRIES = {"typing": 256, "llvm": 512, "ptx": 1024, "cubin": 1024, "fatbin": 256}
-_HISTORY_LIMIT = 4096
+_HISTORY_LIMIT = 4096  # compiles whose inputs `recompile` remembers
 
 
 class _StageCounters:
@@ -128,11 +131,6 @@ class KernelCache:
         self.tiers.extend(tiers)
         self._stats = {s: _StageCounters() for s in LAYERS}
         self._tier_hits = {s: {} for s in LAYERS}
-        self._history = {s: OrderedDict() for s in LAYERS}  # token -> (kernel, components)
-        # per stage, what the persistent tiers held when first asked (kernel ->
-        # [(token, components)]): what a miss of a kernel this process has not
-        # built yet is explained against (see queries); one listing per stage
-        self._persisted_by_kernel: Dict[str, Dict[str, list]] = {}
         self._origins: "OrderedDict[str, tuple]" = OrderedDict()  # cubin token -> inputs
         self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
         self._misses = deque(maxlen=256)
@@ -141,7 +139,13 @@ class KernelCache:
         self._mismatches = deque(maxlen=256)
         self._mismatch_count = 0
         self._launch_checks = 0
+        # guards the memory tiers, counters and records; never held while a
+        # persistent tier is read or written, nor while a stage compiles
         self._lock = threading.RLock()
+        self._flights = _Flights()  # one build at a time per (stage, token)
+        self.index = CacheIndex(self._memory, self._tiers_for, self._lock)
+        """What the cache holds, read without changing it (`gpucache_ext.index`):
+        what `explain` and the miss explanations read."""
         self._auditor = Auditor(parse_audit(audit), audit_background)
 
     @classmethod
@@ -272,23 +276,24 @@ class KernelCache:
         parts["toolchain"] = toolchain_component("fatbin", memo)
         token = make_token("fatbin", parts)
         start = time.perf_counter()
-        if not force:
-            entry, _, tier = self._lookup("fatbin", token, primary.config.cc)
-            if entry is not None:
-                self._count("fatbin", True, tier, entry.seconds)
-                return StageResult("fatbin", token.hex, Outcome.HIT, tier, time.perf_counter() - start,
-                                   components=token.components, saved_seconds=entry.seconds), entry.artifact
-        toolchain.confirm("fatbin")
-        self._count("fatbin", False)
-        start = time.perf_counter()
-        artifact = fatbin.assemble(cubins, ptx_member, primary.entry_name, primary.kernel)
-        seconds = time.perf_counter() - start
-        digest = content_digest("fatbin", artifact)
-        plan = _FatbinPlan(primary.kernel, primary.signature_text, _FatbinConfig(primary.config, wanted),
-                           force, why_forced)
-        # (its upstream: the first cubin, which leads back to the code it was built from)
-        token, reasons = self._store("fatbin", token, plan, artifact, seconds, targets.NO_READS, digest,
-                                     upstream=cubins[0][0].token)
+        with self._flights.hold("fatbin", token.hex):  # (one assembly of a fatbin at a time)
+            if not force:
+                entry, _, tier = self._lookup("fatbin", token, primary.config.cc)
+                if entry is not None:
+                    self._count("fatbin", True, tier, entry.seconds)
+                    return StageResult("fatbin", token.hex, Outcome.HIT, tier, time.perf_counter() - start,
+                                       components=token.components, saved_seconds=entry.seconds), entry.artifact
+            toolchain.confirm("fatbin")
+            self._count("fatbin", False)
+            start = time.perf_counter()
+            artifact = fatbin.assemble(cubins, ptx_member, primary.entry_name, primary.kernel)
+            seconds = time.perf_counter() - start
+            digest = content_digest("fatbin", artifact)
+            plan = _FatbinPlan(primary.kernel, primary.signature_text, _FatbinConfig(primary.config, wanted),
+                               force, why_forced)
+            # (its upstream: the first cubin, which leads back to the code it was built from)
+            token, reasons = self._store("fatbin", token, plan, artifact, seconds, targets.NO_READS, digest,
+                                         upstream=cubins[0][0].token)
         return StageResult("fatbin", token.hex, Outcome.MISS, None, seconds, reasons,
                            components=token.components), artifact
 
@@ -424,7 +429,7 @@ class KernelCache:
         (``explain(...)["ptx"]``, empty where it would not), and its outcome
         (``.outcomes[stage]``: hit, miss, or not needed)."""
         plan = self._plan(func, sig, config, link)
-        return queries.predict(self, plan, plan.kernel)
+        return queries.predict(self.index, plan, plan.kernel)
 
     def _plan(self, func, sig, config, link) -> "_Plan":
         """The plan (tokens) of these inputs, for the queries that compile nothing."""
@@ -441,30 +446,32 @@ class KernelCache:
         `gpucache_ext.audit`), and per tier (`TierStats`, ``tiers[name]``):
         hits, saved seconds, entries, bytes (and ``corrupt``, ``rejected`` for
         persistent tiers).  Reading a shared tier's numbers asks its server."""
-        with self._lock:
-            result = {}
+        with self._lock:  # the counters and memory figures at one moment
+            counted = {}
             for stage in LAYERS:
-                memory = self._memory[stage]
-                hits = self._tier_hits[stage]
-                tiers = {"memory": TierStats(hits.get("memory", (0, 0.0))[0],
-                                             round(hits.get("memory", (0, 0.0))[1], 6),
-                                             memory.artifact_count(), memory.bytes)}
-                for tier in self._tiers_for(stage):
-                    count, saved = hits.get(tier.name, (0, 0.0))
-                    held = tier.stats(stage)
-                    tiers[tier.name] = TierStats(count, round(saved, 6), int(held["entries"]),
-                                                 int(held["bytes"]), held.get("corrupt"), held.get("rejected"),
-                                                 held.get("rejected_by"), held.get("previous_secret"),
-                                                 held.get("unwritable"))
-                counters = self._stats[stage]
-                result[stage] = StageStats(
+                memory, counters = self._memory[stage], self._stats[stage]
+                hits = dict(self._tier_hits[stage])
+                counted[stage] = (hits, memory.artifact_count(), memory.bytes, StageStats(
                     hits=counters.hits, misses=counters.misses, not_needed=counters.not_needed,
                     cutoffs=counters.cutoffs,
                     entries=memory.artifact_count(), bytes=memory.bytes, evictions=memory.evictions,
                     compile_seconds=round(counters.compile_seconds, 6),
                     saved_seconds=round(counters.saved_seconds, 6), audits=counters.audits,
-                    audit_mismatches=counters.audit_mismatches, tiers=tiers)
-            return CacheStats(result, self._launch_checks, tuple(self.tier_info()))
+                    audit_mismatches=counters.audit_mismatches, tiers={}))
+            launch_checks = self._launch_checks
+        result = {}
+        for stage, (hits, entries, nbytes, stage_stats) in counted.items():
+            tiers = {"memory": TierStats(hits.get("memory", (0, 0.0))[0],
+                                         round(hits.get("memory", (0, 0.0))[1], 6), entries, nbytes)}
+            for tier in self._tiers_for(stage):  # (what each tier holds: a shared one asks its server)
+                count, saved = hits.get(tier.name, (0, 0.0))
+                held = tier.stats(stage)
+                tiers[tier.name] = TierStats(count, round(saved, 6), int(held["entries"]),
+                                             int(held["bytes"]), held.get("corrupt"), held.get("rejected"),
+                                             held.get("rejected_by"), held.get("previous_secret"),
+                                             held.get("unwritable"))
+            result[stage] = dataclasses.replace(stage_stats, tiers=tiers)
+        return CacheStats(result, launch_checks, tuple(self.tier_info()))
 
     def tier_info(self) -> List[TierInfo]:
         """Each persistent tier (and each configured one left out): where it
@@ -505,25 +512,24 @@ class KernelCache:
         """
         wanted = LAYERS if stage is None else (_check_stage(stage),)
         rows: Dict[Tuple[str, str], Dict[str, Any]] = {}
-        with self._lock:
-            for s in wanted:
-                sources = [("memory", self._memory[s].entries.values())]
-                sources += [(tier.name, tier.entries(s)) for tier in self._tiers_for(s)]
-                for tier_name, entries in sources:
-                    for entry in entries:
-                        if entry.is_marker or not _kernel_matches(entry.kernel, kernel):
-                            continue
-                        row = rows.setdefault((s, entry.token), _entry_row(s, entry))
-                        if tier_name not in row["tiers"]:
-                            row["tiers"].append(tier_name)
+        for s in wanted:
+            with self._lock:
+                sources = [("memory", list(self._memory[s].entries.values()))]
+            sources += [(tier.name, tier.entries(s)) for tier in self._tiers_for(s)]
+            for tier_name, entries in sources:
+                for entry in entries:
+                    if entry.is_marker or not _kernel_matches(entry.kernel, kernel):
+                        continue
+                    row = rows.setdefault((s, entry.token), _entry_row(s, entry))
+                    if tier_name not in row["tiers"]:
+                        row["tiers"].append(tier_name)
         infos = [EntryInfo(**{**row, "tiers": tuple(row["tiers"])}) for row in rows.values()]
         return sorted(infos, key=lambda info: info.created, reverse=True)
 
     def entry(self, stage: str, token: str) -> Optional[Entry]:
-        """The entry (with its artifact and token components) for one token, from any tier."""
-        with self._lock:
-            entry, _ = self._find(_check_stage(stage), token, fill=False)
-            return entry
+        """The entry (with its artifact and token components) for one token,
+        from the first tier holding it (a query: nothing is filled or counted)."""
+        return self.index.find(_check_stage(stage), token)[0]
 
     def evict(self, stage: str, token: str) -> bool:
         """Remove one entry from every tier; True if it was anywhere (and then
@@ -531,11 +537,12 @@ class KernelCache:
         stage = _check_stage(stage)
         with self._lock:
             found = self._memory[stage].delete(token)
-            for tier in self._tiers_for(stage):
-                found = tier.delete(stage, token) or found
-            if found:
+        for tier in self._tiers_for(stage):
+            found = tier.delete(stage, token) or found
+        if found:
+            with self._lock:
                 self._memory[stage].evictions += 1
-            return found
+        return found
 
     def recompile(self, token: str) -> CompileResult:
         """Compile again, from scratch, the kernel that produced `token` (any
@@ -557,12 +564,13 @@ class KernelCache:
     def clear(self, stage: Optional[str] = None) -> None:
         """Drop the entries of one stage, or of all stages, in every tier (counters are kept)."""
         stages_to_clear = LAYERS if stage is None else (_check_stage(stage),)
-        with self._lock:
-            for s in stages_to_clear:
+        for s in stages_to_clear:
+            with self._lock:
                 self._memory[s].clear()
-                for tier in self._tiers_for(s):
-                    tier.clear(s)
-            if stage is None:
+            for tier in self._tiers_for(s):
+                tier.clear(s)
+        if stage is None:
+            with self._lock:
                 self._proxies.clear()
 
     # -- audit -------------------------------------------------------------
@@ -604,7 +612,7 @@ class KernelCache:
                     difference))
         if outcome.mismatches:
             self._replace_chain(result, fresh)
-            result._llvm, result._ptx, result._cubin = fresh._llvm, fresh._ptx, fresh._cubin
+            result.replace_artifacts(fresh)  # (under the result's lock: a kernel may be reading them)
             with self._lock:
                 self._mismatches.extend(outcome.mismatches)
                 self._mismatch_count += len(outcome.mismatches)
@@ -617,21 +625,20 @@ class KernelCache:
         """Evict every entry `result` was served from (a wrong one anywhere in
         the chain taints what follows) and file the fresh artifacts instead."""
         artifacts = fresh.artifacts()
-        with self._lock:
-            upstream = ""
-            for stage in STAGES:
-                self.evict(stage, result.stages[stage].token)
-                layer = fresh.stages[stage]  # (ptx and cubin: the fresh bytes' digests make their tokens)
-                if stage in artifacts:
-                    artifact = artifacts[stage]
-                    self._put(stage, Entry(layer.token, result.kernel, artifact, dict(layer.components),
-                                           artifact.nbytes, layer.seconds,
-                                           signature=short_signature(result.signature),
-                                           config=result.config.summary(),
-                                           reasons=("replaced after an audit mismatch",),
-                                           config_fields=result.config.fields(),
-                                           digest=content_digest(stage, artifact), upstream=upstream))
-                upstream = layer.token
+        upstream = ""
+        for stage in STAGES:
+            self.evict(stage, result.stages[stage].token)
+            layer = fresh.stages[stage]  # (ptx and cubin: the fresh bytes' digests make their tokens)
+            if stage in artifacts:
+                artifact = artifacts[stage]
+                self._put(stage, Entry(layer.token, result.kernel, artifact, dict(layer.components),
+                                       artifact.nbytes, layer.seconds,
+                                       signature=short_signature(result.signature),
+                                       config=result.config.summary(),
+                                       reasons=("replaced after an audit mismatch",),
+                                       config_fields=result.config.fields(),
+                                       digest=content_digest(stage, artifact), upstream=upstream))
+            upstream = layer.token
 
     def audit_wait(self) -> None:
         """Block until every audit submitted so far is done."""
@@ -664,103 +671,83 @@ class KernelCache:
     def _tiers_for(self, stage):
         return [tier for tier in self.tiers if stage in tier.stages]
 
-    def _persisted(self, stage) -> Dict[str, list]:
-        """The persistent tiers' entries of `stage` by kernel, listed once per
-        process (reading every header costs about 20 us an entry); entries
-        this process stores after that are in its history instead."""
+    def _find(self, stage, token_hex, memory_only=False) -> Tuple[Optional[Entry], Optional[str]]:
+        """Search memory, then (unless `memory_only`) each persistent tier; a
+        lower hit fills the tiers above.  A tier that held the entry and
+        refused it (its signature) says why, which the compile that follows
+        reports first."""
         with self._lock:
-            found = self._persisted_by_kernel.get(stage)
-            if found is None:
-                found = {}
-                for tier in self._tiers_for(stage):
-                    try:
-                        for entry in tier.entries(stage):
-                            if not entry.is_marker:
-                                found.setdefault(entry.kernel, []).append((entry.token, entry.components))
-                    except Exception:  # a listing that fails (a server gone) explains nothing
-                        log.debug("listing %s entries of the %s tier failed", stage, tier.name, exc_info=True)
-                        continue
-                self._persisted_by_kernel[stage] = found
-            return found
-
-    def _find(self, stage, token_hex, fill=True) -> Tuple[Optional[Entry], Optional[str]]:
-        """Search memory, then each persistent tier; a lower hit fills the tiers above."""
-        entry = self._memory[stage].get(token_hex)
-        if entry is not None:
-            return entry, "memory"
+            entry = self._memory[stage].get(token_hex)
+        if entry is not None or memory_only:
+            return entry, "memory" if entry is not None else None
         above = []
-        for tier in self._tiers_for(stage):
-            refused = getattr(tier, "rejected", {}).get(stage)
-            before = dict(refused) if refused is not None else None
-            entry = tier.get(stage, token_hex)
-            if before is not None and refused != before:  # the tier held an entry and refused it
-                reason = next(r for r in refused if refused[r] != before.get(r, 0))
-                self._refusals[(stage, token_hex)] = f"{tier.name} entry refused: {reason}"
-                while len(self._refusals) > 256:
-                    self._refusals.popitem(last=False)
-            if entry is not None:
-                if fill:
-                    self._memory[stage].put(entry)
-                    for upper in above:
-                        upper.put(stage, entry)
-                return entry, tier.name
+        for tier in self._tiers_for(stage):  # (no lock held: a tier may be a server)
+            found = tier.lookup(stage, token_hex)
+            if found.refused is not None:
+                with self._lock:
+                    self._refusals[(stage, token_hex)] = f"{tier.name} entry refused: {found.refused}"
+                    while len(self._refusals) > 256:
+                        self._refusals.popitem(last=False)
+            if found.entry is not None:
+                with self._lock:
+                    self._memory[stage].put(found.entry)
+                for upper in above:
+                    upper.put(stage, found.entry)
+                return found.entry, tier.name
             above.append(tier)
         return None, None
 
     def _put(self, stage, entry: Entry):
-        self._memory[stage].put(entry)
+        with self._lock:
+            self._memory[stage].put(entry)
         for tier in self._tiers_for(stage):
             tier.put(stage, entry)
 
     # -- internals used by _Plan --------------------------------------------
     def _lookup(self, stage: str, token: Token, cc,
-                fill: bool = True) -> Tuple[Optional[Entry], Token, Optional[str]]:
+                memory_only: bool = False) -> Tuple[Optional[Entry], Token, Optional[str]]:
         """Find `token`, or the variant of it that holds for target `cc`; a hit
-        in a lower tier fills the tiers above unless `fill` is False.
+        in a lower tier fills the tiers above.  `memory_only`: what another
+        thread of this process just built is there.
 
         Returns (entry or None, effective token, tier it came from)."""
-        with self._lock:
-            entry, tier = self._find(stage, token.hex, fill)
-            if entry is None or not entry.is_marker:
-                return entry, token, tier
-            for variant in variants_for(entry, token, cc):
-                found, tier = self._find(stage, variant.hex, fill)
-                if found is not None:
-                    return found, variant, tier
-            return None, token, None
+        entry, tier = self._find(stage, token.hex, memory_only)
+        if entry is None or not entry.is_marker:
+            return entry, token, tier
+        for variant in variants_for(entry, token, cc):
+            found, tier = self._find(stage, variant.hex, memory_only)
+            if found is not None:
+                return found, variant, tier
+        return None, token, None
 
     def _store(self, stage, token: Token, plan: "_Plan", artifact, seconds, reads, digest=None, upstream=""):
         """File a fresh artifact; returns (effective token, reasons it missed:
-        for a forced compile, the plan's `why_forced`)."""
+        for a forced compile, the plan's `why_forced`).  The caller holds the
+        entry's flight (`_Flights`): no other compile of this cache writes
+        this token, or its marker, meanwhile."""
+        kernel = plan.kernel
         with self._lock:
-            kernel = plan.kernel
             refusals = [self._refusals.pop((stage, token.hex), None)]
-            if reads:
-                marker, _ = self._find(stage, token.hex, fill=False)
-                variants = list(marker.variants) if marker is not None and marker.is_marker else []
-                if reads not in variants:
-                    variants.append(reads)
-                self._put(stage, Entry(token.hex, kernel, None, token.components, 0, 0.0,
-                                       variants=variants))
-                token = target_variant(token, reads)
-            refusals.append(self._refusals.pop((stage, token.hex), None))
-            reasons = (plan.why_forced,) if plan.forced else self._explain(stage, token, kernel)
-            # an entry a tier refused (its signature) is why this stage compiled, first of all
-            reasons = tuple(dict.fromkeys(r for r in refusals if r)) + reasons
-            self._put(stage, Entry(token.hex, kernel, artifact, token.components, artifact.nbytes,
-                                   seconds, signature=plan.signature_text,
-                                   config=plan.config.summary(), reasons=reasons,
-                                   config_fields=plan.config.fields(), digest=digest, upstream=upstream))
-            self._remember(stage, token, kernel)
+        if reads:
+            marker, _ = self.index.find(stage, token.hex)
+            variants = list(marker.variants) if marker is not None and marker.is_marker else []
+            if reads not in variants:
+                variants.append(reads)
+            self._put(stage, Entry(token.hex, kernel, None, token.components, 0, 0.0, variants=variants))
+            token = variant_token(token, reads)
+            with self._lock:
+                refusals.append(self._refusals.pop((stage, token.hex), None))
+        reasons = (plan.why_forced,) if plan.forced else self._explain(stage, token, kernel)
+        # an entry a tier refused (its signature) is why this stage compiled, first of all
+        reasons = tuple(dict.fromkeys(r for r in refusals if r)) + reasons
+        self._put(stage, Entry(token.hex, kernel, artifact, token.components, artifact.nbytes,
+                               seconds, signature=plan.signature_text,
+                               config=plan.config.summary(), reasons=reasons,
+                               config_fields=plan.config.fields(), digest=digest, upstream=upstream))
+        self.index.remember(stage, token, kernel)
+        with self._lock:
             self._stats[stage].compile_seconds += seconds
-            return token, reasons
-
-    def _remember(self, stage, token: Token, kernel):
-        history = self._history[stage]
-        history[token.hex] = (kernel, token.components)
-        history.move_to_end(token.hex)
-        while len(history) > _HISTORY_LIMIT:
-            history.popitem(last=False)
+        return token, reasons
 
     def _count(self, stage, hit, tier=None, saved=0.0, cutoff=False):
         with self._lock:
@@ -776,7 +763,7 @@ class KernelCache:
 
     def _explain(self, stage, token: Token, kernel) -> Tuple[str, ...]:
         """Why `stage` missed (see `queries.explain_miss`); kept among the recent misses."""
-        reasons = queries.explain_miss(self, stage, kernel, token.components)
+        reasons = queries.explain_miss(self.index, stage, kernel, token.components)
         with self._lock:
             self._misses.append({"kernel": kernel, "stage": stage, "token": token.hex,
                                  "reasons": reasons, "time": time.time()})
@@ -908,18 +895,6 @@ def _entry_row(stage, entry: Entry) -> Dict[str, Any]:
             "reasons": tuple(entry.reasons)}
 
 
-def target_variant(token: Token, reads: targets.TargetReads) -> Token:
-    """The token an artifact is filed under when building it asked `reads` of the target."""
-    return extend_token(token, {"target": component(targets.reads_key(reads), targets.describe(reads))})
-
-
-def variants_for(marker: Entry, token: Token, cc):
-    """The tokens of `marker`'s per-target variants that hold for target `cc`, in order."""
-    for reads in marker.variants:
-        if targets.holds_for(reads, cc):
-            yield target_variant(token, reads)
-
-
 def _per_stage(value, default, name):
     if value is None:
         return dict(default)
@@ -966,7 +941,7 @@ class _Plan:
         self.signature_text = short_signature(argtypes)
         self.forced = False
         self.why_forced = why_forced  # what a forced compile's entries say of why they were built
-        self._parts: Dict[str, Dict[str, Component]] = {}  # each stage's token components
+        self.parts: Dict[str, Dict[str, Component]] = {}  # each stage's token components
         self.tokens = self._tokens()
         self.stages: Dict[str, StageResult] = {}
 
@@ -986,7 +961,7 @@ class _Plan:
         # inputs give the same tokens (memoised: an exact repeat rebuilds none)
         key = (typing.hex, config, tuple(settings.items()), links,
                tuple(part.digest for part in toolchains.values()))
-        tokens, self._parts = _memoised(_DOWNSTREAM_TOKENS, key, lambda: _downstream_tokens(
+        tokens, self.parts = _memoised(_DOWNSTREAM_TOKENS, key, lambda: _downstream_tokens(
             typing, config, settings, toolchains, links))
         return {"typing": typing, **tokens}
 
@@ -998,7 +973,7 @@ class _Plan:
                tuple((name, part.digest) for name, part in (extra or {}).items()))
 
         def make():
-            parts = dict(self._parts[stage])
+            parts = dict(self.parts[stage])
             parts[STAGES[STAGES.index(stage) - 1]] = Component(upstream_digest,
                                                                 f"output {short_token(upstream_digest)}")
             parts.update(extra or {})
@@ -1056,7 +1031,8 @@ class _Plan:
         rebuilt = self.stages[upstream.stage].outcome is Outcome.MISS
         found = None if self.forced else self._lookup(stage, token, cutoff=rebuilt)
         if found is None:
-            found = self._compile(stage, token, fn, upstream.artifact, *args, upstream=upstream.token)
+            found = self._compile(stage, token, fn, upstream.artifact, *args, upstream=upstream.token,
+                                  cutoff=rebuilt)
         return found
 
     def _lower(self, typed):
@@ -1080,9 +1056,9 @@ class _Plan:
         typed.snapshot_bytes = self.identity.snapshot_bytes
         return typed
 
-    def _lookup(self, stage, token: Token, cutoff: bool = False) -> Optional["_Found"]:
+    def _lookup(self, stage, token: Token, cutoff: bool = False, memory_only: bool = False) -> Optional["_Found"]:
         start = time.perf_counter()
-        entry, token, tier = self.cache._lookup(stage, token, self.config.cc)
+        entry, token, tier = self.cache._lookup(stage, token, self.config.cc, memory_only)
         if entry is None:
             return None
         self.cache._count(stage, True, tier, entry.seconds, cutoff=cutoff)
@@ -1104,15 +1080,22 @@ class _Plan:
         self.stages["typing"] = StageResult("typing", token.hex, outcome, tier, 0.0,
                                             components=token.components, saved_seconds=saved)
 
-    def _compile(self, stage, generic: Token, fn, *args, upstream: str = "") -> "_Found":
-        toolchain.confirm(stage)  # the fingerprint in the tokens is that of the tools about to run
-        self.cache._count(stage, False)
-        start = time.perf_counter()
-        artifact = fn(*args)
-        seconds = time.perf_counter() - start
-        reads = getattr(artifact, "target_reads", targets.NO_READS)
-        digest = content_digest(stage, artifact) if stage != "typing" else None
-        token, reasons = self.cache._store(stage, generic, self, artifact, seconds, reads, digest, upstream)
+    def _compile(self, stage, generic: Token, fn, *args, upstream: str = "", cutoff: bool = False) -> "_Found":
+        """Build `stage` after a miss: one thread at a time per entry (a
+        thread that waited for another's build of it finds it, a hit)."""
+        with self.cache._flights.hold(stage, generic.hex):
+            if not self.forced:  # another thread built it while this one waited
+                found = self._lookup(stage, generic, cutoff=cutoff, memory_only=True)
+                if found is not None:
+                    return found
+            toolchain.confirm(stage)  # the fingerprint in the tokens is that of the tools about to run
+            self.cache._count(stage, False)
+            start = time.perf_counter()
+            artifact = fn(*args)
+            seconds = time.perf_counter() - start
+            reads = getattr(artifact, "target_reads", targets.NO_READS)
+            digest = content_digest(stage, artifact) if stage != "typing" else None
+            token, reasons = self.cache._store(stage, generic, self, artifact, seconds, reads, digest, upstream)
         self.stages[stage] = StageResult(stage, token.hex, Outcome.MISS, None, seconds, reasons,
                                          components=token.components)
         return _Found(stage, artifact, digest, token.hex)
@@ -1149,6 +1132,41 @@ def _memoised(memo: dict, key, make, limit: int = 4096):
             memo.pop(next(iter(memo)))
         found = memo[key] = make()
     return found
+
+
+class _Flights:
+    """Single flight: one build at a time of each (stage, token) in a cache.
+
+    Threads compiling overlapping kernels and configs at once build each
+    entry once: the first to miss builds it, the others wait for that entry
+    alone (not for the cache), then find it.  Locks exist only while some
+    thread holds or waits for them."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._held: Dict[Tuple[str, str], List] = {}  # key -> [lock, threads holding or waiting]
+
+    @contextlib.contextmanager
+    def hold(self, stage: str, token: str):
+        key = (stage, token)
+        with self._lock:
+            held = self._held.get(key)
+            if held is None:
+                held = self._held[key] = [threading.Lock(), 0]
+            held[1] += 1
+        try:
+            with held[0]:
+                yield
+        finally:
+            with self._lock:
+                held[1] -= 1
+                if not held[1]:
+                    del self._held[key]
+
+    def __len__(self) -> int:
+        """Entries being built or waited for now."""
+        with self._lock:
+            return len(self._held)
 
 
 class _Found(NamedTuple):

@@ -656,7 +656,7 @@ def _recompile_all(tier: DiskTier, args, out) -> dict:
 
 def _upstream(tier: DiskTier, stage: str, token: str, cc):
     """The entry of `stage` under `token`, or under its variant for target `cc`."""
-    from .cache import variants_for
+    from .index import variants_for
     from .tokens import Token
 
     entry = tier.get(stage, token)

@@ -1,8 +1,10 @@
 """Questions about what a `KernelCache` holds, one algorithm each.
 
 Every query here only reads: it counts no lookup, fills no tier and records
-no miss.  The cache itself, the inspector and the ``gpucache`` command ask
-them; none of them keeps a second copy.
+no miss.  The miss explanations and `predict` are given the cache's
+read-only `CacheIndex` (``cache.index``), the others its public API
+(``entry``, ``entries``).  The cache itself, the inspector and the
+``gpucache`` command ask them; none of them keeps a second copy.
 
 - `differing` / `miss_reasons`: which token components two entries differ in,
   and how a miss says so;
@@ -40,6 +42,7 @@ from .units import format_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import KernelCache
+    from .index import CacheIndex
     from .tiers import Entry
 
 
@@ -95,20 +98,17 @@ def _fatbin_reasons(wanted: Mapping[str, Component], old: Mapping[str, Component
     return tuple(reasons) + explain_difference(rest, rest_old)
 
 
-def _candidates(cache: "KernelCache", stage: str, kernel: str) -> Iterator[Tuple[str, Mapping[str, Component]]]:
+def _candidates(index: "CacheIndex", stage: str, kernel: str) -> Iterator[Tuple[str, Mapping[str, Component]]]:
     """(token, components) of the kernel's entries at `stage`: this process's
     history and memory first, then, only where those know none, every
     persistent tier's."""
-    with cache._lock:
-        history = [(token, components) for token, (name, components) in cache._history[stage].items()
-                   if name == kernel]
-        memory = [(entry.token, entry.components) for entry in cache._memory[stage].entries.values()
-                  if entry.kernel == kernel and not entry.is_marker]
+    history = index.history(stage, kernel)
+    memory = index.in_memory(stage, kernel)
     yield from history
     yield from memory
     if history or memory:
         return
-    yield from cache._persisted(stage).get(kernel, ())
+    yield from index.persisted(stage, kernel)
 
 
 def nearest(candidates: Iterable[Tuple[str, Mapping[str, Component]]], components: Mapping[str, Component],
@@ -128,14 +128,15 @@ def nearest(candidates: Iterable[Tuple[str, Mapping[str, Component]]], component
     return best
 
 
-def explain_miss(cache: "KernelCache", stage: str, kernel: str,
+def explain_miss(index: "CacheIndex", stage: str, kernel: str,
                  components: Mapping[str, Component]) -> Tuple[str, ...]:
     """Why `stage` of `kernel` misses with these token components: how they
-    differ from the nearest entry's (see `nearest`)."""
+    differ from the nearest entry's (see `nearest`) in `index` (a cache's
+    `KernelCache.index`)."""
     short = kernel.rsplit(".", 1)[-1]
-    found = nearest(_candidates(cache, stage, kernel), components)
+    found = nearest(_candidates(index, stage, kernel), components)
     if found is None:
-        if stage == "typing" and any(True for _ in _candidates(cache, "llvm", kernel)):
+        if stage == "typing" and any(True for _ in _candidates(index, "llvm", kernel)):
             # typed IR is kept in memory only; the persistent llvm entries know the kernel
             return (f"first typing of {short} in this process (typed IR is not kept on disk)",)
         return (f"first compile of {short}",)
@@ -197,10 +198,17 @@ def built_from(cache: "KernelCache", stage: str, token: str,
 class Explanation(Mapping):
     """What compiling would do now: per stage the reasons it would compile
     (``explanation["ptx"]``; empty where it would not) and its outcome
-    (``explanation.outcomes["typing"]``: hit, miss or not needed)."""
+    (``explanation.outcomes["typing"]``: hit, miss or not needed).
+
+    ``reused_if``: the stages that miss only because the stage before them
+    would be rebuilt, and would be found after all if that rebuild gives the
+    same bytes as before (early cutoff, which only the rebuild can tell):
+    stage -> that stage before it (``{"ptx": "llvm", "cubin": "ptx"}``).
+    Their reasons end with the same note in words."""
 
     reasons: Mapping[str, Tuple[str, ...]]
     outcomes: Mapping[str, Outcome]
+    reused_if: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __getitem__(self, stage):
         return self.reasons[stage]
@@ -217,43 +225,50 @@ class Explanation(Mapping):
         return {stage: self.reasons[stage] for stage in STAGES if self.outcomes[stage] is Outcome.MISS}
 
 
-def predict(cache: "KernelCache", plan, kernel: str) -> Explanation:
-    """What compiling `plan` (a `cache._Plan`) would do, read without changing
-    the cache.  As `KernelCache.compile` runs: llvm is looked up by its token,
+def predict(index: "CacheIndex", plan, kernel: str) -> Explanation:
+    """What compiling `plan` (a `cache.Plan`) would do, read from `index`
+    without changing the cache.  As `KernelCache.compile` runs: llvm is looked up by its token,
     and typing is needed only where llvm is missing; ptx and cubin are looked
     up by the digest of the artifact before them.  Where that artifact would
     be rebuilt, the stage after it is a miss unless the rebuild gives the same
     bytes as before (early cutoff), which only the rebuild can tell."""
     outcomes: Dict[str, Outcome] = {}
     reasons: Dict[str, Tuple[str, ...]] = {}
+    reused_if: Dict[str, str] = {}
     config = plan.config
-    entry, token, _ = cache._lookup("llvm", plan.tokens["llvm"], config.cc, fill=False)
+    entry, token = index.peek("llvm", plan.tokens["llvm"], config.cc)
     digest = entry.digest if entry is not None else None
     outcomes["llvm"] = Outcome.HIT if entry is not None else Outcome.MISS
-    reasons["llvm"] = () if entry is not None else explain_miss(cache, "llvm", kernel, token.components)
-    typed, token, _ = cache._lookup("typing", plan.tokens["typing"], config.cc, fill=False)
+    reasons["llvm"] = () if entry is not None else explain_miss(index, "llvm", kernel, token.components)
+    typed, token = index.peek("typing", plan.tokens["typing"], config.cc)
     if typed is not None:
         outcomes["typing"], reasons["typing"] = Outcome.HIT, ()
     elif entry is not None:
         outcomes["typing"], reasons["typing"] = Outcome.NOT_NEEDED, ()
     else:
         outcomes["typing"] = Outcome.MISS
-        reasons["typing"] = explain_miss(cache, "typing", kernel, token.components)
+        reasons["typing"] = explain_miss(index, "typing", kernel, token.components)
     for stage in ("ptx", "cubin"):
         upstream = STAGES[STAGES.index(stage) - 1]
         if digest is None:  # its own inputs, against the nearest entry's; the upstream bytes are unknown
             outcomes[stage] = Outcome.MISS
-            parts = {name: part for name, part in plan._parts[stage].items() if name != upstream}
-            found = explain_miss(cache, stage, kernel, make_token(stage, parts).components)
+            parts = {name: part for name, part in plan.parts[stage].items() if name != upstream}
+            found = explain_miss(index, stage, kernel, make_token(stage, parts).components)
             if found == (f"{upstream} input changed",):
-                found += (f"reused if {upstream} rebuilds to the same bytes",)
+                reused_if[stage] = upstream
+                found += (reused_note(upstream),)
             reasons[stage] = found
             continue
-        entry, token, _ = cache._lookup(stage, plan.content_token(stage, digest), config.cc, fill=False)
+        entry, token = index.peek(stage, plan.content_token(stage, digest), config.cc)
         digest = entry.digest if entry is not None else None
         outcomes[stage] = Outcome.HIT if entry is not None else Outcome.MISS
-        reasons[stage] = () if entry is not None else explain_miss(cache, stage, kernel, token.components)
-    return Explanation({s: reasons[s] for s in STAGES}, {s: outcomes[s] for s in STAGES})
+        reasons[stage] = () if entry is not None else explain_miss(index, stage, kernel, token.components)
+    return Explanation({s: reasons[s] for s in STAGES}, {s: outcomes[s] for s in STAGES}, reused_if)
+
+
+def reused_note(upstream: str) -> str:
+    """How a stage found again if `upstream` rebuilds to the same bytes says so."""
+    return f"reused if {upstream} rebuilds to the same bytes"
 
 
 # What source each entry was built from (telling apart kernels of one name)

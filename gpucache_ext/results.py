@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import re
+import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -226,6 +227,9 @@ class CompileResult:
     # Each stage's generic token (before per-target variants), from the inputs alone:
     # what `KernelCache.still_current` compares.
     generic_tokens: Dict[str, str] = field(default_factory=dict, repr=False)
+    # guards the three artifacts: an audit that finds a mismatch replaces them
+    # (`replace_artifacts`) while a kernel may be reading them
+    _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     @property
     def layers(self) -> Dict[str, StageResult]:
@@ -249,9 +253,11 @@ class CompileResult:
     @property
     def ptx(self) -> str:
         """The PTX; with lto, the PTX nvJitLink produced after link-time optimisation."""
-        if self._ptx.ltoir is not None:
-            return self._cubin.linked_ptx or ""
-        return "\n".join(self._ptx.ptx)
+        with self._lock:
+            ptx, cubin = self._ptx, self._cubin
+        if ptx.ltoir is not None:
+            return cubin.linked_ptx or ""
+        return "\n".join(ptx.ptx)
 
     @property
     def ltoir(self) -> Optional[bytes]:
@@ -273,8 +279,16 @@ class CompileResult:
         return self._cubin.entry_name
 
     def artifacts(self) -> Dict[str, Any]:
-        """The llvm, ptx and cubin stages' artifacts, by stage."""
-        return {"llvm": self._llvm, "ptx": self._ptx, "cubin": self._cubin}
+        """The llvm, ptx and cubin stages' artifacts, by stage (the three of one compile)."""
+        with self._lock:
+            return {"llvm": self._llvm, "ptx": self._ptx, "cubin": self._cubin}
+
+    def replace_artifacts(self, fresh: "CompileResult") -> None:
+        """Take `fresh`'s artifacts (an audit found this result's wrong): the
+        three at once, under the result's lock, so that no reader of
+        `artifacts` sees one compile's llvm with another's cubin."""
+        with self._lock:
+            self._llvm, self._ptx, self._cubin = fresh._llvm, fresh._ptx, fresh._cubin
 
     @property
     def cooperative(self) -> bool:

@@ -13,11 +13,7 @@ import dataclasses
 import hashlib
 import json
 import struct
-import subprocess
-import sys
-import textwrap
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -27,8 +23,8 @@ from gpucache_ext.disk import DiskTier
 from gpucache_ext.results import Outcome
 
 from . import kernels
+from .helpers import gpucache, run_python
 
-ROOT = Path(__file__).resolve().parent.parent
 BASE = CompileConfig(sm=86)
 SAME_PTX = {"prec_div": BASE.replace(prec_div=False), "opt2": BASE.replace(opt=2)}
 OTHER_PTX = {"ftz": BASE.replace(ftz=True), "sm80": CompileConfig(sm=80)}
@@ -182,10 +178,7 @@ def test_a_new_process_compiles_the_same_and_hits_both_configs_from_disk(tmp_pat
     first = copy(cache, BASE)
     cut = copy(cache, SAME_PTX["prec_div"])
     assert cut.stages["cubin"].cutoff
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(IN_NEW_PROCESS), str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
+    out = run_python(IN_NEW_PROCESS, tmp_path, json_line=True)
     # a new process, no disk: the bytes and tokens the cutoff served
     assert out["new"]["cubin"] == hashlib.sha256(cut.cubin).hexdigest()
     assert out["new"]["tokens"] == {s: layer.token for s, layer in cut.stages.items()}
@@ -208,6 +201,7 @@ def test_explain_before_a_cutoff_says_it_may_be_reused(tmp_path):
     assert lineinfo.outcomes["llvm"] is lineinfo.outcomes["ptx"] is lineinfo.outcomes["cubin"] is Outcome.MISS
     assert lineinfo["ptx"] == ("llvm input changed", "reused if llvm rebuilds to the same bytes")
     assert lineinfo["cubin"] == ("ptx input changed", "reused if ptx rebuilds to the same bytes")
+    assert lineinfo.reused_if == {"ptx": "llvm", "cubin": "ptx"}
     # ... and where its own inputs change too, it will not be
     fast = cache.explain(kernels.copy, kernels.COPY_SIG, BASE.replace(fastmath=True))
     assert "fastmath False -> True" in fast["ptx"]
@@ -215,6 +209,7 @@ def test_explain_before_a_cutoff_says_it_may_be_reused(tmp_path):
     other_sm = cache.explain(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80, lineinfo=True))
     assert "sm 86 -> 80" in other_sm["cubin"]
     assert not any(reason.startswith("reused if") for reason in other_sm["cubin"])
+    assert "ptx" not in fast.reused_if and "cubin" not in other_sm.reused_if
 
     # llvm hits (its digest is stored), ptx would be rebuilt: the cubin is a
     # miss unless the PTX comes out the same, which only the rebuild tells
@@ -224,6 +219,7 @@ def test_explain_before_a_cutoff_says_it_may_be_reused(tmp_path):
                                   "cubin": Outcome.MISS}
     assert predicted["ptx"] == ("prec_div True -> False",)
     assert predicted["cubin"] == ("ptx input changed", "reused if ptx rebuilds to the same bytes")
+    assert predicted.reused_if == {"cubin": "ptx"}
     result = copy(cache, config)
     assert outcomes(result)["cubin"] is Outcome.HIT and result.stages["cubin"].cutoff
     assert result.stages["cubin"].tier == "disk"
@@ -352,9 +348,7 @@ def test_verify_recompile_matches_entries_including_a_cubin_two_configs_share(tm
     cache = KernelCache(directory=tmp_path)
     results = [copy(cache, config) for config in (BASE, *SAME_PTX.values(), OTHER_PTX["ftz"])]
     assert [r.stages["cubin"].cutoff for r in results] == [False, True, True, False]
-    done = subprocess.run([sys.executable, "-m", "gpucache_ext", "--dir", str(tmp_path), "--json", "verify",
-                           "--recompile"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = gpucache("--dir", tmp_path, "--json", "verify", "--recompile", timeout=300)
     report = json.loads(done.stdout)["recompiled"]
     # 4 ptx entries (one per config) and 2 cubins (base's, shared by 3 configs; ftz's)
     assert report["counts"] == {"match": 6, "mismatch": 0, "tainted": 0, "skipped": 1, "failed": 0}

@@ -3,6 +3,7 @@ it: the cell report's stage cells and why column, `%gpucache stats` and the
 inspector's summary, and `%gpucache explain`.  Real compiles through an
 in-process IPython shell (CPU only), and the renderers on their own."""
 
+import functools
 import html
 import re
 
@@ -16,7 +17,7 @@ from gpucache_ext.config import STAGES, CompileConfig
 from gpucache_ext.ipython.report import CellReport, why_text
 from gpucache_ext.results import CompileResult, Outcome, StageResult
 
-from . import kernels
+from . import helpers, kernels
 
 COPY = '''
 from numba import cuda
@@ -30,11 +31,7 @@ def copy(r, x):
 SIG = "float32[:], float32[:]"
 
 
-def cell(ip, line, body=COPY):
-    result = ip.run_cell(f"%%gpukernel {line}\n{body}")
-    if not result.success:
-        raise result.error_in_exec
-    return ip.user_ns["copy"].last
+cell = functools.partial(helpers.cell, body=COPY, kernel="copy")  # returns copy's last CompileResult
 
 
 def report_row(capsys):
@@ -278,24 +275,29 @@ def test_explain_recalls_a_ptx_rebuilt_to_the_same_bytes(ip, capsys):
 
 
 def test_predicted_misses_join_the_stages_reused_to_the_stage_they_wait_on():
+    """The joins follow `Explanation.reused_if`, not the reasons' words."""
     from gpucache_ext.ipython.magic import predicted_misses
 
     note = "reused if ptx rebuilds to the same bytes"
     assert predicted_misses({
         "llvm": ("fastmath False -> True",), "ptx": ("fastmath False -> True", "llvm input changed"),
-        "cubin": ("ptx input changed", note)}) == [
+        "cubin": ("ptx input changed", note)}, {"cubin": "ptx"}) == [
         "llvm misses: fastmath False -> True",
         "ptx misses: fastmath False -> True; llvm input changed; cubin reused if ptx rebuilds to the same bytes"]
     assert predicted_misses({
         "typing": ("global K 1 -> 2",), "llvm": ("typing input changed",),
         "ptx": ("llvm input changed", "reused if llvm rebuilds to the same bytes"),
-        "cubin": ("ptx input changed", note)}) == [
+        "cubin": ("ptx input changed", note)}, {"ptx": "llvm", "cubin": "ptx"}) == [
         "typing misses: global K 1 -> 2",
         "llvm misses: typing input changed; ptx and cubin reused if llvm rebuilds to the same bytes"]
-    # a stage that misses for its own reasons too is not folded in; nor a note with no miss before it
+    # a stage that misses for its own reasons too is not folded in; nor one with no miss before it
     assert predicted_misses({"llvm": ("entry was evicted or cleared",),
-                             "ptx": ("llvm input changed", "opt 3 -> 2"), "cubin": ("ptx input changed", note)}) == [
+                             "ptx": ("llvm input changed", "opt 3 -> 2"), "cubin": ("ptx input changed", note)},
+                            {"cubin": "ptx"}) == [
         "llvm misses: entry was evicted or cleared",
         "ptx misses: llvm input changed; opt 3 -> 2; cubin reused if ptx rebuilds to the same bytes"]
-    assert predicted_misses({"cubin": ("ptx input changed", note)}) == [
+    assert predicted_misses({"cubin": ("ptx input changed", note)}, {"cubin": "ptx"}) == [
         "cubin misses: ptx input changed; reused if ptx rebuilds to the same bytes"]
+    # words alone join nothing
+    assert predicted_misses({"ptx": ("fastmath False -> True",), "cubin": ("ptx input changed", note)}, {}) == [
+        "ptx misses: fastmath False -> True", "cubin misses: ptx input changed; " + note]

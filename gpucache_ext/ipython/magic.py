@@ -26,11 +26,11 @@ from IPython.display import display
 from traitlets import Bool, Unicode, default
 
 from ..defaults import default_cache
-from ..config import LAYERS, STAGES, CompileConfig, Targets
+from ..config import LAYERS, CompileConfig, Targets
 from ..device import default_sm
 from ..errors import ConfigError
 from ..kernel import Kernel, gpu_available
-from ..queries import compare_entries, find_entry, resource_moves, resource_rows
+from ..queries import compare_entries, find_entry, resource_moves, resource_rows, reused_note
 from ..results import FatbinResult, short_signature
 from ..stages import normalize_signature
 from .cell import run_cell
@@ -312,7 +312,7 @@ def explain_kernel(kernel: Kernel) -> str:
             shown = f"({short_signature(argtypes)[1:-1]})" + ("" if sm is None else f" sm_{sm}")
             if not misses:
                 lines.append(f"  {shown}: every stage hits")
-            lines += [f"  {shown}: {line}" for line in predicted_misses(misses)]
+            lines += [f"  {shown}: {line}" for line in predicted_misses(misses, predicted.reused_if)]
     from ..widgets.render import resource_moves_text  # (the widgets package imports ipywidgets)
 
     moves = resource_moves_text(kernel_moves(kernel))
@@ -332,25 +332,19 @@ def kernel_moves(kernel: Kernel):
     return resource_moves([row for row in rows if row.source in sources] if sources else rows)
 
 
-_REUSED_IF = "reused if "  # how a prediction notes a stage found if the one before rebuilds to the same bytes
-
-
-def predicted_misses(misses) -> List[str]:
+def predicted_misses(misses, reused_if) -> List[str]:
     """A line per stage that would miss (`KernelCache.explain(...).misses`):
     "ptx misses: opt 3 -> 2".  A stage that would miss only because the one
-    before it does, and is noted as reused if that one rebuilds to the same
-    bytes, joins that one's line: "llvm misses: entry was evicted or cleared;
-    ptx and cubin reused if llvm rebuilds to the same bytes"."""
+    before it does (``explain(...).reused_if``: stage -> that stage), and is
+    found again if that one rebuilds to the same bytes, joins that one's
+    line: "llvm misses: entry was evicted or cleared; ptx and cubin reused if
+    llvm rebuilds to the same bytes"."""
     heads: Dict[str, List[str]] = {}  # a stage that misses on its own -> the stages reused with it
-    notes: Dict[str, str] = {}  # such a stage -> the note of the first stage reused with it
     head_of: Dict[str, str] = {}
-    for stage, reasons in misses.items():
-        upstream = STAGES[STAGES.index(stage) - 1] if stage != STAGES[0] else None
-        note = next((r for r in reasons if r.startswith(_REUSED_IF)), None)
-        head = head_of.get(upstream) if upstream is not None else None
-        if note is not None and head is not None and list(reasons) == [f"{upstream} input changed", note]:
+    for stage in misses:
+        head = head_of.get(reused_if.get(stage, ""))
+        if head is not None:
             heads[head].append(stage)
-            notes.setdefault(head, note)
             head_of[stage] = head
         else:
             heads[stage] = []
@@ -359,6 +353,6 @@ def predicted_misses(misses) -> List[str]:
     for stage, reused in heads.items():
         line = f"{stage} misses: {'; '.join(misses[stage])}"
         if reused:
-            line += f"; {and_join(reused)} {notes[stage]}"
+            line += f"; {and_join(reused)} {reused_note(stage)}"
         lines.append(line)
     return lines
