@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from .config import FIELD_STAGES, STAGES, CompileConfig
 from .defaults import configure_default_cache, current_session, default_cache
-from .errors import CompileError, ConfigError, GpuCacheError, UnsupportedKernelError
+from .errors import (CompileError, ConfigError, DisplayWarning, GpuCacheError, GpuCacheWarning, SecurityWarning,
+                     TierWarning, UnsupportedKernelError)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time, `__getattr__` below
     from .audit import AuditWarning
@@ -87,6 +88,7 @@ __all__ = [
     "CacheStats", "StageStats", "TierStats", "EntryInfo", "Kernel", "LaunchError", "jit",
     "default_cache", "configure_default_cache", "current_session", "inspector",
     "FIELD_STAGES", "STAGES",
-    "GpuCacheError", "ConfigError", "CompileError", "UnsupportedKernelError", "AuditWarning",
+    "GpuCacheError", "ConfigError", "CompileError", "UnsupportedKernelError",
+    "GpuCacheWarning", "AuditWarning", "SecurityWarning", "TierWarning", "DisplayWarning",
 ]
 __version__ = "0.1.0"

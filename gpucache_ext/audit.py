@@ -48,13 +48,14 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
+from .errors import GpuCacheWarning
 from .tokens import short_token
 
 AUDITED_STAGES = ("llvm", "ptx", "cubin")  # typed IR has no bytes to compare
 log = logging.getLogger(__name__)
 
 
-class AuditWarning(UserWarning):
+class AuditWarning(GpuCacheWarning):
     """A cache hit differed from a fresh compile of the same inputs."""
 
 

@@ -45,7 +45,7 @@ from filelock import FileLock, Timeout
 
 from .codec import (FORMAT_VERSION, OK, PERSISTENT_STAGES, PREVIOUS_SECRET, BadEntry, check_stored, decode, encode,
                     header_entry)
-from .errors import SecurityWarning
+from .errors import SecurityWarning, TierWarning
 from .fsutil import write_atomically
 from .signing import HEAD_BYTES, Keyring, accepted, signature_length, strip
 from .tiers import Entry, Lookup, Tier
@@ -289,7 +289,7 @@ class DiskTier(Tier):
                 self._clean_temporaries()
         except (Timeout, OSError) as exc:
             warnings.warn(f"gpucache_ext: could not prune the disk cache at {self.directory}: {exc}",
-                          RuntimeWarning, stacklevel=2)
+                          TierWarning, stacklevel=2)
         self._sizes = None
         return removed, freed
 
@@ -358,7 +358,7 @@ class DiskTier(Tier):
         warnings.warn(
             f"gpucache_ext: cannot write to the disk cache at {self.directory} ({exc.strerror or exc}); "
             "going on with the memory cache only. Free space, fix permissions or set GPUCACHE_DIR.",
-            RuntimeWarning, stacklevel=3)
+            TierWarning, stacklevel=3)
 
     def _sizes_by_stage(self) -> Dict[str, List[int]]:
         with self._lock:

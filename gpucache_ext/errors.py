@@ -41,6 +41,26 @@ class UnsupportedKernelError(GpuCacheError):
     """The kernel uses a feature the staged pipeline cannot cache soundly."""
 
 
-class SecurityWarning(UserWarning):
+class GpuCacheWarning(UserWarning):
+    """Base class of the warnings gpucache_ext gives: what a user must see.
+
+    Diagnostics go to the ``gpucache_ext`` logger (stdlib `logging`) instead.
+    The categories below tell apart what can be acted on; to silence them
+    all: ``warnings.filterwarnings("ignore", category=GpuCacheWarning)``."""
+
+
+class SecurityWarning(GpuCacheWarning):
     """A cache tier that others could plant machine code in: a shared tier
     without a secret (then not used), or a cache folder other users can write to."""
+
+
+class TierWarning(GpuCacheWarning, RuntimeWarning):
+    """A persistent tier the cache goes on without for now: a shared server
+    that does not answer, a disk folder it cannot write to or prune.  Compiles
+    go on from the other tiers (nothing stale is served); the message says
+    the fix."""
+
+
+class DisplayWarning(GpuCacheWarning):
+    """A view (the inspector, a report) could not be updated; the cell and
+    the cache are unaffected."""

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from . import settings
 from .codec import PERSISTENT_STAGES, FORMAT_VERSION, BadEntry, decode, encode, header_entry
-from .errors import GpuCacheError
+from .errors import GpuCacheError, TierWarning
 from .signing import HEAD_BYTES, Keyring, Rejected
 from .tiers import Entry, Lookup, Tier
 
@@ -142,7 +142,7 @@ class RedisTier(Tier):
                 warnings.warn(
                     f"gpucache_ext: the shared cache at {display_url(self.url)} is not answering ({exc}); going on "
                     f"with the local tiers and trying again every {self.retry_after:g} s",
-                    RuntimeWarning, stacklevel=3)
+                    TierWarning, stacklevel=3)
             return default
 
     # -- Tier interface ------------------------------------------------------

@@ -90,3 +90,27 @@ def test_no_exception_is_swallowed_silently():
                 if not handled:
                     silent.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert silent == [], "except Exception that says nothing: " + ", ".join(silent)
+
+
+def test_every_warning_has_a_category_of_the_package():
+    """What users must see is a `GpuCacheWarning` subclass (security, tiers,
+    audits, displays), so it can be filtered or made an error by category;
+    diagnostics go to the logger.  Deprecations stay DeprecationWarnings."""
+    import ast
+
+    import gpucache_ext
+    from gpucache_ext import errors
+
+    categories = {name for name in dir(errors) if name.endswith("Warning")} | {"AuditWarning"}
+    assert all(issubclass(getattr(gpucache_ext, name), gpucache_ext.GpuCacheWarning) for name in categories)
+    found, wrong = 0, []
+    for path in sorted((ROOT / "gpucache_ext").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "warnings.warn":
+                found += 1
+                given = [ast.unparse(arg) for arg in node.args[1:2]] + \
+                    [ast.unparse(kw.value) for kw in node.keywords if kw.arg == "category"]
+                if not given or given[0] not in categories | {"DeprecationWarning"}:
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} ({given[0] if given else 'no category'})")
+    assert found >= 8  # the calls were read
+    assert wrong == [], "warnings without a gpucache_ext category: " + ", ".join(wrong)

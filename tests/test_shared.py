@@ -9,6 +9,8 @@ import warnings
 
 import pytest
 
+import gpucache_ext
+
 from gpucache_ext import CompileConfig, KernelCache
 from gpucache_ext.shared import RedisTier
 
@@ -48,6 +50,8 @@ def test_redis_stopped_mid_session_warns_once_and_local_tiers_go_on(redis_server
         again = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
     messages = [str(w.message) for w in caught if "shared cache" in str(w.message)]
     assert len(messages) == 1 and "not answering" in messages[0]
+    # what a user must see has its own category, to filter or to turn into an error
+    assert [str(w.message) for w in caught if issubclass(w.category, gpucache_ext.TierWarning)] == messages
     assert again.hit and all(r.cubin for r in results)
     assert elapsed < 20  # bounded timeouts, then the tier stays out of the way
     fresh = KernelCache().compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=90))

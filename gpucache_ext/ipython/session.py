@@ -177,8 +177,10 @@ class Session:
                 self._warned = True
                 import warnings
 
+                from ..errors import DisplayWarning
+
                 warnings.warn(f"gpucache_ext inspector: could not update after the cell: {exc!r}",
-                              stacklevel=2)
+                              DisplayWarning, stacklevel=2)
 
     def _open_inspectors(self):
         for widget in list(self.inspectors):
