@@ -650,7 +650,7 @@ def test_chart_labels_do_not_overlap(lab):
     """The chart's texts (legend, stage names, cell labels) laid out in Chromium:
     no two boxes overlap and none leaves the chart, in the inspector after the
     quickstart at every width, and for few and many cells with long labels."""
-    from gpucache_ext.widgets.render import STYLE, chart_svg
+    from gpucache_ext.views import STYLE, chart_svg
 
     page = lab.page
     for width in WIDTHS:
@@ -749,7 +749,7 @@ def test_per_architecture_resources_in_the_inspector_screenshot(lab, tmp_path, c
     compile's own.  Written to docs/ with GPUCACHE_UPDATE_DOCS=1."""
     from gpucache_ext import CompileConfig, KernelCache, samples
     from gpucache_ext.widgets import Inspector
-    from gpucache_ext.widgets.render import STYLE
+    from gpucache_ext.views import STYLE
 
     matmul = samples.load(samples.MATMUL)["matmul"]
     cache = KernelCache()

@@ -211,7 +211,7 @@ def test_stats_and_the_inspector_count_the_hits_cut_off_per_stage(ip):
 
 def test_summary_renders_the_cut_off_column_from_stats_alone():
     from gpucache_ext.results import CacheStats, StageStats, TierStats
-    from gpucache_ext.widgets.render import StatsView
+    from gpucache_ext.views import StatsView
 
     def stage(hits, misses, cutoffs):
         return StageStats(hits=hits, misses=misses, not_needed=0, cutoffs=cutoffs, entries=misses, bytes=1024 * misses,

@@ -32,7 +32,10 @@ def test_the_core_imports_no_ipython():
     import subprocess
     import sys
 
-    core = ["cache", "queries", "results", "units", "kernel", "audit", "cli", "disk", "shared", "config"]
+    # every module outside the IPython and widget layers
+    core = sorted(path.stem for path in (ROOT / "gpucache_ext").glob("*.py")
+                  if path.stem not in ("__init__", "__main__"))
+    assert {"cache", "queries", "views", "kernel", "cli"} <= set(core)
     code = ("import sys\n" + "".join(f"import gpucache_ext.{name}\n" for name in core)
             + "print(sorted(m for m in ('IPython', 'ipywidgets', 'traitlets') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -43,6 +46,34 @@ def test_the_core_imports_no_ipython():
                             "print('IPython' in sys.modules)"], capture_output=True, text=True,
                            check=True, timeout=300).stdout
     assert shown.strip() == "True"
+
+
+def test_the_text_report_imports_no_ipywidgets():
+    """A cell's text report (a multi-target kernel, with its per-architecture
+    resources and a tier's security line) and ``%gpucache explain``'s
+    resource moves render without ipywidgets: only the inspector needs it."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from gpucache_ext import CompileConfig, KernelCache
+from gpucache_ext.ipython.report import CellReport
+from gpucache_ext.queries import resource_moves, resource_rows
+from gpucache_ext.views import resource_moves_text
+from tests import kernels
+cache = KernelCache(audit=False)
+results = [cache.compile_fatbin(kernels.axpy, kernels.AXPY_SIG, CompileConfig(), sms=(80, 86)),
+           cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86, max_registers=32))]
+text = repr(CellReport(results, explain=True, tiers=cache.tier_info(),
+                       refused={"disk": {"unsigned": 2}}))
+moves = resource_moves_text(resource_moves(resource_rows(cache, results[0].kernel)))
+print("per architecture" in text, "refused in this cell" in text, bool(moves))
+print(sorted(m for m in ("ipywidgets", "IPython") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=600, cwd=ROOT).stdout.splitlines()
+    assert out[-2:] == ["True True True", "[]"]
 
 
 def _module_graph():

@@ -13,7 +13,7 @@ from gpucache_ext import KernelCache, samples
 from gpucache_ext.config import CompileConfig
 from gpucache_ext.queries import ResourceMove, ResourceRow, resource_moves, resource_rows
 from gpucache_ext.results import parse_resources
-from gpucache_ext.widgets.render import (resource_moves_html, resource_moves_text, resource_variants_html,
+from gpucache_ext.views import (resource_moves_html, resource_moves_text, resource_variants_html,
                                          resources_table_html, resources_table_text)
 
 HEAVY_SIG = "void(float32[:], float32[:], float32[:])"

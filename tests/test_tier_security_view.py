@@ -14,7 +14,7 @@ import pytest
 import gpucache_ext
 from gpucache_ext import CompileConfig, KernelCache, samples
 from gpucache_ext.errors import SecurityWarning
-from gpucache_ext.widgets.render import tier_rows, tier_security_html, tier_security_text
+from gpucache_ext.views import tier_rows, tier_security_html, tier_security_text
 
 from . import kernels
 

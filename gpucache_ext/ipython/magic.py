@@ -313,7 +313,7 @@ def explain_kernel(kernel: Kernel) -> str:
             if not misses:
                 lines.append(f"  {shown}: every stage hits")
             lines += [f"  {shown}: {line}" for line in predicted_misses(misses, predicted.reused_if)]
-    from ..widgets.render import resource_moves_text  # (the widgets package imports ipywidgets)
+    from ..views import resource_moves_text
 
     moves = resource_moves_text(kernel_moves(kernel))
     if moves:

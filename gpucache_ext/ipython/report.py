@@ -177,7 +177,7 @@ class CellReport:
         """The tiers whose hits are marked unsigned, with what to know and do about them."""
         if not self.tiers:
             return {}
-        from ..widgets.render import tier_rows
+        from ..views import tier_rows
 
         return {row["tier"]: row["note"] for row in tier_rows(self.tiers) if row["shown"] == "UNSIGNED"}
 
@@ -189,7 +189,7 @@ class CellReport:
                     if done.outcome is Outcome.HIT}
         lines = [f"{tier} tier is unsigned: {note}" for tier, note in unsigned.items() if tier in hit_from]
         if self.refused:
-            from ..widgets.render import entries_phrase, refusals_text
+            from ..views import entries_phrase, refusals_text
 
             lines.append("refused in this cell (not used): " + "; ".join(
                 f"{entries_phrase(sum(reasons.values()))} of the {tier} tier, {refusals_text(reasons)}"
@@ -207,7 +207,7 @@ class CellReport:
                        [ResourceRow.from_result(result.per_target[sm]) for sm in result.targets.sms])
 
     def _architectures_text(self) -> List[str]:
-        from ..widgets.render import resources_table_text
+        from ..views import resources_table_text
 
         lines = []
         for title, rows in self._per_architecture():
@@ -328,7 +328,7 @@ class CellReport:
         table = (f'{_STYLE}<table class="gpucache-report"><thead><tr>{head}</tr></thead>'
                  f'<tbody>{"".join(body)}</tbody></table>')
         for title, arch_rows in self._per_architecture():
-            from ..widgets.render import resources_table_html
+            from ..views import resources_table_html
 
             table += (f'<p class="gpucache-arch-title">{html.escape(title)}</p>'
                       + resources_table_html(arch_rows))

@@ -8,7 +8,7 @@ widget per cache.  It shows
   entries, bytes, evictions, compile time spent and saved, and the same per tier;
 * the persistent tiers: where each is, whether its entries are signed (or
   why it is not used), what it refused by reason, and entries a previous
-  secret signed (`gpucache_ext.widgets.render.tier_security_html`);
+  secret signed (`gpucache_ext.views.tier_security_html`);
 * a small chart of hits and misses per stage over the session's cells;
 * the cached entries (kernel, signature, config, stage, token, tier, size,
   age, why it was built), filtered by kernel and stage; kernels that share a
@@ -36,7 +36,7 @@ plain text and static HTML (`_repr_mimebundle_`), as `CacheSnapshot` does.
 
 The widget reads the cache (stats, entries, and the core's queries: nearest
 entry, what an entry built) and hands what it read to the pure renderers of
-`gpucache_ext.widgets.render`; it keeps no copy of any core algorithm.
+`gpucache_ext.views`; it keeps no copy of any core algorithm.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from ..units import format_seconds
 from ..sass import Sass, SassUnavailable, disassembly
 from ..history import CellHistory
 from ..tokens import short_token
-from .render import (ENTRY_COLUMNS, MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, entry_line,
+from ..views import (ENTRY_COLUMNS, MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, entry_line,
                      entry_widths, esc, short_kernel, chart_svg, compare_options, comparison_html,
                      comparison_note_html, entry_cells, entry_html, kernel_labels, resource_variants_html,
                      saved_seconds, storage_summary, summary_html, tier_security_html)
