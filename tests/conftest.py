@@ -2,13 +2,19 @@
 
 - `gpu`-marked tests skip cleanly on machines without a GPU.
 - `redis_server`: a real redis-server on loopback (tests/redis_server.py).
+- `ip`: an IPython shell with the extension loaded; `gpucache_cli`: the
+  ``gpucache`` command run in this process; `user_package`: a folder of user
+  modules on sys.path; `change_while_typing`: an edit made mid-compile.
+  (Plain helpers are in tests/helpers.py.)
 - The magic's default cache keeps no disk tier during the tests (each test
   that wants one makes it in a temporary folder), so runs do not see each
   other's entries or the user's cache; the user's shared-tier settings
   (URL, secrets, prefix) are cleared too.
 """
 
+import json
 import os
+import sys
 
 import pytest
 
@@ -81,3 +87,54 @@ def ip():
     shell.reset(new_session=False)
     shell.run_line_magic("unload_ext", "gpucache_ext")
     gpucache_ext._default_cache = None
+
+
+@pytest.fixture
+def gpucache_cli(capsys):
+    """gpucache_cli(*args, expect=0): the ``gpucache`` command run in this
+    process (`cli.main`), its exit status checked and no traceback printed;
+    returns (stdout, stderr), or the JSON it printed with --json."""
+    from gpucache_ext import cli
+
+    def run(*args, expect=0):
+        status = cli.main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        assert status == expect, out + err
+        assert "Traceback" not in out + err
+        return json.loads(out) if "--json" in args else (out, err)
+    return run
+
+
+@pytest.fixture
+def user_package(tmp_path, monkeypatch):
+    """A folder on sys.path for user modules; modules imported from it are
+    dropped from sys.modules afterwards (restoring any library they shadowed)."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    saved = dict(sys.modules)
+    importlib.invalidate_caches()
+    yield tmp_path
+    for name in list(sys.modules):
+        if name not in saved:
+            del sys.modules[name]
+    sys.modules.update(saved)
+
+
+@pytest.fixture
+def change_while_typing(monkeypatch):
+    """Make `change()` run after the next compile hashed what the kernel
+    reads and before it is typed: what another thread writing at that
+    moment would do."""
+    from gpucache_ext import cache as cache_module
+
+    pending = []
+    original = cache_module._Plan._run_typing
+
+    def run_typing(plan):
+        while pending:
+            pending.pop(0)()
+        return original(plan)
+
+    monkeypatch.setattr(cache_module._Plan, "_run_typing", run_typing)
+    return pending.append

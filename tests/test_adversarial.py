@@ -7,7 +7,7 @@ kernel compiles, cells rebound mid-compile, numba's settings set directly on
 its config module, argument types whose printed names agree.  Each compiles
 through a long-lived cache and must equal a compile of the same final state
 in a new cache (and, where the change matters, differ from the first).
-`tests/test_hermetic.py` holds the issue's own cases and the fixtures.
+`tests/test_hermetic.py` holds the issue's own cases; conftest.py and helpers.py the fixtures and helpers.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ import pytest
 from numba import cuda
 from numba.cuda.typing.typeof import typeof
 
-from gpucache_ext import KernelCache
+from gpucache_ext import CompileConfig, KernelCache
 
 from .files import write_source
-from .test_hermetic import F64, READ_K, SM80, change_while_typing, reading  # noqa: F401
-from .test_staleness import artifacts, assert_fresh, fresh, user_package  # noqa: F401
+from .helpers import READ_K, artifacts, assert_fresh, fresh, reading
 
+SM80 = CompileConfig(sm=80)
+F64 = "void(float64[:])"
 I64 = "void(int64[:])"
 
 
@@ -90,7 +91,7 @@ def test_a_float32_global_nan_payload():
 # What a compile reads, changed while it compiles (after it was hashed)
 
 
-def test_a_closure_cell_rebound_during_the_compile(change_while_typing):  # noqa: F811
+def test_a_closure_cell_rebound_during_the_compile(change_while_typing):
     cache = KernelCache()
     ns, _ = reading("def make():\n    K = 2.0\n    def kernel(r):\n        r[0] = K\n"
                     "    def set_k(v):\n        nonlocal K\n        K = v\n    return kernel, set_k\n", name="make")
@@ -103,7 +104,7 @@ def test_a_closure_cell_rebound_during_the_compile(change_while_typing):  # noqa
     assert_fresh(cache, kernel, F64, SM80, differs_from=during)
 
 
-def test_the_kernels_qualified_name_reassigned_during_the_compile(change_while_typing):  # noqa: F811
+def test_the_kernels_qualified_name_reassigned_during_the_compile(change_while_typing):
     """The name reaches the symbol in the PTX: read once, like the rest."""
     cache = KernelCache()
     _, kernel = reading("def kernel(r):\n    r[0] = 1.0\n")
@@ -114,7 +115,7 @@ def test_the_kernels_qualified_name_reassigned_during_the_compile(change_while_t
     assert_fresh(cache, kernel, F64, SM80)  # now under the new name
 
 
-def test_a_device_functions_options_changed_during_the_compile(change_while_typing):  # noqa: F811
+def test_a_device_functions_options_changed_during_the_compile(change_while_typing):
     cache = KernelCache()
     ns, kernel = reading("@cuda.jit(device=True)\ndef helper(x):\n    return x / 3.0\n\n"
                          "def kernel(r):\n    r[0] = helper(r[0])\n")
@@ -127,7 +128,7 @@ def test_a_device_functions_options_changed_during_the_compile(change_while_typi
     assert_fresh(cache, kernel, F64, SM80, differs_from=during)
 
 
-def test_a_global_device_function_rebound_during_the_compile(change_while_typing):  # noqa: F811
+def test_a_global_device_function_rebound_during_the_compile(change_while_typing):
     cache = KernelCache()
     ns, kernel = reading("@cuda.jit(device=True)\ndef double(x):\n    return x * 2.0\n\n"
                          "@cuda.jit(device=True)\ndef triple(x):\n    return x * 3.0\n\n"
@@ -140,7 +141,7 @@ def test_a_global_device_function_rebound_during_the_compile(change_while_typing
     assert_fresh(cache, kernel, F64, SM80, differs_from=during)
 
 
-def test_an_enum_class_rebound_during_the_compile(change_while_typing):  # noqa: F811
+def test_an_enum_class_rebound_during_the_compile(change_while_typing):
     cache = KernelCache()
     ns, kernel = reading("import enum\nclass Shade(enum.IntEnum):\n    K = 3\nclass Other(enum.IntEnum):\n"
                          "    K = 7\n\ndef kernel(r):\n    r[0] = Shade.K\n")
@@ -154,7 +155,7 @@ def test_an_enum_class_rebound_during_the_compile(change_while_typing):  # noqa:
     assert after.ptx != during.ptx
 
 
-def test_a_submodule_attribute_changed_during_the_compile(user_package, change_while_typing):  # noqa: F811
+def test_a_submodule_attribute_changed_during_the_compile(user_package, change_while_typing):
     write_source(user_package / "knobpkg" / "__init__.py", "")
     write_source(user_package / "knobpkg" / "inner.py", "K = 2.0\n")
     import knobpkg.inner
@@ -167,7 +168,7 @@ def test_a_submodule_attribute_changed_during_the_compile(user_package, change_w
     assert artifacts(cache.compile(kernel, F64, SM80)) == artifacts(during) == fresh(kernel, F64, SM80)
 
 
-def test_a_module_array_written_during_the_compile(user_package, change_while_typing):  # noqa: F811
+def test_a_module_array_written_during_the_compile(user_package, change_while_typing):
     write_source(user_package / "tables.py", "import numpy as np\nT = np.array([1.0, 2.0, 3.0])\n")
     import tables
 
@@ -179,7 +180,7 @@ def test_a_module_array_written_during_the_compile(user_package, change_while_ty
     assert cache.compile(kernel, F64, SM80).hit
 
 
-def test_numbas_settings_set_on_its_config_during_the_compile(monkeypatch, change_while_typing):  # noqa: F811
+def test_numbas_settings_set_on_its_config_during_the_compile(monkeypatch, change_while_typing):
     """numba reads its settings from its config module as it lowers; one set
     there directly (not through the environment) mid-compile is seen."""
     from numba.cuda.core import config

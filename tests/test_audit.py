@@ -6,12 +6,10 @@ another compile.  Only recompiling can tell.
 """
 
 import dataclasses
+import functools
 import json
 import re
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,9 +18,8 @@ from gpucache_ext import AuditWarning, CompileConfig, KernelCache
 from gpucache_ext.audit import AuditPolicy, parse_audit
 from gpucache_ext.disk import DiskTier
 
-from . import kernels
+from . import helpers, kernels
 
-ROOT = Path(__file__).resolve().parent.parent
 SM80 = CompileConfig(sm=80)
 
 
@@ -138,11 +135,7 @@ def test_audit_from_the_environment(monkeypatch):
         KernelCache.from_environment()
 
 
-def gpucache(*args, expect=0):
-    done = subprocess.run([sys.executable, "-m", "gpucache_ext", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == expect, done.stdout + done.stderr
-    return done
+gpucache = functools.partial(helpers.gpucache, timeout=300)  # verify --recompile compiles
 
 
 @pytest.mark.slow
@@ -274,7 +267,7 @@ def test_by_default_a_planted_disk_entry_is_caught_evicted_and_replaced(planted)
 def test_an_audit_compiles_the_snapshot_its_hit_was_hashed_from(tmp_path):
     """An edit made between the hit and its background audit is no mismatch:
     the audit compiles what the hit's token hashed, not the kernel as it is."""
-    from .test_cache import notebook_namespace, run_cell
+    from .helpers import notebook_namespace, run_cell
 
     ns = notebook_namespace()
     run_cell(ns, "def kernel(r):\n    r[0] = K\n")

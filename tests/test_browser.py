@@ -11,7 +11,9 @@ imports this checkout) and the browser, runs the notebook, and stops both, and
 the kernel, however the tests end.  The tests share that page, in file order:
 the ones that only read it first, then those that act (evict, change the
 theme).  Every wait has a timeout.  Screenshots go to the fixture's folder;
-failures print the path of a screenshot of the page.
+failures print the path of a screenshot of the page.  Those tests are `slow`;
+the quick smoke test draws the inspector's static snapshot in Chromium
+without JupyterLab.
 """
 
 import contextlib
@@ -21,7 +23,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,9 +33,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from .helpers import CHROMIUM, cell, free_port, require_chromium
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "quickstart.ipynb"
-CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -44,21 +46,7 @@ PAGE_S = 90
 RUN_ALL_S = 240
 ACTION_S = 60
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # a real JupyterLab and Chromium
-
-
-def _require_chromium():
-    if CHROMIUM.exists():
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"CI is set and {CHROMIUM} is missing: install it with apt-get install -y chromium")
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium); this test runs in CI")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+pytestmark = pytest.mark.timeout(600)
 
 
 def _children(pid: int):
@@ -98,7 +86,7 @@ class JupyterLab:
         shutil.copy(NOTEBOOK, self.root / NOTEBOOK.name)
         settings = workdir / "settings"
         self._settings(settings)
-        self.port = _free_port()
+        self.port = free_port()
         self.token = secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "jupyterlab.log"
@@ -377,7 +365,7 @@ def _shot_on_failure(page, folder: Path, name: str):
 def lab(tmp_path_factory):
     """JupyterLab with notebooks/quickstart.ipynb run top to bottom, in Chromium;
     shared by this module's tests, in order (the last ones act on the cache)."""
-    _require_chromium()
+    require_chromium()
     from playwright.sync_api import sync_playwright  # a test dependency: missing it fails
 
     workdir = tmp_path_factory.mktemp("jupyterlab")
@@ -427,6 +415,70 @@ def _reported(row, stage):
     return (int(shown.startswith("hit")), int(shown.startswith("MISS")))
 
 
+AXPY = """
+from numba import cuda
+
+@cuda.jit("void(float32[:], float32, float32[:], float32[:])")
+def axpy(r, a, x, y):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = a * x[i] + y[i]
+"""
+
+# The same measures in the static snapshot: its box and its summary table.
+SNAPSHOT_NUMBERS = INSPECTOR_NUMBERS.replace(".gpucache-inspector .gpucache-summary td",
+                                             ".gpucache-static .gpucache-summary-table td")
+SNAPSHOT_CONTRAST = CONTRAST.replace(".gpucache-inspector", ".gpucache-static").replace(
+    ".gpucache-summary td", ".gpucache-summary-table td")
+
+
+@pytest.mark.timeout(180)
+def test_the_inspectors_snapshot_in_chromium(ip, tmp_path):
+    """The quick smoke test (no JupyterLab): three %%gpukernel cells, then the
+    inspector's static snapshot (its HTML where widgets do not run) drawn by
+    Chromium: the summary shows the cache's numbers, the chart has a bar per
+    hit and miss and no two of its texts overlap, the text is readable."""
+    require_chromium()
+    from playwright.sync_api import sync_playwright  # a test dependency: missing it fails
+
+    import gpucache_ext
+
+    for line in ("--sm 80", "--sm 80", "--sm 86"):  # all miss; all hit; ptx and cubin miss
+        cell(ip, line, AXPY, quiet=True, store_history=True)
+    inspector = gpucache_ext.inspector()
+    stats = inspector.cache.stats()
+    snapshot = inspector.snapshot().html()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
+                                             timeout=60_000)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1600})
+            errors = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            with _shot_on_failure(page, tmp_path, "snapshot"):
+                page.set_content(f"<!doctype html><html><head><meta charset='utf-8'></head><body>{snapshot}"
+                                 "</body></html>", timeout=ACTION_S * 1000)
+                page.evaluate(SETTLED)
+                shown = _numbers(page.evaluate(SNAPSHOT_NUMBERS))
+                assert {s: shown[(s, None, "misses")]["text"] for s in STAGE_NAMES} == \
+                    {"typing": "1", "llvm": "1", "ptx": "2", "cubin": "2"}
+                for stage in STAGE_NAMES:
+                    for field in ("hits", "misses", "entries"):
+                        assert shown[(stage, None, field)]["value"] == str(stats[stage][field]), (stage, field)
+                chart = "svg.gpucache-chart"
+                assert page.locator(f"{chart} rect.gpucache-bar-miss").count() >= 4
+                assert page.locator(f"{chart} rect.gpucache-bar-hit").count() >= 4
+                found = page.evaluate(CHART_TEXTS, chart)
+                assert {"typing", "llvm", "ptx", "cubin"} <= {t["text"] for t in found["texts"]}
+                _assert_no_overlap(found, "the snapshot's chart")
+                readable = page.evaluate(SNAPSHOT_CONTRAST)
+                assert readable["ratio"] >= 4.5, readable
+                assert errors == []
+        finally:
+            browser.close()
+
+
+@pytest.mark.slow
 def test_quickstart_inspector_at_1200_px_screenshot_with_checked_numbers(lab, capsys):
     """docs/inspector-1200.png and docs/inspector-1200.md: the inspector after the
     quickstart at a 1200 px wide viewport, its numbers checked against what the
@@ -537,6 +589,7 @@ def test_quickstart_inspector_at_1200_px_screenshot_with_checked_numbers(lab, ca
         print(f"\n{text}\nscreenshot: {shot}")
 
 
+@pytest.mark.slow
 def test_inspector_shows_the_kernels_numbers(lab):
     page = lab.page
     with _shot_on_failure(page, lab.folder, "numbers"):
@@ -590,6 +643,7 @@ STICKING_OUT = """() => {
 }"""
 
 
+@pytest.mark.slow
 def test_entries_list_columns_all_reachable_from_1000_to_1400_px(lab):
     page = lab.page
     for width in WIDTHS:
@@ -646,6 +700,7 @@ def _points(labels, seed=0):
             for i, label in enumerate(labels)]
 
 
+@pytest.mark.slow
 def test_chart_labels_do_not_overlap(lab):
     """The chart's texts (legend, stage names, cell labels) laid out in Chromium:
     no two boxes overlap and none leaves the chart, in the inspector after the
@@ -691,6 +746,7 @@ def _row_key(label):
     return re.search(r" (typing|llvm|ptx|cubin) +([0-9a-f]{8}) ", label.replace("\u00a0", " ")).groups()
 
 
+@pytest.mark.slow
 def test_evict_in_the_browser_updates_at_once_and_keeps_the_place(lab):
     page = lab.page
     with _shot_on_failure(page, lab.folder, "evict"):
@@ -723,6 +779,7 @@ def test_evict_in_the_browser_updates_at_once_and_keeps_the_place(lab):
                          timeout=ACTION_S * 1000)
 
 
+@pytest.mark.slow
 def test_dark_theme_is_readable(lab):
     page = lab.page
     with _shot_on_failure(page, lab.folder, "dark"):
@@ -741,6 +798,7 @@ def test_dark_theme_is_readable(lab):
         print(f"\nscreenshots: {lab.folder}")
 
 
+@pytest.mark.slow
 def test_per_architecture_resources_in_the_inspector_screenshot(lab, tmp_path, capsys):
     """docs/inspector-fatbin.png: the inspector's entry view of a 4-target
     kernel's fatbin (what it holds, each architecture's resources side by

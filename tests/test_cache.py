@@ -4,7 +4,6 @@ functions from elsewhere, explanations, bounds, errors and threads."""
 import dataclasses
 import gc
 import json
-import textwrap
 import threading
 
 import numpy as np
@@ -13,18 +12,7 @@ import pytest
 from gpucache_ext import STAGES, CompileConfig, CompileError, KernelCache, Outcome, UnsupportedKernelError
 
 from . import kernels
-
-
-def notebook_namespace():
-    """A fresh namespace standing in for a notebook's user namespace."""
-    from numba import cuda
-
-    return {"cuda": cuda, "__name__": "__main__"}
-
-
-def run_cell(namespace, source, filename="<cell>", first_line=1):
-    code = compile("\n" * (first_line - 1) + textwrap.dedent(source), filename, "exec")
-    exec(code, namespace)
+from .helpers import notebook_namespace, run_cell
 
 
 def missed(result):

@@ -10,6 +10,7 @@ through nbclient (slow)."""
 
 import io
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -158,7 +159,11 @@ def test_debug_opens_at_the_failing_line_and_reaches_numbas_frames(ip, capsys, m
     monkeypatch.setattr(ip.InteractiveTB, "debugger_cls", lambda: debugger_cls(
         stdin=io.StringIO("exceptions\nexceptions 0\nq\n"), stdout=out))
     monkeypatch.setattr(ip.InteractiveTB, "pdb", None)
-    ip.run_line_magic("debug", "")
+    tracer = sys.gettrace()
+    try:
+        ip.run_line_magic("debug", "")
+    finally:  # the debugger's quit turns tracing off: give a coverage tool or debugger its tracer back
+        sys.settrace(tracer)
     session = plain(out.getvalue())
     first_stop = session.split("ipdb>")[0]
     assert re.search(r"<gpukernel-[0-9a-f]+>\(7\)bad\(\)", first_stop), session

@@ -1,7 +1,9 @@
-"""The gpucache command, run as a real subprocess on a real cache directory."""
+"""The gpucache command, run as a real subprocess on a real cache directory
+(`slow`); the quick sample at the end runs its commands in this process
+(`cli.main`) and the entry point once as a subprocess."""
 
+import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,17 +13,9 @@ import pytest
 from gpucache_ext import CompileConfig, KernelCache
 
 from . import kernels
-
-pytestmark = pytest.mark.slow  # each test runs the command as subprocesses
+from .helpers import gpucache
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def gpucache(*args, expect=0, env=None):
-    done = subprocess.run([sys.executable, "-m", "gpucache_ext", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
-    assert done.returncode == expect, done.stdout + done.stderr
-    return done
 
 
 @pytest.fixture
@@ -32,6 +26,7 @@ def filled(tmp_path):
     return tmp_path, results
 
 
+@pytest.mark.slow
 def test_stats_and_ls(filled):
     directory, results = filled
     stats = json.loads(gpucache("--dir", directory, "--json", "stats").stdout)
@@ -51,6 +46,7 @@ def test_stats_and_ls(filled):
     assert "copy" in gpucache("--dir", directory, "ls").stdout
 
 
+@pytest.mark.slow
 def test_show_prints_the_header_and_writes_the_artifact(filled, tmp_path):
     directory, results = filled
     token = results[1].stages["cubin"].token
@@ -64,6 +60,7 @@ def test_show_prints_the_header_and_writes_the_artifact(filled, tmp_path):
     assert "no entry" in gpucache("--dir", directory, "show", "abcdef0123", expect=2).stderr
 
 
+@pytest.mark.slow
 def test_verify_finds_and_fixes_damage(filled):
     directory, results = filled
     damaged = next(directory.glob(f"v1/cubin/*/{results[0].stages['cubin'].token}.entry"))
@@ -77,6 +74,7 @@ def test_verify_finds_and_fixes_damage(filled):
     assert "0 bad" in gpucache("--dir", directory, "verify").stdout
 
 
+@pytest.mark.slow
 def test_prune_and_clear(filled):
     directory, _ = filled
     before = json.loads(gpucache("--dir", directory, "--json", "stats").stdout)["bytes"]
@@ -93,6 +91,7 @@ def test_prune_and_clear(filled):
     assert json.loads(gpucache("--dir", directory, "--json", "stats").stdout)["bytes"] == 0
 
 
+@pytest.mark.slow
 def test_bad_arguments_are_clear(tmp_path):
     assert "500M" in gpucache("--dir", tmp_path, "prune", "--max-bytes", "lots", expect=2).stderr
     assert "invalid choice" in gpucache("--dir", tmp_path, "ls", "--stage", "sass", expect=2).stderr
@@ -104,6 +103,7 @@ def test_bad_arguments_are_clear(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_options_may_follow_the_command(filled):
     directory, _ = filled
     before = json.loads(gpucache("--dir", directory, "--json", "stats").stdout)
@@ -111,6 +111,7 @@ def test_options_may_follow_the_command(filled):
     assert json.loads(gpucache("--dir", directory, "ls", "--json", "--stage", "cubin").stdout)
 
 
+@pytest.mark.slow
 def test_a_missing_folder_or_a_cache_turned_off_is_an_error_not_zeros(tmp_path, monkeypatch):
     missing = gpucache("--dir", tmp_path / "nowhere", "stats", expect=2)
     assert "no cache folder at" in missing.stderr and "nowhere" in missing.stderr and not missing.stdout
@@ -125,6 +126,7 @@ def test_a_missing_folder_or_a_cache_turned_off_is_an_error_not_zeros(tmp_path, 
     assert "GPUCACHE_DIR" in gpucache("ls", expect=2).stderr
 
 
+@pytest.mark.slow
 def test_output_piped_into_a_reader_that_stops_ends_quietly(filled):
     directory, _ = filled
     # a reader that closes the pipe at once, as head does after its lines
@@ -138,12 +140,14 @@ def test_output_piped_into_a_reader_that_stops_ends_quietly(filled):
     assert "Traceback" not in writer.stderr and "BrokenPipe" not in writer.stderr
 
 
+@pytest.mark.slow
 def test_help_is_plain_words():
     for args in (["--help"], ["clear", "--help"], ["ls", "--help"]):
         text = gpucache(*args).stdout
         assert "``" not in text and "usage: gpucache" in text
 
 
+@pytest.mark.slow
 def test_one_token_length_in_the_command_the_report_and_the_inspector(filled):
     from gpucache_ext.tokens import SHORT_TOKEN_DIGITS
 
@@ -158,6 +162,7 @@ def test_one_token_length_in_the_command_the_report_and_the_inspector(filled):
     assert f"BAD cubin {shown}:" in bad
 
 
+@pytest.mark.slow
 def test_an_entrys_size_is_the_same_in_ls_show_and_the_cache(filled):
     from gpucache_ext import KernelCache
     from gpucache_ext.units import format_bytes
@@ -172,6 +177,7 @@ def test_an_entrys_size_is_the_same_in_ls_show_and_the_cache(filled):
     assert row["file_bytes"] > row["bytes"]  # the file adds the header
 
 
+@pytest.mark.slow
 def test_the_stage_option_has_one_name_and_the_old_one_still_works(tmp_path, capsys):
     from gpucache_ext import cli
 
@@ -187,6 +193,7 @@ def test_the_stage_option_has_one_name_and_the_old_one_still_works(tmp_path, cap
     assert "--stage" in shown and "--layer" not in shown
 
 
+@pytest.mark.slow
 def test_verify_signs_again_what_a_previous_secret_signed_and_removes_unsigned_entries(tmp_path):
     first = KernelCache(directory=tmp_path, secret="old").compile(kernels.copy, kernels.COPY_SIG,
                                                                   CompileConfig(sm=86))
@@ -215,3 +222,50 @@ def test_verify_signs_again_what_a_previous_secret_signed_and_removes_unsigned_e
                                                                    CompileConfig(sm=86))
     assert [result.stages[s].tier for s in ("llvm", "ptx", "cubin")] == ["disk"] * 3
     assert result.cubin == first.cubin
+
+
+# -- the quick sample: every command in this process, the entry point once ---------------
+
+
+def test_the_commands_in_this_process_and_the_entry_point(filled, gpucache_cli, tmp_path, monkeypatch):
+    directory, results = filled
+    stats = gpucache_cli("--dir", directory, "--json", "stats")
+    assert stats["stages"]["cubin"]["entries"] == 3 and stats["stages"]["llvm"]["entries"] == 2
+    assert stats["bytes"] == sum(p.stat().st_size for p in directory.glob("v1/*/*/*.entry"))
+    text, _ = gpucache_cli("stats", "--dir", directory)  # options after the command too
+    assert "cubin" in text and "total" in text and str(directory) in text
+
+    rows = gpucache_cli("--dir", directory, "--json", "ls", "--kernel", "axpy", "--stage", "cubin")
+    assert sorted(r["config"] for r in rows) == ["sm_80", "sm_86"]
+    assert {r["token"] for r in rows} == {r.stages["cubin"].token for r in results[:2]}
+    assert "copy" in gpucache_cli("--dir", directory, "ls")[0]
+
+    token = results[1].stages["cubin"].token
+    out = tmp_path / "kernel.cubin"
+    text, _ = gpucache_cli("--dir", directory, "show", token[:10], "--out", out)
+    assert token in text and "sm_86" in text and "valid     yes" in text
+    assert out.read_bytes() == results[1].cubin
+    assert "not a token" in gpucache_cli("--dir", directory, "show", "xyz", expect=2)[1]
+    a, b = (r.stages["ptx"].token for r in results[:2])
+    assert "sm_80" in gpucache_cli("--dir", directory, "diff", a[:8], b[:8], "--stage", "ptx")[0]
+
+    damaged = next(directory.glob(f"v1/cubin/*/{results[0].stages['cubin'].token}.entry"))
+    data = bytearray(damaged.read_bytes())
+    data[-1] ^= 1
+    damaged.write_bytes(bytes(data))
+    report = gpucache_cli("--dir", directory, "--json", "verify", expect=1)
+    assert report["checked"] == 8 and len(report["bad"]) == 1 and "checksum" in report["bad"][0]["problem"]
+    assert "removed" in gpucache_cli("--dir", directory, "verify", "--fix")[0] and not damaged.exists()
+
+    before = gpucache_cli("--dir", directory, "--json", "stats")["bytes"]
+    pruned = gpucache_cli("--dir", directory, "--json", "prune", "--max-bytes", before // 2)
+    assert pruned["removed"] > 0 and pruned["bytes"] <= before // 2
+    monkeypatch.setattr(sys, "stdin", io.StringIO())  # no terminal to ask on: clear needs --yes
+    assert "pass --yes to confirm" in gpucache_cli("--dir", directory, "clear", expect=2)[1]
+    assert gpucache_cli("--dir", directory, "--json", "clear", "--yes")["removed"] > 0
+    assert gpucache_cli("--dir", directory, "--json", "stats")["bytes"] == 0
+    assert "no cache folder at" in gpucache_cli("--dir", tmp_path / "nowhere", "stats", expect=2)[1]
+
+    # the installed entry point, as a user runs it (`python -m gpucache_ext`)
+    done = gpucache("--dir", directory, "ls", "--older-than", "soon", expect=2)
+    assert "7d" in done.stderr and "Traceback" not in done.stderr

@@ -2,8 +2,10 @@
 compared with numba-cuda's output (the harvest and comparison are in
 `tests/corpus.py`; ``python -m tests.corpus`` prints the full table).
 
-The default run takes a sample of modules, for sm_86; the `slow` run takes
-every module, each kernel for sm_86 and for one more target and flag set.
+The quick run (``-m "not slow"``) takes the kernels of two small modules,
+each for sm_86 and one more target; the `slow` run takes a sample of modules
+for sm_86, then every module, each kernel for sm_86 and for one more target
+and flag set.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ SAMPLE = (
     "test_cooperative_groups", "test_device_func", "test_reduction",
 )
 
+# The quick run's kernels: a numba-cuda test module and a documentation example.
+QUICK = ("numba.cuda.tests.cudapy.test_montecarlo", "numba.cuda.tests.doc_examples.test_vecadd")
+
 
 def _records(names, variants):
     wanted = [name for name in corpus.modules() if name.rsplit(".", 1)[-1] in names]
@@ -40,6 +45,14 @@ def _check(records):
     assert not wrong, "\n".join(f"{r['module']} {r['kernel']} [{r['variant']}]: {r['outcome']} {r['reason']}"
                                 for r in wrong)
     return counted
+
+
+def test_a_few_kernels_compile_to_what_numba_compiles():
+    assert set(QUICK) <= set(corpus.modules()), "a sampled module is missing from numba-cuda"
+    counted = _check(corpus.collect(QUICK, "all"))
+    assert {r["module"] for r in counted} == {name.rsplit(".", 1)[-1] for name in QUICK}
+    assert {r["variant"] for r in counted} == {"sm86", "sm75"}
+    assert all(r["outcome"] == "equivalent" for r in counted)
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ import pytest
 
 from gpucache_ext import CompileConfig, KernelCache
 
-from .test_cache import notebook_namespace, run_cell
+from .helpers import notebook_namespace, run_cell
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

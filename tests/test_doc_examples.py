@@ -24,7 +24,9 @@ import pytest
 
 from gpucache_ext import GpuCacheError
 
-pytestmark = pytest.mark.slow  # examples run on the simulator
+# Every example is `slow` (they run on the simulator); the quick run takes
+# these: one that launches and checks its numbers, one refused.
+QUICK = ("test_laplace.test_ex_laplace", "test_cpointer.test_ex_cpointer")
 
 DOC_EXAMPLES = Path(__import__("numba.cuda.tests.doc_examples", fromlist=["_"]).__file__).parent
 
@@ -44,7 +46,7 @@ SCALED = {
 
 
 # Examples refused, with what the refusal must say: hardware-only features,
-# and what the staged cache does not support yet (README, "Not supported").
+# and what the staged cache does not support yet (docs/design.md, "Not supported").
 REFUSED = {
     ("test_cpointer", "test_ex_cpointer"): "raw pointers, which need a GPU",
     # these compile (the .cu files are linked); the simulator cannot run external code
@@ -73,13 +75,29 @@ def doc_examples(scaled=True):
                            REFUSED.get((path.stem, method.name)))
 
 
-def examples():
+def examples(only=None):
     for name, path, imports, body, refusal in doc_examples():
-        yield pytest.param(path, imports, body, refusal, id=name)
+        if only is None or name in only:
+            yield pytest.param(path, imports, body, refusal, id=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path, imports, body, refusal", list(examples()))
 def test_doc_example_runs_as_a_cell(ip, path, imports, body, refusal):
+    run_as_a_cell(ip, path, imports, body, refusal)
+
+
+@pytest.mark.parametrize("path, imports, body, refusal", list(examples(QUICK)))
+def test_a_sample_of_the_doc_examples_runs_as_cells(ip, path, imports, body, refusal):
+    run_as_a_cell(ip, path, imports, body, refusal)
+
+
+def test_the_quick_sample_is_there():
+    assert sorted(name for name, *_ in doc_examples(scaled=False) if name in QUICK) == sorted(QUICK)
+
+
+def run_as_a_cell(ip, path, imports, body, refusal):
+    """Run an example's body as one %%gpukernel cell; it passes, skips itself, or is refused as `refusal` says."""
     for line in imports:  # the example module's own imports (numpy as np, override_config...)
         try:
             exec(line, ip.user_ns)

@@ -16,7 +16,7 @@ from gpucache_ext import CompileConfig, ConfigError, KernelCache
 from gpucache_ext.config import Targets
 
 from . import kernels
-from .test_persistence import run_python
+from .helpers import gpucache, run_python
 
 SIG = kernels.AXPY_SIG
 
@@ -240,8 +240,6 @@ def test_the_magic_builds_a_fatbin_from_a_list_of_targets_and_reports_each(ip, c
 
 @pytest.mark.slow
 def test_the_command_exports_shows_and_verifies_fatbins(tmp_path):
-    from .test_cli import gpucache
-
     folder = tmp_path / "cache"
     cache = KernelCache(directory=folder)
     result = cache.compile_fatbin(kernels.axpy, SIG, sms="80,86,90")

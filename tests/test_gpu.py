@@ -51,7 +51,7 @@ def test_target_newer_than_the_gpu_is_refused_with_the_sm_to_use(sm):
 def test_linked_code_runs_float16_external_cu_and_carveout(sm, tmp_path):
     """What the cubin links (numba's float16 shims, a declare_device .cu file)
     runs, and a shared-memory carveout is accepted by the driver."""
-    from .test_cache import notebook_namespace, run_cell
+    from .helpers import notebook_namespace, run_cell
 
     (tmp_path / "triple.cu").write_text(
         'extern "C" __device__ int triple(float* out, float x) { *out = 3.0f * x; return 0; }\n')

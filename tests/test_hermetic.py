@@ -24,11 +24,9 @@ from numba import cuda
 from numba.cuda.typing.typeof import typeof
 
 from gpucache_ext import CompileConfig, KernelCache, UnsupportedKernelError
-from gpucache_ext import cache as cache_module
 
 from .files import write_source
-from .test_cache import notebook_namespace, run_cell
-from .test_staleness import artifacts, assert_fresh, fresh, in_new_processes, user_package  # noqa: F401
+from .helpers import READ_K, artifacts, assert_fresh, fresh, in_new_processes, notebook_namespace, reading, run_cell
 
 SM80 = CompileConfig(sm=80)
 F64 = "void(float64[:])"
@@ -38,19 +36,6 @@ def nan_with(sign: int = 0, payload: int = 1 << 51) -> float:
     """A float64 NaN with this sign bit and mantissa (quiet bit included)."""
     bits = (sign << 63) | (0x7FF << 52) | payload
     return struct.unpack("<d", struct.pack("<Q", bits))[0]
-
-
-def reading(source, name="kernel", **globals_):
-    ns = notebook_namespace()
-    ns.update(globals_)
-    run_cell(ns, source)
-    return ns, ns[name]
-
-
-READ_K = """
-def kernel(r):
-    r[0] = K
-"""
 
 
 # ---------------------------------------------------------------------------
@@ -241,23 +226,6 @@ def test_the_working_directory_reaches_debug_info_of_cells(tmp_path, monkeypatch
 # 3. One snapshot: hashed once, typed from what was hashed
 
 
-@pytest.fixture
-def change_while_typing(monkeypatch):
-    """Make `change()` run after the next compile hashed what the kernel
-    reads and before it is typed: what another thread writing at that
-    moment would do."""
-    pending = []
-    original = cache_module._Plan._run_typing
-
-    def run_typing(plan):
-        while pending:
-            pending.pop(0)()
-        return original(plan)
-
-    monkeypatch.setattr(cache_module._Plan, "_run_typing", run_typing)
-    return pending.append
-
-
 def test_a_global_changed_during_the_compile_is_not_what_is_compiled(change_while_typing):
     cache = KernelCache()
     ns, kernel = reading(READ_K, K=2.0)
@@ -271,7 +239,7 @@ def test_a_global_changed_during_the_compile_is_not_what_is_compiled(change_whil
     assert after.ptx != during.ptx
 
 
-def test_a_module_attribute_changed_during_the_compile(user_package, change_while_typing):  # noqa: F811
+def test_a_module_attribute_changed_during_the_compile(user_package, change_while_typing):
     write_source(user_package / "knobs.py", "K = 2.0\n")
     import knobs
 
@@ -382,7 +350,7 @@ def kernel(r):
 """
 
 
-def test_module_twins_each_compile_their_own_device_function(user_package):  # noqa: F811
+def test_module_twins_each_compile_their_own_device_function(user_package):
     """Two modules of one name (a module imported again after deleting it from
     sys.modules), each with its own `d`: equal identities, two function
     objects.  A device function typed for one must never stand for the other."""
@@ -458,7 +426,7 @@ def dedent(text):
     return textwrap.dedent(text)
 
 
-def test_the_def_line_numba_parses_from_the_source_text_is_keyed(user_package):  # noqa: F811
+def test_the_def_line_numba_parses_from_the_source_text_is_keyed(user_package):
     """numba-cuda finds the line of ``def`` for debug info by parsing the
     file's text at lowering time: an edit above a function that was not
     reloaded moves it (the code object, and its line table, stay as they were)."""

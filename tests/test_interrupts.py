@@ -24,8 +24,7 @@ import pytest
 from gpucache_ext import CompileConfig, KernelCache
 from gpucache_ext.locks import _rlocks, compiler_lock
 
-from .test_cache import notebook_namespace, run_cell
-from .test_staleness import artifacts, fresh
+from .helpers import artifacts, fresh, notebook_namespace, run_cell
 
 SIG = "void(float32[:], float32[:])"
 SM80 = CompileConfig(sm=80)
@@ -66,11 +65,12 @@ class Interrupter:
         return self
 
     def run(self, fn):
+        previous = sys.gettrace()  # (a coverage tool's or a debugger's: given back afterwards)
         sys.settrace(self)
         try:
             return fn()
         finally:
-            sys.settrace(None)
+            sys.settrace(previous)
 
 
 def lock_free_for_other_threads() -> bool:

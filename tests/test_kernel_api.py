@@ -6,7 +6,7 @@ import pytest
 from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError
 from gpucache_ext.results import SassUnavailable
 
-from .test_cache import notebook_namespace, run_cell
+from .helpers import notebook_namespace, run_cell
 
 SOURCE = """
 import numpy as np

@@ -15,12 +15,16 @@ names are numbered deterministically), so image bytes and kernel names are
 compared by their order of appearance, and each image loaded is checked to
 be the cached artifact itself.  A second process that hits on disk makes
 exactly the calls of the cold one, image bytes included.
+
+All of that is `slow` (one process per way, every form compiled in each); the
+quick sample traces one form, numba's way and the magic's, on one device.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -28,7 +32,6 @@ import pytest
 from . import fakecuda
 from .launch_forms import FORMS
 
-pytestmark = pytest.mark.slow  # one process per way, every form compiled in each
 
 SCRIPT = str(Path(__file__).with_name("launch_forms.py"))
 LOADS = ("cuLibraryLoadData", "cuModuleLoadData", "cuModuleLoadDataEx")
@@ -102,11 +105,13 @@ def runs(request, tmp_path_factory):
 
 
 @pytest.mark.parametrize("mode", ["jit", "magic"])
+@pytest.mark.slow
 def test_the_same_driver_calls_as_numbas_own_dispatcher(runs, mode):
     expected, got = comparable(runs["numba"]), comparable(runs[mode])
     assert expected == got, first_difference(expected, got)
 
 
+@pytest.mark.slow
 def test_the_forms_reach_what_they_are_meant_to(runs):
     calls = runs["magic"]
     launches = [c["args"] for c in calls if c["call"].startswith("cuLaunch")]
@@ -121,6 +126,7 @@ def test_the_forms_reach_what_they_are_meant_to(runs):
 
 
 @pytest.mark.parametrize("mode", ["jit", "magic"])
+@pytest.mark.slow
 def test_what_is_loaded_is_the_cached_artifact(runs, mode):
     held = json.loads((runs["root"] / f"{mode}.json").read_text())
     handed = {sha for variant in held for sha in variant["loaded"].values()}
@@ -134,12 +140,14 @@ def test_what_is_loaded_is_the_cached_artifact(runs, mode):
         assert any(len(variant["loaded"]) > 1 for variant in held)
 
 
+@pytest.mark.slow
 def test_a_new_process_that_hits_on_disk_makes_the_same_calls(runs):
     again = traced("jit", runs["cc"], runs["root"] / "jit")
     assert again == runs["jit"], first_difference(runs["jit"], again)
 
 
 @pytest.mark.parametrize("flags, kind", [("--sm 80", "ptx"), ("--sm 80,90", "fatbin"), ("--sm 90", "cubin")])
+@pytest.mark.slow
 def test_a_pinned_target_loads_ptx_or_a_fatbin_and_launches_as_numba_does(tmp_path, flags, kind):
     """On an sm_90 GPU: the PTX of --sm 80 (the driver compiles it), the fatbin
     of --sm 80,90, the cubin of --sm 90; every other call as numba's."""
@@ -153,3 +161,21 @@ def test_a_pinned_target_loads_ptx_or_a_fatbin_and_launches_as_numba_does(tmp_pa
             call["args"].update(kind="cubin", arch=90)
             call["args"].pop("member", None)
     assert expected == got, first_difference(expected, got)
+
+
+def test_one_form_makes_the_driver_calls_of_numbas_own_dispatcher(tmp_path):
+    """The quick sample: a kernel with dynamic shared memory launched on a
+    stream and through configure(), numba's way and through %%gpukernel."""
+    forms = ("streams_shared_configure",)
+    with ThreadPoolExecutor(2) as pool:  # two processes at once
+        numba = pool.submit(traced, "numba", ("9.0",), tmp_path / "unused", forms=forms)
+        magic = pool.submit(traced, "magic", ("9.0",), tmp_path / "magic", images=tmp_path / "magic.json",
+                            forms=forms)
+        numba, magic = numba.result(), magic.result()
+    expected, got = comparable(numba), comparable(magic)
+    assert expected == got, first_difference(expected, got)
+    launches = [c["args"] for c in magic if c["call"].startswith("cuLaunch")]
+    assert len(launches) == 2 and {launch.get("shared_mem") for launch in launches} == {32 * 4, 64 * 4}
+    held = json.loads((tmp_path / "magic.json").read_text())
+    loaded = [c["args"] for c in magic if c["call"] in LOADS]
+    assert loaded and {load["sha256"] for load in loaded} <= {sha for v in held for sha in v["loaded"].values()}

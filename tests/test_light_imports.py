@@ -1,22 +1,23 @@
 """Reading cache files imports no numba: `import gpucache_ext`, the codec and
 the ``gpucache`` command's ls, stats, show and verify, each run in a fresh
 process on a folder a real compile filled (in another process), print what
-they printed before and leave numba, the CUDA libraries and IPython alone."""
+they printed before and leave numba, the CUDA libraries and IPython alone.
+The tests on the shared folder are `slow`; the quick sample runs one command
+on a folder filled in this process."""
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import struct
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # fresh processes
+from gpucache_ext import CompileConfig, KernelCache
+
+from . import kernels
+from .helpers import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,23 +67,20 @@ VERSION_ONLY = [[], ["numba_cuda", "numba_cuda._version"]]
 
 
 def run(code, *args):
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """What `code` reported (`_report`), run in a new interpreter that imports this checkout."""
+    return run_python(code, *args, env={"PYTHONPATH": str(ROOT)}, json_line=True)
 
 
-def gpucache(directory, *args, mode="fresh"):
+def command_report(directory, *args, mode="fresh"):
+    """The ``gpucache --dir directory *args`` command, run by `cli.main` in a new
+    interpreter: its status, its output and what the process imported."""
     return run(COMMAND, mode, "--dir", directory, *args)
 
 
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory):
     directory = tmp_path_factory.mktemp("filled")
-    done = subprocess.run([sys.executable, "-c", FILL, str(directory)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
+    run_python(FILL, directory, timeout=600)
     return directory
 
 
@@ -90,6 +88,7 @@ def tokens(directory, stage):
     return sorted(p.name[: -len(".entry")] for p in directory.glob(f"v1/{stage}/*/*.entry"))
 
 
+@pytest.mark.slow
 def test_import_gpucache_ext_imports_neither_numba_nor_ipython():
     seen = run(REPORT + """
 import gpucache_ext
@@ -108,6 +107,7 @@ _report(before=before, version=gpucache_ext.__version__)
     assert seen["ipython"] == [] and seen["version"]
 
 
+@pytest.mark.slow
 def test_unknown_names_are_still_attribute_errors():
     import gpucache_ext
 
@@ -118,8 +118,9 @@ def test_unknown_names_are_still_attribute_errors():
 
 @pytest.mark.parametrize("args", [("stats",), ("--json", "stats"), ("ls",), ("ls", "--stage", "ptx")],
                          ids=" ".join)
+@pytest.mark.slow
 def test_stats_and_ls_read_headers_only(filled, args):
-    fresh, before = gpucache(filled, *args), gpucache(filled, *args, mode="eager")
+    fresh, before = command_report(filled, *args), command_report(filled, *args, mode="eager")
 
     def without_ages(text):  # ls's age column moves on between the two runs
         return re.sub(r" +\d+[smhd]  ", " AGE  ", text)
@@ -128,33 +129,36 @@ def test_stats_and_ls_read_headers_only(filled, args):
     assert (fresh["numba"], fresh["numba_cuda"], fresh["ipython"], fresh["libraries"]) == ([], [], [], [])
 
 
+@pytest.mark.slow
 def test_ls_json_is_the_same(filled):
     def rows(result):
         return [{k: v for k, v in row.items() if k != "age_seconds"} for row in json.loads(result["out"])]
 
-    fresh, before = gpucache(filled, "--json", "ls"), gpucache(filled, "--json", "ls", mode="eager")
+    fresh, before = command_report(filled, "--json", "ls"), command_report(filled, "--json", "ls", mode="eager")
     assert rows(fresh) == rows(before) and len(rows(fresh)) == 8
     assert fresh["numba"] == fresh["numba_cuda"] == fresh["ipython"] == []
 
 
 @pytest.mark.parametrize("stage", ["llvm", "ptx", "cubin"])
+@pytest.mark.slow
 def test_show_imports_no_numba_and_reads_the_toolchain_from_the_memo(filled, stage):
     token = tokens(filled, stage)[0]
-    fresh, before = gpucache(filled, "show", token[:12]), gpucache(filled, "show", token[:12], mode="eager")
+    fresh, before = command_report(filled, "show", token[:12]), command_report(filled, "show", token[:12], mode="eager")
     assert fresh["status"] == 0 and "valid     yes" in fresh["out"] and fresh["out"] == before["out"]
     assert fresh["ipython"] == [] and fresh["libraries"] == [] and fresh["probes"] == {}
     assert [fresh["numba"], fresh["numba_cuda"]] in (VERSION_ONLY, [[], []])
     # --toolchain: ptx and cubin entries' toolchain too, from the memo (numba-cuda
     # says where libdevice and libcudadevrt are), loading no CUDA library
-    strict = gpucache(filled, "show", "--toolchain", token[:12])
+    strict = command_report(filled, "show", "--toolchain", token[:12])
     assert strict["status"] == 0 and "valid     yes\n" in strict["out"] + "\n"
     assert strict["libraries"] == [] and strict["probes"] == {}
 
 
+@pytest.mark.slow
 def test_verify_imports_no_numba_and_reads_the_toolchain_from_the_memo(filled):
     outputs = []
     for args in (("verify",), ("--json", "verify"), ("verify", "--toolchain"), ("--json", "verify", "--toolchain")):
-        fresh, before = gpucache(filled, *args), gpucache(filled, *args, mode="eager")
+        fresh, before = command_report(filled, *args), command_report(filled, *args, mode="eager")
         assert fresh["status"] == 0 and fresh["out"] == before["out"]
         assert fresh["ipython"] == [] and fresh["libraries"] == [] and fresh["probes"] == {}
         if "--toolchain" not in args:
@@ -171,13 +175,14 @@ def test_verify_imports_no_numba_and_reads_the_toolchain_from_the_memo(filled):
                                       "previous_secret": 0, "resigned": 0}
 
 
+@pytest.mark.slow
 def test_verify_of_llvm_entries_imports_no_numba(filled, tmp_path):
     for token in tokens(filled, "llvm"):
         source = next(filled.glob(f"v1/llvm/*/{token}.entry"))
         target = tmp_path / source.relative_to(filled)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(source, target)
-    fresh = gpucache(tmp_path, "verify")
+    fresh = command_report(tmp_path, "verify")
     assert fresh["status"] == 0 and "checked 2 entries: 0 bad" in fresh["out"]
     assert [fresh["numba"], fresh["numba_cuda"]] in (VERSION_ONLY, [[], []])
     assert fresh["ipython"] == [] and fresh["libraries"] == []
@@ -196,6 +201,7 @@ def _rewrite_header(path: Path, change):
 
 
 @pytest.mark.parametrize("stage,part", [("llvm", "llvmlite"), ("ptx", "libdevice"), ("cubin", "nvjitlink")])
+@pytest.mark.slow
 def test_verify_through_the_memo_still_finds_another_toolchains_entry(filled, tmp_path, stage, part):
     directory = tmp_path / "copy"
     shutil.copytree(filled, directory)
@@ -206,19 +212,20 @@ def test_verify_through_the_memo_still_finds_another_toolchains_entry(filled, tm
         header["toolchain"][part] = "0" * len(header["toolchain"][part])
 
     _rewrite_header(path, other_toolchain)
-    fresh = gpucache(directory, "--json", "verify", "--toolchain")
+    fresh = command_report(directory, "--json", "verify", "--toolchain")
     assert fresh["status"] == 1
     bad = json.loads(fresh["out"])["bad"]
     assert [(b["stage"], Path(b["path"]).name, b["problem"]) for b in bad] == \
         [(stage, path.name, "built by another toolchain")]
-    shown = gpucache(directory, "show", "--toolchain", token)
+    shown = command_report(directory, "show", "--toolchain", token)
     assert shown["status"] == 1 and "valid     NO: built by another toolchain" in shown["out"]
     # without --toolchain, llvm's toolchain (package versions) is still compared; a
     # ptx or cubin entry of another toolchain is intact, and never served here
-    plain = gpucache(directory, "--json", "verify")
+    plain = command_report(directory, "--json", "verify")
     assert plain["status"] == (1 if stage == "llvm" else 0)
 
 
+@pytest.mark.slow
 def test_codec_reads_and_writes_entries_without_numba(filled):
     seen = run(REPORT + """
 import sys
@@ -241,27 +248,39 @@ _report(count=count)
     assert [seen["numba"], seen["numba_cuda"]] in (VERSION_ONLY, [[], []]) and seen["ipython"] == []
 
 
+@pytest.mark.slow
 def test_verify_recompile_still_compiles(filled, tmp_path):
     directory = tmp_path / "copy"
     shutil.copytree(filled, directory)
-    fresh = gpucache(directory, "--json", "verify", "--recompile")
+    fresh = command_report(directory, "--json", "verify", "--recompile")
     assert fresh["status"] == 0, fresh["out"]
     counts = json.loads(fresh["out"])["recompiled"]["counts"]
     assert counts["match"] == 6 and counts["mismatch"] == counts["failed"] == 0
     assert fresh["numba"] and fresh["ipython"] == []
 
 
+@pytest.mark.slow
 def test_verify_without_a_memo_probes_the_tools_and_remembers_them(filled, tmp_path):
     from gpucache_ext.toolchain import memo_path
 
     directory = tmp_path / "copy"
     shutil.copytree(filled, directory)
     memo_path(directory).unlink()
-    plain = gpucache(directory, "verify")  # key and checksum: no tool asked, no memo written
+    plain = command_report(directory, "verify")  # key and checksum: no tool asked, no memo written
     assert plain["status"] == 0 and plain["probes"] == {} and not memo_path(directory).exists()
-    first = gpucache(directory, "verify", "--toolchain")
+    first = command_report(directory, "verify", "--toolchain")
     assert first["status"] == 0 and "checked 8 entries: 0 bad" in first["out"]
     assert set(first["probes"]) == {"libnvvm", "libdevice", "nvjitlink", "cudadevrt", "nvrtc"}
     assert memo_path(directory).is_file()
-    again = gpucache(directory, "verify", "--toolchain")
+    again = command_report(directory, "verify", "--toolchain")
     assert again["out"] == first["out"] and again["probes"] == {} and again["libraries"] == []
+
+
+def test_ls_in_a_new_process_imports_no_numba(tmp_path):
+    """The quick sample: one command, in a new process, on a folder filled here."""
+    result = KernelCache(directory=tmp_path).compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    seen = command_report(tmp_path, "--json", "ls")
+    assert seen["status"] == 0
+    listed = {row["token"] for row in json.loads(seen["out"])}
+    assert listed == {result.stages[stage].token for stage in ("llvm", "ptx", "cubin")}
+    assert (seen["numba"], seen["numba_cuda"], seen["ipython"], seen["libraries"]) == ([], [], [], [])

@@ -11,7 +11,7 @@ import pytest
 from gpucache_ext import CompileConfig, KernelCache, UnsupportedKernelError
 
 from .equivalence import normalise_ptx, numba_ptx
-from .test_cache import notebook_namespace, run_cell
+from .helpers import notebook_namespace, run_cell
 
 SM86 = CompileConfig(sm=86)
 SIG = "void(float32[:], float32[:])"

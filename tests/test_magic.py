@@ -9,6 +9,8 @@ from IPython.core.interactiveshell import InteractiveShell
 import gpucache_ext
 from gpucache_ext import Kernel, samples
 
+from .helpers import cell
+
 AXPY = '''
 from numba import cuda
 import numpy as np
@@ -19,13 +21,6 @@ def axpy(r, a, x, y):
     if i < r.size:
         r[i] = a * x[i] + y[i]
 '''
-
-
-def cell(ip, line, body):
-    result = ip.run_cell(f"%%gpukernel {line}\n{body}")
-    if not result.success:
-        raise result.error_in_exec
-    return ip.user_ns
 
 
 def stage_hits(kernel):

@@ -5,7 +5,8 @@ say what happened, on the first run and on every run after it.
 Each is run twice against one environment whose GPUCACHE_DIR is a folder that
 stands in for the user's cache, so a second run would find whatever the first
 left there; the text of every step is checked against the hit and miss numbers
-the cache reports."""
+the cache reports.  Those runs are `slow` (a Jupyter kernel; new processes);
+the quick sample runs the demo's steps once, in this process."""
 
 import os
 import re
@@ -16,7 +17,6 @@ from pathlib import Path
 import nbformat
 import pytest
 
-pytestmark = pytest.mark.slow  # a Jupyter kernel; new processes
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("typing", "llvm", "ptx", "cubin")
@@ -144,6 +144,7 @@ def check_notebook(notebook, printed: str) -> list:
     return [[reports[n][s] for s in STAGES] for n in sorted(reports)]
 
 
+@pytest.mark.slow
 def test_quickstart_tells_the_truth_on_the_first_and_the_second_run(user_env, tmp_path):
     patterns = []
     for run in (1, 2):
@@ -156,6 +157,7 @@ def test_quickstart_tells_the_truth_on_the_first_and_the_second_run(user_env, tm
     assert not any(p.is_file() for p in user_env.rglob("*"))
 
 
+@pytest.mark.slow
 def test_the_notebook_checks_can_fail(user_env):
     """Without its own cache folder, a second run of the notebook finds the
     first run's stages in the user's folder, and the checks say so."""
@@ -221,6 +223,7 @@ def check_demo(printed: str) -> list:
     return [rows for _, _, rows in steps]
 
 
+@pytest.mark.slow
 def test_demo_tells_the_truth_on_the_first_and_the_second_run(user_env):
     runs = [subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py")], cwd=ROOT,
                            capture_output=True, text=True, timeout=600, check=True).stdout
@@ -228,3 +231,16 @@ def test_demo_tells_the_truth_on_the_first_and_the_second_run(user_env):
     assert check_demo(runs[0]) == check_demo(runs[1])
     with pytest.raises(AssertionError):  # the checks can fail: a summary that is not the rows'
         check_demo(runs[0].replace("compiled cubin; reused", "compiled ptx, cubin; reused", 1))
+
+
+def test_demo_in_this_process_tells_the_truth():
+    """The quick sample: examples/demo.py's steps, in this process, checked as above."""
+    import contextlib
+    import io
+
+    import demo  # examples/demo.py
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        demo.main()
+    assert len(check_demo(printed.getvalue())) == len(DEMO_STEPS)

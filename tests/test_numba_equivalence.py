@@ -16,7 +16,7 @@ import pytest
 from gpucache_ext import CompileConfig, CompileError, KernelCache
 
 from .equivalence import normalise_ptx, numba_ptx, stand_in_gpu
-from .test_cache import notebook_namespace, run_cell
+from .helpers import notebook_namespace, run_cell
 
 SM86 = CompileConfig(sm=86)
 

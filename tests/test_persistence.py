@@ -23,16 +23,9 @@ from gpucache_ext.codec import decode
 from gpucache_ext.disk import DiskTier
 
 from . import kernels
+from .helpers import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_python(code, *args, timeout=300):
-    """Run `code` in a fresh interpreter (the project root importable); return stdout."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def sha(data) -> str:
@@ -71,6 +64,15 @@ def test_a_new_process_finds_the_entries_of_an_earlier_one(tmp_path):
     # another target in a third process reuses the stored NVVM IR
     third = json.loads(run_python(COMPILE_IN_NEW_PROCESS, tmp_path, 80))
     assert third["layers"]["llvm"] == [True, "disk", "hit"] and third["layers"]["ptx"][0] is False
+
+
+def test_a_new_process_hits_what_this_one_wrote(tmp_path):
+    """The quick sample of the test above: entries written here, all read from disk by one new process."""
+    here = KernelCache(directory=tmp_path).compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
+    there = json.loads(run_python(COMPILE_IN_NEW_PROCESS, tmp_path, 86))
+    assert there["layers"] == {"typing": [True, None, "not needed"], "llvm": [True, "disk", "hit"],
+                               "ptx": [True, "disk", "hit"], "cubin": [True, "disk", "hit"]}
+    assert there["cubin"] == sha(here.cubin)
 
 
 def test_hits_fill_memory_and_entries_list_their_tiers(tmp_path):

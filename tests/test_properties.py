@@ -22,8 +22,9 @@ same final state in a brand-new cache; for a sample of examples, also in a
 brand-new process that rebuilds the state from its description.  Any
 difference is a stale hit.
 
-Both runs are marked ``slow`` (``-m "not slow"`` leaves them out): fixed,
-derandomised examples, and 150 random ones.
+The quick run (``-m "not slow"``) takes a sample: a few derandomised
+examples of short sequences, in this process only.  The two full runs are
+``slow``: fixed, derandomised examples, and 150 random ones.
 """
 
 from __future__ import annotations
@@ -530,3 +531,15 @@ for _scenario in KNOWN:
 @given(scenario=scenarios(max_edits=12), fresh_process=st.booleans())
 def test_no_edit_sequence_gets_a_stale_artifact_many(workspace, scenario, fresh_process):
     check_sequence(workspace, *scenario, fresh_process)
+
+
+QUICK_EXAMPLES = 3  # the quick run's sample
+
+
+@settings(max_examples=QUICK_EXAMPLES, derandomize=True, database=None, **COMMON)
+@given(scenario=scenarios(max_edits=2))
+def test_a_few_short_edit_sequences_get_no_stale_artifact(workspace, scenario):
+    from gpucache_ext.audit import wait_for_all
+
+    check_sequence(workspace, *scenario, fresh_process=False)
+    wait_for_all()  # this example's background audits end before the next example edits the state

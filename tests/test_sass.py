@@ -3,12 +3,11 @@ from its ELF header, a plain note where nvdisasm cannot read it, and two
 entries side by side (PTX or SASS) in the core, the inspector, ``%gpucache
 diff`` and ``gpucache diff``.  Real compiles, the real nvdisasm."""
 
+import functools
 import html
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from gpucache_ext.results import SassUnavailable as ReExported
 from gpucache_ext.results import disassemble as old_disassemble
 from gpucache_ext.sass import Nvdisasm, SassUnavailable
 
-from . import kernels
+from . import helpers, kernels
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHS = (50, 60, 70, 75, 80, 86, 90, 100, 120)
@@ -196,11 +195,7 @@ def tanh_kernel(r, x):
 '''
 
 
-def cell(ip, line, body):
-    result = ip.run_cell(f"%%gpukernel {line}\n{body}")
-    if not result.success:
-        raise result.error_in_exec
-    return ip.user_ns["tanh_kernel"].last
+cell = functools.partial(helpers.cell, kernel="tanh_kernel")  # returns the kernel's last CompileResult
 
 
 def test_the_inspector_compares_an_entry_with_another(ip):
@@ -257,11 +252,7 @@ def test_gpucache_diff_magic(ip, capsys):
             ip.run_line_magic("gpucache", line)
 
 
-def gpucache(*args, expect=0):
-    done = subprocess.run([sys.executable, "-m", "gpucache_ext", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == expect, done.stdout + done.stderr
-    return done
+gpucache = functools.partial(helpers.gpucache, env={"PYTHONPATH": str(ROOT)})
 
 
 @pytest.mark.slow  # the command runs as subprocesses

@@ -14,7 +14,7 @@ import pytest
 from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError, UnsupportedKernelError
 from gpucache_ext.sources import declare_signatures
 
-from .test_cache import notebook_namespace, run_cell
+from .helpers import notebook_namespace, run_cell
 
 
 def declared(*signatures):

@@ -17,6 +17,9 @@ atomic add below sm_60, tanh under fastmath below sm_75), which must not be
 reused across targets.  Two variants (opt 1, prec_div False) rebuild the PTX
 to the base config's bytes for some kernels, so the shared caches reuse the
 cubin after it (early cutoff): it too must be what a fresh compile gives.
+
+The grid's tests are `slow` (the grid compiles every config fresh); the quick
+run takes a sample of the grid: the hard cases, both orders.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from numba import cuda
 
 from gpucache_ext import CompileConfig, KernelCache, samples
 
-pytestmark = pytest.mark.slow  # the differential grid compiles every config fresh
 
 # ---------------------------------------------------------------------------
 # Kernels (module level, so their identity includes module globals)
@@ -112,6 +114,10 @@ def make_config(variant: str, sm: int) -> CompileConfig:
 # and, unless lowering reads the target, lowering are reused).
 GRID = [(k, v, sm) for k in KERNELS for v in VARIANTS for sm in SMS]
 GRID_IDS = [f"{k}-{v}-sm{sm}" for k, v, sm in GRID]
+# The quick run's sample: where lowering reads the target (tanh under fastmath
+# across sm_75, the float64 atomic add across sm_60), and a cubin early cutoff reuses.
+QUICK_GRID = [("tanh", v, sm) for v in ("base", "fastmath") for sm in (61, 75)] + [
+    ("atomic_f64", v, sm) for v in ("base", "precdiv") for sm in (52, 61)]
 ARTIFACT_STAGES = ("llvm", "ptx", "cubin")
 
 
@@ -162,6 +168,7 @@ def fresh():
 
 
 @pytest.mark.parametrize("key", GRID, ids=GRID_IDS)
+@pytest.mark.slow
 def test_shared_cache_matches_fresh(key, shared_forward, shared_reverse, fresh):
     want = fresh[key]
     problems = []
@@ -200,6 +207,7 @@ def shared_fatbins():
 
 
 @pytest.mark.parametrize("key", GRID, ids=GRID_IDS)
+@pytest.mark.slow
 def test_multi_target_builds_match_fresh_single_target_compiles(key, shared_fatbins, fresh):
     kernel, variant, sm = key
     built = shared_fatbins[(kernel, variant)]
@@ -210,6 +218,7 @@ def test_multi_target_builds_match_fresh_single_target_compiles(key, shared_fatb
     assert built.cubins[sm] == want.cubin
 
 
+@pytest.mark.slow
 def test_fresh_compiles_miss_everything(fresh):
     for key, res in fresh.items():
         hits = [stage for stage, layer in res.stages.items() if layer.hit]
@@ -223,6 +232,7 @@ def test_fresh_compiles_miss_everything(fresh):
 
 @pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("stage", ARTIFACT_STAGES)
+@pytest.mark.slow
 def test_equal_token_implies_equal_artifact(stage, order, shared_forward, shared_reverse, fresh):
     results = {"forward": shared_forward, "reverse": shared_reverse}[order]
     by_token = {}
@@ -241,6 +251,7 @@ def test_equal_token_implies_equal_artifact(stage, order, shared_forward, shared
         f"\n... and {len(problems) - 20} more" if len(problems) > 20 else "")
 
 
+@pytest.mark.slow
 def test_artifacts_differ_where_configs_should_matter(fresh):
     """Guard against a vacuous grid: the fields really change the artifacts."""
     for kernel in KERNELS:
@@ -272,6 +283,7 @@ def test_artifacts_differ_where_configs_should_matter(fresh):
 AXPY_SIG = KERNELS["axpy"][1]
 
 
+@pytest.mark.slow
 def test_axpy_lowering_reused_when_only_sm_changes(fresh):
     cache = KernelCache()
     first = cache.compile(axpy, AXPY_SIG, make_config("base", 80))
@@ -286,6 +298,7 @@ def test_axpy_lowering_reused_when_only_sm_changes(fresh):
     assert (second.llvm_ir, second.ptx, second.cubin) == (want.llvm_ir, want.ptx, want.cubin)
 
 
+@pytest.mark.slow
 def test_axpy_lowering_reused_in_grid(shared_forward):
     """In the shared cache, axpy's lowering never reads the target: after the
     first sm of each variant, every compile hits llvm.  The cubin is compiled,
@@ -306,6 +319,7 @@ def test_axpy_lowering_reused_in_grid(shared_forward):
 
 
 @pytest.mark.parametrize("first_sm, second_sm", [(86, 52), (52, 86)])
+@pytest.mark.slow
 def test_atomic_f64_lowering_not_reused_across_sm60(first_sm, second_sm, fresh):
     func, sig = KERNELS["atomic_f64"]
     cache = KernelCache()
@@ -320,6 +334,7 @@ def test_atomic_f64_lowering_not_reused_across_sm60(first_sm, second_sm, fresh):
 
 
 @pytest.mark.parametrize("first_sm, second_sm", [(75, 70), (70, 75)])
+@pytest.mark.slow
 def test_tanh_fastmath_lowering_not_reused_across_sm75(first_sm, second_sm):
     func, sig = KERNELS["tanh"]
     cache = KernelCache()
@@ -345,6 +360,7 @@ ATOMIC_EMULATED = "___numba_atomic_double_add"
 
 
 @pytest.mark.parametrize("source", ["fresh", "shared_forward", "shared_reverse"])
+@pytest.mark.slow
 def test_atomic_f64_ir_per_target(source, request):
     results = request.getfixturevalue(source)
     for variant in VARIANTS:
@@ -366,6 +382,7 @@ def test_atomic_f64_ir_per_target(source, request):
 
 
 @pytest.mark.parametrize("source", ["fresh", "shared_forward", "shared_reverse"])
+@pytest.mark.slow
 def test_tanh_ir_per_target(source, request):
     results = request.getfixturevalue(source)
     for variant in VARIANTS:
@@ -432,6 +449,7 @@ def reuse_counts(results):
     return counts
 
 
+@pytest.mark.slow
 def test_reuse_precision(shared_forward):
     counts = reuse_counts(shared_forward)
     summary = "\n".join(f"{stage}: {row}" for stage, row in counts.items())
@@ -442,3 +460,21 @@ def test_reuse_precision(shared_forward):
     # are equal share their token
     for row in counts.values():
         assert row["reused"] >= 0.95 * row["reusable"], summary
+
+
+def test_a_sample_of_the_grid_serves_what_fresh_compiles_give_in_either_order():
+    fresh = {key: compile_pair(KernelCache(), key) for key in QUICK_GRID}
+    for order in (QUICK_GRID, QUICK_GRID[::-1]):
+        cache = KernelCache()
+        served = {key: compile_pair(cache, key) for key in order}
+        for key in QUICK_GRID:
+            got, want = served[key], fresh[key]
+            for stage in ARTIFACT_STAGES:
+                assert artifact(got, stage) == artifact(want, stage), f"{describe(key)}: {stage} differs"
+                assert got.stages[stage].token == want.stages[stage].token, f"{describe(key)}: {stage} token"
+        assert any(result.stages["cubin"].cutoff for result in served.values())  # precdiv: the same PTX
+    # the hard cases are hard: the target changes the lowering
+    assert "tanh.approx.f32" in fresh[("tanh", "fastmath", 75)].llvm_ir
+    assert "tanh.approx" not in fresh[("tanh", "fastmath", 61)].llvm_ir
+    assert ATOMIC_NATIVE in fresh[("atomic_f64", "base", 61)].llvm_ir
+    assert ATOMIC_EMULATED in fresh[("atomic_f64", "base", 52)].llvm_ir

@@ -11,9 +11,6 @@ changed the output.
 from __future__ import annotations
 
 import importlib
-import json
-import os
-import subprocess
 import sys
 import textwrap
 
@@ -23,27 +20,9 @@ import pytest
 from gpucache_ext import CompileConfig, KernelCache, UnsupportedKernelError
 
 from .files import write_source
-from .test_cache import notebook_namespace, run_cell
+from .helpers import artifacts, assert_fresh, fresh, in_new_processes, notebook_namespace, run_cell
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SM80 = CompileConfig(sm=80)
-
-
-def artifacts(result):
-    return result.llvm_ir, result.ptx, result.cubin
-
-
-def fresh(func, sig, config):
-    return artifacts(KernelCache().compile(func, sig, config))
-
-
-def assert_fresh(cache, func, sig, config, *, differs_from=None):
-    """Compile through `cache`; must equal a fresh compile (and differ from `differs_from`)."""
-    result = cache.compile(func, sig, config)
-    assert artifacts(result) == fresh(func, sig, config)
-    if differs_from is not None:
-        assert result.cubin != differs_from.cubin, "the edit should have changed the code"
-    return result
 
 
 # ---------------------------------------------------------------------------
@@ -150,18 +129,6 @@ json.dump({"hit": res.hit, "ptx": res.ptx}, sys.stdout)
 """
 
 
-def in_new_processes(script, folder, values):
-    """Run `script` (which compiles into a disk cache in `folder`) once per value,
-    each in a fresh interpreter; returns what each printed."""
-    runs = []
-    for value in values:
-        done = subprocess.run([sys.executable, "-c", script, str(folder), str(value)],
-                              cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        runs.append(json.loads(done.stdout))
-    return runs
-
-
 @pytest.mark.slow
 def test_redefined_enum_misses_the_disk_tier_in_a_new_process(tmp_path):
     first, second, third = in_new_processes(DISK_SCRIPT, tmp_path, (3, 7, 3))
@@ -171,20 +138,6 @@ def test_redefined_enum_misses_the_disk_tier_in_a_new_process(tmp_path):
 
 # ---------------------------------------------------------------------------
 # 2. Modules
-
-
-@pytest.fixture
-def user_package(tmp_path, monkeypatch):
-    """A folder on sys.path for user modules; modules imported from it are
-    dropped from sys.modules afterwards (restoring any library they shadowed)."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    saved = dict(sys.modules)
-    importlib.invalidate_caches()
-    yield tmp_path
-    for name in list(sys.modules):
-        if name not in saved:
-            del sys.modules[name]
-    sys.modules.update(saved)
 
 
 def write(path, text):

@@ -5,9 +5,7 @@ asking the tools, and tokens never depend on whether the memo was used."""
 
 import json
 import os
-import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -18,16 +16,9 @@ from gpucache_ext.disk import DiskTier
 from gpucache_ext.toolchain import ToolchainChanged, memo_path, toolchain_component
 
 from . import kernels
+from .helpers import run_python
 
-ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("typing", "llvm", "ptx", "cubin")
-
-
-def run_python(code, *args, env=None):
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 # A new process: the toolchain components and a kernel's tokens (nothing
@@ -64,12 +55,12 @@ def test_a_new_process_reads_the_memo_and_loads_no_cuda_library(tmp_path):
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir()  # a folder in use: CompileConfig remembers NVRTC's targets there (it creates none)
     env = {"GPUCACHE_DIR": str(cache_dir)}
-    first = run_python(TOKENS_IN_NEW_PROCESS, cache_dir, env=env)
+    first = run_python(TOKENS_IN_NEW_PROCESS, cache_dir, env=env, json_line=True)
     assert set(first["probes"]) == {"libnvvm", "libdevice", "nvjitlink", "cudadevrt", "nvrtc", "nvrtc archs"}
     assert first["memo_reads"] == {}
     assert memo_path(cache_dir).is_file()
 
-    second = run_python(TOKENS_IN_NEW_PROCESS, cache_dir, env=env)
+    second = run_python(TOKENS_IN_NEW_PROCESS, cache_dir, env=env, json_line=True)
     assert second["probes"] == {}
     assert set(second["memo_reads"]) == set(first["probes"])
     if sys.platform == "linux":
@@ -80,7 +71,7 @@ def test_a_new_process_reads_the_memo_and_loads_no_cuda_library(tmp_path):
     assert second["toolchain"] == first["toolchain"]
 
     # differential: no memo at all (no disk tier, GPUCACHE_DIR off) gives the same tokens
-    probed = run_python(TOKENS_IN_NEW_PROCESS, "none", env={"GPUCACHE_DIR": "off"})
+    probed = run_python(TOKENS_IN_NEW_PROCESS, "none", env={"GPUCACHE_DIR": "off"}, json_line=True)
     assert probed["memo_reads"] == {} and probed["probes"]
     assert probed["tokens"] == first["tokens"]
     assert probed["toolchain"] == first["toolchain"]
@@ -100,9 +91,9 @@ print(json.dumps({"hits": [result.stages[s].hit for s in ("llvm", "ptx", "cubin"
 
 @pytest.mark.slow
 def test_a_new_process_compiling_from_disk_probes_nothing(tmp_path):
-    first = run_python(COMPILE_IN_NEW_PROCESS, tmp_path)
+    first = run_python(COMPILE_IN_NEW_PROCESS, tmp_path, json_line=True)
     assert first["hits"] == [False, False, False]
-    second = run_python(COMPILE_IN_NEW_PROCESS, tmp_path)
+    second = run_python(COMPILE_IN_NEW_PROCESS, tmp_path, json_line=True)
     assert second["hits"] == [True, True, True]
     assert second["tokens"] == first["tokens"]
     assert not set(second["probes"]) & {"libnvvm", "libdevice", "nvjitlink", "cudadevrt", "nvrtc"}
@@ -113,7 +104,7 @@ def test_a_new_process_compiling_from_disk_probes_nothing(tmp_path):
 
 
 @pytest.fixture
-def fresh():
+def fresh_toolchain():
     """Forget this process's toolchain values before and after the test."""
     toolchain.forget()
     yield
@@ -147,7 +138,7 @@ class FakeLibrary:
 
 
 @pytest.fixture
-def fake_nvvm(fresh, tmp_path, monkeypatch):
+def fake_nvvm(fresh_toolchain, tmp_path, monkeypatch):
     library = FakeLibrary(tmp_path / "lib" / "libnvvm.so")
     monkeypatch.setitem(toolchain._PARTS, "libnvvm", library.part())
     return library
@@ -218,7 +209,7 @@ def test_a_changed_library_file_is_probed_again(fake_nvvm, tmp_path, change):
     assert fake_nvvm.probes == 2
 
 
-def test_a_changed_identity_of_a_real_library_is_probed_again(fresh, tmp_path, monkeypatch):
+def test_a_changed_identity_of_a_real_library_is_probed_again(fresh_toolchain, tmp_path, monkeypatch):
     cache_dir = tmp_path / "cache"
     before = {stage: toolchain_component(stage, cache_dir) for stage in STAGES}
     new_process()

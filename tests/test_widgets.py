@@ -2,6 +2,7 @@
 shell, read the widget tree's state (what a frontend would render), check the
 numbers against `cache.stats()`, and press the buttons."""
 
+import functools
 import html
 import re
 from html.parser import HTMLParser
@@ -14,6 +15,8 @@ from gpucache_ext.config import STAGES
 from gpucache_ext.results import parse_resources
 from gpucache_ext.ipython.session import current
 from gpucache_ext.tiers import Tier
+
+from . import helpers
 
 AXPY = '''
 from numba import cuda
@@ -36,11 +39,8 @@ def scale(r, x):
 '''
 
 
-def cell(ip, line, body):
-    result = ip.run_cell(f"%%gpukernel {line} --quiet\n{body}", store_history=True)
-    if not result.success:
-        raise result.error_in_exec
-    return result
+# quiet, and numbered as a notebook's cells are (the chart labels cells by number); returns the ExecutionResult
+cell = functools.partial(helpers.cell, quiet=True, store_history=True)
 
 
 # -- reading the widget tree ----------------------------------------------------
@@ -668,3 +668,16 @@ def test_kernels_of_one_short_name_in_two_modules_show_their_qualified_names(ip)
     # the kernel filter names them the same way as before
     names = part(inspector, "gpucache-kernel-filter").get_state()["_options_labels"]
     assert {"pkg.first.axpy", "pkg.second.axpy"} <= set(names)
+
+
+def test_the_renderers_old_module_name_still_works_and_says_where_they_moved(monkeypatch):
+    import importlib
+    import sys
+
+    from gpucache_ext import views
+
+    monkeypatch.delitem(sys.modules, "gpucache_ext.widgets.render", raising=False)
+    with pytest.warns(DeprecationWarning, match="moved to gpucache_ext.views"):
+        render = importlib.import_module("gpucache_ext.widgets.render")
+    assert render.STYLE is views.STYLE and render.chart_svg is views.chart_svg
+    assert "summary_html" in dir(render)
