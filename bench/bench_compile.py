@@ -414,7 +414,7 @@ def measure(runs: int, warmup: int, verbose: bool) -> dict:
         }
 
     report = {
-        "baseline": baseline_report("matmul"),  # the README's "numba-cuda"
+        "baseline": baseline_report("matmul"),  # docs/benchmarks.md's "numba-cuda"
         "baselines": {bkey: baseline_report(bkey) for bkey in order},
         "scenarios": [],
     }

@@ -289,22 +289,22 @@ def test_help_lists_the_flags(ip):
         assert flag in doc
 
 
-def test_readme_flag_table_lists_every_flag(ip):
-    """The README's flag table and the magic's own arguments stay in step."""
+def test_docs_flag_table_lists_every_flag(ip):
+    """The flag table of docs/magic.md and the magic's own arguments stay in step."""
     import re
     from pathlib import Path
 
     from gpucache_ext.ipython.magic import GpuCacheMagics
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    table = "\n".join(line for line in readme.splitlines() if line.startswith("| `--"))
+    page = (Path(__file__).resolve().parent.parent / "docs" / "magic.md").read_text()
+    table = "\n".join(line for line in page.splitlines() if line.startswith("| `--"))
     parser = GpuCacheMagics.gpukernel.parser
     flags = {option for action in parser._actions for option in action.option_strings
              if option.startswith("--") and option != "--help"}
     first_column = "\n".join(line.split("|")[1] for line in table.splitlines())
     documented = set(re.findall(r"--[a-z][a-z-]*", first_column))
-    assert flags - documented == set(), "flags missing from the README's table"
-    assert documented - flags == set(), "the README documents flags the magic lacks"
+    assert flags - documented == set(), "flags missing from the table in docs/magic.md"
+    assert documented - flags == set(), "docs/magic.md documents flags the magic lacks"
 
 
 def test_reload_and_unload(ip):
@@ -497,10 +497,10 @@ def test_help_names_the_cell_magic_and_its_defaults_as_the_code_has_them(ip, mon
     ip.run_cell("%%gpukernel --quiet\nfrom numba import cuda\n@cuda.jit('void(float32[:])')\n"
                 "def one(r):\n    r[0] = 1.0\n").raise_error()
     assert ip.user_ns["one"].config.sm == 75
-    # fma: on by default, with or without fastmath, in the help, the README and the config
+    # fma: on by default, with or without fastmath, in the help, the flag table of docs/magic.md and the config
     assert "contract multiply-add (default: on, with or without --fastmath)" in " ".join(text.split())
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert "contract multiply-add (default: on, with or without `--fastmath`)" in readme
+    page = (Path(__file__).resolve().parent.parent / "docs" / "magic.md").read_text()
+    assert "contract multiply-add (default: on, with or without `--fastmath`)" in page
     assert CompileConfig(fastmath=True).nvvm_math()["fma"] is CompileConfig().nvvm_math()["fma"] is True
 
 
