@@ -343,12 +343,13 @@ class Kernel(CUDADispatcher):
                      if kernel.audit_mismatched or not self.cache.still_current(
                          self.py_func, argtypes, self.config, kernel.result, link=self._link)}
             self._drop(stale)
-            self._generation = _generation
             if self.declared:
                 for argtypes in self.declared:
                     if argtypes not in self.overloads:
                         self.add_overload(self._load(argtypes), argtypes)
                 self.disable_compile()
+            # (last: a declared signature that failed to compile is tried again at the next launch)
+            self._generation = _generation
 
     def _drop(self, stale) -> None:
         """Take variants out of numba's dispatch table (numba has no way to

@@ -224,3 +224,27 @@ def test_signatures_are_written_as_numba_writes_them():
                                           r"declared: \(float32\[::1\], float32\[:\]\)"):
         kernel[1, 4](np.zeros(4, np.int64), np.zeros(4, np.int64))
     assert short_type(types.Array(types.float32, 2, "F", readonly=True)) == "readonly float32[::1, :]"
+
+
+def test_a_declared_signature_that_failed_to_compile_is_tried_again_and_still_binds():
+    """A kernel's declared signature fails at its first launch (a global it
+    calls is missing); once that is fixed the next launch compiles it, and the
+    kernel still accepts its declared signatures only."""
+    from numba import cuda
+
+    from gpucache_ext import CompileError
+
+    namespace = {"__name__": "declared_retry"}
+    exec("from numba import cuda\n"
+         "def k(r):\n"
+         "    i = cuda.grid(1)\n"
+         "    if i < r.size:\n"
+         "        r[i] = helper(i)\n", namespace)
+    kernel = Kernel(namespace["k"], ["void(float32[:])"], CompileConfig(sm=86), KernelCache())
+    r = np.zeros(4, np.float32)
+    with pytest.raises(CompileError, match="typing stage failed"):
+        kernel.result_for(r)
+    namespace["helper"] = cuda.jit(device=True)(lambda i: i * 2.0)
+    assert kernel.result_for(r).signature == kernel.declared[0]
+    with pytest.raises(LaunchError, match=r"no signature accepts \(float64"):
+        kernel.result_for(np.zeros(4, np.float64))
