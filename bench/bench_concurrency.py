@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gpucache_ext import CompileConfig, KernelCache, samples  # noqa: E402
-from gpucache_ext.shared import RedisTier  # noqa: E402
-from gpucache_ext.signing import Keyring  # noqa: E402
+from gpucache_ext.store.shared import RedisTier  # noqa: E402
+from gpucache_ext.store.signing import Keyring  # noqa: E402
 
 SECRET = "bench secret"
 

@@ -119,10 +119,10 @@ def audited_cell(runs):
 
 
 def fill(directory, count, size=8192, keyring=None):
-    from gpucache_ext.codec import content_digest
-    from gpucache_ext.disk import DiskTier
+    from gpucache_ext.store.codec import content_digest
+    from gpucache_ext.store.disk import DiskTier
     from gpucache_ext.stages import CubinArtifact
-    from gpucache_ext.tiers import Entry
+    from gpucache_ext.store.tiers import Entry
     from gpucache_ext.tokens import component, make_token
 
     tier = DiskTier(directory, max_bytes=None, keyring=keyring)
@@ -143,7 +143,7 @@ def _interleaved_lookups(folders, runs, seed):
     `folders`: label -> (entries to fill it with, secret or None).  Returns
     (raw DiskTier.get medians, compile-from-disk medians), by label."""
     from gpucache_ext import CompileConfig, KernelCache
-    from gpucache_ext.signing import Keyring
+    from gpucache_ext.store.signing import Keyring
     from tests import kernels
 
     config = CompileConfig(sm=86)

@@ -12,7 +12,10 @@ cubin), `cache` (the per-stage tiers and miss explanations).
 """
 
 import importlib
+import importlib.abc
 import importlib.util
+import sys
+import warnings
 from typing import TYPE_CHECKING
 
 from .config import FIELD_STAGES, STAGES, CompileConfig
@@ -23,8 +26,8 @@ from .errors import (CompileError, ConfigError, DisplayWarning, GpuCacheError, G
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time, `__getattr__` below
     from .audit import AuditWarning
     from .cache import KernelCache
-    from .decorators import jit
-    from .kernel import Kernel, LaunchError
+    from .launch.decorators import jit
+    from .launch.kernel import Kernel, LaunchError
     from .results import (CacheStats, CompileResult, EntryInfo, LayerResult, Outcome, StageResult, StageStats,
                           TierStats)
 
@@ -35,9 +38,43 @@ _LAZY = {
     "KernelCache": "cache",
     "CompileResult": "results", "StageResult": "results", "LayerResult": "results", "Outcome": "results",
     "CacheStats": "results", "StageStats": "results", "TierStats": "results", "EntryInfo": "results",
-    "Kernel": "kernel", "LaunchError": "kernel", "jit": "decorators",
+    "Kernel": "launch.kernel", "LaunchError": "launch.kernel", "jit": "launch.decorators",
     "AuditWarning": "audit",
 }
+# Modules that moved into subpackages (the store, the toolchain, launching):
+# their old names still import, as the same module objects, with a DeprecationWarning.
+MOVED = {
+    "tiers": "store.tiers", "codec": "store.codec", "disk": "store.disk", "shared": "store.shared",
+    "signing": "store.signing", "settings": "store.settings", "fsutil": "store.fsutil",
+    "linking": "toolchain.linking", "fatbin": "toolchain.fatbin", "sass": "toolchain.sass",
+    "kernel": "launch.kernel", "simulator": "launch.simulator", "decorators": "launch.decorators",
+    "device": "launch.device", "widgets.render": "views",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports a moved module's old name as the module at its new one."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        old = fullname[len(__name__) + 1:] if fullname.startswith(__name__ + ".") else None
+        return importlib.util.spec_from_loader(fullname, self) if old in MOVED else None
+
+    def create_module(self, spec):
+        new = f"{__name__}.{MOVED[spec.name[len(__name__) + 1:]]}"
+        warnings.warn(f"{spec.name} moved to {new}; import it from there", DeprecationWarning, stacklevel=2)
+        module = importlib.import_module(new)
+        self._specs = getattr(self, "_specs", {})
+        self._specs[spec.name] = module.__spec__  # (importing sets __spec__ to the old name's: put it back)
+        return module
+
+    def exec_module(self, module):
+        module.__spec__ = self._specs.pop(module.__spec__.name, module.__spec__)
+
+
+if not any(type(finder).__name__ == "_MovedModules" for finder in sys.meta_path):
+    sys.meta_path.insert(0, _MovedModules())
+
+
 def __getattr__(name):
     module = _LAZY.get(name)
     if module is not None:

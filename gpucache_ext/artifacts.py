@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Tuple
 
-from . import linking, targets
+from .toolchain import linking
+from . import targets
 
 
 @dataclass

@@ -165,7 +165,7 @@ def artifact_parts(stage: str, artifact) -> list:
     resource figures) reports how long ptxas took, which differs run to run;
     those lines are left out of the comparison.
     """
-    from .codec import entry_parts
+    from .store.codec import entry_parts
 
     meta, parts = entry_parts(stage, artifact)
     if stage == "cubin":
@@ -305,7 +305,7 @@ UPSTREAM = {"ptx": "llvm", "cubin": "ptx"}
 def _reassemble(entry, find_upstream, tainted) -> Tuple[str, Optional[str]]:
     """A fatbin entry assembled again from its members' entries (each the
     bytes the fatbin's token names), compared byte for byte."""
-    from . import fatbin
+    from .toolchain import fatbin
 
     cubins, ptx = [], None
     for member in entry.artifact.members:

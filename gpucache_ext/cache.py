@@ -35,19 +35,21 @@ from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from . import fatbin, queries, settings, stages, targets, toolchain
-from .codec import content_digest
+from .toolchain import fatbin
+from . import queries, stages, targets, toolchain
+from .store import settings
+from .store.codec import content_digest
 from .audit import AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, first_difference, parse_audit
 from .config import LAYERS, STAGES, CompileConfig, Targets
 from .errors import ConfigError, SecurityWarning, UnsupportedKernelError
 from .results import (CacheStats, CompileResult, EntryInfo, FatbinResult, LayerResult, Outcome,  # noqa: F401
                       StageResult, StageStats, TierInfo, TierStats, parse_resources, short_signature)
-from .disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
-from .disk import OFF_VALUES, DiskTier, configured_directory, default_directory
-from .shared import RedisTier, UnsignedSharedTier, display_url
-from .signing import Keyring
+from .store.disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
+from .store.disk import OFF_VALUES, DiskTier, configured_directory, default_directory
+from .store.shared import RedisTier, UnsignedSharedTier, display_url
+from .store.signing import Keyring
 from .index import CacheIndex, variant_token, variants_for
-from .tiers import Entry, MemoryTier, Tier
+from .store.tiers import Entry, MemoryTier, Tier
 from .sources import SnapshotChanged, identify, python_function, rebind, signature_component
 from .tokens import Component, Token, component, make_token, short_token
 from .toolchain import numba_settings, toolchain_component
@@ -88,7 +90,7 @@ class KernelCache:
     builds one from the ``GPUCACHE_*`` variables.  Safe to use from several
     threads and, through the disk tier, from several processes.
 
-    Signing (see `gpucache_ext.settings`): ``secret`` (a secret, or several,
+    Signing (see `gpucache_ext.store.settings`): ``secret`` (a secret, or several,
     the first signing; None: ``GPUCACHE_SECRET`` and
     ``GPUCACHE_SECRET_PREVIOUS``) signs the disk and shared tiers' entries and
     is required of every entry they read.  Without a secret the shared tier is
@@ -931,7 +933,7 @@ class _Plan:
         if self.identity.unlinked and not link:
             raise UnsupportedKernelError(self.identity.unlinked[0])
         if link and identity is None:  # the kernel's own link= code joins what its external functions link
-            from . import linking
+            from .toolchain import linking
 
             origin = f"{self.identity.qualname} (link=): "
             self.identity.links = linking.canonical(

@@ -15,7 +15,7 @@ and check the shared (Redis) cache.
 cache folder); --redis-url the shared cache (default: GPUCACHE_REDIS_URL; "off":
 none); --json prints machine-readable output; all three may come before or
 after the command.  The tiers are read with the settings every cache reads
-(`gpucache_ext.settings`: GPUCACHE_SECRET, GPUCACHE_SECRET_PREVIOUS,
+(`gpucache_ext.store.settings`: GPUCACHE_SECRET, GPUCACHE_SECRET_PREVIOUS,
 GPUCACHE_SHARED_UNSIGNED, GPUCACHE_REDIS_PREFIX); a Redis password is never
 printed.  Output piped into a command that stops reading (gpucache ls | head)
 ends quietly.
@@ -46,12 +46,12 @@ from pathlib import Path
 from typing import List, Optional
 from urllib.parse import urlsplit
 
-from . import settings
-from .codec import (CORRUPT, OK, OTHER_TOOLCHAIN, PERSISTENT_STAGES, PREVIOUS_SECRET, BadEntry, check_stored,
+from .store import settings
+from .store.codec import (CORRUPT, OK, OTHER_TOOLCHAIN, PERSISTENT_STAGES, PREVIOUS_SECRET, BadEntry, check_stored,
                     decode, read_header)
-from .disk import OFF_VALUES, DiskTier, configured_directory, default_directory
-from .shared import display_url
-from .signing import (BAD_SIGNATURE, CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED, Keyring,
+from .store.disk import OFF_VALUES, DiskTier, configured_directory, default_directory
+from .store.shared import display_url
+from .store.signing import (BAD_SIGNATURE, CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED, Keyring,
                       Rejected, strip)
 from .units import format_age, format_bytes
 from .tokens import find_token, short_token
@@ -150,7 +150,7 @@ def _rows(tier: DiskTier, stages, kernel=None, older=None, newer=None, progress=
 
 
 def _head(path: Path) -> bytes:
-    from .disk import read_head
+    from .store.disk import read_head
 
     return read_head(path)
 
@@ -260,7 +260,7 @@ def _shared_tier(url: str):
     """The shared tier as a cache here would make it (settings from the
     environment), checked to answer; raises `UnsignedSharedTier` for a tier
     without a secret and no opt-in, `CommandError` for anything else."""
-    from .shared import RedisNotInstalled, RedisTier, UnsignedSharedTier
+    from .store.shared import RedisNotInstalled, RedisTier, UnsignedSharedTier
 
     try:
         tier = RedisTier(url, settings.keyring(), timeout=_REDIS_TIMEOUT)
@@ -303,7 +303,7 @@ def _shared_report(url: Optional[str]) -> Optional[dict]:
     """stats of the shared tier at `url` (None: none configured)."""
     if url is None:
         return None
-    from .shared import UnsignedSharedTier
+    from .store.shared import UnsignedSharedTier
 
     try:
         with _quiet():
@@ -558,7 +558,7 @@ def _verify_shared(args, out) -> int:
     opens it (signature), then its key and checksum (and toolchain with
     --toolchain); --fix re-signs what a previous secret signed, keeping the
     key's expiry, and deletes the bad ones."""
-    from .shared import UnsignedSharedTier
+    from .store.shared import UnsignedSharedTier
 
     if args.recompile:
         raise CommandError("--recompile compiles disk entries again; it does not work with --shared")

@@ -69,7 +69,7 @@ def supported_ccs() -> Tuple[Tuple[int, int], ...]:
     NVRTC says, remembered in the default disk cache's folder where that folder
     exists, see `toolchain`: a config alone never creates a cache folder)."""
     try:
-        from .disk import configured_directory
+        from .store.disk import configured_directory
         from .toolchain import supported_archs
 
         directory = configured_directory()

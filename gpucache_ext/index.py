@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, 
 
 from . import targets
 from .config import LAYERS
-from .tiers import Entry, MemoryTier, Tier
+from .store.tiers import Entry, MemoryTier, Tier
 from .tokens import Component, Token, component, extend_token
 
 log = logging.getLogger(__name__)

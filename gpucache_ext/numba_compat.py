@@ -19,8 +19,8 @@ Temporary swaps, made only while something runs and undone after, are not
 patches of numba's code and live where they are used: a ``%%gpukernel`` cell
 stands in for ``numba.cuda.jit`` (`gpucache_ext.ipython.cell`), the simulator
 gives ``numba.cuda``'s memory API its own objects without a GPU
-(`gpucache_ext.simulator.simulate_memory`), the NVRTC program numba builds
-is captured (`gpucache_ext.linking`), and ``CUDA_ENABLE_NRT`` is off during a
+(`gpucache_ext.launch.simulator.simulate_memory`), the NVRTC program numba builds
+is captured (`gpucache_ext.toolchain.linking`), and ``CUDA_ENABLE_NRT`` is off during a
 compile (`gpucache_ext.stages`).
 """
 

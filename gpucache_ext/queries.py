@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, 
 
 from .config import FOLLOW_FASTMATH, STAGES, CompileConfig
 from .results import EntryInfo, Outcome, parse_resources, short_signature
-from .sass import DiffRow, SassUnavailable, SideBySide, disassembly, side_by_side, side_by_side_text
+from .toolchain.sass import DiffRow, SassUnavailable, SideBySide, disassembly, side_by_side, side_by_side_text
 from .tokens import Component, explain_difference, find_token, make_token, short_token
 from .units import format_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import KernelCache
     from .index import CacheIndex
-    from .tiers import Entry
+    from .store.tiers import Entry
 
 
 def differing(mine: Mapping[str, Component], theirs: Mapping[str, Component]) -> List[str]:
@@ -670,7 +670,7 @@ class EntryComparison:
     stage: str
     left: ComparedEntry
     right: ComparedEntry
-    diff: SideBySide  # the rows, by instruction (`gpucache_ext.sass.side_by_side`)
+    diff: SideBySide  # the rows, by instruction (`gpucache_ext.toolchain.sass.side_by_side`)
 
     @property
     def rows(self) -> Tuple[DiffRow, ...]:
@@ -715,7 +715,7 @@ def _listing(stage: str, entry: "Entry") -> Tuple[ComparedEntry, str]:
 
 def compare_artifacts(stage: str, left: "Entry", right: "Entry", context: int = 3) -> EntryComparison:
     """Two entries of `stage` ("ptx" or "cubin") side by side, by instruction
-    (`gpucache_ext.sass.side_by_side`); ValueError says why they cannot be."""
+    (`gpucache_ext.toolchain.sass.side_by_side`); ValueError says why they cannot be."""
     _check_compared(stage)
     (a, a_text), (b, b_text) = _listing(stage, left), _listing(stage, right)
     diff = side_by_side(a_text, b_text, a.label, b.label, context, kind="sass" if stage == "cubin" else "ptx")

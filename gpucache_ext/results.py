@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .config import STAGES, CompileConfig, Targets
-from .sass import SassUnavailable, disassemble  # noqa: F401  (their home is `sass`; importable here too)
+from .toolchain.sass import SassUnavailable, disassemble  # noqa: F401  (their home is `sass`; importable here too)
 from .tokens import Component, short_token
 
 if TYPE_CHECKING:  # annotations only: stages imports numba-cuda, which reading cache files must not
@@ -106,7 +106,7 @@ class TierStats(_Record):
     bytes: int  # the artifacts' bytes
     corrupt: Optional[int] = None  # persistent tiers: unreadable entries met
     rejected: Optional[int] = None  # persistent tiers: entries refused for their signature
-    # persistent tiers: the refusals by reason (gpucache_ext.signing.REASONS)
+    # persistent tiers: the refusals by reason (gpucache_ext.store.signing.REASONS)
     rejected_by: Optional[Mapping[str, int]] = None
     previous_secret: Optional[int] = None  # entries read that a retired secret signed
     unwritable: Optional[int] = None  # disk tier: writes skipped for an odd path (a directory where an entry goes)
@@ -241,7 +241,7 @@ class CompileResult:
     @property
     def links(self):
         """The code the cubin links besides the kernel's
-        (`gpucache_ext.linking.LinkInput`: name, kind, bytes, digest): numba's
+        (`gpucache_ext.toolchain.linking.LinkInput`: name, kind, bytes, digest): numba's
         shims, then what external (declare_device) functions link."""
         return tuple(self._ptx.links) + tuple(self._cubin.links)
 

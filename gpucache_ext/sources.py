@@ -51,7 +51,8 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import xxhash
 
-from . import libraries, linking
+from . import libraries
+from .toolchain import linking
 from .errors import UnsupportedKernelError
 from .options import device_options
 from .tokens import Component, component, digest

@@ -68,7 +68,8 @@ from numba.cuda.codegen import ExternalCodeLibrary
 from numba.cuda.dispatcher import CUDADispatcher
 from numba.cuda.flags import CUDAFlags
 
-from . import linking, numba_compat, targets
+from .toolchain import linking
+from . import numba_compat, targets
 from .locks import compiler_lock
 from .artifacts import CubinArtifact, LLVMArtifact, PTXArtifact  # noqa: F401  (re-exported)
 from .config import CompileConfig

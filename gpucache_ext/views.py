@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .config import FIELD_STAGES, FOLLOW_FASTMATH, KEYED_ON_BYTES, LAYERS, STAGES, CompileConfig
 from .units import format_age, format_bytes, format_seconds
 from .results import parse_resources, short_signature
-from .signing import REASONS
+from .store.signing import REASONS
 from .tokens import short_token
 
 log = logging.getLogger(__name__)
@@ -376,7 +376,7 @@ def summary_text(stats, saved) -> str:
 
 # -- the persistent tiers: where, whether signed, what they refused ----------
 
-# what each refusal reason (gpucache_ext.signing.REASONS) means, for people
+# what each refusal reason (gpucache_ext.store.signing.REASONS) means, for people
 REASON_HELP = {
     "bad signature": "changed since it was signed: tampered with, or damaged",
     "unsigned": "no signature, and this cache requires one",
@@ -905,7 +905,7 @@ class EntryDetail:
     """What the entry view shows of one entry, read from the cache by the inspector."""
 
     stage: str
-    entry: Any  # gpucache_ext.tiers.Entry
+    entry: Any  # gpucache_ext.store.tiers.Entry
     tiers: Tuple[str, ...]  # where it is
     nearest: Any = None  # the nearest other entry of the kernel at this stage (Entry), if any
     differing: Tuple[str, ...] = ()  # the components they differ in

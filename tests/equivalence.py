@@ -72,7 +72,7 @@ from __future__ import annotations
 import contextlib
 import re
 
-from gpucache_ext.sass import without_abi_tags as _without_tags
+from gpucache_ext.toolchain.sass import without_abi_tags as _without_tags
 
 _DEBUG_SECTION = re.compile(r"^\s*\.section\s+\.debug", re.M)
 _SYMBOL = re.compile(r"_ZN[\w$]+")

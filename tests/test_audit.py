@@ -16,7 +16,7 @@ import pytest
 
 from gpucache_ext import AuditWarning, CompileConfig, KernelCache
 from gpucache_ext.audit import AuditPolicy, parse_audit
-from gpucache_ext.disk import DiskTier
+from gpucache_ext.store.disk import DiskTier
 
 from . import helpers, kernels
 
@@ -170,7 +170,7 @@ def shift(r, x):
 
 def test_magic_audit_flag_reports_each_kernels_audit(ip, capsys):
     import gpucache_ext
-    from gpucache_ext.tiers import Entry
+    from gpucache_ext.store.tiers import Entry
 
     ip.run_cell(f"%%gpukernel --sm 80 --quiet\n{MAGIC_CELL}").raise_error()
     ip.run_cell(f"%%gpukernel --sm 80 --audit\n{MAGIC_CELL}").raise_error()
@@ -192,7 +192,7 @@ def test_magic_audit_flag_reports_each_kernels_audit(ip, capsys):
 
 
 def test_audit_catches_a_re_signed_entry_in_the_shared_tier(redis_server):  # noqa: F811 (fixture)
-    from gpucache_ext.shared import RedisTier
+    from gpucache_ext.store.shared import RedisTier
 
     writer = KernelCache(redis_url=redis_server.url, secret="team-secret")
     axpy = writer.compile(kernels.axpy, kernels.AXPY_SIG, SM80)

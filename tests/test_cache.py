@@ -486,7 +486,7 @@ def test_the_old_name_layers_still_works_and_says_it_is_deprecated():
 
 
 def test_misses_list_the_persistent_tiers_once_per_stage(tmp_path):
-    from gpucache_ext.disk import DiskTier
+    from gpucache_ext.store.disk import DiskTier
 
     KernelCache(directory=tmp_path).compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
     listings = []

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpucache_ext import CompileConfig, KernelCache
-from gpucache_ext.shared import RedisTier
-from gpucache_ext.signing import Keyring
+from gpucache_ext.store.shared import RedisTier
+from gpucache_ext.store.signing import Keyring
 
 from . import kernels
 from .helpers import gpucache

@@ -18,8 +18,8 @@ import warnings
 import pytest
 
 from gpucache_ext import AuditWarning, CompileConfig, KernelCache, queries
-from gpucache_ext.codec import MAGIC, read_header
-from gpucache_ext.disk import DiskTier
+from gpucache_ext.store.codec import MAGIC, read_header
+from gpucache_ext.store.disk import DiskTier
 from gpucache_ext.results import Outcome
 
 from . import kernels

@@ -275,7 +275,7 @@ def test_sass_per_architecture_and_a_plain_note_where_nvdisasm_cannot_read_it():
     assert sorted(sass) == [70, 80, 90]
     entry = kernel.last.entry_name
     assert entry in sass[80] and entry in sass[90] and sass[80] != sass[90]
-    from gpucache_ext.sass import SassUnavailable, nvdisasm_for
+    from gpucache_ext.toolchain.sass import SassUnavailable, nvdisasm_for
 
     try:
         nvdisasm_for(70)  # a CUDA 12 toolkit's nvdisasm on PATH reads sm_70
@@ -287,7 +287,7 @@ def test_sass_per_architecture_and_a_plain_note_where_nvdisasm_cannot_read_it():
 
 def test_what_a_gpu_would_load_is_the_fatbin_where_a_member_runs_there():
     from gpucache_ext import LaunchError
-    from gpucache_ext.kernel import choose_image
+    from gpucache_ext.launch.kernel import choose_image
 
     cache = KernelCache()
     built = cache.compile_fatbin(kernels.copy, kernels.COPY_SIG, sms=(80, 90))

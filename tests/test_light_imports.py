@@ -53,7 +53,7 @@ def _report(**extra):
 COMMAND = REPORT + """
 import contextlib, io, sys
 if sys.argv[1] == "eager":
-    import gpucache_ext.cache, gpucache_ext.kernel  # noqa: F401
+    import gpucache_ext.cache, gpucache_ext.launch.kernel  # noqa: F401
 from gpucache_ext import cli
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
@@ -95,7 +95,7 @@ import gpucache_ext
 before = sorted(m for m in __import__("sys").modules if m.split(".")[0] in ("numba", "IPython"))
 assert "KernelCache" in dir(gpucache_ext) and "Kernel" in dir(gpucache_ext)
 from gpucache_ext import KernelCache, Kernel, CompileConfig, CompileResult, default_cache
-assert KernelCache.__module__ == "gpucache_ext.cache" and Kernel.__module__ == "gpucache_ext.kernel"
+assert KernelCache.__module__ == "gpucache_ext.cache" and Kernel.__module__ == "gpucache_ext.launch.kernel"
 assert all(getattr(gpucache_ext, name) is not None for name in gpucache_ext.__all__)
 assert callable(gpucache_ext.configure_default_cache) and callable(gpucache_ext.inspector)
 assert callable(gpucache_ext.load_ipython_extension) and gpucache_ext.defaults._default_cache is None
@@ -190,7 +190,7 @@ def test_verify_of_llvm_entries_imports_no_numba(filled, tmp_path):
 
 def _rewrite_header(path: Path, change):
     """The entry at `path` with its header changed, checksum made good again."""
-    from gpucache_ext.codec import MAGIC, read_header
+    from gpucache_ext.store.codec import MAGIC, read_header
 
     data = path.read_bytes()
     header, start = read_header(data)
@@ -230,7 +230,7 @@ def test_codec_reads_and_writes_entries_without_numba(filled):
     seen = run(REPORT + """
 import sys
 from pathlib import Path
-from gpucache_ext import codec
+from gpucache_ext.store import codec
 directory = Path(sys.argv[1])
 count = 0
 for path in sorted(directory.glob("v1/*/*/*.entry")):

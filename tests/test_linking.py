@@ -155,7 +155,7 @@ def kernel(r, x):
 def test_link_code_with_a_setup_callback_of_the_users_is_refused():
     from numba.cuda import CUSource
 
-    from gpucache_ext import linking
+    from gpucache_ext.toolchain import linking
 
     source = CUSource('extern "C" __device__ int f(int* r, int x) { *r = x; return 0; }',
                       setup_callback=lambda *args: None)

@@ -33,9 +33,11 @@ def test_the_core_imports_no_ipython():
     import sys
 
     # every module outside the IPython and widget layers
-    core = sorted(path.stem for path in (ROOT / "gpucache_ext").glob("*.py")
-                  if path.stem not in ("__init__", "__main__"))
-    assert {"cache", "queries", "views", "kernel", "cli"} <= set(core)
+    package = ROOT / "gpucache_ext"
+    core = sorted(".".join(path.relative_to(package).with_suffix("").parts).removesuffix(".__init__")
+                  for path in package.rglob("*.py")
+                  if path.relative_to(package).parts[0] not in ("ipython", "widgets", "__main__.py", "__init__.py"))
+    assert {"cache", "queries", "views", "launch.kernel", "store.disk", "toolchain", "cli"} <= set(core)
     code = ("import sys\n" + "".join(f"import gpucache_ext.{name}\n" for name in core)
             + "print(sorted(m for m in ('IPython', 'ipywidgets', 'traitlets') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -145,3 +147,38 @@ def test_every_warning_has_a_category_of_the_package():
                     wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} ({given[0] if given else 'no category'})")
     assert found >= 8  # the calls were read
     assert wrong == [], "warnings without a gpucache_ext category: " + ", ".join(wrong)
+
+
+def test_the_modules_that_moved_into_subpackages_import_by_their_old_names_with_a_warning():
+    """`gpucache_ext.disk` is `gpucache_ext.store.disk` (the same module
+    object, its own name and spec kept), with a DeprecationWarning naming
+    where it went; `from gpucache_ext.disk import DiskTier` works too."""
+    import subprocess
+    import sys
+
+    code = """
+import importlib, json, sys, warnings
+import gpucache_ext
+rows = {}
+for old, new in gpucache_ext.MOVED.items():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module("gpucache_ext." + old)
+    target = sys.modules["gpucache_ext." + new]
+    rows[old] = [module is target, module.__name__, module.__spec__.name,
+                 [str(w.message) for w in caught if w.category is DeprecationWarning]]
+from gpucache_ext.disk import DiskTier
+rows["from"] = DiskTier.__module__
+print(json.dumps(rows))
+"""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=300, cwd=ROOT).stdout
+    rows = json.loads(out.splitlines()[-1])
+    assert rows.pop("from") == "gpucache_ext.store.disk"
+    assert len(rows) == len(gpucache_ext.MOVED) >= 15
+    for old, (same, name, spec, messages) in rows.items():
+        new = "gpucache_ext." + gpucache_ext.MOVED[old]
+        assert same and name == spec == new, old
+        assert messages == [f"gpucache_ext.{old} moved to {new}; import it from there"], old

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from gpucache_ext import CompileConfig, KernelCache
-from gpucache_ext.codec import decode
-from gpucache_ext.disk import DiskTier
+from gpucache_ext.store.codec import decode
+from gpucache_ext.store.disk import DiskTier
 
 from . import kernels
 from .helpers import run_python
@@ -141,10 +141,10 @@ def test_corrupted_entries_are_misses_recompiled_and_rewritten(tmp_path):
 WRITE_FOREVER = """
 import sys, time
 from gpucache_ext import CompileConfig, KernelCache
-from gpucache_ext.codec import content_digest
-from gpucache_ext.disk import DiskTier
+from gpucache_ext.store.codec import content_digest
+from gpucache_ext.store.disk import DiskTier
 from gpucache_ext.stages import CubinArtifact
-from gpucache_ext.tiers import Entry
+from gpucache_ext.store.tiers import Entry
 from gpucache_ext.tokens import component, make_token
 tier = DiskTier(sys.argv[1], max_bytes=None)
 blob = bytes(range(256)) * (64 * 1024)   # 16 MiB: long enough to be killed mid-write
@@ -235,7 +235,7 @@ def small_mount(tmp_path):
 
 
 def _inject_write_error(monkeypatch, code):
-    import gpucache_ext.disk as disk
+    import gpucache_ext.store.disk as disk
 
     def failing(*args, **kwargs):
         raise OSError(code, os.strerror(code))
@@ -376,7 +376,7 @@ def test_a_directory_in_place_of_an_entry_costs_that_entry_only(tmp_path, caplog
 def test_only_folder_wide_write_errors_stop_the_disk_tier(tmp_path, monkeypatch):
     """A file system error (full, read-only, over quota) or a folder that cannot
     be written stops writing; an error about one entry's path does not."""
-    import gpucache_ext.disk as disk
+    import gpucache_ext.store.disk as disk
 
     tier = DiskTier(tmp_path)
     (tmp_path / "v1" / "cubin").mkdir(parents=True)

@@ -14,11 +14,12 @@ import pytest
 from IPython.core.error import UsageError
 
 import gpucache_ext
-from gpucache_ext import CompileConfig, KernelCache, sass
+from gpucache_ext import CompileConfig, KernelCache
+from gpucache_ext.toolchain import sass
 from gpucache_ext.queries import comparable_entries, compare_entries
 from gpucache_ext.results import SassUnavailable as ReExported
 from gpucache_ext.results import disassemble as old_disassemble
-from gpucache_ext.sass import Nvdisasm, SassUnavailable
+from gpucache_ext.toolchain.sass import Nvdisasm, SassUnavailable
 
 from . import helpers, kernels
 

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from gpucache_ext.signing import OTHER_SECRET, SIGNED_MAGIC, UNSIGNED, key_id
+from gpucache_ext.store.signing import OTHER_SECRET, SIGNED_MAGIC, UNSIGNED, key_id
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = "from tests.security_child import main; main()"

@@ -12,7 +12,7 @@ import pytest
 import gpucache_ext
 
 from gpucache_ext import CompileConfig, KernelCache
-from gpucache_ext.shared import RedisTier
+from gpucache_ext.store.shared import RedisTier
 
 from . import kernels
 
@@ -117,7 +117,7 @@ MISSING_REDIS = """
 import sys
 sys.modules["redis"] = None  # as if redis-py were not installed: `import redis` fails
 from gpucache_ext import KernelCache, GpuCacheError
-from gpucache_ext.shared import RedisNotInstalled
+from gpucache_ext.store.shared import RedisNotInstalled
 cache = KernelCache.from_environment()  # no URL: no shared tier, redis-py never asked for
 assert [t.name for t in cache.tiers] == [], cache.tiers
 for make in (lambda: KernelCache(redis_url="redis://:hunter2@cache-host:6379/0"),

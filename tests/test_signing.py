@@ -1,5 +1,5 @@
 """Signing and the shared tier's settings, without a server: `Keyring` and
-`gpucache_ext.settings` (the tiers' use of them is tested against real
+`gpucache_ext.store.settings` (the tiers' use of them is tested against real
 servers and folders in test_security)."""
 
 import hashlib
@@ -7,8 +7,8 @@ import hmac
 
 import pytest
 
-from gpucache_ext import settings
-from gpucache_ext.signing import (BAD_SIGNATURE, CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED, Keyring,
+from gpucache_ext.store import settings
+from gpucache_ext.store.signing import (BAD_SIGNATURE, CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED, Keyring,
                                   Rejected, key_id, strip)
 
 ENTRY = b"GPUCACHE" + bytes(range(256)) * 4

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpucache_ext import CompileConfig, KernelCache, toolchain
-from gpucache_ext.disk import DiskTier
+from gpucache_ext.store.disk import DiskTier
 from gpucache_ext.toolchain import ToolchainChanged, memo_path, toolchain_component
 
 from . import kernels
@@ -255,8 +255,8 @@ def test_a_corrupt_memo_is_ignored_and_rewritten(fake_nvvm, tmp_path, content):
 
 
 def test_with_a_secret_the_memo_is_signed_and_a_planted_one_is_not_read(fake_nvvm, tmp_path, monkeypatch):
-    from gpucache_ext.disk import DiskTier
-    from gpucache_ext.signing import Keyring
+    from gpucache_ext.store.disk import DiskTier
+    from gpucache_ext.store.signing import Keyring
 
     monkeypatch.setattr(toolchain, "_memo_keyrings", {})
     cache_dir = tmp_path / "cache"

@@ -14,7 +14,7 @@ from gpucache_ext import KernelCache, widgets
 from gpucache_ext.config import STAGES
 from gpucache_ext.results import parse_resources
 from gpucache_ext.ipython.session import current
-from gpucache_ext.tiers import Tier
+from gpucache_ext.store.tiers import Tier
 
 from . import helpers
 
@@ -538,7 +538,7 @@ disk_cache.compile(halve, "void(float32[:])")
 
 
 def test_cells_ask_the_tiers_what_they_hold_only_for_an_open_inspector(ip, tmp_path):
-    from gpucache_ext.disk import DiskTier
+    from gpucache_ext.store.disk import DiskTier
 
     class CountingDisk(DiskTier):
         calls = 0

@@ -15,8 +15,8 @@ from typing import Any, Dict, List, Optional
 
 from ..defaults import default_cache
 from ..cache import CompileResult
-from ..decorators import decorator_form, device_function
-from ..kernel import Kernel
+from ..launch.decorators import decorator_form, device_function
+from ..launch.kernel import Kernel
 from ..options import explicit_options
 from .cell_errors import as_cell_error, cell_names
 from .report import CellReport

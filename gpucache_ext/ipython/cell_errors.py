@@ -12,7 +12,7 @@ from typing import Dict, Optional
 
 
 from ..errors import CompileError, GpuCacheError
-from ..kernel import Kernel
+from ..launch.kernel import Kernel
 from ..stages import def_line_of
 
 log = logging.getLogger(__name__)

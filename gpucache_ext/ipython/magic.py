@@ -27,9 +27,9 @@ from traitlets import Bool, Unicode, default
 
 from ..defaults import default_cache
 from ..config import LAYERS, CompileConfig, Targets
-from ..device import default_sm
+from ..launch.device import default_sm
 from ..errors import ConfigError
-from ..kernel import Kernel, gpu_available
+from ..launch.kernel import Kernel, gpu_available
 from ..queries import compare_entries, find_entry, resource_moves, resource_rows, reused_note
 from ..results import FatbinResult, short_signature
 from ..stages import normalize_signature
@@ -200,7 +200,7 @@ class GpuCacheMagics(Magics):
             raise UsageError(f"{flag} {given}: {exc}") from None
 
     def resolved_default_sm(self):
-        """The target for cells without --sm, as `gpucache_ext.device.default_sm`
+        """The target for cells without --sm, as `gpucache_ext.launch.device.default_sm`
         decides: this GPU's, else the setting (which may list several), else 86."""
         if self.default_sm and not gpu_available():
             return self.default_sm

@@ -93,14 +93,14 @@ class Session:
         from IPython.core.error import UsageError
 
         from ..audit import parse_audit
-        from ..kernel import gpu_available
-        from ..simulator import simulate_memory
+        from ..launch.kernel import gpu_available
+        from ..launch.simulator import simulate_memory
 
         try:
             parse_audit(self.settings.audit)
         except ValueError as exc:
             raise UsageError(f"GpuCacheMagics.audit (or GPUCACHE_AUDIT): {exc}") from None
-        from .. import settings
+        from ..store import settings
 
         try:  # the shared tier's settings, read as the cache will read them (each names its variable)
             settings.keyring()
@@ -119,7 +119,7 @@ class Session:
             simulate_memory(True)
 
     def unload(self) -> None:
-        from ..simulator import simulate_memory
+        from ..launch.simulator import simulate_memory
 
         from .cell import check_cell_syntax
 
@@ -152,7 +152,7 @@ class Session:
         """After every cell: kernels re-check their inputs at their next launch;
         each watched cache's history gets the cell's hits and misses; open
         inspectors refresh; background audits may run."""
-        from ..kernel import refresh_all
+        from ..launch.kernel import refresh_all
 
         self._in_cell = False
         if self._cache is not None:

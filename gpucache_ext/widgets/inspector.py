@@ -51,7 +51,7 @@ from ..config import LAYERS
 from ..queries import (COMPARED_STAGES, Sources, built_from, comparable_entries, compare_entries, fatbin_rows,
                        nearest_entry, resource_moves, resource_rows)
 from ..units import format_seconds
-from ..sass import Sass, SassUnavailable, disassembly
+from ..toolchain.sass import Sass, SassUnavailable, disassembly
 from ..history import CellHistory
 from ..tokens import short_token
 from ..views import (ENTRY_COLUMNS, MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, entry_line,

@@ -1,4 +1,10 @@
-"""The toolchain fingerprint each stage depends on, and numba's own settings.
+"""The toolchain: the tools that build each stage, and what they link.
+
+This package's own module is the toolchain's fingerprint (below); beside it,
+`linking` (the code a cubin links besides the kernel's), `fatbin` (several
+targets in one image, nvFatbin) and `sass` (disassembly, nvdisasm).
+
+The toolchain fingerprint each stage depends on, and numba's own settings.
 
 A stage's output depends on the versions of the tools that run it: Python and
 numba for typing (bytecode, type inference), llvmlite for lowering, libNVVM
@@ -39,9 +45,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
-from .errors import GpuCacheError
-from .signing import Keyring
-from .tokens import Component, component
+from ..errors import GpuCacheError
+from ..store.signing import Keyring
+from ..tokens import Component, component
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +161,7 @@ def cudadevrt() -> bytes:
     the nvidia-cuda-runtime wheel's that numba-cuda[cu12] brings)."""
     path = _cudadevrt_path()
     if path is None:
-        from .errors import UnsupportedKernelError
+        from ..errors import UnsupportedKernelError
 
         raise UnsupportedKernelError(
             "grid synchronisation needs libcudadevrt.a, which was not found; "
@@ -372,7 +378,7 @@ def _write_memo(directory: Path, name: str, key: Optional[str], value: Optional[
         keys[key] = value
     while len(keys) > _MEMO_KEYS_PER_PART:
         keys.pop(next(iter(keys)))
-    from .fsutil import write_atomically
+    from ..store.fsutil import write_atomically
 
     data = _memo_keyring(directory).sign(json.dumps({"format": _MEMO_FORMAT, "parts": parts},
                                                     sort_keys=True).encode())

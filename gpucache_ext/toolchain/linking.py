@@ -33,7 +33,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, List, Optional, Tuple
 
-from .errors import UnsupportedKernelError
+from ..errors import UnsupportedKernelError
 
 # file extension -> kind; the kinds are cuda.core ObjectCode's
 KINDS = {"cu": "cu", "ptx": "ptx", "ltoir": "ltoir", "cubin": "cubin", "fatbin": "fatbin",

@@ -16,9 +16,9 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
-from . import targets
+from .. import targets
 from .signing import PREVIOUS, Keyring, Rejected
-from .tokens import Component
+from ..tokens import Component
 
 
 @dataclass
@@ -119,7 +119,7 @@ class Tier:
 
     name: str = "tier"
     stages: Tuple[str, ...] = ()
-    keyring = None  # a `gpucache_ext.signing.Keyring`: signs and checks entries
+    keyring = None  # a `gpucache_ext.store.signing.Keyring`: signs and checks entries
 
     @property
     def signed(self) -> bool:

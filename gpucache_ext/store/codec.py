@@ -8,7 +8,7 @@ process), the kernel, signature and config summary, the stage's toolchain,
 when it was made, the payload's size, and how the payload splits into the
 artifact's parts.  The checksum covers header and payload: any flipped bit
 or missing byte is caught.  With a secret, the disk and shared tiers sign
-these bytes (see `gpucache_ext.signing`).
+these bytes (see `gpucache_ext.store.signing`).
 
 `decode` refuses anything that does not check out (`BadEntry`); callers treat
 that as a miss, never as an error for the user.
@@ -21,11 +21,12 @@ import json
 import struct
 from typing import Dict, List, Optional, Tuple
 
-from . import artifacts, linking, targets
+from .. import artifacts, targets
+from ..toolchain import linking
 from .signing import PREVIOUS, Keyring, Rejected
 from .tiers import Entry
-from .tokens import Component, make_token
-from .toolchain import stage_toolchain
+from ..tokens import Component, make_token
+from ..toolchain import stage_toolchain
 
 MAGIC = b"GPUCACHE"
 FORMAT_VERSION = 1

@@ -28,7 +28,7 @@ import os
 import re
 from typing import Mapping, Optional, Sequence, Tuple, Union
 
-from .errors import GpuCacheError
+from ..errors import GpuCacheError
 from .signing import Keyring, Secret
 
 SECRET = "GPUCACHE_SECRET"

@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 from typing import Optional, Sequence, Tuple
 
-from .artifacts import FatbinArtifact, FatbinMember
-from .errors import CompileError
+from ..artifacts import FatbinArtifact, FatbinMember
+from ..errors import CompileError
 
 # nvFatbin's options (nvFatbinCreate): the defaults, named here because the
 # stage's token hashes them.

@@ -122,12 +122,12 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Seq
 
 import numpy as np
 
-from .errors import UnsupportedKernelError
+from ..errors import UnsupportedKernelError
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from .config import CompileConfig
+    from ..config import CompileConfig
 
 __all__ = ["launch_arguments", "DeclaredTwin", "Float32", "Float16", "NarrowInt", "simulated_value", "narrow_math",
            "simulated_kernel", "simulate_memory", "notice_simulator"]
@@ -685,7 +685,7 @@ _saved_memory_api: Dict[str, Any] = {}
 def _simulated_array_class():
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-    from .sources import host_array_interface
+    from ..sources import host_array_interface
 
     class SimulatedDeviceArray(FakeCUDAArray):
         """The simulator's device array, with the CUDA Array Interface a real
@@ -758,7 +758,7 @@ def simulated_kernel(pyfunc, config: "CompileConfig", extensions=()):
     every launch)."""
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
-    from .sources import declared_signatures, identify, rebind
+    from ..sources import declared_signatures, identify, rebind
 
     def simulated(identity):
         return narrow_math(rebind(identity, twin))

@@ -5,7 +5,7 @@ target nobody gave (a cell without ``--sm``, ``Kernel(func)``,
 ``gpucache_ext.jit``): the current GPU's, where there is one; else the
 ``GPUCACHE_SM`` setting; else sm_86.  A kernel with such a default follows
 the device: launched on a GPU of another architecture, it compiles that
-target too (see `gpucache_ext.kernel`).
+target too (see `gpucache_ext.launch.kernel`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def default_sm(setting: Optional[str] = None) -> int:
     A GPU whose compute capability the cache does not know as a target (a
     ``ConfigError`` from `parse_sm`) falls through to the setting.
     """
-    from .config import ConfigError, parse_sm
+    from ..config import ConfigError, parse_sm
 
     if gpu_available():
         try:

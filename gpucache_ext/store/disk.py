@@ -22,7 +22,7 @@ regular files are entries: anything else under the folder is not listed,
 counted, evicted or verified.
 
 With a secret (``GPUCACHE_SECRET``) entries are signed and checked as the
-shared tier's are (see `gpucache_ext.signing`): a folder on a cluster file
+shared tier's are (see `gpucache_ext.store.signing`): a folder on a cluster file
 system is as open as a Redis server.  The default folder is created private
 to the user (0700); a folder that other users can write to gives a
 `SecurityWarning` unless entries are signed.
@@ -45,11 +45,11 @@ from filelock import FileLock, Timeout
 
 from .codec import (FORMAT_VERSION, OK, PERSISTENT_STAGES, PREVIOUS_SECRET, BadEntry, check_stored, decode, encode,
                     header_entry)
-from .errors import SecurityWarning, TierWarning
+from ..errors import SecurityWarning, TierWarning
 from .fsutil import write_atomically
 from .signing import HEAD_BYTES, Keyring, accepted, signature_length, strip
 from .tiers import Entry, Lookup, Tier
-from .toolchain import sign_memo
+from ..toolchain import sign_memo
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ class DiskTier(Tier):
 
     def signatures(self, stage: str) -> Dict[str, int]:
         """How this stage's entries are signed, from their first bytes (no
-        signature checked: see `gpucache_ext.signing.Keyring.classify`)."""
+        signature checked: see `gpucache_ext.store.signing.Keyring.classify`)."""
         def heads():
             for path in self._files(stage):
                 try:

@@ -7,7 +7,7 @@ project on a shared server).
 
 Machine code from the store runs on the reader's GPU, so the tier is signed
 by default: with ``GPUCACHE_SECRET`` set, entries are signed (HMAC-SHA256,
-see `gpucache_ext.signing`) and unsigned, tampered or foreign entries are
+see `gpucache_ext.store.signing`) and unsigned, tampered or foreign entries are
 refused, counted by reason, and compiled again.  Without a secret the tier
 is not made (`UnsignedSharedTier`; a `KernelCache` warns and goes on
 without it) unless the user opts in (``allow_unsigned=True`` or
@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from . import settings
 from .codec import PERSISTENT_STAGES, FORMAT_VERSION, BadEntry, decode, encode, header_entry
-from .errors import GpuCacheError, TierWarning
+from ..errors import GpuCacheError, TierWarning
 from .signing import HEAD_BYTES, Keyring, Rejected
 from .tiers import Entry, Lookup, Tier
 
@@ -95,7 +95,7 @@ class RedisTier(Tier):
                  allow_unsigned: Optional[bool] = None, prefix: Optional[str] = None,
                  ttl=None, timeout: float = 0.5, retry_after: float = 30.0):
         """`keyring` (else `secret` and `allow_unsigned`), `prefix` and `ttl`
-        as `gpucache_ext.settings` reads them (None: from the environment).
+        as `gpucache_ext.store.settings` reads them (None: from the environment).
         Raises `UnsignedSharedTier` for a tier with no secret and no opt-in."""
         self.prefix = settings.redis_prefix(prefix)
         self.ttl = settings.redis_ttl(ttl)
@@ -218,7 +218,7 @@ class RedisTier(Tier):
 
     def signatures(self, stage: str) -> Dict[str, int]:
         """How this stage's entries are signed, from their first bytes (no
-        signature checked: see `gpucache_ext.signing.Keyring.classify`)."""
+        signature checked: see `gpucache_ext.store.signing.Keyring.classify`)."""
         keys = self._keys(stage, limit=None)
 
         def heads():

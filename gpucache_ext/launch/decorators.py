@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .kernel import Kernel
-from .options import check_options
+from ..options import check_options
 
 
 def jit(func_or_sig=None, device: bool = False, **options: Any):
@@ -92,7 +92,7 @@ def device_function(func: Callable, sigs, options, what: str):
     kernel's target, not for the current GPU."""
     from numba.cuda.decorators import jit as numba_jit
 
-    from .sources import declare_signatures
+    from ..sources import declare_signatures
 
     check_options(options, what)
     dispatcher = numba_jit(device=True, **options)(func)

@@ -25,7 +25,7 @@ Entries signed by earlier versions (``GPUCSIG1``: no key id) are still read:
 each secret is tried.
 
 Nothing here decides whether a tier may be used unsigned: see
-`gpucache_ext.settings` and `KernelCache`.
+`gpucache_ext.store.settings` and `KernelCache`.
 """
 
 from __future__ import annotations

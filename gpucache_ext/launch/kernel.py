@@ -13,7 +13,7 @@ What the cache adds on top:
 
 - the image for the current device: a variant keeps one image per device
   architecture (`CachedCodeLibrary`); a kernel whose target was not given
-  (see `gpucache_ext.device.default_sm`) compiles the device's architecture
+  (see `gpucache_ext.launch.device.default_sm`) compiles the device's architecture
   through the cache when it meets a new one; a kernel whose target was
   given runs its cubin, its fatbin, or PTX for the driver where that is
   valid, and otherwise refuses with the ``--sm`` to use (`image_for`);
@@ -35,15 +35,15 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.dispatcher import CUDADispatcher, _Kernel
 
-from .cache import CompileResult, KernelCache
-from .config import CompileConfig, Targets
+from ..cache import CompileResult, KernelCache
+from ..config import CompileConfig, Targets
 from .device import default_sm, device_cc, gpu_available
-from .errors import ConfigError, GpuCacheError
-from .options import config_with_options
-from .results import FatbinResult, short_signature
+from ..errors import ConfigError, GpuCacheError
+from ..options import config_with_options
+from ..results import FatbinResult, short_signature
 from .simulator import notice_simulator, simulated_kernel
-from .sources import python_function
-from .stages import normalize_signature
+from ..sources import python_function
+from ..stages import normalize_signature
 
 _generation = 0
 
@@ -552,8 +552,8 @@ class Kernel(CUDADispatcher):
 
     def inspect_sass(self, signature=None):
         """The SASS, from nvdisasm, as numba's ``inspect_sass``: per signature,
-        the text (`gpucache_ext.sass.disassemble`; `SassUnavailable` says why not)."""
-        from .sass import disassemble
+        the text (`gpucache_ext.toolchain.sass.disassemble`; `SassUnavailable` says why not)."""
+        from ..toolchain.sass import disassemble
 
         return self._per_signature(signature, lambda k: disassemble(k.result.cubin))
 
@@ -563,7 +563,7 @@ class Kernel(CUDADispatcher):
         nvdisasm cannot read (sm_72 and older for the wheel's nvdisasm 13)
         gives the `SassUnavailable` message, which names what would work, in
         place of its text."""
-        from .sass import SassUnavailable, disassemble
+        from ..toolchain.sass import SassUnavailable, disassemble
 
         def by_arch(kernel):
             found = {}
@@ -655,7 +655,7 @@ def _target_options(config: CompileConfig, options: Dict[str, Any]) -> Dict[str,
 
 
 def _default_cache():
-    from .defaults import default_cache
+    from ..defaults import default_cache
 
     return default_cache()
 
@@ -693,7 +693,7 @@ def choose_image(result: CompileResult, cc: Tuple[int, int]):
 def _ptx_image(result: CompileResult, cc: Tuple[int, int]):
     from cuda.core import ObjectCode
 
-    from .fatbin import ptx_problem
+    from ..toolchain.fatbin import ptx_problem
 
     name = result.kernel.rsplit('.', 1)[-1]
     compiled = result.config.cc

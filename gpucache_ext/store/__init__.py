@@ -1,0 +1,9 @@
+"""Where entries live beyond one process, and how they are kept safe.
+
+`tiers` (the `Entry`, the memory tier and the persistent tiers' interface),
+`codec` (entries as bytes: no pickle, nothing executable), `disk` (a folder,
+across processes), `shared` (a Redis server, across machines), `signing`
+(HMAC-SHA256 over every stored entry), `settings` (the ``GPUCACHE_*``
+variables they read) and `fsutil` (atomic file writes).  Imports nothing of
+the compile pipeline above it (`cache`, `stages`) nor of launching.
+"""
