@@ -26,6 +26,22 @@ from gpucache_ext.locks import _rlocks, compiler_lock
 
 from .helpers import artifacts, fresh, notebook_namespace, run_cell
 
+
+@pytest.fixture(autouse=True)
+def sigint_raises():
+    """Ctrl-C raises KeyboardInterrupt, as in a notebook's kernel, even where the
+    test run was started with SIGINT ignored (a shell's background job)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGINT)
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
 SIG = "void(float32[:], float32[:])"
 SM80 = CompileConfig(sm=80)
 SOURCE = """
