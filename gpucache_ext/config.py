@@ -115,11 +115,13 @@ def parse_sm(value: Any) -> int:
 
 
 def _sm_error(value, why):
-    return ConfigError(
+    error = ConfigError(
         f"sm={value!r} is invalid ({why}); use one of "
         f"{_format_ccs(supported_ccs())}, written as 86, '8.6', 'sm_86' or (8, 6)",
         field="sm",
     )
+    error.value, error.why = value, why  # (the magic says it in its own words: --sm 86)
+    return error
 
 
 def _check_bool(name, value, optional=False):
@@ -134,6 +136,9 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+MAX_THREADS_PER_BLOCK = 1024  # every compute capability from 2.0 to 12.x
+
+
 def _normalise_launch_bounds(value):
     if value is None:
         return None
@@ -143,6 +148,12 @@ def _normalise_launch_bounds(value):
         and 1 <= len(bounds) <= 3
         and all(_is_int(v) and v > 0 for v in bounds)
     ):
+        if bounds[0] > MAX_THREADS_PER_BLOCK:
+            raise ConfigError(
+                f"launch_bounds={value!r} is invalid: {bounds[0]} threads per block is more than any GPU "
+                f"allows ({MAX_THREADS_PER_BLOCK}); use at most {MAX_THREADS_PER_BLOCK}",
+                field="launch_bounds",
+            )
         return tuple(bounds)
     raise ConfigError(
         f"launch_bounds={value!r} is invalid; use None, a positive int (max "
@@ -310,8 +321,9 @@ class Targets:
             try:
                 chosen = parse_sm(ptx)
             except ConfigError as exc:
-                raise ConfigError(str(exc).replace("sm=", "ptx=", 1) + ", or none for no PTX",
-                                  field="ptx") from None
+                error = ConfigError(str(exc).replace("sm=", "ptx=", 1) + ", or none for no PTX", field="ptx")
+                error.value, error.why = ptx, getattr(exc, "why", None)
+                raise error from None
             if chosen > ordered[0]:
                 raise ConfigError(
                     f"ptx={ptx!r} is invalid: compute_{chosen} is above the lowest cubin target "

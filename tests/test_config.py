@@ -36,6 +36,7 @@ def test_bad_sm_names_the_field_value_and_choices(bad):
         ("max_registers", 0, "1 to 255"), ("max_registers", 256, "1 to 255"), ("max_registers", 3.5, "1 to 255"),
         ("launch_bounds", 0, "positive"), ("launch_bounds", (1, 2, 3, 4), "max_threads"),
         ("launch_bounds", (128, -1), "positive"), ("launch_bounds", "128", "positive"),
+        ("launch_bounds", 2000, "more than any GPU allows (1024)"), ("launch_bounds", (1025, 2), "at most 1024"),
     ],
 )
 def test_invalid_values_raise_value_error_naming_field(field, bad, allowed):

@@ -16,6 +16,7 @@ puts back the names it had bound to kernels, so earlier kernels stay usable.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 from typing import Dict, List
 
@@ -26,7 +27,7 @@ from IPython.display import display
 from traitlets import Bool, Unicode, default
 
 from ..defaults import default_cache
-from ..config import LAYERS, CompileConfig, Targets
+from ..config import LAYERS, CompileConfig, Targets, supported_ccs
 from ..launch.device import default_sm
 from ..errors import ConfigError
 from ..launch.kernel import Kernel, gpu_available
@@ -55,6 +56,31 @@ def _parse_launch_bounds(text):
             f"--launch-bounds {text}: use T[,B[,C]] (max threads per block, min blocks "
             "per SM, max blocks per cluster), e.g. --launch-bounds 256,2"
         ) from None
+
+
+def _parse(magic, line):
+    """`parse_argstring`, with the flag meant named where one is not known
+    (``--fast-math``: did you mean ``--fastmath``?)."""
+    try:
+        return parse_argstring(magic, line)
+    except UsageError as exc:
+        message = str(exc)
+        if "unrecognized arguments:" not in message:
+            raise
+        known = [flag for action in magic.parser._actions for flag in action.option_strings]
+        hints = []
+        for given in message.split("unrecognized arguments:", 1)[1].split():
+            if not given.startswith("-"):
+                continue
+            name = given.split("=", 1)[0]
+            squeezed = {flag.replace("-", ""): flag for flag in known}
+            match = squeezed.get(name.replace("-", "").replace("_", "")) or next(
+                iter(difflib.get_close_matches(name, known, n=1, cutoff=0.7)), None)
+            if match:
+                hints.append(f"{name}: did you mean {match}?")
+        if not hints:
+            raise
+        raise UsageError(f"{message} ({'; '.join(hints)})") from None
 
 
 @magics_class
@@ -156,7 +182,7 @@ class GpuCacheMagics(Magics):
         bound to objects launched like numba's (k[blocks, threads](args)) that
         also expose .ptx, .llvm_ir, .cubin, .resources and .inspect().
         """
-        args = parse_argstring(self.gpukernel, line)
+        args = _parse(self.gpukernel, line)
         if not cell.strip():
             raise UsageError("%%gpukernel needs a cell of numba-cuda code below the magic line")
         config = self._config(args)
@@ -197,6 +223,12 @@ class GpuCacheMagics(Magics):
             if exc.field == "sm" and args.sm is None:
                 raise UsageError(f"default target {sm!r} (GpuCacheMagics.default_sm or "
                                  f"GPUCACHE_SM): {exc}") from None
+            if exc.field in ("sm", "ptx") and getattr(exc, "why", None):  # the values as a flag takes them
+                which = "" if str(exc.value) == str(given) else f"sm {exc.value}: "
+                targets = ", ".join(str(major * 10 + minor) for major, minor in supported_ccs())
+                written = "--sm 86 or --sm sm_86; several targets: --sm 80,86,90" if exc.field == "sm" \
+                    else "--ptx 80 or --ptx compute_80; --ptx none for no PTX"
+                raise UsageError(f"{flag} {given}: {which}{exc.why}; use one of {targets} ({written})") from None
             raise UsageError(f"{flag} {given}: {exc}") from None
 
     def resolved_default_sm(self):
