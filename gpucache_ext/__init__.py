@@ -55,6 +55,9 @@ MOVED = {
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports a moved module's old name as the module at its new one."""
 
+    def __init__(self):
+        self._specs = {}  # old name -> the module's own spec, while it is being imported
+
     def find_spec(self, fullname, path=None, target=None):
         old = fullname[len(__name__) + 1:] if fullname.startswith(__name__ + ".") else None
         return importlib.util.spec_from_loader(fullname, self) if old in MOVED else None
@@ -63,7 +66,6 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         new = f"{__name__}.{MOVED[spec.name[len(__name__) + 1:]]}"
         warnings.warn(f"{spec.name} moved to {new}; import it from there", DeprecationWarning, stacklevel=2)
         module = importlib.import_module(new)
-        self._specs = getattr(self, "_specs", {})
         self._specs[spec.name] = module.__spec__  # (importing sets __spec__ to the old name's: put it back)
         return module
 

@@ -48,7 +48,7 @@ from .store.disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
 from .store.disk import OFF_VALUES, DiskTier, configured_directory, default_directory
 from .store.shared import RedisTier, UnsignedSharedTier, display_url
 from .store.signing import Keyring
-from .index import CacheIndex, variant_token, variants_for
+from .index import CacheIndex, find_for_target, variant_token
 from .store.tiers import Entry, MemoryTier, Tier
 from .sources import SnapshotChanged, identify, python_function, rebind, signature_component
 from .tokens import Component, Token, component, make_token, short_token
@@ -453,7 +453,7 @@ class KernelCache:
             for stage in LAYERS:
                 memory, counters = self._memory[stage], self._stats[stage]
                 hits = dict(self._tier_hits[stage])
-                counted[stage] = (hits, memory.artifact_count(), memory.bytes, StageStats(
+                counted[stage] = (hits, StageStats(
                     hits=counters.hits, misses=counters.misses, not_needed=counters.not_needed,
                     cutoffs=counters.cutoffs,
                     entries=memory.artifact_count(), bytes=memory.bytes, evictions=memory.evictions,
@@ -462,9 +462,10 @@ class KernelCache:
                     audit_mismatches=counters.audit_mismatches, tiers={}))
             launch_checks = self._launch_checks
         result = {}
-        for stage, (hits, entries, nbytes, stage_stats) in counted.items():
+        for stage, (hits, stage_stats) in counted.items():
             tiers = {"memory": TierStats(hits.get("memory", (0, 0.0))[0],
-                                         round(hits.get("memory", (0, 0.0))[1], 6), entries, nbytes)}
+                                         round(hits.get("memory", (0, 0.0))[1], 6), stage_stats.entries,
+                                         stage_stats.bytes)}
             for tier in self._tiers_for(stage):  # (what each tier holds: a shared one asks its server)
                 count, saved = hits.get(tier.name, (0, 0.0))
                 held = tier.stats(stage)
@@ -713,14 +714,7 @@ class KernelCache:
         thread of this process just built is there.
 
         Returns (entry or None, effective token, tier it came from)."""
-        entry, tier = self._find(stage, token.hex, memory_only)
-        if entry is None or not entry.is_marker:
-            return entry, token, tier
-        for variant in variants_for(entry, token, cc):
-            found, tier = self._find(stage, variant.hex, memory_only)
-            if found is not None:
-                return found, variant, tier
-        return None, token, None
+        return find_for_target(lambda token_hex: self._find(stage, token_hex, memory_only), token, cc)
 
     def _store(self, stage, token: Token, plan: "_Plan", artifact, seconds, reads, digest=None, upstream=""):
         """File a fresh artifact; returns (effective token, reasons it missed:

@@ -44,6 +44,22 @@ def variants_for(marker: Entry, token: Token, cc) -> Iterator[Token]:
             yield variant_token(token, reads)
 
 
+def find_for_target(find: Callable[[str], Tuple[Optional[Entry], Optional[str]]], token: Token,
+                    cc) -> Tuple[Optional[Entry], Token, Optional[str]]:
+    """The entry a lookup for target `cc` finds under `token`: the entry
+    itself, or, where `token` holds a marker, its first variant that holds for
+    `cc`.  `find(token_hex)` gives (entry or None, where it was).  Returns
+    (entry or None, the token it is filed under, where)."""
+    entry, where = find(token.hex)
+    if entry is None or not entry.is_marker:
+        return entry, token, where
+    for variant in variants_for(entry, token, cc):
+        found, where = find(variant.hex)
+        if found is not None:
+            return found, variant, where
+    return None, token, None
+
+
 class CacheIndex:
     """A read-only view of one cache's entries (see the module docstring).
 
@@ -123,11 +139,5 @@ class CacheIndex:
         """The entry a compile for target `cc` would find under `token` (or
         under the variant of it that holds for `cc`), and the token it is
         filed under; (None, token) where there is none."""
-        entry, _ = self.find(stage, token.hex)
-        if entry is None or not entry.is_marker:
-            return entry, token
-        for variant in variants_for(entry, token, cc):
-            found, _ = self.find(stage, variant.hex)
-            if found is not None:
-                return found, variant
-        return None, token
+        entry, token, _ = find_for_target(lambda token_hex: self.find(stage, token_hex), token, cc)
+        return entry, token

@@ -99,6 +99,19 @@ def test_no_module_imports_another_that_imports_it_back():
     assert any("gpucache_ext.cache" in cycle for cycle in graph.cycles(modules, planted))
 
 
+def test_the_store_imports_nothing_above_it():
+    """The tiers (store/) know entries and bytes: nothing of the cache, the
+    stages, launching or the IPython layers, so they can be read alone
+    (the ``gpucache`` command does)."""
+    modules, edges, _ = _module_graph().graph()
+    above = ("gpucache_ext.cache", "gpucache_ext.stages", "gpucache_ext.launch", "gpucache_ext.ipython",
+             "gpucache_ext.widgets", "gpucache_ext.queries")
+    store = {name: edges.get(name, {}) for name in modules if name.startswith("gpucache_ext.store.")}
+    assert len(store) == 7 and sum(map(len, store.values())) > 10  # the store's imports were read
+    assert {name: [t for t in targets if t.startswith(above)] for name, targets in store.items()} == \
+        {name: [] for name in store}
+
+
 def test_no_module_imports_another_modules_private_names():
     modules, edges, private = _module_graph().graph()
     assert private == [], "private names imported across modules: " + ", ".join(

@@ -68,12 +68,12 @@ def _parse(magic, line):
         if "unrecognized arguments:" not in message:
             raise
         known = [flag for action in magic.parser._actions for flag in action.option_strings]
+        squeezed = {flag.replace("-", ""): flag for flag in known}  # --fast-math, --max_registers
         hints = []
         for given in message.split("unrecognized arguments:", 1)[1].split():
             if not given.startswith("-"):
                 continue
             name = given.split("=", 1)[0]
-            squeezed = {flag.replace("-", ""): flag for flag in known}
             match = squeezed.get(name.replace("-", "").replace("_", "")) or next(
                 iter(difflib.get_close_matches(name, known, n=1, cutoff=0.7)), None)
             if match:
