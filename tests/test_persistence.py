@@ -235,12 +235,12 @@ def small_mount(tmp_path):
 
 
 def _inject_write_error(monkeypatch, code):
-    import gpucache_ext.store.disk as disk
+    from gpucache_ext.store import fsutil  # (the disk tier's writes go through fsutil.write_atomically)
 
     def failing(*args, **kwargs):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(disk.tempfile, "mkstemp", failing)
+    monkeypatch.setattr(fsutil.tempfile, "mkstemp", failing)
 
 
 def _compiles_keep_working(directory):
