@@ -30,7 +30,6 @@ import os
 import threading
 import time
 import warnings
-import weakref
 from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
@@ -57,7 +56,21 @@ from .toolchain import numba_settings, toolchain_component
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_ENTRIES = {"typing": 256, "llvm": 512, "ptx": 1024, "cubin": 1024, "fatbin": 256}
-_HISTORY_LIMIT = 4096  # compiles whose inputs `recompile` remembers
+_HISTORY_LIMIT = 4096  # entries whose inputs `recompile` remembers
+# the snapshots `recompile` rebuilds from are held for the latest compiles
+# only: at most this many, holding at most this many bytes of array copies
+_SNAPSHOT_LIMIT = 256
+_SNAPSHOT_BYTES = 256 << 20
+
+
+class _Origin(NamedTuple):
+    """The inputs of the compile that produced an entry, as it hashed them."""
+
+    identity: object  # the `SourceIdentity` snapshot (what `rebind` compiles)
+    argtypes: tuple
+    config: CompileConfig
+    link: tuple
+    targets: Optional[Targets]  # a fatbin's targets; None for one target's stages
 
 
 class _StageCounters:
@@ -133,7 +146,7 @@ class KernelCache:
         self.tiers.extend(tiers)
         self._stats = {s: _StageCounters() for s in LAYERS}
         self._tier_hits = {s: {} for s in LAYERS}
-        self._origins: "OrderedDict[str, tuple]" = OrderedDict()  # cubin token -> inputs
+        self._origins: "OrderedDict[str, _Origin]" = OrderedDict()  # any stage's token -> its inputs
         self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
         self._misses = deque(maxlen=256)
         # (stage, token) -> why a tier refused its entry, until the stage is compiled again
@@ -203,7 +216,7 @@ class KernelCache:
 
     def compile_fatbin(self, func, sig, config: Optional[CompileConfig] = None, *, sms, ptx=None,
                        force: bool = False, audit: Optional[bool] = None, link=None,
-                       _why_forced: str = "forced recompile") -> FatbinResult:
+                       _why_forced: str = "forced recompile", _identity=None) -> FatbinResult:
         """Compile `func` for several targets and assemble a fatbin: a cubin
         for each of `sms` and the PTX of `ptx` (see `Targets`: by default the
         lowest target's; ``"none"`` for no PTX) for the GPUs none of them runs on.
@@ -234,10 +247,10 @@ class KernelCache:
         # the lowest target first (typing and llvm, which the others then find), then the others at once
         first = wanted.sms[0]
         per_target = {first: self._compile_one(pyfunc, argtypes, config.replace(sm=first), link, force, audit,
-                                               _why_forced)}
+                                               _why_forced, identity=_identity)}
         per_target.update(self._compile_targets(
             pyfunc, argtypes, config, link, force, audit, _why_forced,
-            {sm: "cubin" if sm in wanted.sms else "ptx" for sm in wanted.builds if sm != first}))
+            {sm: "cubin" if sm in wanted.sms else "ptx" for sm in wanted.builds if sm != first}, _identity))
         per_target = dict(sorted(per_target.items()))
         primary = per_target[wanted.sms[0]]
         ptx_member, note = None, ""
@@ -263,7 +276,9 @@ class KernelCache:
                               generic_tokens=primary.generic_tokens, targets=wanted, per_target=per_target,
                               fatbin_stage=layer, _fatbin=artifact, ptx_note=note)
         with self._lock:
-            self._origins[layer.token] = (weakref.ref(pyfunc), argtypes, config, link, wanted)
+            first_origin = self._origins.get(primary.stages["cubin"].token)
+        self._remember((layer,), _Origin(first_origin.identity if first_origin else None, argtypes, config,
+                                         tuple(link), wanted))
         return result
 
     def _fatbin_layer(self, primary: CompileResult, wanted: Targets, cubins, ptx_member, force, why_forced):
@@ -322,7 +337,7 @@ class KernelCache:
         return self._finish(plan, result, force, audit)
 
     def _compile_targets(self, pyfunc, argtypes, config: CompileConfig, link, force, audit, why_forced,
-                         targets_until) -> Dict[int, CompileResult]:
+                         targets_until, identity=None) -> Dict[int, CompileResult]:
         """`_compile_one` for several targets ({sm: "cubin" or "ptx"}): tokens,
         typing and llvm one target after another in this thread (they read
         numba's settings and the function's globals, and targets may share
@@ -331,13 +346,14 @@ class KernelCache:
         counter is behind the cache's lock)."""
         self._auditor.busy(True)
         try:
-            return self._compile_each_target(pyfunc, argtypes, config, link, force, audit, why_forced, targets_until)
+            return self._compile_each_target(pyfunc, argtypes, config, link, force, audit, why_forced, targets_until,
+                                             identity)
         finally:
             self._auditor.busy(False)
 
     def _compile_each_target(self, pyfunc, argtypes, config: CompileConfig, link, force, audit, why_forced,
-                             targets_until) -> Dict[int, CompileResult]:
-        plans = {sm: _Plan(self, pyfunc, argtypes, config.replace(sm=sm), link, why_forced)
+                             targets_until, identity=None) -> Dict[int, CompileResult]:
+        plans = {sm: _Plan(self, pyfunc, argtypes, config.replace(sm=sm), link, why_forced, identity)
                  for sm in targets_until}
         stages.check_numba_runtime()
         fronts = {}
@@ -367,7 +383,7 @@ class KernelCache:
             audited = False if targets_until[sm] == "ptx" else audit
             if result is None:
                 found[sm] = self._compile_one(pyfunc, argtypes, config.replace(sm=sm), link, force, audited,
-                                              why_forced, targets_until[sm])
+                                              why_forced, targets_until[sm], identity)
             else:
                 found[sm] = self._finish(plans[sm], result, force, audited)
         return found
@@ -384,13 +400,28 @@ class KernelCache:
             identity = plan.identity
             self._auditor.submit(lambda: self._audit(pyfunc, argtypes, config, result, link, identity),
                                  background=False if audit else None)
+        self._remember(result.stages.values(), _Origin(plan.identity, argtypes, config, tuple(link), None))
+        return result
+
+    def _remember(self, layers, origin: _Origin) -> None:
+        """Record the inputs `layers` were built from, for `recompile`: the
+        latest compiles' snapshots are held, older ones let go."""
         with self._lock:
-            for layer in result.stages.values():
-                self._origins[layer.token] = (weakref.ref(pyfunc), argtypes, config, link, None)
+            for layer in layers:
+                self._origins[layer.token] = origin
                 self._origins.move_to_end(layer.token)
             while len(self._origins) > _HISTORY_LIMIT:
                 self._origins.popitem(last=False)
-        return result
+            held, count, size = set(), 0, 0
+            for token in reversed(self._origins):  # newest first
+                kept = self._origins[token]
+                if kept.identity is None or id(kept.identity) in held:
+                    continue
+                count, size = count + 1, size + kept.identity.snapshot_bytes
+                if count > _SNAPSHOT_LIMIT or size > _SNAPSHOT_BYTES:
+                    self._origins[token] = kept._replace(identity=None)
+                else:
+                    held.add(id(kept.identity))
 
     def tokens(self, func, sig, config: Optional[CompileConfig] = None, *, link=None) -> Dict[str, Token]:
         """Each stage's token for these inputs, computed without compiling:
@@ -548,21 +579,39 @@ class KernelCache:
         return found
 
     def recompile(self, token: str) -> CompileResult:
-        """Compile again, from scratch, the kernel that produced `token` (any
-        stage's), with the same signature and config; its entries are replaced."""
+        """Compile again, from scratch, exactly the inputs that produced
+        `token` (any stage's entry): the snapshot of the code, globals,
+        closures and device functions its compile hashed, with the same
+        signature, config and link, even where they have changed since.
+        Its entries are replaced.  Raises KeyError (`recompile_problem` says
+        the same beforehand) where this process does not hold those inputs."""
+        problem = self.recompile_problem(token)
+        if problem is not None:
+            raise KeyError(problem)
+        with self._lock:
+            origin = self._origins[token]
+        why = "recompiled on request"
+        if origin.targets is not None:  # a fatbin: every target again, then the fatbin
+            return self.compile_fatbin(origin.identity.pyfunc, origin.argtypes, origin.config,
+                                       sms=origin.targets, force=True, link=origin.link, _why_forced=why,
+                                       _identity=origin.identity)
+        return self._compile_one(origin.identity.pyfunc, origin.argtypes, origin.config, origin.link, True,
+                                 None, why, identity=origin.identity)
+
+    def recompile_problem(self, token: str) -> Optional[str]:
+        """Why `recompile(token)` cannot rebuild that entry's own inputs, or
+        None where it can."""
         with self._lock:
             origin = self._origins.get(token)
-        pyfunc = origin[0]() if origin else None
-        if pyfunc is None:
-            raise KeyError(
-                f"no record of the compile that produced {short_token(token)} in this process "
-                "(it was made by another process, or its function is gone); compile it again instead"
-            )
-        if origin[4] is not None:  # a fatbin: every target again, then the fatbin
-            return self.compile_fatbin(pyfunc, origin[1], origin[2], sms=origin[4], force=True, link=origin[3],
-                                       _why_forced="recompiled on request")
-        return self.compile(pyfunc, origin[1], origin[2], force=True, link=origin[3],
-                            _why_forced="recompiled on request")
+        if origin is None:
+            return (f"{short_token(token)} was not compiled by this process (another process, or this one "
+                    "before a restart, made it): its inputs are not held here to rebuild it exactly; run "
+                    "its cell again to compile the current state")
+        if origin.identity is None:
+            return (f"the inputs of {short_token(token)} were let go (this process holds those of its latest "
+                    f"{_SNAPSHOT_LIMIT} compiles): it cannot be rebuilt exactly; run its cell again to "
+                    "compile the current state")
+        return None
 
     def clear(self, stage: Optional[str] = None) -> None:
         """Drop the entries of one stage, or of all stages, in every tier (counters are kept)."""

@@ -375,8 +375,58 @@ def test_entries_evict_and_recompile():
     why_built = {row.stage: row.reasons for row in cache.entries(kernel="axpy") if row.config == "sm_80"}
     assert why_built == dict.fromkeys(STAGES, ("recompiled on request",))
     assert redone.cubin == first.cubin
-    with pytest.raises(KeyError, match="no record"):
+    with pytest.raises(KeyError, match="not compiled by this process"):
         cache.recompile("0" * 64)
+    assert "run its cell again" in cache.recompile_problem("0" * 64)
+
+
+def test_recompile_rebuilds_the_entrys_own_inputs_not_the_current_state():
+    """An entry built while a global and a device function had other values
+    is rebuilt from those values, under its own token, after both changed."""
+    namespace = notebook_namespace()
+    namespace["ALPHA"] = 1.5
+    run_cell(namespace, """
+        @cuda.jit(device=True)
+        def activate(x):
+            return x * ALPHA
+
+        def kernel(r):
+            r[0] = activate(r[0])
+    """)
+    cache = KernelCache()
+    sig = "void(float32[:])"
+    old = cache.compile(namespace["kernel"], sig, CompileConfig(sm=86))
+    namespace["ALPHA"] = 3.0
+    run_cell(namespace, """
+        @cuda.jit(device=True)
+        def activate(x):
+            return x * ALPHA + 1.0
+    """)
+    new = cache.compile(namespace["kernel"], sig, CompileConfig(sm=86))
+    assert new.stages["cubin"].token != old.stages["cubin"].token
+    del namespace["kernel"]
+    gc.collect()  # the kernel's function may be gone: the entry's snapshot is what is rebuilt
+
+    redone = cache.recompile(old.stages["cubin"].token)
+    assert {stage: layer.token for stage, layer in redone.stages.items()} == \
+        {stage: layer.token for stage, layer in old.stages.items()}
+    assert all(not layer.hit for layer in redone.stages.values())
+    assert redone.ptx == old.ptx and redone.cubin == old.cubin and redone.ptx != new.ptx
+    assert "0f3FC00000" in redone.ptx  # 1.5, the value it was built with
+
+
+def test_recompile_says_when_the_inputs_were_let_go(monkeypatch):
+    from gpucache_ext import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "_SNAPSHOT_LIMIT", 1)
+    cache = KernelCache()
+    first = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
+    latest = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
+    assert cache.recompile_problem(latest.stages["cubin"].token) is None
+    problem = cache.recompile_problem(first.stages["cubin"].token)
+    assert "let go" in problem and "cannot be rebuilt exactly" in problem
+    with pytest.raises(KeyError, match="let go"):
+        cache.recompile(first.stages["typing"].token)
 
 
 def test_stats_have_per_tier_counters_and_saved_time():
