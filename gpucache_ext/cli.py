@@ -4,6 +4,7 @@ and check the shared (Redis) cache.
     gpucache stats                          entries, bytes and signatures per stage and tier
     gpucache ls [--kernel K] [--stage S] [--older-than 2d] [--newer-than 1h]
     gpucache show TOKEN [--out FILE] [--toolchain]  an entry's header and artifact
+    gpucache export NAME_OR_TOKEN FILE      a kernel's fatbin, or an entry's cubin, PTX or LLVM IR, to ship it
     gpucache diff TOKEN_A TOKEN_B [--stage S]  two ptx entries' PTX, or two cubin entries' SASS, side by side
     gpucache clear [--stage S] [--yes]      delete entries (asks first)
     gpucache prune --max-bytes 500M         evict least recently used entries
@@ -331,12 +332,46 @@ def cmd_ls(tier, args, out):
     if not rows:
         out("no entries")
         return 0
-    out(f"{'stage':<6} {'token':<12} {'kernel':<20} {'config':<24} {'size':>10} {'age':>5}  signature")
-    for r in rows:
+    configs = [_config_fields(r["config"]) for r in rows]
+    # as wide as the widest config up to _CONFIG_WIDTH, and never narrower than a field
+    width = max(len("config"), min(_CONFIG_WIDTH, max(len(r["config"]) for r in rows)),
+                max(len(field) for fields in configs for field in fields))
+    out(f"{'stage':<6} {'token':<12} {'kernel':<20} {'config':<{width}} {'size':>10} {'age':>5}  signature")
+    indent = " " * (6 + 1 + 12 + 1 + 20 + 1)
+    for r, fields in zip(rows, configs):
+        first, *more = _wrap_fields(fields, width)
         out(f"{r['stage']:<6} {short_token(r['token']):<12} {r['kernel'].rsplit('.', 1)[-1][:20]:<20} "
-            f"{r['config'][:24]:<24} {format_bytes(r['bytes']):>10} {format_age(r['age_seconds']):>5}  "
+            f"{first:<{width}} {format_bytes(r['bytes']):>10} {format_age(r['age_seconds']):>5}  "
             f"{r['signature']}")
+        for line in more:  # the rest of a long config, under it
+            out(indent + line)
     return 0
+
+
+# ls's config column: the config's fields that differ from the defaults, each
+# whole; a config longer than this wraps onto more lines, between fields
+_CONFIG_WIDTH = 36
+# where a config summary's next field starts ("launch_bounds=(200, 2)" holds a
+# space, and so does a fatbin's targets, "sm_80,86 +ptx 80")
+_FIELD_START = re.compile(r"\s+(?=[A-Za-z_]\w*=)")
+
+
+def _config_fields(summary: str) -> List[str]:
+    """The fields of a config summary (`CompileConfig.summary`, `Targets.describe`),
+    each whole: ["sm_86", "fastmath=True", "launch_bounds=(200, 2)"]."""
+    return [field for field in _FIELD_START.split(summary.strip()) if field] or [""]
+
+
+def _wrap_fields(fields: List[str], width: int) -> List[str]:
+    """`fields` joined by spaces into lines of at most `width` characters,
+    breaking between fields only (a field longer than `width` has a line of its own)."""
+    lines: List[str] = []
+    for field in fields:
+        if lines and len(lines[-1]) + 1 + len(field) <= width:
+            lines[-1] += " " + field
+        else:
+            lines.append(field)
+    return lines or [""]
 
 
 def _find(tier: DiskTier, token: str, stage: Optional[str]):
@@ -413,41 +448,160 @@ def _text(stage, artifact, written) -> str:
     return artifact.text if stage == "llvm" else "\n".join(artifact.ptx)
 
 
+# the stages whose entries hold code to ship, most shipped first: what export
+# writes of each (`_raw`), and a file name ending for it
+_EXPORTED = ("fatbin", "cubin", "ptx", "llvm")
+_ENDINGS = {"fatbin": "fatbin", "cubin": "cubin", "ptx": "ptx", "ltoir": "ltoir", "llvm": "ll"}
+_FORMATS = {"fatbin": "fatbin", "cubin": "cubin ELF", "ptx": "PTX", "ltoir": "LTO-IR", "llvm": "LLVM IR"}
+_TOKEN_LIKE = re.compile(r"[0-9a-f]{6,64}")
+
+
+def _export_format(stage: str, artifact) -> str:
+    """What export writes of `stage`'s `artifact`: fatbin, cubin, ptx, ltoir or llvm."""
+    return "ltoir" if stage == "ptx" and artifact.ltoir is not None else stage
+
+
 def cmd_export(tier, args, out):
-    """Write a fatbin out to ship it: a kernel's (by name) or an entry's (by token)."""
-    wanted = args.name_or_token
+    """Write an artifact out to ship it: a kernel's fatbin (by name), or the
+    artifact of a fatbin, cubin, ptx or llvm entry (by token)."""
+    destination = _export_file(args)
+    wanted = args.name_or_token.strip()
     prefix = wanted.lower()
-    by_token = re.fullmatch(r"[0-9a-f]{6,64}", prefix) and any(
-        path.name.startswith(prefix) for _, path, _ in tier.scan("fatbin"))
-    if by_token:
-        _, path = _find(tier, prefix, "fatbin")
-        token = path.name[: -len(".entry")]
+    if _TOKEN_LIKE.fullmatch(prefix) and any(path.name.startswith(prefix) for _, path, _ in tier.scan()):
+        stage, path = _find(tier, prefix, None)
     else:
-        rows = _rows(tier, ("fatbin",), wanted)
-        if not rows:
-            raise CommandError(
-                f"no fatbin of a kernel or token {wanted!r} in {tier.directory}; a kernel built for several "
-                "targets has one (%%gpukernel --sm 80,86,90, or KernelCache.compile_fatbin), and "
-                "gpucache ls --stage fatbin lists them")
-        if len(rows) > 1:
-            listed = "; ".join(f"{short_token(r['token'])} {r['signature']} [{r['config']}] "
-                               f"{format_age(r['age_seconds'])} old" for r in rows[:8])
-            raise CommandError(f"{wanted} has {len(rows)} fatbins ({listed}); give the token of the one to export")
-        token = rows[0]["token"]
-    entry = tier.get("fatbin", token)
-    if entry is None:
-        raise CommandError(f"the fatbin entry {short_token(token)} cannot be read (damaged, or its signature "
-                           "is refused); gpucache verify says why")
-    args.fatbin.write_bytes(entry.artifact.fatbin)
+        stage, path = "fatbin", _fatbin_of(tier, wanted)
+    token = path.name[: -len(".entry")]
+    entry = _read_entry(tier, stage, path)
+    if entry.is_marker:
+        raise CommandError(_per_target(tier, stage, token, entry))
+    kind = _export_format(stage, entry.artifact)
+    if args.fatbin is not None and stage != "fatbin":
+        raise CommandError(f"--fatbin FILE writes a fatbin, and {short_token(token)} is a {stage} entry "
+                           f"({_FORMATS[kind]}); give the file without --fatbin: gpucache export "
+                           f"{short_token(token)} {destination}")
+    data = _raw(stage, entry.artifact)
+    try:
+        destination.write_bytes(data)
+    except OSError as exc:
+        raise CommandError(f"cannot write {destination}: {exc.strerror or exc}; give a file name in a "
+                           "folder you can write to") from None
     if args.json:
-        out({"token": token, "kernel": entry.kernel, "signature": entry.signature, "config": entry.config,
-             "path": str(args.fatbin), "bytes": len(entry.artifact.fatbin),
-             "members": [{"name": m.name, "kind": m.kind, "bytes": m.nbytes, "token": m.token}
-                         for m in entry.artifact.members]})
+        report = {"stage": stage, "format": kind, "token": token, "kernel": entry.kernel,
+                  "signature": entry.signature, "config": entry.config, "path": str(destination),
+                  "bytes": len(data)}
+        if stage == "fatbin":
+            report["members"] = [{"name": m.name, "kind": m.kind, "bytes": m.nbytes, "token": m.token}
+                                 for m in entry.artifact.members]
+        out(report)
     else:
-        out(f"wrote {args.fatbin} ({format_bytes(len(entry.artifact.fatbin))}): {entry.kernel} "
-            f"{entry.signature} [{entry.config}], {_members_text(entry.artifact)}")
+        out(f"wrote {destination} ({format_bytes(len(data))}, {_FORMATS[kind]}): {entry.kernel} "
+            f"{entry.signature} [{entry.config}]"
+            + (f", {_members_text(entry.artifact)}" if stage == "fatbin" else ""))
     return 0
+
+
+def _export_file(args) -> Path:
+    """The file export writes: FILE, or --fatbin FILE (its form before FILE)."""
+    if args.file is not None and args.fatbin is not None:
+        raise CommandError(f"give the file to write once: {args.file} or --fatbin {args.fatbin}, not both")
+    if args.file is None and args.fatbin is None:
+        raise CommandError("give the file to write: gpucache export NAME_OR_TOKEN FILE")
+    return args.file if args.file is not None else args.fatbin
+
+
+def _listed(row) -> str:
+    return (f"{short_token(row['token'])} {row['signature']} [{row['config']}] "
+            f"{format_age(row['age_seconds'])} old")
+
+
+def _fatbin_of(tier: DiskTier, wanted: str) -> Path:
+    """The file of the one fatbin entry of the kernel named `wanted`; a
+    CommandError that says what to give instead where there is none, or more than one."""
+    rows = _rows(tier, ("fatbin",), wanted)
+    if len(rows) == 1:
+        return _find(tier, rows[0]["token"], "fatbin")[1]
+    if rows:
+        raise CommandError(f"{wanted} has {len(rows)} fatbins ({'; '.join(_listed(r) for r in rows[:8])}); "
+                           f"give the token of the one to export, e.g. gpucache export "
+                           f"{short_token(rows[0]['token'])} {_file_name(rows[0], 'fatbin')}")
+    prefix = wanted.lower()
+    if _TOKEN_LIKE.fullmatch(prefix):
+        _refuse_typing(tier, prefix)
+    others = _rows(tier, _EXPORTED[1:], wanted)
+    if others:
+        # the kernel was built for one target at a time: its entries, the cubins first
+        stage = next(s for s in _EXPORTED if any(r["stage"] == s for r in others))
+        found = [r for r in others if r["stage"] == stage]
+        more = "" if len(found) <= 8 else f"; and {len(found) - 8} more"
+        rest = sorted({r["stage"] for r in others} - {stage}, key=_EXPORTED.index)
+        example = f"gpucache export {short_token(found[0]['token'])} {_file_name(found[0], stage)}"
+        raise CommandError(
+            f"{wanted} has no fatbin in {tier.directory} (a kernel built for several targets has one: "
+            f"%%gpukernel --sm 80,86,90, or KernelCache.compile_fatbin), but it has "
+            f"{_count(len(found), stage + ' entry', stage + ' entries')} ({'; '.join(map(_listed, found[:8]))}"
+            f"{more}): export "
+            + (f"it by its token: {example}" if len(found) == 1 else f"one by its token, e.g. {example}")
+            + f"; gpucache ls --kernel {wanted} --stage {stage} lists {'it' if len(found) == 1 else 'them'}"
+            + (f" (and --stage {' or '.join(rest)} its {' and '.join(rest)} entries)" if rest else ""))
+    if _TOKEN_LIKE.fullmatch(prefix):
+        raise CommandError(
+            f"no entry with a token starting {prefix}, and no kernel named {wanted!r}, in {tier.directory}; "
+            f"export takes the token of a {', '.join(_EXPORTED[:-1])} or {_EXPORTED[-1]} entry (gpucache ls "
+            "lists them), or a kernel's name for its fatbin")
+    raise CommandError(
+        f"no fatbin of a kernel or token {wanted!r} in {tier.directory}; a kernel built for several "
+        "targets has one (%%gpukernel --sm 80,86,90, or KernelCache.compile_fatbin), and gpucache ls "
+        "--stage fatbin lists them; export also writes the cubin, PTX or LLVM IR of an entry given by "
+        f"its token (of a {', '.join(_EXPORTED[1:-1])} or {_EXPORTED[-1]} entry: gpucache ls lists them)")
+
+
+def _file_name(row, stage: str) -> str:
+    """A file name for the artifact of `row`'s entry, for examples: axpy.cubin."""
+    return f"{row['kernel'].rsplit('.', 1)[-1]}.{_ENDINGS[stage]}"
+
+
+def _refuse_typing(tier: DiskTier, prefix: str) -> None:
+    """A CommandError when `prefix` starts the token of a typing entry that an
+    llvm entry on disk was built from (typing entries are never stored)."""
+    built = []
+    for _, path, _ in tier.scan("llvm"):
+        try:
+            header, _ = read_header(strip(_head(path)))
+            typing = str(header["components"]["typing"][0])
+        except (OSError, BadEntry, KeyError, TypeError, IndexError):
+            continue
+        if typing.startswith(prefix):
+            built.append(header)
+    if not built:
+        return
+    header = min(built, key=lambda h: bool(h.get("marker")))  # an llvm entry with code, where there is one
+    name = header["kernel"].rsplit(".", 1)[-1]
+    raise CommandError(
+        f"{prefix} is the token of a typing entry ({header['kernel']} {header['signature']}): typing makes "
+        "numba's typed IR, kept in memory only: it is not code, and there is nothing of it to export.  "
+        f"Export an entry of a later stage by its token ({', '.join(_EXPORTED[:-1])} or {_EXPORTED[-1]}): "
+        "the llvm entry built from it is "
+        f"{short_token(header['token'])} (gpucache export {short_token(header['token'])} {name}.ll), and "
+        f"gpucache ls --kernel {name} lists the others")
+
+
+def _per_target(tier: DiskTier, stage: str, token: str, entry) -> str:
+    """Why export refuses the marker `entry`: its code is filed per target, under these tokens."""
+    from .index import variant_token
+    from .targets import describe
+    from .tokens import Token
+
+    variants = [(variant_token(Token(stage, token, entry.components), reads), reads) for reads in entry.variants]
+    held = [(variant, reads) for variant, reads in variants if tier.path(stage, variant.hex).exists()]
+    what = (f"the {stage} entry {short_token(token)} of {entry.kernel} holds no code: building it asked about "
+            f"the target, so its {_FORMATS[stage]} is filed per target")
+    if not held:
+        return (f"{what}, and none of those entries is in {tier.directory} now; compile the kernel for the "
+                f"target you want, then export its entry (gpucache ls --kernel {entry.kernel} --stage {stage})")
+    listed = "; ".join(f"{variant.short} ({describe(reads)})" for variant, reads in held)
+    return (f"{what}: {listed}.  Export the one for your target by its token, e.g. gpucache export "
+            f"{held[0][0].short} {entry.kernel.rsplit('.', 1)[-1]}.{_ENDINGS[stage]}")
 
 
 def cmd_diff(tier, args, out):
@@ -711,13 +865,21 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--out", type=Path, help="write the artifact (IR, PTX or cubin) here")
     show.add_argument("--toolchain", action="store_true",
                       help="also compare a ptx or cubin entry's toolchain with this environment's")
-    export = add("export", help="write a kernel's fatbin to a file, to ship it",
-                 description="Write the fatbin of a kernel built for several targets (%%gpukernel --sm "
-                 "80,86,90) to a file: the cubin of each target and the PTX for newer GPUs, as the CUDA "
-                 "driver loads them (cuModuleLoadData, cuda.core ObjectCode.from_fatbin).  NAME_OR_TOKEN: "
-                 "the kernel's name (when it has one fatbin) or the fatbin entry's token (6+ hex digits).")
-    export.add_argument("name_or_token", metavar="NAME_OR_TOKEN", help="a kernel name, or a fatbin token")
-    export.add_argument("--fatbin", type=Path, required=True, metavar="FILE", help="where to write it")
+    export = add("export", help="write a kernel's fatbin, or an entry's cubin, PTX or LLVM IR, to a file",
+                 description="Write compiled code to a file, to ship it.  NAME_OR_TOKEN: a kernel's name, for "
+                 "its fatbin (a kernel built for several targets, %%gpukernel --sm 80,86,90 or "
+                 "KernelCache.compile_fatbin, has one: the cubin of each target and the PTX for newer GPUs, as "
+                 "the CUDA driver loads them, cuModuleLoadData or cuda.core ObjectCode.from_fatbin); or the "
+                 "token (its first 6+ hex digits, as gpucache ls shows it) of an entry of any stage that holds "
+                 "code: a fatbin entry writes the fatbin, a cubin entry the cubin (an ELF file), a ptx entry its "
+                 "PTX text (its LTO-IR bytes when built with lto=True), an llvm entry its LLVM IR text.  Typing "
+                 "entries hold no code (and are kept in memory only): there is nothing of them to export.  "
+                 "E.g. gpucache export axpy axpy.fatbin; gpucache export 8ccbf8d4b175 axpy.cubin.")
+    export.add_argument("name_or_token", metavar="NAME_OR_TOKEN",
+                        help="a kernel's name (its fatbin), or the token of a fatbin, cubin, ptx or llvm entry")
+    export.add_argument("file", nargs="?", type=Path, metavar="FILE", help="where to write it")
+    export.add_argument("--fatbin", type=Path, metavar="FILE",
+                        help="where to write it, for a fatbin only (the form before FILE, still accepted)")
     diff = add("diff", help="two ptx entries' PTX, or two cubin entries' SASS, side by side",
                description="Two entries side by side, by instruction: the PTX of two ptx entries, or the "
                "SASS of two cubin entries (from nvdisasm: the nvidia-cuda-nvdisasm wheel's reads sm_75 and "

@@ -269,3 +269,155 @@ def test_the_commands_in_this_process_and_the_entry_point(filled, gpucache_cli, 
     # the installed entry point, as a user runs it (`python -m gpucache_ext`)
     done = gpucache("--dir", directory, "ls", "--older-than", "soon", expect=2)
     assert "7d" in done.stderr and "Traceback" not in done.stderr
+
+
+# -- export: the artifact of an entry of any stage; ls: every config field whole ----------
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory):
+    """A cache folder holding a kernel built with a long config (one target, no
+    fatbin), a fatbin of another, an lto build (LTO-IR) and a kernel whose
+    lowering asked about the target (its llvm token holds a per-target marker)."""
+    folder = tmp_path_factory.mktemp("variants")
+    cache = KernelCache(directory=folder)
+    long = CompileConfig(sm=86, fastmath=True, max_registers=32, launch_bounds=(200, 2))
+    built = {
+        "long": cache.compile(kernels.axpy, kernels.AXPY_SIG, long),
+        "fatbin": cache.compile_fatbin(kernels.copy, kernels.COPY_SIG, sms="80,86"),
+        "lto": cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86, lto=True)),
+        "tanh": [cache.compile(kernels.tanh_kernel, kernels.TANH_SIG, CompileConfig(sm=sm, fastmath=True))
+                 for sm in (70, 75)],
+    }
+    return folder, built
+
+
+def test_export_writes_the_artifact_of_an_entry_of_any_stage_by_its_token(variants, gpucache_cli, tmp_path):
+    folder, built = variants
+    long, fatbin, lto = built["long"], built["fatbin"], built["lto"]
+    wanted = {  # stage: (token, what export must write, its format)
+        "fatbin": (fatbin.fatbin_stage.token, fatbin.fatbin, "fatbin"),
+        "cubin": (long.stages["cubin"].token, long.cubin, "cubin"),
+        "ptx": (long.stages["ptx"].token, long.ptx.encode(), "ptx"),
+        "llvm": (long.stages["llvm"].token, long.llvm_ir.encode(), "llvm"),
+    }
+    for stage, (token, data, kind) in wanted.items():
+        out = tmp_path / f"by-token.{stage}"
+        report = gpucache_cli("--dir", folder, "--json", "export", token[:10], out)
+        assert out.read_bytes() == data, stage
+        assert (report["stage"], report["format"], report["token"], report["bytes"]) == (stage, kind, token, len(data))
+        assert report["config"] == ("sm_80,86 +ptx 80" if stage == "fatbin" else long.config.summary())
+        assert ("members" in report) == (stage == "fatbin")
+    assert wanted["cubin"][1][:4] == b"\x7fELF" and b".target sm_86" in wanted["ptx"][1]
+    assert wanted["llvm"][1].startswith(b"; ModuleID")
+    text, _ = gpucache_cli("--dir", folder, "export", long.stages["cubin"].token[:8], tmp_path / "axpy.cubin")
+    assert f"wrote {tmp_path / 'axpy.cubin'}" in text and "cubin ELF" in text and "max_registers=32" in text
+    # an lto build's ptx entry holds LTO-IR, not PTX text: its bytes are written
+    report = gpucache_cli("--dir", folder, "--json", "export", lto.stages["ptx"].token[:10], tmp_path / "k.ltoir")
+    assert report["format"] == "ltoir" and (tmp_path / "k.ltoir").read_bytes() == lto.ltoir
+
+
+def test_export_refuses_a_typing_token_and_says_which_stages_it_can_export(variants, gpucache_cli, tmp_path):
+    folder, built = variants
+    long = built["long"]
+    typing = long.stages["typing"].token
+    out = tmp_path / "typed"
+    _, err = gpucache_cli("--dir", folder, "export", typing[:12], out, expect=2)
+    assert f"{typing[:12]} is the token of a typing entry" in err and "fatbin, cubin, ptx or llvm" in err
+    # and names the entry built from it, with the command that exports it
+    assert f"gpucache export {long.stages['llvm'].short_token} axpy.ll" in err and not out.exists()
+
+
+def test_export_by_name_is_the_fatbin_and_without_one_points_to_the_cubin_tokens(variants, gpucache_cli, tmp_path):
+    folder, built = variants
+    out = tmp_path / "copy.fatbin"
+    report = gpucache_cli("--dir", folder, "--json", "export", "copy", out)
+    assert report["stage"] == "fatbin" and out.read_bytes() == built["fatbin"].fatbin
+    assert [m["name"] for m in report["members"]] == ["sm_80", "sm_86", "compute_80"]
+    # axpy was built for one target: no fatbin, but a cubin to export by its token
+    _, err = gpucache_cli("--dir", folder, "export", "axpy", tmp_path / "axpy.fatbin", expect=2)
+    cubin = built["long"].stages["cubin"].short_token
+    assert "axpy has no fatbin" in err and "KernelCache.compile_fatbin" in err and "1 cubin entry" in err
+    assert f"gpucache export {cubin} axpy.cubin" in err and "gpucache ls --kernel axpy --stage cubin" in err
+    assert not (tmp_path / "axpy.fatbin").exists()
+    _, err = gpucache_cli("--dir", folder, "export", "tanh_kernel", tmp_path / "t", expect=2)
+    assert "2 cubin entries" in err and all(r.stages["cubin"].short_token in err for r in built["tanh"])
+    _, err = gpucache_cli("--dir", folder, "export", "nothere", tmp_path / "x", expect=2)
+    assert "no fatbin of a kernel or token 'nothere'" in err and "by its token" in err
+    _, err = gpucache_cli("--dir", folder, "export", "abcdef0123", tmp_path / "x", expect=2)
+    assert "no entry with a token starting abcdef0123" in err and "fatbin, cubin, ptx or llvm" in err
+
+
+def test_export_keeps_the_fatbin_option_and_checks_the_file(variants, gpucache_cli, tmp_path):
+    folder, built = variants
+    fatbin, cubin = built["fatbin"].fatbin_stage.token, built["long"].stages["cubin"].token
+    gpucache_cli("--dir", folder, "export", "copy", "--fatbin", tmp_path / "old-form.fatbin")
+    assert (tmp_path / "old-form.fatbin").read_bytes() == built["fatbin"].fatbin
+    gpucache_cli("--dir", folder, "export", fatbin[:8], "--fatbin", tmp_path / "by-token.fatbin")
+    assert (tmp_path / "by-token.fatbin").read_bytes() == built["fatbin"].fatbin
+    _, err = gpucache_cli("--dir", folder, "export", cubin[:8], "--fatbin", tmp_path / "k.cubin", expect=2)
+    assert "--fatbin FILE writes a fatbin" in err and "is a cubin entry" in err
+    assert f"gpucache export {cubin[:12]} {tmp_path / 'k.cubin'}" in err and not (tmp_path / "k.cubin").exists()
+    assert "give the file to write: gpucache export NAME_OR_TOKEN FILE" in gpucache_cli(
+        "--dir", folder, "export", cubin[:8], expect=2)[1]
+    assert "not both" in gpucache_cli("--dir", folder, "export", "copy", tmp_path / "a", "--fatbin",
+                                      tmp_path / "b", expect=2)[1]
+    assert f"cannot write {tmp_path}" in gpucache_cli("--dir", folder, "export", cubin[:8], tmp_path, expect=2)[1]
+
+
+def test_export_of_a_per_target_marker_names_the_entries_to_export(variants, gpucache_cli, tmp_path):
+    folder, built = variants
+    from gpucache_ext.store.codec import read_header
+
+    per_target = {r.stages["llvm"].token for r in built["tanh"]}  # (a compile reports the entry it used)
+    headers = [read_header(path.read_bytes())[0] for path in folder.glob("v1/llvm/*/*.entry")]
+    (marker,) = [h["token"][:12] for h in headers if h["marker"]]
+    assert marker not in {token[:12] for token in per_target}
+    _, err = gpucache_cli("--dir", folder, "export", marker, tmp_path / "t.ll", expect=2)
+    assert "holds no code" in err and "filed per target" in err and "cc>=(7, 5)" in err
+    assert all(token[:12] in err for token in per_target) and not (tmp_path / "t.ll").exists()
+
+
+def test_ls_shows_every_config_field_whole(variants, gpucache_cli):
+    folder, built = variants
+    summary = built["long"].config.summary()
+    assert summary == "sm_86 fastmath=True max_registers=32 launch_bounds=(200, 2)"
+    text, _ = gpucache_cli("--dir", folder, "ls", "--kernel", "axpy")
+    lines = text.splitlines()
+    header, rows = lines[0], lines[1:]
+    start, end = header.index("config"), header.index("size") - 7  # (size: 10 wide, right-aligned)
+    # the config column of each entry (its first line and the lines under it), field by field
+    columns, current = [], None
+    for line in rows:
+        if line[:start].strip():
+            current = []
+            columns.append(current)
+        current.append(line[start:end].strip())
+    assert len(columns) == 3  # llvm, ptx, cubin
+    fields = ["sm_86", "fastmath=True", "max_registers=32", "launch_bounds=(200, 2)"]
+    whole = {" ".join(fields[i:j]) for i in range(len(fields)) for j in range(i + 1, len(fields) + 1)}
+    for column in columns:
+        assert " ".join(column) == summary  # nothing cut off
+        assert len(column) > 1 and set(column) <= whole  # wrapped, between fields only
+    # the machine-readable listing carries the whole summary on one line
+    rows = gpucache_cli("--dir", folder, "--json", "ls", "--kernel", "axpy")
+    assert {row["config"] for row in rows} == {summary}
+    fatbins = gpucache_cli("--dir", folder, "--json", "ls", "--stage", "fatbin")
+    assert [row["config"] for row in fatbins] == ["sm_80,86 +ptx 80"]
+    assert "sm_80,86 +ptx 80" in gpucache_cli("--dir", folder, "ls", "--stage", "fatbin")[0]
+
+
+def test_ls_wraps_a_config_between_fields_never_inside_one():
+    from gpucache_ext.cli import _CONFIG_WIDTH, _config_fields, _wrap_fields
+
+    summary = CompileConfig(sm=86, opt=1, fastmath=True, ftz=False, lineinfo=True, max_registers=64,
+                            launch_bounds=(256, 2)).summary()
+    fields = _config_fields(summary)
+    assert fields == ["sm_86", "opt=1", "fastmath=True", "ftz=False", "lineinfo=True", "max_registers=64",
+                      "launch_bounds=(256, 2)"]
+    lines = _wrap_fields(fields, _CONFIG_WIDTH)
+    assert " ".join(lines) == summary and all(len(line) <= _CONFIG_WIDTH for line in lines)
+    assert [f for line in lines for f in _config_fields(line)] == fields
+    # a fatbin's targets are one field; a field longer than the column has a line of its own
+    assert _config_fields("sm_80,86,90 +ptx 80 max_registers=32") == ["sm_80,86,90 +ptx 80", "max_registers=32"]
+    assert _wrap_fields(["sm_86", "x" * 50, "opt=1"], 20) == ["sm_86", "x" * 50, "opt=1"]
