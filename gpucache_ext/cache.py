@@ -269,7 +269,8 @@ class KernelCache:
                 note = problem
         cubins = [(fatbin.member("cubin", sm, per_target[sm].stages["cubin"].token, per_target[sm].cubin),
                    per_target[sm].cubin) for sm in wanted.sms]
-        layer, artifact = self._fatbin_layer(primary, wanted, cubins, ptx_member, force, _why_forced)
+        layer, artifact = self._fatbin_layer(primary, wanted, cubins, ptx_member, force, _why_forced,
+                                             _member_whys(per_target, wanted))
         result = FatbinResult(primary.kernel, primary.signature, primary.config,
                               {**primary.stages, "fatbin": layer}, primary._llvm, primary._ptx, primary._cubin,
                               audit=primary.audit, referenced=primary.referenced,
@@ -281,8 +282,10 @@ class KernelCache:
                                          tuple(link), wanted))
         return result
 
-    def _fatbin_layer(self, primary: CompileResult, wanted: Targets, cubins, ptx_member, force, why_forced):
-        """The fatbin stage: look its token up, else assemble and store it."""
+    def _fatbin_layer(self, primary: CompileResult, wanted: Targets, cubins, ptx_member, force, why_forced,
+                      members):
+        """The fatbin stage: look its token up, else assemble and store it
+        (`members`: why this compile built each member, `_member_whys`)."""
         memo = next((tier.directory for tier in self.tiers if isinstance(tier, DiskTier)), None)
         # each member by the bytes nvFatbin is given (not its entry's digest, which
         # covers the link log too: its timings differ from one build to the next)
@@ -307,7 +310,7 @@ class KernelCache:
             seconds = time.perf_counter() - start
             digest = content_digest("fatbin", artifact)
             plan = _FatbinPlan(primary.kernel, primary.signature_text, _FatbinConfig(primary.config, wanted),
-                               force, why_forced)
+                               force, why_forced, members)
             # (its upstream: the first cubin, which leads back to the code it was built from)
             token, reasons = self._store("fatbin", token, plan, artifact, seconds, targets.NO_READS, digest,
                                          upstream=cubins[0][0].token)
@@ -782,7 +785,8 @@ class KernelCache:
             token = variant_token(token, reads)
             with self._lock:
                 refusals.append(self._refusals.pop((stage, token.hex), None))
-        reasons = (plan.why_forced,) if plan.forced else self._explain(stage, token, kernel)
+        reasons = (plan.why_forced,) if plan.forced else \
+            self._explain(stage, token, kernel, plan.members if isinstance(plan, _FatbinPlan) else None)
         # an entry a tier refused (its signature) is why this stage compiled, first of all
         reasons = tuple(dict.fromkeys(r for r in refusals if r)) + reasons
         self._put(stage, Entry(token.hex, kernel, artifact, token.components, artifact.nbytes,
@@ -806,9 +810,9 @@ class KernelCache:
             else:
                 self._stats[stage].misses += 1
 
-    def _explain(self, stage, token: Token, kernel) -> Tuple[str, ...]:
+    def _explain(self, stage, token: Token, kernel, members=None) -> Tuple[str, ...]:
         """Why `stage` missed (see `queries.explain_miss`); kept among the recent misses."""
-        reasons = queries.explain_miss(self.index, stage, kernel, token.components)
+        reasons = queries.explain_miss(self.index, stage, kernel, token.components, members)
         with self._lock:
             self._misses.append({"kernel": kernel, "stage": stage, "token": token.hex,
                                  "reasons": reasons, "time": time.time()})
@@ -917,6 +921,34 @@ class _FatbinPlan(NamedTuple):
     config: _FatbinConfig
     forced: bool
     why_forced: str
+    # member ("cubin sm_86", "PTX compute_80") -> why this compile rebuilt it (None: an entry it reused)
+    members: Mapping[str, Optional[str]]
+
+
+def _member_whys(per_target: Mapping[int, CompileResult], wanted: Targets) -> Dict[str, Optional[str]]:
+    """Why each member of a fatbin was built by this compile, in the words
+    of the first stage that missed for its target (where that stage only
+    says its input changed, the first target's typing or llvm says why);
+    None for a member whose entry was there already."""
+    def own(result):
+        for stage in STAGES:
+            layer = result.stages.get(stage)
+            if layer is not None and layer.outcome is Outcome.MISS:
+                # (another target's entry was nearest: "sm 86 -> 80" says nothing of the member)
+                told = [r for r in layer.reasons if not r.endswith(" input changed") and not r.startswith("sm ")]
+                if told:
+                    return "; ".join(told)
+        return None
+
+    first = own(per_target[wanted.sms[0]])
+    whys: Dict[str, Optional[str]] = {}
+    for sm in wanted.sms:
+        built = per_target[sm].stages["cubin"].outcome is Outcome.MISS
+        whys[f"cubin sm_{sm}"] = (own(per_target[sm]) or first or "") if built else None
+    if wanted.ptx is not None:
+        built = per_target[wanted.ptx].stages["ptx"].outcome is Outcome.MISS
+        whys[f"PTX compute_{wanted.ptx}"] = (own(per_target[wanted.ptx]) or first or "") if built else None
+    return whys
 
 
 def _link_items(func, link) -> tuple:
@@ -1152,7 +1184,9 @@ def _downstream_tokens(typing: Token, config: CompileConfig, settings, toolchain
     upstream = typing
     for stage in STAGES[1:]:
         parts = {name: component(value) for name, value in config.stage_fields(stage).items()}
-        parts[upstream.stage] = Component(upstream.hex, upstream.short)
+        # (llvm: with typing's own components, which only llvm entries take to disk)
+        parts[upstream.stage] = Component(upstream.hex, upstream.short,
+                                          tuple(sorted(upstream.components.items())) if stage == "llvm" else ())
         parts["toolchain"] = toolchains[stage]
         if stage == "llvm":
             parts["numba settings"] = component(dict(settings))

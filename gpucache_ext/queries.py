@@ -57,11 +57,14 @@ def differing(mine: Mapping[str, Component], theirs: Mapping[str, Component]) ->
 
 
 def miss_reasons(stage: str, wanted: Mapping[str, Component],
-                 old: Mapping[str, Component]) -> Tuple[str, ...]:
+                 old: Mapping[str, Component], members: Optional[Mapping[str, Optional[str]]] = None
+                 ) -> Tuple[str, ...]:
     """Why `wanted` missed where `old` was cached: one reason per differing
-    component; a changed upstream token reads "typing input changed"."""
+    component; a changed upstream token reads "typing input changed".
+    `members` (a fatbin's): member ("cubin sm_86", "PTX compute_80") -> why
+    this compile rebuilt it, None where it reused an entry."""
     if stage == "fatbin":
-        return _fatbin_reasons(wanted, old)
+        return _fatbin_reasons(wanted, old, members or {})
     reasons = []
     for reason in explain_difference(wanted, old):
         name = reason.split(" ", 1)[0]
@@ -72,9 +75,18 @@ def miss_reasons(stage: str, wanted: Mapping[str, Component],
     return tuple(reasons)
 
 
-def _fatbin_reasons(wanted: Mapping[str, Component], old: Mapping[str, Component]) -> Tuple[str, ...]:
-    """Why a fatbin missed, by member: "sm_75 added", "PTX compute_80 ->
-    compute_75", "cubin sm_86 rebuilt to other bytes"; then its other inputs."""
+def _fatbin_reasons(wanted: Mapping[str, Component], old: Mapping[str, Component],
+                    whys: Mapping[str, Optional[str]]) -> Tuple[str, ...]:
+    """Why a fatbin missed, by member, naming only the members that changed:
+    "sm_75 added", "PTX compute_80 -> compute_75", "cubin sm_86 rebuilt:
+    global ALPHA 1.5 -> 3.0 (read by activate)" (`whys`: why each member was
+    rebuilt, None where it was an entry built before); then its other inputs."""
+    def changed(member):
+        why = whys.get(member, "")
+        if why is None:
+            return f"{member} changed (an entry built earlier, reused)"
+        return f"{member} rebuilt: {why}" if why else f"{member} rebuilt to other bytes"
+
     def members(parts, kind):
         return {name.split(" ", 1)[1]: part for name, part in parts.items() if name.startswith(kind + " ")}
 
@@ -85,13 +97,13 @@ def _fatbin_reasons(wanted: Mapping[str, Component], old: Mapping[str, Component
         reasons.append(f"{', '.join(added)} added")
     if removed:
         reasons.append(f"{', '.join(removed)} removed")
-    reasons += [f"cubin {arch} rebuilt to other bytes" for arch in new
+    reasons += [changed(f"cubin {arch}") for arch in new
                 if arch in before and new[arch].digest != before[arch].digest]
     new_ptx, old_ptx = members(wanted, "ptx"), members(old, "ptx")
     if set(new_ptx) != set(old_ptx):
         reasons.append(f"PTX {', '.join(old_ptx) or 'none'} -> {', '.join(new_ptx) or 'none'}")
     else:
-        reasons += [f"PTX {arch} rebuilt to other bytes" for arch in new_ptx
+        reasons += [changed(f"PTX {arch}") for arch in new_ptx
                     if new_ptx[arch].digest != old_ptx[arch].digest]
     rest = {name: part for name, part in wanted.items() if not name.startswith(("cubin ", "ptx "))}
     rest_old = {name: part for name, part in old.items() if not name.startswith(("cubin ", "ptx "))}
@@ -113,34 +125,54 @@ def _candidates(index: "CacheIndex", stage: str, kernel: str) -> Iterator[Tuple[
 
 def nearest(candidates: Iterable[Tuple[str, Mapping[str, Component]]], components: Mapping[str, Component],
             exclude: Optional[str] = None):
-    """Of `candidates` ((token, components) pairs), the one whose components
-    differ least from `components` (ties: the first): (token, its components,
-    the names that differ), or None where there is none."""
-    best = None
+    """Of `candidates` ((token, components) pairs, oldest first), the one
+    whose components differ least from `components`, counting the changes
+    inside a device function one by one (ties: the latest): (token, its
+    components, the names that differ), or None where there is none."""
+    best, least = None, None
     for token, theirs in candidates:
         if token == exclude:
             continue
         names = differing(components, theirs)
-        if best is None or len(names) < len(best[2]):
-            best = (token, theirs, names)
+        distance = _distance(components, theirs, names)
+        if best is None or distance <= least:
+            best, least = (token, theirs, names), distance
             if not names:
                 break
     return best
 
 
-def explain_miss(index: "CacheIndex", stage: str, kernel: str,
-                 components: Mapping[str, Component]) -> Tuple[str, ...]:
+def _distance(mine: Mapping[str, Component], theirs: Mapping[str, Component], names: List[str]) -> int:
+    """How many inputs differ, a device function's own inputs counted one by one."""
+    total = 0
+    for name in names:
+        a, b = mine.get(name), theirs.get(name)
+        if a is not None and b is not None and a.parts and b.parts:
+            inner = dict(a.parts), dict(b.parts)
+            total += max(1, _distance(*inner, differing(*inner)))
+        else:
+            total += 1
+    return total
+
+
+def explain_miss(index: "CacheIndex", stage: str, kernel: str, components: Mapping[str, Component],
+                 members: Optional[Mapping[str, Optional[str]]] = None) -> Tuple[str, ...]:
     """Why `stage` of `kernel` misses with these token components: how they
     differ from the nearest entry's (see `nearest`) in `index` (a cache's
-    `KernelCache.index`)."""
+    `KernelCache.index`); `members` as `miss_reasons`."""
     short = kernel.rsplit(".", 1)[-1]
     found = nearest(_candidates(index, stage, kernel), components)
     if found is None:
         if stage == "typing" and any(True for _ in _candidates(index, "llvm", kernel)):
-            # typed IR is kept in memory only; the persistent llvm entries know the kernel
-            return (f"first typing of {short} in this process (typed IR is not kept on disk)",)
+            # typed IR is kept in memory only; the persistent llvm entries
+            # know the kernel, and what their typing was made of
+            found = nearest(((token, dict(parts["typing"].parts))
+                             for token, parts in _candidates(index, "llvm", kernel)
+                             if "typing" in parts and parts["typing"].parts), components)
+            reasons = miss_reasons(stage, components, found[1]) if found is not None else ()
+            return reasons or (f"first typing of {short} in this process (typed IR is not kept on disk)",)
         return (f"first compile of {short}",)
-    reasons = miss_reasons(stage, components, found[1])
+    reasons = miss_reasons(stage, components, found[1], members)
     return reasons or ("entry was evicted or cleared",)
 
 

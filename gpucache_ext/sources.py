@@ -6,7 +6,8 @@ bytecode, the values of the globals and closure variables it names, the
 attributes it reads through modules, and the device functions it calls (with,
 transitively, what those read).  `identify` walks all of that and gives one
 named component per input, so a miss can say "global OFFSET changed",
-"global cfg.sub.K 3 -> 5" or "device function helper changed".
+"global cfg.sub.K 3 -> 5", "global ALPHA 1.5 -> 3.0 (read by helper)" or
+"device function helper: code changed".
 
 What is read, precisely:
 
@@ -599,7 +600,9 @@ class _Walker:
             extra["device options"] = component(repr(options))
         dev = dataclasses.replace(dev, components={**dev.components, **extra}, declared=declared, options=own)
         ident.devices.append((dispatcher, dev))
-        ident.components[f"device function {label}"] = Component(dev.digest, "device function")
+        # (with what it reads, so that a miss can name the change inside it)
+        ident.components[f"device function {label}"] = Component(dev.digest, "device function",
+                                                                 tuple(sorted(dev.components.items())))
         return ["device function", dev.digest], _Device(dispatcher, dev)
 
     def _extern(self, value, ident, label):

@@ -17,7 +17,7 @@ import json
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Mapping, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Tuple
 
 # Bump when the meaning of any token component changes.  3: ptx and cubin
 # tokens hash the upstream artifact's digest, not the upstream token (early
@@ -52,10 +52,39 @@ def digest(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Component:
-    """One named input of a token: its digest, and a short form for people."""
+    """One named input of a token: its digest, and a short form for people.
+
+    ``parts``: the named components its digest hashes, where it stands for a
+    whole (a device function: what it reads), so that a change can be named
+    inside it ("global ALPHA 1.5 -> 3.0 (read by activate)"); not compared."""
 
     digest: str
     shown: str
+    parts: Tuple[Tuple[str, "Component"], ...] = field(default=(), compare=False)
+
+
+def parts_digest(parts: Mapping[str, Component]) -> str:
+    """The digest of a whole made of `parts` (a device function's identity)."""
+    return digest({name: part.digest for name, part in parts.items()})
+
+
+def component_json(part: Component) -> list:
+    """A component as stored in an entry's header: [digest, shown(, parts)]."""
+    if not part.parts:
+        return [part.digest, part.shown]
+    return [part.digest, part.shown, {name: component_json(inner) for name, inner in part.parts}]
+
+
+def component_from_json(value) -> Component:
+    """`component_json` read back; parts that do not hash to the digest (as
+    a whole's, or as a token's) are dropped: they only explain, and must not
+    explain wrongly."""
+    stored, shown = value[0], value[1]
+    parts = {name: component_from_json(inner) for name, inner in value[2].items()} if len(value) > 2 else {}
+    if parts and parts_digest(parts) != stored and not (
+            "stage" in parts and make_token(parts["stage"].shown, parts).hex == stored):
+        parts = {}
+    return Component(stored, shown, tuple(sorted(parts.items())))
 
 
 def component(value: Any, shown: str | None = None) -> Component:
@@ -159,6 +188,24 @@ def explain_difference(
             reasons.append(f"{name} removed (was {old.shown})")
         elif new.shown != old.shown:
             reasons.append(f"{name} {old.shown} -> {new.shown}")
+        elif new.parts and old.parts and name.startswith("device function "):
+            reasons.extend(_inside(name[len("device function "):],
+                                   explain_difference(dict(new.parts), dict(old.parts))))
         else:
             reasons.append(f"{name} changed")
     return tuple(reasons)
+
+
+def _inside(label: str, reasons: Tuple[str, ...]) -> List[str]:
+    """What changed inside device function `label`, named from outside: what
+    it reads "(read by activate)", what a function it calls reads "(read by
+    inner, called by activate)", its own code "device function activate: code changed"."""
+    named = []
+    for reason in reasons:
+        if reason.endswith(")") and " (read by " in reason:
+            named.append(f"{reason[:-1]}, called by {label})")
+        elif reason.startswith(("global ", "closure ")):
+            named.append(f"{reason} (read by {label})")
+        else:
+            named.append(f"device function {label}: {reason}")
+    return named or [f"device function {label} changed"]

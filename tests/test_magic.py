@@ -125,7 +125,7 @@ def bump(v):
     ip.run_cell("apply[1, 8](out, x)")
     np.testing.assert_allclose(ip.user_ns["out"], np.arange(8) + 10.0)
     result = ip.user_ns["apply"].last
-    assert "device function bump changed" in result.stages["typing"].reasons
+    assert "device function bump: code changed" in result.stages["typing"].reasons
 
 
 def test_kernel_without_signature_compiles_at_first_launch_once_per_signature(ip):

@@ -636,7 +636,7 @@ def test_register_jitable_and_njit_user_functions_are_tracked_and_proxied():
     assert any(name.startswith("device function helper") for name in before.stages["typing"].components)
     run_cell(ns, JITABLE_CELL.format(factor=4.0))
     after = assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80, differs_from=before)
-    assert "device function helper changed" in after.stages["typing"].reasons
+    assert "device function helper: code changed" in after.stages["typing"].reasons
     fast = assert_fresh(cache, ns["kernel"], "void(float32[:])", SM80.replace(fastmath=True))
     # lowered with their own options, as numba does, not the kernel's
     assert lowered_flags(fast, "helper") == lowered_flags(after, "helper")

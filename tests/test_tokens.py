@@ -109,3 +109,49 @@ def test_token_components_explain_differences():
     new = make_token("ptx", {"opt": component(0), "sm": component(80)})
     assert old.hex != new.hex
     assert explain_difference(new.components, old.components) == ("opt 3 -> 0",)
+
+
+def test_a_device_functions_parts_survive_storage_and_tampered_parts_explain_nothing():
+    from gpucache_ext.tokens import Component, component_from_json, component_json, parts_digest
+
+    parts = {"global ALPHA": component(1.5), "code": component("x * ALPHA", "code")}
+    whole = Component(parts_digest(parts), "device function", tuple(sorted(parts.items())))
+    stored = json.loads(json.dumps(component_json(whole)))
+    assert component_from_json(stored).parts == whole.parts
+    stored[2]["global ALPHA"] = component_json(component(3.0))  # parts that no longer hash to the digest
+    assert component_from_json(stored).parts == ()
+    other = {**parts, "global ALPHA": component(3.0)}
+    changed = Component(parts_digest(other), "device function", tuple(sorted(other.items())))
+    assert explain_difference({"device function act": changed}, {"device function act": whole}) == \
+        ("global ALPHA 1.5 -> 3.0 (read by act)",)
+    assert explain_difference({"device function act": changed},
+                              {"device function act": component_from_json(stored)}) == \
+        ("device function act changed",)
+
+
+def test_a_global_read_by_a_device_function_is_named_after_a_restart(tmp_path):
+    """The why names the global, its values and the device function reading
+    it, against an entry a cache read back from disk (as after a restart)."""
+    from .helpers import notebook_namespace, run_cell
+
+    namespace = notebook_namespace()
+    namespace.update(ALPHA=1.5, BETA=2)
+    run_cell(namespace, """
+        @cuda.jit(device=True)
+        def inner(x):
+            return x + BETA
+
+        @cuda.jit(device=True)
+        def activate(x):
+            return inner(x) * ALPHA
+
+        def kernel(r):
+            r[0] = activate(r[0])
+    """)
+    sig, config = "void(float32[:])", CompileConfig(sm=86)
+    KernelCache(directory=tmp_path).compile(namespace["kernel"], sig, config)
+    namespace.update(ALPHA=3.0, BETA=5)
+    after = KernelCache(directory=tmp_path).compile(namespace["kernel"], sig, config)
+    assert set(after.stages["typing"].reasons) == {
+        "global ALPHA 1.5 -> 3.0 (read by activate)", "global BETA 2 -> 5 (read by inner, called by activate)"}
+    assert after.stages["llvm"].reasons == ("typing input changed",)

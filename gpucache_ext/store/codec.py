@@ -25,7 +25,7 @@ from .. import artifacts, targets
 from ..toolchain import linking
 from .signing import PREVIOUS, Keyring, Rejected
 from .tiers import Entry
-from ..tokens import Component, make_token
+from ..tokens import component_from_json, component_json, make_token
 from ..toolchain import stage_toolchain
 
 MAGIC = b"GPUCACHE"
@@ -127,7 +127,7 @@ def encode(stage: str, entry: Entry) -> bytes:
         "format": FORMAT_VERSION,
         "stage": stage,
         "token": entry.token,
-        "components": {name: [c.digest, c.shown] for name, c in entry.components.items()},
+        "components": {name: component_json(c) for name, c in entry.components.items()},
         "kernel": entry.kernel,
         "signature": entry.signature,
         "config": entry.config,
@@ -183,7 +183,7 @@ def decode(data: bytes, stage: str, token: str, check_toolchain: bool = True) ->
     try:
         if header["stage"] != stage or header["token"] != token:
             raise BadEntry("stored under another key")
-        components = {name: Component(d, shown) for name, (d, shown) in header["components"].items()}
+        components = {name: component_from_json(c) for name, c in header["components"].items()}
         # The token must be the hash of the components it was filed with.
         if make_token(stage, {k: v for k, v in components.items() if k != "stage"}).hex != token:
             raise BadEntry("components do not hash to the token")
@@ -244,7 +244,7 @@ def header_entry(data: bytes) -> Entry:
     """An entry with its metadata only (no artifact), for listings."""
     header, _ = read_header(data)
     try:
-        components = {name: Component(d, shown) for name, (d, shown) in header["components"].items()}
+        components = {name: component_from_json(c) for name, c in header["components"].items()}
         variants = ([_reads_from_json(v) for v in header["meta"]["variants"]]
                     if header["marker"] else None)
         return Entry(header["token"], header["kernel"], None, components, int(header["size"]),
