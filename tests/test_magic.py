@@ -128,6 +128,55 @@ def bump(v):
     assert "device function bump: code changed" in result.stages["typing"].reasons
 
 
+def test_a_launch_that_recompiles_says_so_with_why_and_a_cell_says_what_it_bound(ip, capsys):
+    cell(ip, "--sm 80", '''
+from numba import cuda
+import numpy as np
+ALPHA = 1.5
+@cuda.jit(device=True)
+def act(v):
+    return v * ALPHA
+''')
+    shown = capsys.readouterr().out
+    assert "gpukernel: nothing compiled in this cell; bound:" in shown
+    assert "act: device function, compiled into each kernel that calls it" in shown
+    assert "no kernel compiled" not in shown
+    cell(ip, "--sm 80", '''
+@cuda.jit("void(float32[:], float32[:])")
+def apply(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = act(x[i])
+
+@cuda.jit
+def lazy_add(r, x):
+    r[0] = x[0] + 1
+''')
+    shown = capsys.readouterr().out
+    assert "gpukernel: also bound:" in shown
+    assert "lazy_add: compiles at its first launch, per argument types" in shown
+    ip.run_cell("x = np.arange(8, dtype=np.float32); out = np.zeros(8, np.float32); apply[1, 8](out, x)")
+    assert "at this launch" not in capsys.readouterr().out  # nothing compiled: nothing said
+    ip.run_cell("ALPHA = 3.0")
+    ip.run_cell("apply[1, 8](out, x)")
+    np.testing.assert_allclose(ip.user_ns["out"], np.arange(8) * 3.0)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "at this launch" in line]
+    assert lines == ["gpukernel: compiled apply (float32[:], float32[:]) [sm_80] at this launch "
+                     f"(typing, llvm, ptx, cubin; {lines[0].split('; ', 1)[1].split(')', 1)[0]}): "
+                     "typing: global ALPHA 1.5 -> 3.0 (read by act)"]
+    ip.run_cell("lazy_add[1, 1](out, x)")
+    assert "gpukernel: compiled lazy_add (float32[::1], float32[::1]) [sm_80] at this launch" in capsys.readouterr().out
+    cell(ip, "--sm 80 --quiet", '''
+@cuda.jit("void(float32[:], float32[:])")
+def quiet_apply(r, x):
+    r[0] = act(x[0])
+''')
+    ip.run_cell("ALPHA = 4.0")
+    ip.run_cell("quiet_apply[1, 1](out, x)")
+    assert "at this launch" not in capsys.readouterr().out  # --quiet: no line at its launches either
+    assert ip.user_ns["out"][0] == 0.0
+
+
 def test_kernel_without_signature_compiles_at_first_launch_once_per_signature(ip):
     cell(ip, "--sm 80 --quiet", '''
 from numba import cuda

@@ -19,7 +19,7 @@ from ..launch.decorators import decorator_form, device_function
 from ..launch.kernel import Kernel
 from ..options import explicit_options
 from .cell_errors import as_cell_error, cell_names
-from .report import CellReport
+from .report import CellReport, launch_line
 
 # ---------------------------------------------------------------------------
 # Running a cell
@@ -35,6 +35,7 @@ class _CellContext:
         self.args = args
         self.collect = collect
         self.kernels: List[Kernel] = []
+        self.devices: List[Any] = []  # the device functions the cell defined (numba dispatchers)
 
     def device_defaults(self) -> Dict[str, Any]:
         """The cell's flags that lower a device function, as decorator options."""
@@ -94,8 +95,10 @@ class CellJit:
             # compile it now, for the current GPU).  As numba, it is lowered with
             # its own options: the cell's flags, overridden by its decorator's.
             # numba still checks the options; those it cannot have are refused.
-            return device_function(func, sigs, {**self.active.device_defaults(), **options},
-                                   "@cuda.jit(device=True, ...)")
+            dispatcher = device_function(func, sigs, {**self.active.device_defaults(), **options},
+                                         "@cuda.jit(device=True, ...)")
+            self.active.devices.append(dispatcher)
+            return dispatcher
         return self.active.make_kernel(func, sigs, options)
 
     def __repr__(self):
@@ -228,6 +231,10 @@ def run_cell(shell, cell, config, signatures, args, line=""):
     def collect(result):
         if collecting[0]:
             results.append(result)
+        elif not args.quiet:  # compiled at a launch in a later cell: one line there, with why
+            line = launch_line(result)
+            if line is not None:
+                print(line)
 
     namespace = shell.user_ns
     before = dict(namespace)
@@ -246,7 +253,30 @@ def run_cell(shell, cell, config, signatures, args, line=""):
         raise shown from exc
     finally:
         collecting[0] = False
-    return CellReport(results, explain=args.explain)
+    return CellReport(results, explain=args.explain, bound=_bound_notes(namespace, context, results))
+
+
+def _bound_notes(namespace, context: _CellContext, results) -> List[str]:
+    """A line for each thing the cell bound that compiled nothing in it: a
+    lazy kernel, and each device function with the kernels that call it."""
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    notes = [f"{kernel.__name__}: compiles at its first launch, per argument types"
+             for kernel in context.kernels if not kernel.results]
+    for dispatcher in context.devices:
+        name = dispatcher.py_func.__name__
+        users = sorted(bound for bound, value in namespace.items()
+                       if isinstance(value, CUDADispatcher) and value is not dispatcher
+                       and name in _names_read(value))
+        notes.append(f"{name}: device function, " + (f"used by {', '.join(users)}" if users
+                                                     else "compiled into each kernel that calls it"))
+    return notes
+
+
+def _names_read(dispatcher) -> tuple:
+    """The global names a kernel's or device function's code reads."""
+    code = getattr(getattr(dispatcher, "py_func", None), "__code__", None)
+    return code.co_names if code is not None else ()
 
 
 def _restore_kernel_names(namespace, before, kernels):

@@ -187,6 +187,7 @@ class GpuCacheMagics(Magics):
             raise UsageError("%%gpukernel needs a cell of numba-cuda code below the magic line")
         config = self._config(args)
         signatures = self._signatures(args.sig)
+        args.quiet = args.quiet or self.quiet  # (also silences the lines of compiles at later launches)
         before = self.cache
         refusals = before.tier_info()  # (asks no server: what the tiers refused so far)
         report = run_cell(self.shell, cell, config, signatures, args, line)
@@ -199,7 +200,7 @@ class GpuCacheMagics(Magics):
         # the tiers' signing marks the cell's hits; what they refused during the cell gets a line
         report.tiers = cache.tier_info()
         report.refused = refusals_between(refusals if cache is before else (), report.tiers)
-        if not (args.quiet or self.quiet) or report.audit_findings or report.refused:
+        if not args.quiet or report.audit_findings or report.refused:
             display(report)
 
     def _config(self, args) -> CompileConfig:

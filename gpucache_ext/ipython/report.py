@@ -157,13 +157,34 @@ def _kernel_name(result: CompileResult) -> str:
     return result.kernel.rsplit(".", 1)[-1]
 
 
+def launch_line(result: CompileResult) -> Optional[str]:
+    """One line for a compile a launch made after its cell ran (a device
+    function or a global changed elsewhere, or a lazy kernel met new argument
+    types): which stages compiled, how long, and why; None where every stage hit."""
+    if isinstance(result, FatbinResult):
+        built = [f"sm_{sm} {stage}" for sm, each in sorted(result.per_target.items())
+                 for stage in _built(each) if not each.stages[stage].hit]
+        built += [] if result.fatbin_stage.hit else ["fatbin"]
+        why = why_text(result) or "; ".join(result.fatbin_stage.reasons)
+    else:
+        built = [stage for stage in _built(result) if not result.stages[stage].hit]
+        why = why_text(result)
+    if not built:
+        return None
+    return (f"gpukernel: compiled {_kernel_name(result)} {short_signature(result.signature)} "
+            f"[{result.config.summary()}] at this launch ({', '.join(built)}; "
+            f"{format_seconds(result.seconds)}){': ' + why if why else ''}")
+
+
 class CellReport:
     """One row per kernel and signature compiled (or found) in a cell."""
 
     def __init__(self, results: Iterable[CompileResult], explain: bool = False,
                  audit_findings: Iterable = (), tiers: Iterable[TierInfo] = (),
-                 refused: Optional[Mapping[str, Mapping[str, int]]] = None):
+                 refused: Optional[Mapping[str, Mapping[str, int]]] = None, bound: Iterable[str] = ()):
         self.results: List[CompileResult] = list(results)
+        # what the cell bound that compiled nothing yet: "lazy_add: compiles at its first launch, ..."
+        self.bound = list(bound)
         self.explain = explain
         # mismatches background audits found since the previous cell
         self.audit_findings = list(audit_findings)
@@ -264,8 +285,7 @@ class CellReport:
     def __repr__(self) -> str:
         rows = self.rows()
         if not rows:
-            return "\n".join(["gpukernel: no kernel compiled in this cell", *self._security_text(),
-                              *self._findings_text()])
+            return "\n".join([*self._bound_text(), *self._security_text(), *self._findings_text()])
         columns = self._columns()
         widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
         lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
@@ -273,7 +293,15 @@ class CellReport:
         lines += self._architectures_text()
         if self.explain:
             lines += ["", *self._explanations_text()]
-        return "\n".join(lines + self._security_text() + self._findings_text())
+        return "\n".join(lines + self._bound_text() + self._security_text() + self._findings_text())
+
+    def _bound_text(self) -> List[str]:
+        """What the cell bound besides what it compiled; "no kernel compiled"
+        where it bound nothing at all."""
+        if not self.bound:
+            return [] if self.results else ["gpukernel: no kernel compiled in this cell"]
+        head = "gpukernel: also bound" if self.results else "gpukernel: nothing compiled in this cell; bound"
+        return [f"{head}:", *(f"  {line}" for line in self.bound)]
 
     def _repr_pretty_(self, printer, cycle):
         printer.text(repr(self))
@@ -301,8 +329,12 @@ class CellReport:
         findings = "".join(f'<p class="gpucache-warn">{html.escape(line)}</p>' for line in self._security_text())
         findings += "".join(f'<p class="gpucache-miss">{html.escape(line)}</p>'
                             for line in self._findings_text())
+        bound = self._bound_text()
+        bound_html = (f'<p class="gpucache-bound">{html.escape(bound[0])}</p>'
+                      + ("<ul>" + "".join(f"<li>{html.escape(line.strip())}</li>" for line in bound[1:]) + "</ul>"
+                         if len(bound) > 1 else "")) if bound else ""
         if not rows:
-            return f"{_STYLE}<p>gpukernel: no kernel compiled in this cell</p>{findings}"
+            return f"{_STYLE}{bound_html}{findings}"
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self._columns())
         body = []
         for row in rows:
@@ -334,4 +366,4 @@ class CellReport:
                       + resources_table_html(arch_rows))
         if self.explain:
             table += "<pre>" + html.escape("\n".join(self._explanations_text())) + "</pre>"
-        return table + findings
+        return table + bound_html + findings
