@@ -381,13 +381,15 @@ def _source_digest(components) -> str:
 # The figures a move reports, in the order moves of equal weight are listed: a
 # row's field names each (spills: stores and loads together), what a sentence
 # calls them, and whether more of them is a regression.
+# (in the order they matter: spills cost memory traffic, registers and local
+# memory cost occupancy and traffic; more of the others costs nothing to speak of)
 _RESOURCES = (
     ("spills", ("spill_stores", "spill_loads"), "spills", True),
     ("registers", ("registers",), "registers", True),
     ("local_bytes", ("local_bytes",), "local memory", True),
-    ("cubin_bytes", ("cubin_bytes",), "cubin", True),
     ("shared_bytes", ("shared_bytes",), "shared memory", False),
     ("constant_bytes", ("constant_bytes",), "constant memory", False),
+    ("cubin_bytes", ("cubin_bytes",), "cubin", False),
 )
 _PLURAL = frozenset({"spills", "registers"})
 
@@ -526,7 +528,7 @@ class ResourceMove:
     token_after: str
     arch_before: str
     arch_after: str
-    regression: bool  # more registers, spills, local memory or cubin bytes (across targets: more spills)
+    regression: bool  # more spills, registers or local memory (across targets: more spills)
 
     @property
     def magnitude(self) -> float:
@@ -548,9 +550,11 @@ def resource_moves(rows: Iterable[ResourceRow]) -> List[ResourceMove]:
     code) whose configs differ in exactly one field, ``sm`` included: each
     variant against the first built of those one field away from it (what it
     was tuned from; rows built at once, in the given order), one move per
-    resource that changed; regressions first, then the largest relative
-    changes.  Variants whose configs are not recorded, and resources that did
-    not move, say nothing."""
+    resource that changed, each said once (two variant pairs that moved
+    alike give one move).  Ordered by what matters (spills, registers,
+    local memory, then shared, constant memory and cubin size), regressions
+    first within each, then the largest relative changes.  Variants whose
+    configs are not recorded, and resources that did not move, say nothing."""
     groups: Dict[tuple, Dict[tuple, ResourceRow]] = {}
     for row in rows:
         if not row.config_fields:
@@ -568,8 +572,11 @@ def resource_moves(rows: Iterable[ResourceRow]) -> List[ResourceMove]:
                 if field is not None:
                     moves += _moves(earlier, row, field)
                     break
-    return sorted(moves, key=lambda move: (not move.regression, -move.magnitude,
-                                           [r[0] for r in _RESOURCES].index(move.resource), move.field))
+    order = [resource for resource, *_ in _RESOURCES]
+    ordered = sorted(moves, key=lambda move: (order.index(move.resource), not move.regression, -move.magnitude,
+                                              move.field))
+    said = set()
+    return [move for move in ordered if not (move.text in said or said.add(move.text))]
 
 
 def _one_difference(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> Optional[str]:
