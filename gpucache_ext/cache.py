@@ -616,15 +616,29 @@ class KernelCache:
                     "compile the current state")
         return None
 
-    def clear(self, stage: Optional[str] = None) -> None:
-        """Drop the entries of one stage, or of all stages, in every tier (counters are kept)."""
+    def clear(self, stage: Optional[str] = None, *, tiers: Optional[Sequence[str]] = None) -> None:
+        """Drop the entries of one stage, or of all stages, in every tier (counters are kept).
+
+        ``tiers``: only in these tiers, by name (``"memory"``, ``"disk"``,
+        ``"shared"``): ``tiers=("memory",)`` leaves the persistent tiers, which
+        other processes share, as they are; None (default): every tier."""
         stages_to_clear = LAYERS if stage is None else (_check_stage(stage),)
+        if tiers is not None:
+            tiers = (tiers,) if isinstance(tiers, str) else tuple(tiers)
+            known = ("memory",) + tuple(dict.fromkeys(tier.name for tier in self.tiers))
+            unknown = [name for name in tiers if name not in known]
+            if unknown:
+                raise ValueError(f"tiers={tiers!r} is invalid: this cache has no {', '.join(map(repr, unknown))} "
+                                 f"tier; its tiers are {', '.join(known)}")
+        memory = tiers is None or "memory" in tiers
         for s in stages_to_clear:
-            with self._lock:
-                self._memory[s].clear()
+            if memory:
+                with self._lock:
+                    self._memory[s].clear()
             for tier in self._tiers_for(s):
-                tier.clear(s)
-        if stage is None:
+                if tiers is None or tier.name in tiers:
+                    tier.clear(s)
+        if stage is None and memory:
             with self._lock:
                 self._proxies.clear()
 

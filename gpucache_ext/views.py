@@ -662,13 +662,21 @@ def entry_cells(row: Dict[str, Any], now: float, kernel: Optional[str] = None) -
 
 
 def entry_widths(cells: List[Dict[str, str]]) -> Dict[str, int]:
-    return {c: min(_ENTRY_WIDTHS[c], max([len(c)] + [len(r[c]) for r in cells])) for c in ENTRY_COLUMNS}
+    """Each column's width: its widest cell (or title), up to the column's
+    cap; the config column has none (see `entry_line`)."""
+    widths = {c: max([len(c)] + [len(r[c]) for r in cells]) for c in ENTRY_COLUMNS}
+    return {c: w if c == "config" else min(_ENTRY_WIDTHS[c], w) for c, w in widths.items()}
 
 
 def entry_line(cells: Dict[str, str], widths: Dict[str, int]) -> str:
+    """One row of the entries list, its columns padded to `widths`.  The
+    config is never cut: sm and every field away from its default are what
+    tell a kernel's variants apart, so it is shown whole (the list scrolls
+    sideways); the other columns are cut to their widths."""
     parts = []
     for column in ENTRY_COLUMNS:
-        text = (_fit_kernel if column == "kernel" else _fit)(cells[column], widths[column])
+        text = cells[column] if column == "config" else (_fit_kernel if column == "kernel" else _fit)(
+            cells[column], widths[column])
         parts.append(text.rjust(widths[column]) if column in _RIGHT else text.ljust(widths[column]))
     return "  ".join(parts).rstrip()
 
@@ -1048,10 +1056,16 @@ def resource_variants_html(kernel: str, rows, moves) -> str:
     return (f'<h4>Resources across variants of {esc(kernel)}</h4>{resources_table_html(rows)}'
             f"<p>How they moved between variants one config field apart:</p>{resource_moves_html(moves)}")
 
-def compare_options(rows) -> List[Tuple[str, str]]:
-    """The "compare with" choices: (config summary and short token, token) per
-    `EntryInfo` in `rows` (`gpucache_ext.queries.comparable_entries`)."""
-    return [(f"{row.config} {short_token(row.token)}", row.token) for row in rows]
+def compare_options(rows, labels: Optional[Dict[Tuple[str, str], str]] = None) -> List[Tuple[str, str]]:
+    """The "compare with" choices: (label, token) per `EntryInfo` in `rows`
+    (`gpucache_ext.queries.comparable_entries`), the label naming the
+    kernel's definition (its name, as `kernel_labels` tells kernels of one
+    name apart where `labels` has it, and its signature), its whole config
+    (sm and every field away from its default) and short token:
+    ``axpy (float32[::1], float32) [sm_86 fastmath=True max_registers=32] 3f2a1c0b9e12``."""
+    labels = labels or {}
+    return [(f"{labels.get((row.stage, row.token)) or short_kernel(row.kernel)} {row.signature} "
+             f"[{row.config}] {short_token(row.token)}", row.token) for row in rows]
 
 
 def _diff_cells(number, text) -> str:

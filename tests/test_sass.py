@@ -207,7 +207,8 @@ def test_the_inspector_compares_an_entry_with_another(ip):
     other = fast.stages["cubin"].token
     assert inspector.compare_with.layout.display is None
     assert [token for _, token in inspector.compare_with.options] == ["", other]
-    assert dict(inspector.compare_with.options)[f"sm_86 fastmath=True {other[:12]}"] == other
+    assert dict(inspector.compare_with.options)[
+        f"tanh_kernel (float32[:], float32[:]) [sm_86 fastmath=True] {other[:12]}"] == other
     assert inspector.compare_view.value == ""
     inspector.compare(other)
     view = inspector.compare_view.value

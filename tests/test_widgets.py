@@ -338,18 +338,35 @@ def test_actions_update_every_inspector_of_the_cache(ip):
     assert summary_numbers(second)[("cubin", None, "entries")] == "0"
 
 
-def test_recompile_without_a_record_explains_in_the_status(ip, monkeypatch):
-    cell(ip, "--sm 80", AXPY)
-    inspector = gpucache_ext.inspector()
-    cache = gpucache_ext.default_cache()
+def test_recompile_says_before_anything_when_it_cannot_rebuild_the_entry(tmp_path):
+    """An entry another process made (here: another cache on the same
+    folder) cannot be rebuilt exactly: the button is off and the inspector
+    says why before anything is done; one this process made is rebuilt
+    under its own token."""
+    from gpucache_ext import CompileConfig
 
-    def unknown(token):
-        raise KeyError(f"no record of the compile that produced {token[:12]} in this process")
+    from . import kernels
 
-    monkeypatch.setattr(cache, "recompile", unknown)
-    part(inspector, "gpucache-recompile").click()
+    KernelCache(directory=tmp_path).compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
+    cache = KernelCache(directory=tmp_path)
+    inspector = gpucache_ext.inspector(cache)
+    foreign = next(row["token"] for row in cache.entries(stage="cubin"))
+    inspector.select("cubin", foreign)
+    button = part(inspector, "gpucache-recompile")
+    assert button.disabled and "not compiled by this process" in button.tooltip
+    assert "run its cell again" in inspector.recompile_note.value
+    assert inspector.recompile_selected() is None
     status = part(inspector, "gpucache-status").get_state()["value"]
-    assert "cannot recompile: no record of the compile" in status and "gpucache-status-error" in status
+    assert "cannot recompile" in status and "gpucache-status-error" in status
+    assert cache.stats()["cubin"]["misses"] == 0  # nothing was compiled
+
+    own = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80)).stages["cubin"].token
+    inspector.refresh()
+    inspector.select("cubin", own)
+    assert not button.disabled and inspector.recompile_note.value == ""
+    button.click()
+    assert inspector.selected == ("cubin", own)
+    assert "the same entry, from the inputs it was built from" in part(inspector, "gpucache-status").value
 
 
 def test_an_inspector_of_another_cache_is_live_too(ip):
@@ -681,3 +698,221 @@ def test_the_renderers_old_module_name_still_works_and_says_where_they_moved(mon
         render = importlib.import_module("gpucache_ext.widgets.render")
     assert render.STYLE is views.STYLE and render.chart_svg is views.chart_svg
     assert "summary_html" in dir(render)
+
+
+# -- clearing: memory only unless the persistent tiers are chosen, and then after a confirmation ----------
+
+
+def _halve(r):
+    r[0] = r[0] / 2
+
+
+def _disk_files(folder, stage="*"):
+    return sorted(folder.glob(f"v*/{stage}/*/*.entry"))
+
+
+def _status(inspector):
+    return html.unescape(part(inspector, "gpucache-status").get_state()["value"])
+
+
+def _confirmation_shown(inspector):
+    return part(inspector, "gpucache-clear-confirm").layout.display != "none"
+
+
+def _choose_tiers(inspector, *names):
+    """Pick the "from" choice clearing memory and exactly `names`; returns its label."""
+    tiers = part(inspector, "gpucache-clear-tiers")
+    labels = dict(zip(tiers._options_values, tiers.get_state()["_options_labels"]))
+    tiers.value = ("memory",) + names
+    return labels[tiers.value]
+
+
+def test_clearing_from_the_widget_leaves_the_disk_tier_alone_by_default(tmp_path):
+    from gpucache_ext.config import CompileConfig
+
+    cache = KernelCache(directory=tmp_path)
+    cache.compile(_halve, "void(float32[:])", CompileConfig(sm=80))
+    inspector = widgets.Inspector(cache)
+    on_disk = _disk_files(tmp_path)
+    assert len(_disk_files(tmp_path, "cubin")) == 1 and len(on_disk) == 3  # llvm, ptx, cubin
+    counters = cache.lookups()
+
+    part(inspector, "gpucache-clear-stage").value = "cubin"
+    part(inspector, "gpucache-clear").click()  # no question: memory only
+    assert cache.stats()["cubin"]["entries"] == 0 and _disk_files(tmp_path) == on_disk
+    tiers = part(inspector, "gpucache-clear-tiers")
+    assert tiers.value == ("memory",) and tiers.get_state()["_options_labels"][tiers.index] == "memory only"
+    assert not _confirmation_shown(inspector)
+    assert cache.stats()["cubin"]["tiers"]["disk"]["entries"] == 1
+    status = _status(inspector)
+    assert "cleared cubin: 1 entry dropped from memory" in status
+    assert f"kept: 1 in disk ({tmp_path})" in status  # what it left, and where
+    # the cubin is still listed, on disk
+    labels, values = listed(inspector)
+    cubin = [label for label, (stage, _) in zip(labels, values) if stage == "cubin"]
+    assert len(cubin) == 1 and " disk " in cubin[0] and "memory" not in cubin[0]
+
+    part(inspector, "gpucache-clear-stage").value = "all"
+    part(inspector, "gpucache-clear").click()
+    assert all(cache.stats()[s]["tiers"]["memory"]["entries"] == 0 for s in STAGES)
+    assert _disk_files(tmp_path) == on_disk and not _confirmation_shown(inspector)
+    assert "cleared every stage: 3 entries dropped from memory" in _status(inspector)
+    assert cache.lookups() == counters  # clearing counts nothing
+
+    # from code: memory only unless the tiers are named
+    cache.compile(_halve, "void(float32[:])", CompileConfig(sm=80))
+    assert inspector.clear("ptx") == {"memory": 1} and len(_disk_files(tmp_path, "ptx")) == 1
+    assert inspector.clear("ptx", tiers=("memory", "disk")) == {"memory": 0, "disk": 1}
+    assert _disk_files(tmp_path, "ptx") == [] and not _confirmation_shown(inspector)
+    assert f"1 from disk ({tmp_path})" in _status(inspector)
+    with pytest.raises(ValueError, match="memory, disk"):
+        inspector.clear("llvm", tiers=("redis",))
+    # and the cache's own clear: every tier unless told
+    cache.clear("llvm", tiers=("memory",))
+    assert len(_disk_files(tmp_path, "llvm")) == 1
+    cache.clear("llvm")
+    assert _disk_files(tmp_path, "llvm") == []
+
+
+def test_clearing_the_disk_tier_asks_first_and_only_confirm_deletes(tmp_path):
+    from gpucache_ext.config import CompileConfig
+
+    cache = KernelCache(directory=tmp_path)
+    cache.compile(_halve, "void(float32[:])", CompileConfig(sm=80))
+    cache.compile(_halve, "void(float32[:])", CompileConfig(sm=86))
+    inspector = widgets.Inspector(cache)
+    on_disk = _disk_files(tmp_path)
+    assert len(_disk_files(tmp_path, "cubin")) == 2
+    label = _choose_tiers(inspector, "disk")
+    assert label == f"memory and disk ({tmp_path})"  # the tier named by where it is
+    part(inspector, "gpucache-clear-stage").value = "cubin"
+    clear, confirm, cancel = (part(inspector, c) for c in ("gpucache-clear", "gpucache-clear-confirm-button",
+                                                           "gpucache-clear-cancel"))
+
+    def question():
+        return html.unescape(part(inspector, "gpucache-clear-question").get_state()["value"])
+
+    # the first click asks, naming the tiers and what each will lose; nothing is deleted yet
+    clear.click()
+    assert _confirmation_shown(inspector)
+    assert f"Clear cubin from memory and disk ({tmp_path})?" in question()
+    assert f"2 entries from memory and 2 entries from disk ({tmp_path})" in question()
+    assert "shared by every notebook" in question()
+    assert _disk_files(tmp_path) == on_disk and cache.stats()["cubin"]["entries"] == 2
+    # Cancel drops nothing
+    cancel.click()
+    assert not _confirmation_shown(inspector) and question() == ""
+    assert _disk_files(tmp_path) == on_disk and cache.stats()["cubin"]["entries"] == 2
+    assert "nothing deleted" in _status(inspector)
+    # another choice while it asks: the question is withdrawn, and Confirm has nothing to do
+    clear.click()
+    part(inspector, "gpucache-clear-stage").value = "ptx"
+    assert not _confirmation_shown(inspector)
+    confirm.click()
+    assert _disk_files(tmp_path) == on_disk and "nothing to confirm" in _status(inspector)
+
+    # Confirm deletes what it asked about, and says what went from where
+    part(inspector, "gpucache-clear-stage").value = "cubin"
+    counters = cache.lookups()
+    clear.click()
+    assert _disk_files(tmp_path) == on_disk
+    confirm.click()
+    assert not _confirmation_shown(inspector)
+    assert _disk_files(tmp_path, "cubin") == [] and cache.stats()["cubin"]["entries"] == 0
+    assert len(_disk_files(tmp_path)) == len(on_disk) - 2  # llvm and ptx stay
+    assert f"cleared cubin: 2 entries dropped from memory, 2 from disk ({tmp_path})" in _status(inspector)
+    assert all(stage != "cubin" for stage, _ in listed(inspector)[1])
+    assert cache.lookups() == counters
+
+    # every stage (typing is in memory alone; one typing and llvm entry serve both targets)
+    part(inspector, "gpucache-clear-stage").value = "all"
+    clear.click()
+    assert f"Clear every stage from memory and disk ({tmp_path})?" in question()
+    assert f"4 entries from memory and 3 entries from disk ({tmp_path})" in question()
+    confirm.click()
+    assert _disk_files(tmp_path) == [] and listed(inspector) == ([], [])
+    assert f"cleared every stage: 4 entries dropped from memory, 3 from disk ({tmp_path})" in _status(inspector)
+
+
+def test_clearing_names_every_persistent_tier_it_touches(tmp_path):
+    from gpucache_ext.config import CompileConfig
+
+    class Shared(_SharedTier):
+        location = "redis://cache.example:6379/0 prefix team"
+
+    shared = Shared()
+    cache = KernelCache(directory=tmp_path, tiers=[shared])
+    cache.compile(_halve, "void(float32[:])", CompileConfig(sm=80))
+    inspector = widgets.Inspector(cache)
+    disk, server = f"disk ({tmp_path})", "shared (redis://cache.example:6379/0 prefix team)"
+    labels = list(part(inspector, "gpucache-clear-tiers").get_state()["_options_labels"])
+    assert labels == ["memory only", f"memory and {disk}", f"memory and {server}", f"memory, {disk} and {server}"]
+
+    part(inspector, "gpucache-clear-stage").value = "ptx"
+    _choose_tiers(inspector, "shared")
+    part(inspector, "gpucache-clear").click()
+    asked = html.unescape(part(inspector, "gpucache-clear-question").get_state()["value"])
+    assert f"1 entry from memory and 1 entry from {server}" in asked and "disk" not in asked
+    part(inspector, "gpucache-clear-confirm-button").click()
+    assert cache.stats()["ptx"]["entries"] == 0 and not any(s == "ptx" for s, _ in shared.store)
+    assert len(_disk_files(tmp_path, "ptx")) == 1
+    assert f"1 entry dropped from memory, 1 from {server}; not chosen, so kept: 1 in {disk}" in _status(inspector)
+
+    part(inspector, "gpucache-clear-stage").value = "cubin"
+    _choose_tiers(inspector, "disk", "shared")
+    part(inspector, "gpucache-clear").click()
+    asked = html.unescape(part(inspector, "gpucache-clear-question").get_state()["value"])
+    assert f"from memory, {disk} and {server}?" in asked and "The disk and shared tiers are shared" in asked
+    part(inspector, "gpucache-clear-confirm-button").click()
+    assert _disk_files(tmp_path, "cubin") == [] and not any(s == "cubin" for s, _ in shared.store)
+    assert f"1 entry dropped from memory, 1 from {disk}, 1 from {server}" in _status(inspector)
+
+    # typing is kept in memory alone: nothing persistent to ask about
+    part(inspector, "gpucache-clear-stage").value = "typing"
+    part(inspector, "gpucache-clear").click()
+    assert not _confirmation_shown(inspector)
+    assert "cleared typing: 1 entry dropped from memory" in _status(inspector)
+
+
+# -- configs shown whole -------------------------------------------------------------
+
+
+def test_a_config_of_several_fields_is_shown_whole_in_the_list_and_the_comparison_choices():
+    from gpucache_ext.config import CompileConfig
+
+    cache = KernelCache()
+    tuned = CompileConfig(sm=80, fastmath=True, max_registers=32, launch_bounds=(200,))
+    bounded = CompileConfig(sm=80, opt=2, launch_bounds=(128, 2), lto=True)  # a field with a space in it
+    plain = cache.compile(_halve, "void(float32[:])", CompileConfig(sm=80))
+    results = {"tuned": cache.compile(_halve, "void(float32[:])", tuned),
+               "bounded": cache.compile(_halve, "void(float32[:])", bounded)}
+    summaries = {"tuned": "sm_80 fastmath=True max_registers=32 launch_bounds=(200,)",
+                 "bounded": "sm_80 opt=2 launch_bounds=(128, 2) lto=True"}
+    assert {name: result.config.summary() for name, result in results.items()} == summaries
+    inspector = widgets.Inspector(cache)
+
+    labels, values = listed(inspector)
+    row = dict(zip(values, labels))
+    head = html.unescape(part(inspector, "gpucache-entries-head-box").get_state()["value"])
+    head = re.sub(r"<[^>]+>", "", head)
+    for name, result in results.items():
+        for stage in ("llvm", "ptx", "cubin"):
+            label = row[(stage, result.stages[stage].token)]
+            assert f"  {summaries[name]}  " in label, label
+            # the columns after it still line up with their titles
+            assert label.index("(float32[:])") == head.index("signature")
+    # as the text fallback lists them
+    text = inspector._repr_mimebundle_()["text/plain"]
+    assert all(summary in text for summary in summaries.values())
+
+    # "compare with": each entry's kernel, signature and whole config
+    inspector.select("ptx", plain.stages["ptx"].token)
+    compare = part(inspector, "gpucache-compare-with")
+    options = dict(zip(compare._options_values, compare.get_state()["_options_labels"]))
+    for name, result in results.items():
+        token = result.stages["ptx"].token
+        assert options[token] == f"_halve (float32[:]) [{summaries[name]}] {token[:12]}"
+    inspector.select("cubin", results["tuned"].stages["cubin"].token)
+    options = dict(zip(compare._options_values, compare.get_state()["_options_labels"]))
+    assert options[plain.stages["cubin"].token].startswith("_halve (float32[:]) [sm_80] ")
+    assert f"[{summaries['bounded']}]" in options[results["bounded"].stages["cubin"].token]

@@ -25,7 +25,12 @@ widget per cache.  It shows
 * the selected entry's kernel, where it has several cubins: each variant's
   resources side by side (per target and config), and how they moved between
   variants one config field apart (`gpucache_ext.queries.resource_moves`);
-* actions: clear a stage, evict the entry, recompile it.
+* actions: clear a stage, evict the entry, recompile it.  Clearing drops the
+  stage from this process's memory only, unless the persistent tiers are
+  chosen too ("from": each named by where it is); those are shared by every
+  notebook that uses them, so that first asks, naming the tiers and how many
+  entries each will lose, and only Confirm deletes (``Inspector.clear`` does
+  it at once from code: ``clear("cubin", tiers=("memory", "disk"))``).
 
 The widget refreshes after every cell (an IPython ``post_run_cell`` hook,
 installed by ``%load_ext gpucache_ext`` or by the first ``inspector()``) and
@@ -43,7 +48,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import ipywidgets as W
 
@@ -56,8 +61,8 @@ from ..history import CellHistory
 from ..tokens import short_token
 from ..views import (ENTRY_COLUMNS, MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, entry_line,
                      entry_widths, esc, short_kernel, chart_svg, compare_options, comparison_html,
-                     comparison_note_html, entry_cells, entry_html, kernel_labels, resource_variants_html,
-                     saved_seconds, storage_summary, summary_html, tier_security_html)
+                     comparison_note_html, entries_phrase, entry_cells, entry_html, kernel_labels,
+                     resource_variants_html, saved_seconds, storage_summary, summary_html, tier_security_html)
 
 sass_cache: "OrderedDict[str, Tuple[Optional[Sass], Optional[str]]]" = OrderedDict()
 
@@ -135,6 +140,20 @@ def stats_view(cache) -> StatsView:
 _ALL = "\u2014 all \u2014"
 _NO_COMPARISON = "\u2014 none \u2014"
 _EVERY_STAGE = "all"  # the clear-stage choice for every stage
+_MEMORY_ONLY = ("memory",)  # the clear-tiers choice by default: this process's memory alone
+_EVERY_TIER = "all"  # `Inspector.clear(tiers=...)`: memory and every persistent tier
+
+
+def tier_label(tier) -> str:
+    """A persistent tier as the inspector names it: its name and where it is
+    (``disk (/home/me/.cache/gpucache)``, ``shared (redis://host:6379/0 prefix gpucache)``)."""
+    location = str(getattr(tier, "location", "") or "")
+    return tier.name if not location or location == tier.name else f"{tier.name} ({location})"
+
+
+def _and(parts: List[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 class Inspector(W.VBox):
@@ -171,21 +190,38 @@ class Inspector(W.VBox):
         self.evict_button = W.Button(description="Evict entry", icon="trash", button_style="warning",
                                      tooltip="Remove the selected entry from every tier", disabled=True)
         self.recompile_button = W.Button(description="Recompile entry", icon="refresh",
-                                         tooltip="Compile the selected entry's kernel again from scratch "
-                                                 "(same signature and config)", disabled=True)
+                                         tooltip="Compile the selected entry again from scratch, from the "
+                                                 "inputs it was built from", disabled=True)
+        self.recompile_note = W.HTML()  # why Recompile cannot rebuild the selected entry, if it cannot
         self.clear_stage = W.Dropdown(description="clear",
                                       options=[(s, s) for s in LAYERS] + [("all stages", _EVERY_STAGE)],
                                       value="cubin", tooltip="The stage to clear",
                                       layout=W.Layout(width="auto"))
+        self.clear_tiers = W.Dropdown(description="from", options=[("memory only", _MEMORY_ONLY)],
+                                      value=_MEMORY_ONLY,
+                                      tooltip="Where to clear: this process's memory only, or the persistent "
+                                              "tiers too (every notebook that uses them shares them; asks first)",
+                                      layout=W.Layout(width="auto", max_width="100%"))
         self.clear_button = W.Button(description="Clear stage", icon="eraser", button_style="danger",
-                                     tooltip="Drop every entry of the chosen stage, in every tier")
+                                     tooltip="Drop every entry of the chosen stage from the chosen tiers "
+                                             "(persistent tiers: after you confirm)")
+        # the confirmation asked before persistent tiers are cleared
+        self.clear_question = W.HTML()
+        self.clear_confirm_button = W.Button(description="Confirm", icon="check", button_style="danger",
+                                             tooltip="Delete the entries named on the left")
+        self.clear_cancel_button = W.Button(description="Cancel", icon="times", tooltip="Delete nothing")
+        self.clear_confirm = W.VBox([self.clear_question,
+                                     W.HBox([self.clear_confirm_button, self.clear_cancel_button])],
+                                    layout=W.Layout(display="none"))
+        self._pending_clear: Optional[Tuple[Optional[str], Tuple[str, ...]]] = None  # (stage, tiers) to confirm
         self.status = W.HTML()
         self.entry_view = W.HTML()
         self.variants_view = W.HTML()
         self._variants_shown: Optional[tuple] = None  # (kernel, its cubin tokens, source) shown
         self.compare_with = W.Dropdown(description="compare with", options=[(_NO_COMPARISON, "")], value="",
                                        tooltip="Another entry of this kernel and stage: the two entries' PTX "
-                                               "or SASS side by side", layout=W.Layout(width="auto", display="none"))
+                                               "or SASS side by side",
+                                       layout=W.Layout(width="auto", max_width="100%", display="none"))
         self.compare_view = W.HTML()
         self._comparison: Tuple[Any, str] = (None, "")  # (which pair, its HTML): drawn once per pair
 
@@ -201,6 +237,11 @@ class Inspector(W.VBox):
                             (self.clear_button, "gpucache-clear"), (self.kernel_filter, "gpucache-kernel-filter"),
                             (self.stage_filter, "gpucache-stage-filter"),
                             (self.clear_stage, "gpucache-clear-stage"),
+                            (self.clear_tiers, "gpucache-clear-tiers"),
+                            (self.clear_confirm, "gpucache-clear-confirm"),
+                            (self.clear_question, "gpucache-clear-question"),
+                            (self.clear_confirm_button, "gpucache-clear-confirm-button"),
+                            (self.clear_cancel_button, "gpucache-clear-cancel"),
                             (self.compare_with, "gpucache-compare-with"),
                             (self.compare_view, "gpucache-compare-view")):
             widget.add_class(cls)
@@ -217,8 +258,10 @@ class Inspector(W.VBox):
             # one box scrolls the header and the list together where the rows are wider than the view
             W.VBox([self.entries_head, self.entries_list], layout=W.Layout(width="100%"),
                    _dom_classes=("gpucache-entries-scroll",)),
-            W.HBox([self.evict_button, self.recompile_button, self.clear_stage, self.clear_button],
-                   layout=W.Layout(flex_flow="row wrap", align_items="center")),
+            W.HBox([self.evict_button, self.recompile_button, self.clear_stage, self.clear_tiers,
+                    self.clear_button], layout=W.Layout(flex_flow="row wrap", align_items="center")),
+            self.recompile_note,
+            self.clear_confirm,
             self.status,
             self.entry_view,
             self.variants_view,
@@ -233,7 +276,11 @@ class Inspector(W.VBox):
         self.compare_with.observe(self._on_compare, names="value")
         self.evict_button.on_click(lambda _: self.evict_selected())
         self.recompile_button.on_click(lambda _: self.recompile_selected())
-        self.clear_button.on_click(lambda _: self.clear(self.clear_stage.value))
+        self.clear_stage.observe(self._on_clear_choice, names="value")
+        self.clear_tiers.observe(self._on_clear_choice, names="value")
+        self.clear_button.on_click(lambda _: self.request_clear(self.clear_stage.value, self.clear_tiers.value))
+        self.clear_confirm_button.on_click(lambda _: self.confirm_clear())
+        self.clear_cancel_button.on_click(lambda _: self.cancel_clear())
         self.refresh()
 
     # -- reading -----------------------------------------------------------------
@@ -260,6 +307,7 @@ class Inspector(W.VBox):
         self._rows = rows
         self._source_of = self._sources.of(self.cache, rows)
         self._labels = kernel_labels(rows, self._source_of)
+        self._update_clear_tiers()
         self._update_entries()
 
     def _update_entries(self):
@@ -301,7 +349,16 @@ class Inspector(W.VBox):
 
     def _show_selected(self):
         selected = self._selected
-        self.evict_button.disabled = self.recompile_button.disabled = selected is None
+        self.evict_button.disabled = selected is None
+        # Recompile rebuilds the entry's own inputs; where this process does
+        # not hold them it says so before anything is done
+        problem = self.cache.recompile_problem(selected[1]) if selected is not None else None
+        self.recompile_button.disabled = selected is None or problem is not None
+        self.recompile_button.tooltip = problem or ("Compile the selected entry again from scratch, from the "
+                                                    "very inputs it was built from (code, globals, device "
+                                                    "functions, signature and config), even if they changed since")
+        self.recompile_note.value = (f'<p class="gpucache-muted">Recompile: {esc(problem)}</p>'
+                                     if problem is not None else "")
         self._update_compare()
         if selected is None:
             self.entry_view.value = ('<p class="gpucache-muted">Select an entry above to see its '
@@ -327,7 +384,7 @@ class Inspector(W.VBox):
         """The "compare with" choices for the selected entry (ptx and cubin only), and the comparison."""
         selected = self._selected
         others = comparable_entries(self.cache, *selected) if selected and selected[0] in COMPARED_STAGES else []
-        options = [(_NO_COMPARISON, "")] + compare_options(others)
+        options = [(_NO_COMPARISON, "")] + compare_options(others, self._labels)
         self._updating = True
         try:
             wanted = self.compare_with.value
@@ -431,17 +488,167 @@ class Inspector(W.VBox):
         if done is not None:
             self._selected = (stage, done.token)
         self._refresh_all()
+        where = ("the same entry, from the inputs it was built from" if done is not None and done.token == token
+                 else f"from the inputs it was built from, filed as {short_token(done.token)} (the toolchain "
+                      "or numba's settings differ from then)" if done is not None else "")
         self._set_status(f"recompiled {short_kernel(result.kernel)} {result.signature_text} "
-                         f"[{result.config.summary()}] in {format_seconds(result.seconds)}")
+                         f"[{result.config.summary()}] in {format_seconds(result.seconds)}"
+                         + (f": {where}" if where else ""))
         return result
 
-    def clear(self, stage: Optional[str] = None) -> None:
-        """Drop every entry of `stage` (None or "all": every stage)."""
-        stage = None if stage in (None, "", _EVERY_STAGE) else stage
-        before = sum(1 for r in self.cache.entries(stage=stage))
-        self.cache.clear(stage)
+    # clearing: memory only by default; persistent tiers after a confirmation
+    def _persistent(self) -> "OrderedDict[str, list]":
+        """The cache's persistent tiers by name, in its order."""
+        found: "OrderedDict[str, list]" = OrderedDict()
+        for tier in self.cache.tiers:
+            found.setdefault(tier.name, []).append(tier)
+        return found
+
+    def _describe(self, name: str) -> str:
+        """A tier named as the inspector shows it: "memory", "disk (/path)"..."""
+        if name == "memory":
+            return "memory"
+        return ", ".join(tier_label(tier) for tier in self._persistent().get(name, ())) or name
+
+    def _update_clear_tiers(self) -> None:
+        """The "from" choices: memory only, memory and each persistent tier, memory and all of them."""
+        names = list(self._persistent())
+        options = [("memory only", _MEMORY_ONLY)]
+        options += [(f"memory and {self._describe(name)}", ("memory", name)) for name in names]
+        if len(names) > 1:
+            options.append((f"memory, {_and([self._describe(name) for name in names])}",
+                            ("memory",) + tuple(names)))
+        if list(self.clear_tiers.options) == options:
+            return
+        self._updating = True
+        try:
+            wanted = self.clear_tiers.value
+            self.clear_tiers.options = options
+            self.clear_tiers.value = wanted if wanted in {value for _, value in options} else _MEMORY_ONLY
+        finally:
+            self._updating = False
+        self._drop_pending()  # what it asked about is no longer offered as it was
+
+    def _tier_names(self, tiers: Union[str, Iterable[str], None]) -> Tuple[str, ...]:
+        """`tiers` as the cache's tier names, in its order ("memory" first);
+        ValueError naming the choices for a name it does not have."""
+        known = ("memory",) + tuple(self._persistent())
+        if tiers is None or tiers == _EVERY_TIER:
+            return known
+        given = (tiers,) if isinstance(tiers, str) else tuple(tiers)
+        unknown = [name for name in given if name not in known]
+        if unknown or not given:
+            raise ValueError(f"tiers={tiers!r} is invalid: use names of this cache's tiers ({', '.join(known)}) "
+                             f"or {_EVERY_TIER!r} for every tier")
+        return tuple(name for name in known if name in given)
+
+    def _holding(self, stage: Optional[str], names: Tuple[str, ...]) -> Tuple[str, ...]:
+        """The tiers of `names` that hold `stage` (None: any stage)."""
+        persistent = self._persistent()
+        return tuple(name for name in names if name == "memory" or any(
+            stage is None or stage in tier.stages for tier in persistent.get(name, ())))
+
+    def _stage(self, stage: Optional[str]) -> Optional[str]:
+        """The stage to clear: None for every stage (None, "" or "all"); ValueError for no stage."""
+        if stage in (None, "", _EVERY_STAGE):
+            return None
+        if stage not in LAYERS:
+            raise ValueError(f"stage={stage!r} is invalid; use one of {', '.join(LAYERS)}, or {_EVERY_STAGE!r}")
+        return stage
+
+    def _held(self, stage: Optional[str], names: Tuple[str, ...]) -> Dict[str, int]:
+        """How many entries of `stage` (None: every stage) each tier of `names` holds, as `stats` counts them."""
+        stats = self.cache.stats()
+        stages = LAYERS if stage is None else (stage,)
+        return {name: sum(stats[s].tiers[name].entries for s in stages if name in stats[s].tiers)
+                for name in names}
+
+    def request_clear(self, stage: Optional[str] = None,
+                      tiers: Union[str, Iterable[str], None] = _MEMORY_ONLY) -> bool:
+        """What the "Clear stage" button does: clear `stage` from memory at
+        once; where `tiers` names a persistent tier holding the stage, show
+        the confirmation (the tiers and the entries each will lose) instead,
+        and clear only on `confirm_clear`.  True if it cleared now."""
+        stage = self._stage(stage)
+        names = self._tier_names(tiers)
+        persistent = [name for name in self._holding(stage, names) if name != "memory"]
+        if not persistent:
+            self.clear(stage, names)
+            return True
+        held = self._held(stage, self._holding(stage, names))
+        self._pending_clear = (stage, names)
+        several = len(persistent) > 1
+        question = (f"Clear {stage or 'every stage'} from {_and([self._describe(name) for name in held])}? "
+                    "This drops " + _and([f"{entries_phrase(count)} from {self._describe(name)}"
+                                          for name, count in held.items()])
+                    + f". The {_and(persistent)} tier{'s are' if several else ' is'} shared by every notebook "
+                    f"and process that uses {'them' if several else 'it'}: this cannot be undone.")
+        self.clear_question.value = f'<span role="alert" class="gpucache-warn">{esc(question)}</span>'
+        self.clear_confirm.layout.display = None
+        self._set_status(f"clear {stage or 'every stage'}: waiting for Confirm or Cancel")
+        return False
+
+    def confirm_clear(self) -> Optional[Dict[str, int]]:
+        """Clear what the confirmation asked about (the "Confirm" button);
+        the entries dropped per tier, or None if nothing was asked."""
+        if self._pending_clear is None:
+            self._set_status("nothing to confirm: choose a stage and where, then Clear stage", error=True)
+            return None
+        stage, names = self._pending_clear
+        return self.clear(stage, names)
+
+    def cancel_clear(self) -> None:
+        """Drop the confirmation and delete nothing (the "Cancel" button)."""
+        if self._pending_clear is not None:
+            stage = self._pending_clear[0]
+            self._drop_pending()
+            self._set_status(f"clear {stage or 'every stage'} cancelled: nothing deleted")
+
+    def _drop_pending(self) -> None:
+        self._pending_clear = None
+        self.clear_question.value = ""
+        self.clear_confirm.layout.display = "none"
+
+    def _on_clear_choice(self, change):
+        if not self._updating and self._pending_clear is not None:  # it asked about another choice
+            self.cancel_clear()
+
+    def clear(self, stage: Optional[str] = None,
+              tiers: Union[str, Iterable[str], None] = _MEMORY_ONLY) -> Dict[str, int]:
+        """Drop every entry of `stage` (None or "all": every stage) from
+        `tiers` at once (no confirmation: naming the tiers here is it).
+
+        `tiers`: this process's memory only (default), or names of the
+        cache's tiers ("memory", "disk", "shared"), or "all": memory and
+        every persistent tier.  The persistent tiers are shared by every
+        notebook and process that uses them.  Returns the entries dropped per
+        tier (of those holding the stage); the status line says the same.
+        Counters are kept."""
+        stage = self._stage(stage)
+        names = self._tier_names(tiers)
+        self._drop_pending()
+        holding = self._holding(stage, names)
+        kept_names = tuple(name for name in self._holding(stage, tuple(self._persistent())) if name not in names)
+        before = self._held(stage, holding + kept_names)
+        self.cache.clear(stage, tiers=names)
+        after = self._held(stage, holding)
+        dropped = {name: max(0, before[name] - after[name]) for name in holding}
         self._refresh_all()
-        self._set_status(f"cleared {stage or 'every stage'}: {before} entr{'y' if before == 1 else 'ies'} dropped")
+        if holding:
+            parts = [f"{count} from {self._describe(name)}" for name, count in dropped.items()]
+            parts[0] = f"{entries_phrase(dropped[holding[0]])} dropped from {self._describe(holding[0])}"
+            text = f"cleared {stage or 'every stage'}: {', '.join(parts)}"
+        else:  # (a persistent tier alone, for a stage it does not hold)
+            text = f"nothing cleared: {_and([self._describe(name) for name in names])} holds no {stage} entries"
+        left = [f"{after[name]} still in {self._describe(name)} (not removable, or written meanwhile)"
+                for name in holding if after[name]]
+        kept = [f"{before[name]} in {self._describe(name)}" for name in kept_names if before[name]]
+        if left:
+            text += "; " + "; ".join(left)
+        if kept:
+            text += f"; not chosen, so kept: {_and(kept)}"
+        self._set_status(text, error=bool(left))
+        return dropped
 
     def _refresh_all(self) -> None:
         """Refresh this inspector and every other open one of the same cache."""
