@@ -209,6 +209,41 @@ late[1, 1](np.zeros(1, np.float32))
     assert launch < kernel and "gpucache_ext/" not in shown
 
 
+@pytest.mark.parametrize("magic", ["", "%%gpukernel --sm 80 --quiet\n"])
+def test_a_launch_error_shows_at_the_users_launch_line(ip, capsys, magic):
+    """A launch with the wrong dtype reads as an error of the user's line, in
+    a plain cell and in a %%gpukernel cell: no frame of this package or of
+    numba; %tb still shows them."""
+    ip.run_cell(GOOD.replace('@cuda.jit("void(float32[:])")', '@cuda.jit(["void(float32[:])"])'),
+                store_history=True)  # (a list: launches dispatch on the argument types, as numba's)
+    capsys.readouterr()
+    number = ip.execution_count
+    result = ip.run_cell(magic + "import numpy as np\nx = 1\ngood[1, 1](np.zeros(4, np.float64))\n",
+                         store_history=True)
+    shown = plain("".join(capsys.readouterr()))
+    assert isinstance(result.error_in_exec, gpucache_ext.LaunchError)
+    line = 4 if magic else 3
+    assert f"Cell In[{number}], line {line}" in shown
+    assert re.search(rf"^-+> {line} +good\[1, 1\]\(np.zeros\(4, np.float64\)\)$", shown, re.M), shown
+    assert "LaunchError: good: no signature accepts (float64[::1]); declared: (float32[:])" in shown
+    assert "gpucache_ext/" not in shown and "numba" not in shown.replace("numba-cuda", "")
+    ip.run_line_magic("tb", "")
+    assert "gpucache_ext/launch/kernel.py" in plain("".join(capsys.readouterr()))
+
+
+def test_launch_errors_leave_a_handler_of_the_users_alone(ip):
+    from gpucache_ext.ipython.cell_errors import install_launch_errors, uninstall_launch_errors
+
+    uninstall_launch_errors(ip)
+    assert ip.custom_exceptions == ()
+    ip.set_custom_exc((KeyError,), lambda *args, **kwargs: None)
+    try:
+        assert not install_launch_errors(ip) and ip.custom_exceptions == (KeyError,)
+    finally:
+        ip.set_custom_exc((), None)
+    assert install_launch_errors(ip) and ip.custom_exceptions == (gpucache_ext.LaunchError,)
+
+
 def test_syntax_check_leaves_with_the_extension(ip):
     from gpucache_ext.ipython.cell import check_cell_syntax
 

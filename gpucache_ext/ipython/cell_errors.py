@@ -214,17 +214,62 @@ def _frame_at(location):
 
 def _cell_frames(tb, filename):
     """The traceback from the cell's own frame on, without this package's
-    frames (an error raised in them shows at the cell line that called in);
-    None if the cell's code is not in it."""
+    or numba's frames (an error raised in them shows at the cell line that
+    called in); None if the cell's code is not in it."""
     entries = _entries(tb)
     start = next((i for i, e in enumerate(entries) if e.tb_frame.f_code.co_filename == filename), None)
     if start is None:
         return None
+    return _user_frames(entries[start:])
+
+
+def _hidden_dirs() -> tuple:
+    """This package's folder and numba's: frames the user did not write."""
+    import numba
+    import numba.cuda
+
+    numba_cuda = os.path.dirname(os.path.dirname(os.path.abspath(numba.cuda.__file__)))  # (its numba/)
+    return tuple({_PACKAGE_DIR, os.path.dirname(os.path.abspath(numba.__file__)) + os.sep, numba_cuda + os.sep})
+
+
+def _user_frames(entries):
+    """A traceback of `entries` without this package's and numba's frames."""
+    hidden = _hidden_dirs()
     shown = None
-    for entry in reversed(entries[start:]):
-        if not os.path.abspath(entry.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+    for entry in reversed(entries):
+        path = os.path.abspath(entry.tb_frame.f_code.co_filename)
+        if not (path.startswith(hidden) or os.path.realpath(path).startswith(hidden)):
             shown = types.TracebackType(shown, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
     return shown
+
+
+def _show_launch_error(shell, etype, value, tb, tb_offset=None):
+    """IPython's handler for a `LaunchError` (`install_launch_errors`): shown
+    at the user's launch line, as a plain error of their code, without this
+    package's or numba's frames; ``%tb`` and ``%debug`` still have them all."""
+    if getattr(value, "_render_traceback_", None) is None:  # (a %%gpukernel cell's error has its own)
+        _show_once(shell, value, _user_frames(_entries(tb)) or tb, hide_chain=True)
+    shell.showtraceback((etype, value, tb), running_compiled_code=True)
+    return []
+
+
+def install_launch_errors(shell) -> bool:
+    """Have `shell` show launch errors at the user's launch line (where no
+    other handler of exceptions is set: it is never replaced); True if done."""
+    from ..launch.kernel import LaunchError
+
+    if shell.custom_exceptions not in ((), (LaunchError,)):
+        log.info("IPython has a custom exception handler already; launch errors show every frame")
+        return False
+    shell.set_custom_exc((LaunchError,), _show_launch_error)
+    return True
+
+
+def uninstall_launch_errors(shell) -> None:
+    from ..launch.kernel import LaunchError
+
+    if shell.custom_exceptions == (LaunchError,):
+        shell.set_custom_exc((), None)
 
 
 def _joined(tb, tail):

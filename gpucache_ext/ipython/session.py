@@ -109,12 +109,14 @@ class Session:
         except settings.SettingError as exc:
             raise UsageError(str(exc)) from None
         from .cell import check_cell_syntax
+        from .cell_errors import install_launch_errors
 
         self.shell.register_magics(self.magics)
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
         self.shell.events.register("post_run_cell", self.post_run_cell)
         if check_cell_syntax not in self.shell.input_transformers_post:  # syntax errors as a plain cell's
             self.shell.input_transformers_post.append(check_cell_syntax)
+        install_launch_errors(self.shell)  # launch errors at the user's launch line
         if not gpu_available():  # cells written for a GPU run on the simulator, memory API too
             simulate_memory(True)
 
@@ -122,7 +124,9 @@ class Session:
         from ..launch.simulator import simulate_memory
 
         from .cell import check_cell_syntax
+        from .cell_errors import uninstall_launch_errors
 
+        uninstall_launch_errors(self.shell)
         with contextlib.suppress(ValueError):
             self.shell.events.unregister("pre_run_cell", self.pre_run_cell)
         with contextlib.suppress(ValueError):
