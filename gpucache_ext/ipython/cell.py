@@ -258,16 +258,20 @@ def run_cell(shell, cell, config, signatures, args, line=""):
 
 def _bound_notes(namespace, context: _CellContext, results) -> List[str]:
     """A line for each thing the cell bound that compiled nothing in it: a
-    lazy kernel, and each device function with the kernels that call it."""
+    lazy kernel, and each device function with the kernels that call it
+    (unless a kernel the cell compiled calls it: the report shows that one)."""
     from numba.cuda.dispatcher import CUDADispatcher
 
     notes = [f"{kernel.__name__}: compiles at its first launch, per argument types"
              for kernel in context.kernels if not kernel.results]
+    compiled = {result.kernel.rsplit(".", 1)[-1] for result in results}
     for dispatcher in context.devices:
         name = dispatcher.py_func.__name__
         users = sorted(bound for bound, value in namespace.items()
                        if isinstance(value, CUDADispatcher) and value is not dispatcher
                        and name in _names_read(value))
+        if compiled.intersection(users):
+            continue
         notes.append(f"{name}: device function, " + (f"used by {', '.join(users)}" if users
                                                      else "compiled into each kernel that calls it"))
     return notes
