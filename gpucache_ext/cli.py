@@ -414,12 +414,20 @@ def cmd_show(tier, args, out):
         f"valid     {'yes' if problem is None else 'NO: ' + problem}"
         + ("" if compared or problem else " (key and checksum; --toolchain also compares its toolchain)"))
     out("components:")
-    for name, (digest, shown) in sorted(header["components"].items()):
-        out(f"  {name:<28} {short_token(digest)}  {shown}")
+    _components(header["components"], out, "  ")
     if artifact is not None:
         out("")
         out(_text(stage, artifact, args.out))
     return 0 if problem is None else 1
+
+
+def _components(components, out, indent) -> None:
+    """A header's components, one a line; a whole's parts (what a device
+    function reads, typing's inputs on an llvm entry) under it, indented."""
+    for name, (digest, shown, *parts) in sorted(components.items()):
+        out(f"{indent}{name:<{30 - len(indent)}} {short_token(digest)}  {shown}")
+        if parts and isinstance(parts[0], dict):
+            _components(parts[0], out, indent + "  ")
 
 
 def _raw(stage, artifact) -> bytes:
