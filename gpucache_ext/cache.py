@@ -39,6 +39,7 @@ from . import queries, stages, targets, toolchain
 from .store import settings
 from .store.codec import content_digest
 from .audit import AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, first_difference, parse_audit
+from . import definitions
 from .config import LAYERS, STAGES, CompileConfig, Targets
 from .errors import ConfigError, SecurityWarning, UnsupportedKernelError
 from .results import (CacheStats, CompileResult, EntryInfo, FatbinResult, LayerResult, Outcome,  # noqa: F401
@@ -274,7 +275,8 @@ class KernelCache:
         result = FatbinResult(primary.kernel, primary.signature, primary.config,
                               {**primary.stages, "fatbin": layer}, primary._llvm, primary._ptx, primary._cubin,
                               audit=primary.audit, referenced=primary.referenced,
-                              generic_tokens=primary.generic_tokens, targets=wanted, per_target=per_target,
+                              generic_tokens=primary.generic_tokens, place=primary.place, targets=wanted,
+                              per_target=per_target,
                               fatbin_stage=layer, _fatbin=artifact, ptx_note=note)
         with self._lock:
             first_origin = self._origins.get(primary.stages["cubin"].token)
@@ -310,7 +312,7 @@ class KernelCache:
             seconds = time.perf_counter() - start
             digest = content_digest("fatbin", artifact)
             plan = _FatbinPlan(primary.kernel, primary.signature_text, _FatbinConfig(primary.config, wanted),
-                               force, why_forced, members)
+                               force, why_forced, members, primary.place)
             # (its upstream: the first cubin, which leads back to the code it was built from)
             token, reasons = self._store("fatbin", token, plan, artifact, seconds, targets.NO_READS, digest,
                                          upstream=cubins[0][0].token)
@@ -806,7 +808,8 @@ class KernelCache:
         self._put(stage, Entry(token.hex, kernel, artifact, token.components, artifact.nbytes,
                                seconds, signature=plan.signature_text,
                                config=plan.config.summary(), reasons=reasons,
-                               config_fields=plan.config.fields(), digest=digest, upstream=upstream))
+                               config_fields=plan.config.fields(), digest=digest, upstream=upstream,
+                               place=plan.place))
         self.index.remember(stage, token, kernel)
         with self._lock:
             self._stats[stage].compile_seconds += seconds
@@ -937,6 +940,7 @@ class _FatbinPlan(NamedTuple):
     why_forced: str
     # member ("cubin sm_86", "PTX compute_80") -> why this compile rebuilt it (None: an entry it reused)
     members: Mapping[str, Optional[str]]
+    place: Optional[str]  # where the kernel was defined
 
 
 def _member_whys(per_target: Mapping[int, CompileResult], wanted: Targets) -> Dict[str, Optional[str]]:
@@ -983,7 +987,7 @@ def _entry_row(stage, entry: Entry) -> Dict[str, Any]:
             "signature": entry.signature, "config": entry.config,
             "config_fields": dict(entry.config_fields or {}), "tiers": [],
             "bytes": entry.nbytes, "created": entry.created, "seconds": entry.seconds,
-            "reasons": tuple(entry.reasons)}
+            "reasons": tuple(entry.reasons), "place": entry.place}
 
 
 def _per_stage(value, default, name):
@@ -1029,6 +1033,7 @@ class _Plan:
                 list(self.identity.links) + [linking.read(item, origin) for item in link])
         self.link = link
         self.kernel = self.identity.qualname
+        self.place = definitions.place_of(self.identity.code)  # (with kernel: its definition)
         self.signature_text = short_signature(argtypes)
         self.forced = False
         self.why_forced = why_forced  # what a forced compile's entries say of why they were built
@@ -1113,7 +1118,8 @@ class _Plan:
         return CompileResult(self.kernel, self.argtypes, self.config,
                              {s: self.stages[s] for s in built},
                              llvm.artifact, ptx.artifact, cubin.artifact if cubin is not None else None,
-                             generic_tokens={s: t.hex for s, t in self.tokens.items() if s in built})
+                             generic_tokens={s: t.hex for s, t in self.tokens.items() if s in built},
+                             place=self.place)
 
     def _downstream(self, stage, upstream: "_Found", fn, *args, extra=None) -> "_Found":
         """Look up `stage` by the content token of `upstream`'s artifact (and

@@ -354,6 +354,8 @@ class Sources:
             upstream = "cubin" if stage == "fatbin" else STAGES[STAGES.index(stage) - 1]
             if stage == "llvm":  # llvm entries name typing's token; ptx and cubin the entry they came from
                 part = entry.components.get(upstream)
+                if part is not None and part.parts:  # (and carry its components: typed IR is not stored)
+                    return self._remember(path, _source_digest(dict(part.parts)), self.found)
                 before = part.digest if part is not None else ""
             else:
                 before = entry.upstream
@@ -416,6 +418,7 @@ class ResourceRow:
     kernel: str = ""  # qualified name
     created: float = 0.0  # when the entry was built: the earlier of two variants is the one moved from
     source: Optional[str] = None  # what it was built from (`Sources`); variants of other code are not compared
+    place: Optional[str] = None  # where the kernel was defined (`gpucache_ext.definitions`)
 
     def __post_init__(self):
         object.__setattr__(self, "config_fields", _tuples(dict(self.config_fields or {})))
@@ -423,13 +426,14 @@ class ResourceRow:
     @classmethod
     def from_link_log(cls, info_log: str, cubin_bytes: int, *, arch: str, token: str = "", config: str = "",
                       config_fields: Optional[Mapping[str, Any]] = None, signature: str = "",
-                      kernel: str = "", created: float = 0.0, source: Optional[str] = None) -> "ResourceRow":
+                      kernel: str = "", created: float = 0.0, source: Optional[str] = None,
+                      place: Optional[str] = None) -> "ResourceRow":
         """A row from a link log (`parse_resources`) and the cubin's size."""
         found = parse_resources(info_log or "")
         return cls(arch, token, config, dict(config_fields or {}), signature,
                    **{name: found[name] for name in ("registers", "spill_stores", "spill_loads", "shared_bytes",
                                                      "local_bytes", "constant_bytes")},
-                   cubin_bytes=int(cubin_bytes), kernel=kernel, created=created, source=source)
+                   cubin_bytes=int(cubin_bytes), kernel=kernel, created=created, source=source, place=place)
 
     @classmethod
     def from_result(cls, result) -> "ResourceRow":
@@ -437,7 +441,7 @@ class ResourceRow:
         return cls.from_link_log(result.link_log, len(result.cubin), arch=result.config.sm_name,
                                  token=result.stages["cubin"].token, config=result.config.summary(),
                                  config_fields=result.config.fields(), signature=result.signature_text,
-                                 kernel=result.kernel)
+                                 kernel=result.kernel, place=result.place)
 
     @property
     def variant(self) -> str:
@@ -484,7 +488,7 @@ def resource_rows(cache: "KernelCache", kernel: str, signature=None) -> List[Res
         getattr(entry.artifact, "info_log", "") or "", len(getattr(entry.artifact, "cubin", b"") or b""),
         arch=_arch(info), token=info.token, config=info.config, config_fields=info.config_fields,
         signature=info.signature, kernel=info.kernel, created=info.created,
-        source=sources.get(("ptx", entry.upstream))) for info, entry in loaded]
+        source=sources.get(("ptx", entry.upstream)), place=info.place) for info, entry in loaded]
     return sorted(rows, key=lambda row: (row.kernel, row.signature, _sm_number(row.arch), row.created))
 
 
@@ -560,7 +564,7 @@ def resource_moves(rows: Iterable[ResourceRow]) -> List[ResourceMove]:
         if not row.config_fields:
             continue
         config = tuple(sorted(row.config_fields.items()))
-        variants = groups.setdefault((row.kernel, row.signature, row.source), {})
+        variants = groups.setdefault((row.kernel, row.place, row.signature, row.source), {})
         if config not in variants or row.created > variants[config].created:  # the newest of equal configs
             variants[config] = row
     moves = []

@@ -205,6 +205,8 @@ class EntryInfo(_Record):
     created: float
     seconds: float  # what compiling it took
     reasons: Tuple[str, ...]  # why it was built
+    # where its kernel was defined (`gpucache_ext.definitions`); None if unknown
+    place: Optional[str] = None
 
 
 @dataclass
@@ -227,6 +229,9 @@ class CompileResult:
     # Each stage's generic token (before per-target variants), from the inputs alone:
     # what `KernelCache.still_current` compares.
     generic_tokens: Dict[str, str] = field(default_factory=dict, repr=False)
+    # where the kernel was defined (`gpucache_ext.definitions`): with `kernel`,
+    # the definition its entries are listed under; None if unknown
+    place: Optional[str] = field(default=None, repr=False)
     # guards the three artifacts: an audit that finds a mismatch replaces them
     # (`replace_artifacts`) while a kernel may be reading them
     _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)

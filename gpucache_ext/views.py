@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import definitions
 from .config import FIELD_STAGES, FOLLOW_FASTMATH, KEYED_ON_BYTES, LAYERS, STAGES, CompileConfig
 from .units import format_age, format_bytes, format_seconds
 from .results import parse_resources, short_signature
@@ -607,43 +608,41 @@ def _distinct_tail(qualname: str, others) -> str:
     return qualname
 
 
-def kernel_labels(rows, sources: Optional[Dict[Tuple[str, str], Optional[str]]] = None
-                  ) -> Dict[Tuple[str, str], str]:
-    """The entries list's kernel column, per row's (stage, token).
+def kernel_labels(rows, sources=None) -> Dict[Tuple[str, str], str]:
+    """The entries list's kernel column, per row's (stage, token): the
+    kernel's definition.
 
-    The short name, told apart where two kernels share it: by the shortest
-    tail of their qualified names that differs (``a.axpy``, ``b.axpy``), and
-    where rows of one qualified name come from more than one source (``axpy``
-    defined again, differently, in another cell: the magic names both
-    ``__main__.axpy``) by ``#`` and six hex digits of `sources`' digest for
-    the row (``axpy#3f2a1c``; ``#?`` where it is not known).  `sources` maps
-    (stage, token) to a digest of what the kernel was built from, as the
-    inspector read it from the cache; None where it could not.
-    """
-    sources = sources or {}
+    The short name, told apart only where two definitions share it: by the
+    shortest tail of their qualified names that differs (``a.axpy``,
+    ``b.axpy``), and where one qualified name was defined in two places
+    (``axpy`` in two cells: the magic names both ``__main__.axpy``) by ``@``
+    and where (`gpucache_ext.definitions.describe`): ``axpy@In[5]``,
+    ``axpy@cell 1a2b3c4d`` (a cell not run since the restart),
+    ``axpy@kernels.py``.  A definition's versions (edits to it or to what it
+    calls or reads, signatures, configs) all keep its one label.
+    (`sources` is no longer read.)"""
     qualnames: Dict[str, set] = {}
-    digests: Dict[str, set] = {}
+    places: Dict[str, set] = {}
     for row in rows:
         qualnames.setdefault(short_kernel(row["kernel"]), set()).add(row["kernel"])
-        digests.setdefault(row["kernel"], set()).add(sources.get((row["stage"], row["token"])))
+        places.setdefault(row["kernel"], set()).add(row.get("place"))
     labels = {}
     for row in rows:
         kernel = row["kernel"]
         same = qualnames[short_kernel(kernel)]
         name = short_kernel(kernel) if len(same) == 1 else _distinct_tail(kernel, same)
-        if len(digests[kernel] - {None}) > 1:
-            digest = sources.get((row["stage"], row["token"]))
-            name += "#" + (digest[:6] if digest else "?")
+        if len(places[kernel]) > 1:
+            name += "@" + definitions.describe(row.get("place"))
         labels[(row["stage"], row["token"])] = name
     return labels
 
 
 def _fit_kernel(text: str, width: int) -> str:
-    """`_fit` that keeps a ``#digest`` suffix whole (it is what tells two rows apart)."""
-    name, mark, digest = text.rpartition("#")
-    if not mark or len(text) <= width or len(digest) + 2 > width:
+    """`_fit` that keeps an ``@place`` suffix whole (it is what tells two rows apart)."""
+    name, mark, place = text.rpartition("@")
+    if not mark or len(text) <= width or len(place) + 2 > width:
         return _fit(text, width)
-    return _fit(name, width - len(digest) - 1) + "#" + digest
+    return _fit(name, width - len(place) - 1) + "@" + place
 
 
 def entry_cells(row: Dict[str, Any], now: float, kernel: Optional[str] = None) -> Dict[str, str]:
@@ -934,6 +933,9 @@ def entry_html(detail: Optional[EntryDetail], now: float) -> str:
     meta = (f'{esc(stage)} entry <span class="gpucache-code">{esc(short_token(token))}</span> in '
             f'{esc(tiers)}, {esc(format_bytes(entry.nbytes))}, built {esc(format_age(now - entry.created))} ago '
             f'in {esc(format_seconds(entry.seconds))}')
+    if detail.kernel_label and "@" in detail.kernel_label:  # (one of several definitions of its name)
+        meta += (f"; this {esc(short_kernel(entry.kernel))} is the one defined in "
+                 f"{esc(definitions.explain(entry.place))}")
     return "".join([
         f'<div class="gpucache-entry" data-stage="{esc(stage)}" data-token="{esc(token)}">',
         f'<h4>{esc(detail.kernel_label or short_kernel(entry.kernel))} <span class="gpucache-code">'

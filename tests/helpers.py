@@ -57,13 +57,15 @@ def reading(source, name="kernel", **globals_):
     return ns, ns[name]
 
 
-def cell(ip, line, body, *, kernel=None, quiet=False, store_history=False):
+def cell(ip, line, body, *, kernel=None, quiet=False, store_history=False, cell_id=None):
     """Run ``%%gpukernel {line}`` over `body` in the IPython shell `ip`; raise
     what the cell raised.  Returns the last `CompileResult` of the kernel named
     `kernel` where one is named, else the cell's `ExecutionResult`.  `quiet`
     adds ``--quiet`` after `line`; `store_history` numbers the cell as a
-    notebook would (the inspector's chart labels cells by number)."""
-    result = ip.run_cell(f"%%gpukernel {line}{' --quiet' if quiet else ''}\n{body}", store_history=store_history)
+    notebook would (the inspector's chart labels cells by number); `cell_id`
+    is the notebook cell's id, as JupyterLab sends it."""
+    result = ip.run_cell(f"%%gpukernel {line}{' --quiet' if quiet else ''}\n{body}", store_history=store_history,
+                         cell_id=cell_id)
     if not result.success:
         raise result.error_in_exec
     if kernel is not None:

@@ -560,3 +560,24 @@ def test_the_result_text_marks_a_hit_after_a_rebuild_to_the_same_bytes():
     text = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86, opt=2)).explain()
     lines = {line.split()[0]: line for line in text.splitlines()[1:]}
     assert "miss" in lines["ptx"] and "hit (memory, same bytes)" in lines["cubin"], text
+
+
+def test_entries_record_where_their_kernel_was_defined(tmp_path):
+    """A kernel from a file is known by that file, in memory and on disk (in
+    no token: the same code defined elsewhere hits)."""
+    import os
+
+    from gpucache_ext import definitions
+
+    result = KernelCache(directory=tmp_path).compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
+    assert result.place == "file:" + os.path.realpath(kernels.__file__)
+    again = KernelCache(directory=tmp_path)
+    assert {row.place for row in again.entries()} == {result.place}
+    assert definitions.describe(result.place) == "kernels.py"
+    namespace = notebook_namespace()
+    run_cell(namespace, "def copy(r, x):\n    r[0] = x[0]\n", filename="<elsewhere>")
+    assert definitions.place_of(namespace["copy"].__code__) is None  # no file, and no notebook cell
+    elsewhere = KernelCache(directory=tmp_path).compile(namespace["copy"], "void(float32[:], float32[:])",
+                                                        CompileConfig(sm=80))
+    assert elsewhere.place is None and {row.place for row in KernelCache(directory=tmp_path).entries()
+                                        if row.kernel == "__main__.copy"} == {None}

@@ -627,9 +627,12 @@ def kernel_column(inspector):
 
 
 def test_two_kernels_of_one_name_from_two_cells_are_told_apart(ip):
-    first = cell(ip, "--sm 80", AXPY)
+    first = cell(ip, "--sm 80", AXPY, store_history=True, cell_id="cell-one")
+    first_number = ip.execution_count - 1
     first_tokens = {s: r.token for s, r in ip.user_ns["axpy"].last.stages.items()}
-    cell(ip, "--sm 80", AXPY.replace("a * x[i] + y[i]", "a * x[i] - y[i]"))  # another axpy
+    cell(ip, "--sm 80", AXPY.replace("a * x[i] + y[i]", "a * x[i] - y[i]"),  # another axpy, in another cell
+         store_history=True, cell_id="cell-two")
+    second_number = ip.execution_count - 1
     second_tokens = {s: r.token for s, r in ip.user_ns["axpy"].last.stages.items()}
     assert first.success and set(first_tokens.values()).isdisjoint(second_tokens.values())
     cache = gpucache_ext.default_cache()
@@ -639,25 +642,68 @@ def test_two_kernels_of_one_name_from_two_cells_are_told_apart(ip):
     assert len(column) == 8
     mine = {column[(s, t)] for s, t in first_tokens.items()}
     theirs = {column[(s, t)] for s, t in second_tokens.items()}
-    # one label per kernel, on every stage's row, and the two differ
-    assert len(mine) == 1 and len(theirs) == 1 and mine != theirs, column
-    assert all(re.fullmatch(r"axpy#[0-9a-f]{6}", label) for label in mine | theirs)
+    # one label per definition, on every stage's row, saying where each was defined
+    assert mine == {f"axpy@In[{first_number}]"} and theirs == {f"axpy@In[{second_number}]"}, column
     # the selected entry's heading names it the same way
     inspector.select("ptx", second_tokens["ptx"])
-    assert f"<h4>{theirs.pop()} " in part(inspector, "gpucache-entry-view").get_state()["value"]
+    view = part(inspector, "gpucache-entry-view").get_state()["value"]
+    assert f"<h4>{theirs.pop()} " in view and f"this axpy is the one defined in cell In[{second_number}]" in view
     # and so does the static fallback
     text = inspector._repr_mimebundle_()["text/plain"]
     assert f"\n{mine.pop()} " in text
 
-    # the first axpy's typed IR evicted: its other rows still read as one kernel, not the other,
-    # by what this inspector read before, or (a new one) by the evicted typing entry's token
-    before = column[("llvm", first_tokens["llvm"])]
+    # the first axpy's typed IR evicted: its other rows still read as its definition
     cache.evict("typing", first_tokens["typing"])
-    inspector.refresh()
-    for view, expected in ((inspector, before), (widgets.Inspector(cache), f"axpy#{first_tokens['typing'][:6]}")):
+    for view in (inspector, widgets.Inspector(cache)):
+        view.refresh()
         column = kernel_column(view)
-        assert {column[(s, first_tokens[s])] for s in ("llvm", "ptx", "cubin")} == {expected}
-        assert expected not in {column[(s, second_tokens[s])] for s in STAGES}
+        assert {column[(s, first_tokens[s])] for s in ("llvm", "ptx", "cubin")} == {f"axpy@In[{first_number}]"}
+
+
+def test_one_definition_keeps_one_name_through_edits_signatures_targets_and_a_restart(ip, tmp_path):
+    """Edits to the kernel's cell, to a device function in another cell and
+    to a global it reads, another signature of a lazy kernel, a fatbin's
+    targets: all versions of one definition, listed under one name, also by
+    a new process reading the same folder."""
+    gpucache_ext.configure_default_cache(directory=tmp_path)
+    helper = """
+@cuda.jit(device=True)
+def act(v):
+    return v * ALPHA
+"""
+    ip.run_cell("ALPHA = 1.5")
+    cell(ip, "--sm 80 --quiet", "from numba import cuda\n" + helper, cell_id="helper-cell")
+    kernel = """
+@cuda.jit
+def scale(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = act(x[i]){extra}
+"""
+    cell(ip, "--sm 80,90 --quiet", kernel.format(extra=""), cell_id="kernel-cell")
+    ip.run_cell("import numpy as np\nx = np.ones(4, np.float32); out = np.zeros(4, np.float32)\n"
+                "scale[1, 4](out, x)\nscale[1, 4](out.astype(np.float64), x.astype(np.float64))")
+    ip.run_cell("ALPHA = 3.0\nscale[1, 4](out, x)")
+    cell(ip, "--sm 80 --quiet", helper.replace("v * ALPHA", "v * ALPHA + 1.0"), cell_id="helper-cell")
+    ip.run_cell("scale[1, 4](out, x)")
+    cell(ip, "--sm 80,90 --quiet", kernel.format(extra=" * 2.0"), cell_id="kernel-cell")
+    ip.run_cell("scale[1, 4](out, x)")
+    cache = gpucache_ext.default_cache()
+    rows = [row for row in cache.entries() if row.kernel == "__main__.scale"]
+    assert len({row.signature for row in rows}) == 2 and len(rows) > 20
+    assert {row.place for row in rows} == {"cell:kernel-cell"}
+    inspector = gpucache_ext.inspector()
+    assert set(kernel_column(inspector).values()) == {"scale"}
+    # the variants of the selected version only: its two targets, not every version's
+    inspector.select("cubin", ip.user_ns["scale"].last.per_target[90].stages["cubin"].token)
+    variants = inspector.variants_view.value
+    assert "Resources across variants of scale" in variants
+    assert re.findall(r'<th scope="row">(sm_\d+)', variants) == ["sm_80", "sm_90"], variants
+    # a new process: the entries come from the disk; still one definition, one name
+    code = (f"import gpucache_ext\nfrom gpucache_ext import widgets, KernelCache\n"
+            f"view = widgets.Inspector(KernelCache(directory={str(tmp_path)!r}))\n"
+            "print(sorted(set(view._labels.values())))")
+    assert helpers.run_python(code).strip().splitlines()[-1] == "['scale']"
 
 
 def test_one_kernel_keeps_its_plain_name(ip):

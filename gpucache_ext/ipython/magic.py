@@ -359,7 +359,7 @@ def kernel_moves(kernel: Kernel):
     code (`gpucache_ext.queries.resource_moves`): the variants built from the
     code of its last compiles, not those of an earlier definition of its name."""
     results = list(kernel.results.values())
-    rows = resource_rows(kernel.cache, results[0].kernel)
+    rows = [row for row in resource_rows(kernel.cache, results[0].kernel) if row.place == results[0].place]
     current = {result.stages["cubin"].token for result in results}
     sources = {row.source for row in rows if row.token in current}
     return resource_moves([row for row in rows if row.source in sources] if sources else rows)

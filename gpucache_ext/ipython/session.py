@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from .. import defaults
+from .. import defaults, definitions
 from ..history import CellHistory  # noqa: F401  (its home is history; importable here too)
 from .magic import GpuCacheMagics
 
@@ -62,6 +62,10 @@ class Session:
         self.audits_reported: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
         self._overrides: Dict[str, Any] = {}
         self._warned = False
+        # the notebook's cell ids (JupyterLab and Notebook send them): by
+        # execution count, and each id's latest count (`gpucache_ext.definitions`)
+        self._cell_ids: Dict[int, Optional[str]] = {}
+        self._numbers: Dict[str, int] = {}
 
     # -- the default cache ------------------------------------------------------
     @property
@@ -117,6 +121,7 @@ class Session:
         if check_cell_syntax not in self.shell.input_transformers_post:  # syntax errors as a plain cell's
             self.shell.input_transformers_post.append(check_cell_syntax)
         install_launch_errors(self.shell)  # launch errors at the user's launch line
+        definitions.set_cell_resolver(self.cell_of, self._numbers.get)  # where kernels are defined
         if not gpu_available():  # cells written for a GPU run on the simulator, memory API too
             simulate_memory(True)
 
@@ -127,6 +132,7 @@ class Session:
         from .cell_errors import uninstall_launch_errors
 
         uninstall_launch_errors(self.shell)
+        definitions.set_cell_resolver(None, None)
         with contextlib.suppress(ValueError):
             self.shell.events.unregister("pre_run_cell", self.pre_run_cell)
         with contextlib.suppress(ValueError):
@@ -151,6 +157,22 @@ class Session:
         self._in_cell = True
         if self._cache is not None:
             self._cache.hold_audits(True)
+        cell_id = getattr(info, "cell_id", None)
+        # (the count the cell's code is named by: IPython counts a stored cell before this event)
+        number = self.shell.execution_count - (1 if getattr(info, "store_history", False) else 0)
+        self._cell_ids[number] = cell_id
+        if cell_id:
+            self._numbers[cell_id] = number
+
+    def cell_of(self, filename: str):
+        """(cell id or None, execution count) of the cell whose code is named
+        `filename`; None where it is no cell's (a file)."""
+        from .cell_errors import cell_names
+
+        number = (cell_names(self.shell) or {}).get(filename)
+        if number is None:
+            return None
+        return self._cell_ids.get(number), number
 
     def post_run_cell(self, result=None) -> None:
         """After every cell: kernels re-check their inputs at their next launch;

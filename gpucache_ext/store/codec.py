@@ -139,6 +139,7 @@ def encode(stage: str, entry: Entry) -> bytes:
         "marker": entry.is_marker,
         "digest": entry.digest,
         "upstream": entry.upstream,
+        "place": entry.place,
         "meta": meta,
         "parts": [len(p) for p in parts],
         "size": len(payload),
@@ -200,7 +201,7 @@ def decode(data: bytes, stage: str, token: str, check_toolchain: bool = True) ->
         if header["marker"]:
             variants = [_reads_from_json(v) for v in meta["variants"]]
             return Entry(token, header["kernel"], None, components, 0, 0.0, header["created"],
-                         variants=variants, upstream=str(header.get("upstream") or ""))
+                         variants=variants, upstream=str(header.get("upstream") or ""), place=_place(header))
         artifact = _artifact(stage, meta, parts)
         digest = header.get("digest")
         if not isinstance(digest, str) or len(digest) != 64:
@@ -208,7 +209,7 @@ def decode(data: bytes, stage: str, token: str, check_toolchain: bool = True) ->
         return Entry(token, header["kernel"], artifact, components, artifact.nbytes,
                      float(header["seconds"]), float(header["created"]), header["signature"],
                      header["config"], tuple(header["reasons"]), header.get("config_fields"),
-                     digest=digest, upstream=str(header.get("upstream") or ""))
+                     digest=digest, upstream=str(header.get("upstream") or ""), place=_place(header))
     except BadEntry:
         raise
     except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
@@ -250,6 +251,13 @@ def header_entry(data: bytes) -> Entry:
         return Entry(header["token"], header["kernel"], None, components, int(header["size"]),
                      float(header["seconds"]), float(header["created"]), header["signature"],
                      header["config"], tuple(header["reasons"]), header.get("config_fields"),
-                     variants=variants, digest=header.get("digest"), upstream=str(header.get("upstream") or ""))
+                     variants=variants, digest=header.get("digest"), upstream=str(header.get("upstream") or ""),
+                     place=_place(header))
     except (KeyError, TypeError, ValueError) as exc:
         raise BadEntry(f"malformed header: {exc}") from None
+
+
+def _place(header) -> Optional[str]:
+    """Where the entry's kernel was defined (None in entries written before it was recorded)."""
+    place = header.get("place")
+    return place if isinstance(place, str) and place else None

@@ -44,6 +44,9 @@ class Entry:
     # The token of the upstream entry it was first built from (for people and
     # tools that walk the chain; not part of any token)
     upstream: str = ""
+    # Where the kernel was defined (`gpucache_ext.definitions`: "cell:<id>",
+    # "file:<path>"), None if unknown; with `kernel`, its definition (in no token)
+    place: Optional[str] = None
 
     @property
     def is_marker(self) -> bool:

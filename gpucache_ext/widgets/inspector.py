@@ -11,9 +11,10 @@ widget per cache.  It shows
   secret signed (`gpucache_ext.views.tier_security_html`);
 * a small chart of hits and misses per stage over the session's cells;
 * the cached entries (kernel, signature, config, stage, token, tier, size,
-  age, why it was built), filtered by kernel and stage; kernels that share a
-  name are told apart (``a.axpy`` and ``b.axpy``; ``axpy#3f2a1c`` for two
-  sources of one qualified name, see `gpucache_ext.queries.Sources`);
+  age, why it was built), filtered by kernel and stage; each kernel definition
+  under one name through its versions, definitions that share a name told
+  apart (``a.axpy`` and ``b.axpy``; ``axpy@In[5]`` for one of two cells
+  defining ``axpy``, see `gpucache_ext.definitions`);
 * the selected entry: its config and which stages read each field, its token
   components, its artifacts (typed IR, NVVM IR, PTX, SASS with its
   architecture, or why nvdisasm cannot read it, the link log), its resources,
@@ -107,12 +108,14 @@ def entry_detail(cache, stage: str, token: str, kernel_label: Optional[str] = No
                        sass_label=sass.label if sass else None)
 
 
-def variants_html(cache, kernel: str, label: Optional[str] = None, source: Optional[str] = None) -> str:
-    """The "resources across variants" section of `kernel` (a qualified
-    name): its cubin variants side by side and how their figures moved; ""
-    where fewer than two are cached.  `source` (`Sources`): only the
-    variants built from that code, where a kernel of this name was defined again."""
-    rows = resource_rows(cache, kernel)
+def variants_html(cache, kernel: str, label: Optional[str] = None, source: Optional[str] = None,
+                  place: Optional[str] = None) -> str:
+    """The "resources across variants" section of one version of a kernel
+    definition (`kernel` a qualified name, `place` where it was defined):
+    its cubin variants side by side and how their figures moved; "" where
+    fewer than two are cached.  `source` (`Sources`): only the variants built
+    from that version (its code and what it reads), where there are several."""
+    rows = [row for row in resource_rows(cache, kernel) if row.place == place]
     if source is not None and any(row.source == source for row in rows):
         rows = [row for row in rows if row.source == source]
     if len(rows) < 2:
@@ -121,9 +124,9 @@ def variants_html(cache, kernel: str, label: Optional[str] = None, source: Optio
 
 
 def snapshot(cache, history: Optional[CellHistory] = None, sources: Optional[Sources] = None) -> CacheSnapshot:
-    """The inspector's numbers now, as a static `CacheSnapshot`."""
+    """The inspector's numbers now, as a static `CacheSnapshot` (`sources` is no longer read)."""
     rows = cache.entries()
-    labels = kernel_labels(rows, (sources or Sources()).of(cache, rows))
+    labels = kernel_labels(rows)
     return CacheSnapshot(cache.stats(), history.points if history is not None else (), rows, time.time(),
                          labels)
 
@@ -306,7 +309,7 @@ class Inspector(W.VBox):
         self.chart.value = chart_svg(points)
         self._rows = rows
         self._source_of = self._sources.of(self.cache, rows)
-        self._labels = kernel_labels(rows, self._source_of)
+        self._labels = kernel_labels(rows)
         self._update_clear_tiers()
         self._update_entries()
 
@@ -371,13 +374,15 @@ class Inspector(W.VBox):
 
     def _show_variants(self, selected: Optional[Tuple[str, str]]) -> None:
         """The selected entry's kernel's cubin variants, read again only when they change."""
-        kernel = next((r["kernel"] for r in self._rows if (r["stage"], r["token"]) == selected), None)
-        tokens = tuple(r["token"] for r in self._rows if r["stage"] == "cubin" and r["kernel"] == kernel)
+        row = next((r for r in self._rows if (r["stage"], r["token"]) == selected), None)
+        kernel, place = (row["kernel"], row.get("place")) if row is not None else (None, None)
+        tokens = tuple(r["token"] for r in self._rows
+                       if r["stage"] == "cubin" and r["kernel"] == kernel and r.get("place") == place)
         source = self._source_of.get(selected)
-        shown = (kernel, tokens, source) if kernel is not None and len(tokens) > 1 else None
+        shown = (kernel, place, tokens, source) if kernel is not None and len(tokens) > 1 else None
         if shown != self._variants_shown or shown is None:
             self.variants_view.value = "" if shown is None else variants_html(
-                self.cache, kernel, self._labels.get(selected), source)
+                self.cache, kernel, self._labels.get(selected), source, place)
             self._variants_shown = shown
 
     def _update_compare(self):
