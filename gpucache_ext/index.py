@@ -90,6 +90,19 @@ class CacheIndex:
                 history.popitem(last=False)
 
     # -- reads ---------------------------------------------------------------
+    def dropped(self, stage: str, token: str) -> Optional[Tuple[str, str, float]]:
+        """(tier name, why, when) a persistent tier dropped the entry `token`
+        of `stage` (see `Tier.dropped`), or None."""
+        for tier in self._tiers_for(stage):
+            try:
+                found = tier.dropped(stage, token)
+            except Exception:  # (an explanation: it must not fail a compile)
+                log.debug("the %s tier could not say whether it dropped %s", tier.name, token[:12], exc_info=True)
+                continue
+            if found is not None:
+                return (tier.name, *found)
+        return None
+
     def history(self, stage: str, kernel: str) -> List[Candidate]:
         """The entries of `kernel` this process stored at `stage`, oldest first."""
         with self._lock:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
@@ -38,7 +39,8 @@ from .config import FOLLOW_FASTMATH, STAGES, CompileConfig
 from .results import EntryInfo, Outcome, parse_resources, short_signature
 from .toolchain.sass import DiffRow, SassUnavailable, SideBySide, disassembly, side_by_side, side_by_side_text
 from .tokens import Component, explain_difference, find_token, make_token, short_token
-from .units import format_bytes
+from .store.tiers import DROPPED
+from .units import format_age, format_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import KernelCache
@@ -161,6 +163,10 @@ def explain_miss(index: "CacheIndex", stage: str, kernel: str, components: Mappi
     differ from the nearest entry's (see `nearest`) in `index` (a cache's
     `KernelCache.index`); `members` as `miss_reasons`."""
     short = kernel.rsplit(".", 1)[-1]
+    dropped = index.dropped(stage, make_token(stage, {k: v for k, v in components.items() if k != "stage"}).hex)
+    if dropped is not None:  # this very entry was dropped: that is why (also after a restart)
+        tier, why, when = dropped
+        return (f"entry was {DROPPED[why]} from the {tier} tier {format_age(max(0.0, time.time() - when))} ago",)
     found = nearest(_candidates(index, stage, kernel), components)
     if found is None:
         if stage == "typing" and any(True for _ in _candidates(index, "llvm", kernel)):

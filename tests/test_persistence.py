@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gpucache_ext import CompileConfig, KernelCache
-from gpucache_ext.store.codec import decode
+from gpucache_ext.store.codec import FORMAT_VERSION, decode
 from gpucache_ext.store.disk import DiskTier
 
 from . import kernels
@@ -388,3 +389,28 @@ def test_only_folder_wide_write_errors_stop_the_disk_tier(tmp_path, monkeypatch)
     assert not tier._one_entry("ptx", PermissionError(errno.EACCES, "Permission denied"))  # no ptx folder
     monkeypatch.setattr(disk.os, "access", lambda path, mode: False)  # the stage's folder not writable
     assert not tier._one_entry("cubin", PermissionError(errno.EACCES, "Permission denied"))
+
+
+def test_a_miss_after_a_clear_says_so_in_a_new_process_too(tmp_path):
+    """The disk tier logs what it drops: after `clear ptx` and a restart,
+    the ptx miss says the entry was cleared, not that the kernel is new;
+    an evicted entry says evicted; a line that does not read is passed over."""
+    config = CompileConfig(sm=80)
+    cache = KernelCache(directory=tmp_path)
+    first = cache.compile(kernels.axpy, kernels.AXPY_SIG, config)
+    cache.clear("ptx")
+    cache.evict("cubin", first.stages["cubin"].token)
+    with open(tmp_path / f"v{FORMAT_VERSION}" / "dropped.jsonl", "a") as log:
+        log.write("not json\n" + json.dumps({"stage": "ptx", "token": "ab" * 32, "why": "<script>"}) + "\n")
+    code = f"""
+        import json
+        from gpucache_ext import CompileConfig, KernelCache
+        from tests import kernels
+        result = KernelCache(directory={str(tmp_path)!r}).compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
+        print(json.dumps({{stage: list(layer.reasons) for stage, layer in result.stages.items()}}))
+    """
+    reasons = run_python(code, json_line=True)
+    assert reasons["typing"] == [] and reasons["llvm"] == []  # (llvm hit on disk: typing not needed)
+    assert len(reasons["ptx"]) == 1 and re.fullmatch(r"entry was cleared from the disk tier \S+ ago",
+                                                     reasons["ptx"][0]), reasons
+    assert len(reasons["cubin"]) == 1 and reasons["cubin"][0].startswith("entry was evicted from the disk tier")

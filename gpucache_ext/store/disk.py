@@ -31,6 +31,7 @@ to the user (0700); a folder that other users can write to gives a
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import stat
@@ -48,7 +49,7 @@ from .codec import (FORMAT_VERSION, OK, PERSISTENT_STAGES, PREVIOUS_SECRET, BadE
 from ..errors import SecurityWarning, TierWarning
 from .fsutil import write_atomically
 from .signing import HEAD_BYTES, Keyring, accepted, signature_length, strip
-from .tiers import Entry, Lookup, Tier
+from .tiers import DROPPED, Entry, Lookup, Tier
 from ..toolchain import sign_memo
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BYTES = 1 << 30
 _SUFFIX = ".entry"
 _TEMP_PREFIX = ".tmp-"
+# the drop log: which entries were dropped, why and when (what explains the
+# misses that follow, in every process sharing the folder); its older half
+# goes past this size
+_DROP_LOG_BYTES = 1 << 20
 _STALE_TEMP_SECONDS = 3600
 # errors of the file system, whichever path met them: no write can succeed
 _FOLDER_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EROFS") if hasattr(errno, name))
@@ -129,6 +134,8 @@ class DiskTier(Tier):
         self.directory = Path(directory).expanduser()
         self.root = self.directory / f"v{FORMAT_VERSION}"
         self.max_bytes = max_bytes
+        self._drop_log = self.root / "dropped.jsonl"
+        self._drops: Optional[tuple] = None  # ((mtime, size), {(stage, token): (why, time)}) read last
         self._sign_with(keyring if keyring is not None else Keyring(allow_unsigned=True))
         self.writable = True
         self.corrupt: Counter = Counter()
@@ -195,7 +202,7 @@ class DiskTier(Tier):
         except BadEntry:
             if not query:
                 self.corrupt[stage] += 1
-                self._remove(stage, path)
+                self._remove(stage, path, "damaged")
             return Lookup(None)
         if not query:
             try:
@@ -224,11 +231,22 @@ class DiskTier(Tier):
             self.prune(int(self.max_bytes * 0.9))
 
     def delete(self, stage: str, token: str) -> bool:
-        return self._remove(stage, self.path(stage, token))
+        return self._remove(stage, self.path(stage, token), "evicted")
 
     def clear(self, stage: str) -> None:
         for path in list(self._files(stage)):
-            self._remove(stage, path)
+            self._remove(stage, path, "cleared")
+
+    def dropped(self, stage: str, token: str) -> Optional[Tuple[str, float]]:
+        """Why and when the entry was dropped, from the folder's drop log:
+        every process sharing the folder reads what the others dropped."""
+        try:
+            stat = self._drop_log.stat()
+        except OSError:
+            return None
+        if self._drops is None or self._drops[0] != (stat.st_mtime_ns, stat.st_size):
+            self._drops = ((stat.st_mtime_ns, stat.st_size), _read_drops(self._drop_log))
+        return self._drops[1].get((stage, token))
 
     def entries(self, stage: str) -> Iterator[Entry]:
         for path in self._files(stage):
@@ -280,7 +298,7 @@ class DiskTier(Tier):
                 for done, (stage, path, st) in enumerate(files, 1):
                     if total <= max_bytes:
                         break
-                    if self._remove(stage, path):
+                    if self._remove(stage, path, "pruned"):
                         removed += 1
                         freed += st.st_size
                     total -= st.st_size
@@ -315,7 +333,7 @@ class DiskTier(Tier):
                 elif outcome not in (OK, PREVIOUS_SECRET):
                     bad.append((stage, path, problem))
                     if fix:
-                        self._remove(stage, path)
+                        self._remove(stage, path, "damaged")
             except OSError:
                 pass
             if progress:
@@ -325,7 +343,8 @@ class DiskTier(Tier):
         return bad
 
     # -- internals -----------------------------------------------------------
-    def _remove(self, stage, path: Path) -> bool:
+    def _remove(self, stage, path: Path, why: Optional[str] = None) -> bool:
+        """Remove one entry file; `why` (a `DROPPED` key) goes to the drop log."""
         self._sizes_by_stage()  # count what was there before this removal
         try:
             size = path.stat().st_size
@@ -333,7 +352,24 @@ class DiskTier(Tier):
         except OSError:
             return False
         self._account(stage, -1, -size)
+        if why is not None:
+            self._log_drop(stage, path.name[: -len(_SUFFIX)], why)
         return True
+
+    def _log_drop(self, stage: str, token: str, why: str) -> None:
+        """Append to the drop log (one short line: appends of many processes
+        do not mix); past `_DROP_LOG_BYTES` its older half goes."""
+        line = json.dumps({"stage": stage, "token": token, "why": why, "time": time.time()}) + "\n"
+        try:
+            with open(self._drop_log, "a", encoding="utf-8") as handle:
+                handle.write(line)
+                large = handle.tell() > _DROP_LOG_BYTES
+            if large:
+                with FileLock(str(self.root / ".lock"), timeout=5):
+                    lines = self._drop_log.read_text(encoding="utf-8").splitlines(True)
+                    write_atomically(self._drop_log, "".join(lines[len(lines) // 2:]).encode(), _TEMP_PREFIX)
+        except (OSError, Timeout) as exc:  # (a read-only folder: the miss says less, nothing else changes)
+            log.debug("could not log the dropped entry %s: %s", token[:12], exc)
 
     def _one_entry(self, stage: str, exc: OSError) -> bool:
         """Whether a failed write concerns the entry's own path (its shard or
@@ -410,3 +446,23 @@ def read_head(path: Path) -> bytes:
             if end > len(start):
                 start += handle.read(end - len(start))
         return start
+
+
+def _read_drops(path: Path) -> Dict[Tuple[str, str], Tuple[str, float]]:
+    """The drop log as {(stage, token): (why, when)}, the latest line per
+    entry; lines that do not read as one are passed over (the log only
+    explains: it is never trusted with more)."""
+    drops: Dict[Tuple[str, str], Tuple[str, float]] = {}
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return drops
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+            stage, token, why, when = record["stage"], record["token"], record["why"], float(record["time"])
+        except (ValueError, TypeError, KeyError):
+            continue
+        if isinstance(stage, str) and isinstance(token, str) and why in DROPPED:
+            drops[(stage, token)] = (why, when)
+    return drops

@@ -112,6 +112,11 @@ class MemoryTier:
         return sum(1 for e in self.entries.values() if not e.is_marker)
 
 
+# why a tier dropped an entry, as the miss that follows says it
+DROPPED = {"cleared": "cleared", "evicted": "evicted", "pruned": "pruned (over its size limit)",
+           "damaged": "removed (damaged)"}
+
+
 class Tier:
     """A persistent tier (disk, shared store): holds some stages' entries by token.
 
@@ -123,6 +128,13 @@ class Tier:
     name: str = "tier"
     stages: Tuple[str, ...] = ()
     keyring = None  # a `gpucache_ext.store.signing.Keyring`: signs and checks entries
+
+    def dropped(self, stage: str, token: str) -> Optional[Tuple[str, float]]:
+        """Why and when this tier dropped the entry `token` of `stage`
+        (`DROPPED`: "cleared", "evicted", "pruned", "damaged"), if it keeps
+        such a record and the entry was dropped; what explains the miss
+        that follows, after a restart too."""
+        return None
 
     @property
     def signed(self) -> bool:
