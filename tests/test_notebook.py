@@ -244,3 +244,56 @@ def test_demo_in_this_process_tells_the_truth():
     with contextlib.redirect_stdout(printed):
         demo.main()
     assert len(check_demo(printed.getvalue())) == len(DEMO_STEPS)
+
+
+# -- a tuning session: a global a device function reads changes, a restart ---------
+
+SESSION = [
+    "%load_ext gpucache_ext\nimport numpy as np\nALPHA = 1.5",
+    "%%gpukernel --sm 80\nfrom numba import cuda\n\n@cuda.jit(device=True)\ndef activate(x):\n    return x * ALPHA",
+    "%%gpukernel --sm 80,90\n@cuda.jit(\"void(float32[:], float32[:])\")\ndef scale_k(r, x):\n"
+    "    i = cuda.grid(1)\n    if i < r.size:\n        r[i] = activate(x[i])",
+    "x = np.arange(4, dtype=np.float32); out = np.zeros(4, np.float32)\nscale_k[1, 4](out, x)\nprint(out.tolist())",
+    "ALPHA = 3.0\nscale_k[1, 4](out, x)\nprint(out.tolist())",
+    "%gpucache clear ptx",
+]
+# after the restart (a new kernel, the same disk): the cells that define, then a launch
+RESTARTED = [SESSION[0] + "\nimport gpucache_ext", SESSION[1], SESSION[2],
+             "ALPHA = 3.0\nx = np.arange(4, dtype=np.float32); out = np.zeros(4, np.float32)\n"
+             "scale_k[1, 4](out, x)\nprint(out.tolist())",
+             "from gpucache_ext.widgets.inspector import snapshot\n"
+             "print(sorted(set(snapshot(gpucache_ext.default_cache()).labels.values())))"]
+
+
+def _run_cells(sources, cwd):
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+    return [outputs_text(cell) for cell in notebook.cells]
+
+
+@pytest.mark.slow  # two Jupyter kernels
+def test_a_tuning_session_says_what_changed_across_launches_and_a_restart(user_env, tmp_path):
+    """A global a device function reads changes in another cell: the launch
+    recompiles, says so in its cell with the global, its values and the
+    device function; after a ptx clear and a restart, the miss says the
+    entry was cleared, the kernel hits the disk otherwise, and the
+    inspector lists one kernel under one name."""
+    first = _run_cells(SESSION, tmp_path)
+    assert "activate: device function, compiled into each kernel that calls it" in first[1]
+    assert "[0.0, 1.5, 3.0, 4.5]" in first[3] and "at this launch" not in first[3]
+    lines = [line for line in first[4].splitlines() if "at this launch" in line]
+    assert len(lines) == 1 and lines[0].startswith("gpukernel: compiled scale_k (float32[:], float32[:]) ")
+    assert lines[0].endswith("typing: global ALPHA 1.5 -> 3.0 (read by activate)"), lines
+    assert "[0.0, 3.0, 6.0, 9.0]" in first[4]
+
+    again = _run_cells(RESTARTED, tmp_path)
+    rows = [line for line in again[2].splitlines() if line.startswith("scale_k")]
+    for sm in ("sm_80", "sm_90"):  # ALPHA is 1.5 here again: its entries, from the disk, but the PTX cleared
+        row = next(row for row in rows if f" {sm} " in row)
+        assert "MISS" in row and "ptx rebuilt (entry was cleared from the disk tier" in row, again[2]
+    launched = [line for line in again[3].splitlines() if "at this launch" in line]
+    assert len(launched) == 1 and "entry was cleared from the disk tier" in launched[0], again[3]
+    assert "[0.0, 3.0, 6.0, 9.0]" in again[3]
+    assert again[4].strip().splitlines()[-1] == "['scale_k']"
