@@ -54,6 +54,7 @@ from .store.disk import OFF_VALUES, DiskTier, configured_directory, default_dire
 from .store.shared import display_url
 from .store.signing import (BAD_SIGNATURE, CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED, Keyring,
                       Rejected, strip)
+from .config import summary_fields
 from .units import format_age, format_bytes
 from .tokens import find_token, short_token
 from .toolchain import stage_toolchain
@@ -332,7 +333,7 @@ def cmd_ls(tier, args, out):
     if not rows:
         out("no entries")
         return 0
-    configs = [_config_fields(r["config"]) for r in rows]
+    configs = [summary_fields(r["config"]) for r in rows]
     # as wide as the widest config up to _CONFIG_WIDTH, and never narrower than a field
     width = max(len("config"), min(_CONFIG_WIDTH, max(len(r["config"]) for r in rows)),
                 max(len(field) for fields in configs for field in fields))
@@ -349,17 +350,9 @@ def cmd_ls(tier, args, out):
 
 
 # ls's config column: the config's fields that differ from the defaults, each
-# whole; a config longer than this wraps onto more lines, between fields
+# whole (`config.summary_fields`); a config longer than this wraps onto more
+# lines, between fields
 _CONFIG_WIDTH = 36
-# where a config summary's next field starts ("launch_bounds=(200, 2)" holds a
-# space, and so does a fatbin's targets, "sm_80,86 +ptx 80")
-_FIELD_START = re.compile(r"\s+(?=[A-Za-z_]\w*=)")
-
-
-def _config_fields(summary: str) -> List[str]:
-    """The fields of a config summary (`CompileConfig.summary`, `Targets.describe`),
-    each whole: ["sm_86", "fastmath=True", "launch_bounds=(200, 2)"]."""
-    return [field for field in _FIELD_START.split(summary.strip()) if field] or [""]
 
 
 def _wrap_fields(fields: List[str], width: int) -> List[str]:

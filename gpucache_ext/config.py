@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import logging
 import re
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from .errors import ConfigError
 
@@ -263,6 +263,19 @@ class CompileConfig:
             if f.name != "sm" and value != f.default:
                 parts.append(f"{f.name}={value}")
         return " ".join(parts)
+
+
+# where a config summary's next field starts ("launch_bounds=(200, 2)" holds a
+# space, and so do a fatbin's targets, "sm_80,86 +ptx 80")
+_FIELD_START = re.compile(r"\s+(?=[A-Za-z_]\w*=)")
+
+
+def summary_fields(summary: str) -> List[str]:
+    """The fields of a config summary (`CompileConfig.summary`,
+    `Targets.describe`), each whole, for layouts that break a long config
+    between fields only: ["sm_86", "fastmath=True", "launch_bounds=(200, 2)"],
+    ["sm_80,86 +ptx 80", "max_registers=32"]."""
+    return [field for field in _FIELD_START.split(summary.strip()) if field] or [""]
 
 
 def _target_list(value) -> Tuple[Any, ...]:

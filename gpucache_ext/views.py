@@ -103,7 +103,12 @@ STYLE = """<style>
   background: var(--jp-layout-color2, #eeeeee); color: var(--jp-content-font-color1, #000000);
   border: 1px solid var(--jp-border-color2, #e0e0e0);
   max-height: 22em; overflow: auto; padding: 6px; margin: 4px 0; white-space: pre;
+  max-width: 100%; box-sizing: border-box;
 }
+/* An HTML widget's content is a flex item, as wide as its longest line by default (min-width: auto):
+   a listing's long lines (SASS, PTX, a link log) would widen the entry view, its sections and the
+   inspector.  At min-width 0 the view keeps the inspector's width and each listing scrolls in its box. */
+.gpucache-entry-view > .widget-html-content { min-width: 0; }
 .gpucache-inspector details > summary { cursor: pointer; margin: 2px 0; }
 .gpucache-chips { white-space: nowrap; }
 .gpucache-chip {

@@ -683,6 +683,265 @@ def test_entries_list_columns_all_reachable_from_1000_to_1400_px(lab):
             page.evaluate(SCROLL_ENTRIES, 0)
 
 
+# -- the cell reports and the entry view's listings at narrow widths ---------------------
+
+# Every %%gpukernel report table, as laid out, in its frame (`frame`: the closest ancestor that
+# matches, the output area in JupyterLab): per cell its column, text and which line each of its
+# characters is on (0, 1, ...; -1 for white space), so that a type, a config field or a time that
+# was broken over lines shows whatever the markup.
+REPORT_LAYOUT = """(frame) => {
+  const rect = e => { const r = e.getBoundingClientRect();
+                      return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, width: r.width}; };
+  const lines = (cell) => {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    const tops = [], chars = [];
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (let i = 0; i < node.data.length; i++) {
+        if (/\\s/.test(node.data[i])) { chars.push(null); continue; }
+        const range = document.createRange();
+        range.setStart(node, i); range.setEnd(node, i + 1);
+        const r = range.getBoundingClientRect();
+        chars.push(r.width > 0 ? r.top : null);
+        if (r.width > 0) tops.push(r.top);
+      }
+    }
+    const seen = [...new Set(tops.map(Math.round))].sort((a, b) => a - b)
+        .filter((top, i, all) => i === 0 || top - all[i - 1] > 4);  // one top per line
+    return chars.map(top => top === null ? -1 : seen.filter(t => t <= Math.round(top) + 4).length - 1);
+  };
+  return [...document.querySelectorAll('table.gpucache-report')].map(table => {
+    const out = table.closest(frame);
+    const head = [...table.querySelectorAll('thead th')].map(th => th.textContent.trim());
+    return {
+      viewport: window.innerWidth, frame: rect(out), frameScroll: [out.scrollWidth, out.clientWidth],
+      table: rect(table), display: getComputedStyle(table).display,
+      rows: [...table.querySelectorAll('tbody tr')].map(tr => [...tr.children].map((td, i) => ({
+        column: head[i], text: td.textContent, lines: lines(td), rect: rect(td),
+        textAlign: getComputedStyle(td).textAlign}))),
+    };
+  });
+}"""
+
+# JupyterLab's file browser (the left sidebar): is it shown?
+FILE_BROWSER_OPEN = """() => { const fb = document.getElementById('filebrowser');
+  return !window.jupyterapp.shell.leftCollapsed && !!fb && fb.offsetWidth > 100; }"""
+WHOLE = ("kernel", "typing", "llvm", "ptx", "cubin", "fatbin", "time", "saved", "audit")
+
+
+def _pieces(text, sep):
+    """`text` split at `sep` outside brackets: a signature's types, a config's fields."""
+    return [p for p in re.split(re.escape(sep) + r"(?![^\[(]*[\])])", text) if p]
+
+
+def _lines_of(td, piece):
+    """How many lines each occurrence of `piece` in the cell's text is laid out on."""
+    counts, at = [], td["text"].find(piece)
+    while at >= 0:
+        counts.append(len({line for line in td["lines"][at:at + len(piece)] if line >= 0}))
+        at = td["text"].find(piece, at + 1)
+    return counts
+
+
+def _check_reports(tables, what, expect_types=None):
+    """Each report table inside its frame (nothing to scroll to), no type, config
+    field, stage, time or saved figure broken over lines, "why" left-aligned."""
+    assert tables, what
+    for table in tables:
+        frame = table["frame"]
+        assert frame["right"] <= table["viewport"] + 1, (what, "the frame is off-screen", frame)
+        assert table["table"]["right"] <= frame["right"] + 1, (what, table["table"], frame)
+        assert table["frameScroll"][0] <= table["frameScroll"][1] + 1, (what, table["frameScroll"])
+        for row in table["rows"]:
+            assert row, what
+            for td in row:
+                column, text = td["column"], td["text"].strip()
+                box = td["rect"]
+                if not box["width"]:  # an empty cell, left out
+                    assert not text, (what, column, text)
+                    continue
+                assert frame["left"] - 1 <= box["left"] and box["right"] <= frame["right"] + 1, \
+                    (what, column, text, box, frame)
+                if column == "signature":
+                    inner = text[1:-1] if text.startswith("(") else text
+                    types = _pieces(inner, ", ")
+                    if expect_types is not None:
+                        assert types == expect_types, (what, types)
+                    for piece in types:
+                        assert set(_lines_of(td, piece)) == {1}, (what, "a type broken over lines", piece, td)
+                elif column == "config":
+                    for piece in _pieces(text, " "):
+                        assert set(_lines_of(td, piece)) == {1}, (what, "a config field broken", piece, td)
+                elif column in WHOLE and text:
+                    assert set(_lines_of(td, text)) == {1}, (what, f"a {column} cell broken over lines", td)
+                elif column == "why":
+                    assert td["textAlign"] in ("left", "start"), (what, td["textAlign"], text)
+
+
+def _report_clip(page):
+    """The part of the page from the first report's cell to the last's, the whole width."""
+    tables = page.locator("table.gpucache-report")
+    tables.first.scroll_into_view_if_needed()
+    page.evaluate(SETTLED)
+    top = tables.first.locator("xpath=ancestor::div[contains(@class, 'jp-CodeCell')][1]").bounding_box()
+    bottom = tables.last.bounding_box()
+    return {"x": 0, "y": max(0, top["y"]), "width": page.viewport_size["width"],
+            "height": bottom["y"] + bottom["height"] + 12 - max(0, top["y"])}
+
+
+SHOTS = Path("/tmp/layout-shots")
+
+
+def _share(shot: Path):
+    """A copy of `shot` in /tmp/layout-shots, to attach to a note."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shot, SHOTS / shot.name)
+
+
+@pytest.mark.slow
+def test_cell_reports_fit_their_output_with_the_file_browser_open(lab):
+    """The quickstart's cell reports at 900, 1000 and 1400 px with JupyterLab's
+    file browser open: each table inside its output area (no column off-screen
+    or to scroll to), no type, config field, stage, time or saved figure broken
+    over lines, the why column left-aligned.  Screenshots: report-WIDTH.png."""
+    page = lab.page
+    opened = False
+    try:
+        if not page.evaluate(FILE_BROWSER_OPEN):
+            page.evaluate("() => { window.jupyterapp.commands.execute('filebrowser:toggle-main'); return true; }")
+            opened = True
+        page.wait_for_function(FILE_BROWSER_OPEN, timeout=ACTION_S * 1000)
+        for width in (900, 1000, 1400):
+            with _shot_on_failure(page, lab.folder, f"report-{width}"):
+                _at_width(page, width)
+                assert page.evaluate(FILE_BROWSER_OPEN)
+                tables = page.evaluate(REPORT_LAYOUT, ".jp-OutputArea-output")
+                assert len(tables) == 3, len(tables)  # the quickstart's three %%gpukernel cells
+                shot = lab.folder / f"report-{width}.png"
+                page.screenshot(path=str(shot), clip=_report_clip(page), timeout=ACTION_S * 1000)
+                if width == 1000:
+                    _share(shot)
+                _check_reports(tables, f"the quickstart at {width} px")
+                if width == 1400:  # room for every column: tables with their headers, not lines of cells
+                    assert [t["display"] for t in tables] == ["table"] * 3, tables
+    finally:
+        if opened:
+            page.evaluate("() => { window.jupyterapp.commands.execute('filebrowser:toggle-main'); return true; }")
+
+
+STENCIL = """
+def stencil5(out, a, b, c, d):
+    i, j = cuda.grid(2)
+    if i < out.shape[0] and j < out.shape[1]:
+        out[i, j] = a[i, j] * b[i, j] + c[i, j] - d[i, j]
+"""
+STENCIL_SIG = "void(float32[:, :], float32[:, :], float32[:, :], float32[:, :], float32[:, :])"
+
+
+@pytest.mark.slow
+def test_a_long_signature_report_fits_600_and_900_px(lab):
+    """A report of a kernel with five 2-D array arguments and a config of
+    several fields, on a page of its own in a 600 and a 900 px wide box: the
+    table fits its box and no type or field is broken over lines."""
+    from gpucache_ext import CompileConfig, KernelCache
+    from gpucache_ext.ipython.report import CellReport
+
+    from .helpers import reading
+
+    _, stencil = reading(STENCIL, "stencil5")
+    cache = KernelCache()
+    config = CompileConfig(sm=86, fastmath=True, max_registers=32, launch_bounds=(128, 2))
+    results = [cache.compile(stencil, STENCIL_SIG, config),
+               cache.compile(stencil, STENCIL_SIG, CompileConfig(sm=80, fastmath=True, max_registers=32,
+                                                                 launch_bounds=(128, 2)))]
+    assert results[0].config.summary() == "sm_86 fastmath=True max_registers=32 launch_bounds=(128, 2)"
+    report = CellReport(results)._repr_html_()
+    page = lab.browser.new_page(viewport={"width": 1200, "height": 900})  # (the module's browser)
+    try:
+        for frame in (600, 900):
+            with _shot_on_failure(page, lab.folder, f"long-report-{frame}"):
+                page.set_content(f"<!doctype html><html><head><meta charset='utf-8'></head><body>"
+                                 f"<div class='frame' style='width:{frame}px;border:1px dashed #999'>{report}"
+                                 "</div></body></html>", timeout=ACTION_S * 1000)
+                page.evaluate(SETTLED)
+                tables = page.evaluate(REPORT_LAYOUT, ".frame")
+                assert len(tables) == 1 and len(tables[0]["rows"]) == 2
+                page.screenshot(path=str(lab.folder / f"long-report-{frame}.png"), full_page=True)
+                _check_reports(tables, f"a long signature in {frame} px", expect_types=["float32[:, :]"] * 5)
+                config = next(c for c in tables[0]["rows"][0] if c["column"] == "config")
+                assert _pieces(config["text"].strip(), " ") == \
+                    ["sm_86", "fastmath=True", "max_registers=32", "launch_bounds=(128, 2)"], config["text"]
+    finally:
+        page.close()
+
+
+# The entry view, with its listings open: the inspector, its sections and every listing, as laid out.
+ENTRY_VIEW_LAYOUT = """() => {
+  const rect = e => { const r = e.getBoundingClientRect();
+                      return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, width: r.width}; };
+  const box = document.querySelector('.gpucache-inspector'), view = box.querySelector('.gpucache-entry-view');
+  return {
+    viewport: window.innerWidth, inspector: rect(box), inspectorScroll: [box.scrollWidth, box.clientWidth],
+    view: rect(view),
+    sections: [...view.querySelectorAll('.gpucache-entry-grid > section')].map(s => ({
+      title: s.querySelector('h4').textContent, ...rect(s)})),
+    details: [...view.querySelectorAll('details')].map(d => d.open),
+    pres: [...view.querySelectorAll('pre')].map(p => ({
+      label: p.getAttribute('aria-label'), ...rect(p), scrollWidth: p.scrollWidth, clientWidth: p.clientWidth,
+      overflowX: getComputedStyle(p).overflowX,
+      longest: Math.max(...p.textContent.split('\\n').map(line => line.length))})),
+  };
+}"""
+
+
+@pytest.mark.slow
+def test_sass_listing_scrolls_in_its_box_and_the_inspector_keeps_its_width(lab):
+    """A cubin entry's artifacts (SASS, link log) opened in the inspector at
+    1400 and 1000 px: long lines scroll inside each listing; the inspector,
+    the entry view and its sections (Config, Why it was built, ...) keep within
+    the page.  Screenshot: inspector-sass-1400.png."""
+    page = lab.page
+    _at_width(page, 1400)
+    with _shot_on_failure(page, lab.folder, "sass"):
+        options = page.locator(".gpucache-inspector .gpucache-entries select option")
+        labels = [t.replace("\u00a0", " ") for t in options.all_inner_texts()]
+        index = next(i for i, t in enumerate(labels) if re.search(r" cubin +[0-9a-f]{8} ", t))
+        page.locator(".gpucache-inspector .gpucache-entries select").select_option(index=index)
+        view = page.locator(".gpucache-inspector .gpucache-entry-view")
+        view.locator('.gpucache-entry[data-stage="cubin"]').wait_for(timeout=ACTION_S * 1000)
+        summaries = view.locator("details > summary")
+        assert summaries.count() >= 2  # SASS and the link log
+        for i in range(summaries.count()):
+            summaries.nth(i).click()
+        page.evaluate(SETTLED)
+    for width in (1400, 1000):
+        with _shot_on_failure(page, lab.folder, f"sass-{width}"):
+            _at_width(page, width)
+            found = page.evaluate(ENTRY_VIEW_LAYOUT)
+            assert all(found["details"]), found["details"]
+            inspector = found["inspector"]
+            assert inspector["right"] <= width, (width, inspector)
+            assert page.evaluate(STICKING_OUT) == []
+            assert found["inspectorScroll"][0] <= found["inspectorScroll"][1] + 1, found["inspectorScroll"]
+            assert found["view"]["right"] <= inspector["right"] + 1, (found["view"], inspector)
+            titles = [s["title"] for s in found["sections"]]
+            assert {"Why it was built", "Config", "Artifacts"} <= set(titles), titles
+            for section in found["sections"]:
+                assert inspector["left"] - 1 <= section["left"] and section["right"] <= inspector["right"] + 1, \
+                    (width, section, inspector)
+            for pre in found["pres"]:
+                assert pre["right"] <= inspector["right"] + 1, (width, pre, inspector)
+                assert pre["overflowX"] in ("auto", "scroll"), pre
+            sass = next(p for p in found["pres"] if p["label"].startswith("SASS"))
+            assert sass["longest"] * 6 > sass["clientWidth"], sass  # (lines longer than the box: it scrolls)
+            assert sass["scrollWidth"] > sass["clientWidth"] + 1, sass
+            if width == 1400:
+                section = page.locator(".gpucache-inspector").first
+                section.scroll_into_view_if_needed()
+                shot = lab.folder / "inspector-sass-1400.png"
+                section.screenshot(path=str(shot), animations="disabled", caret="hide", timeout=ACTION_S * 1000)
+                _share(shot)
+
+
 def _assert_no_overlap(found, what):
     texts, frame = found["texts"], found["svg"]
     assert texts, what

@@ -601,3 +601,16 @@ def test_launches_are_not_counted_as_lookups(ip):
     assert list(ip.user_ns["r"]) == [4.0] * 4
     after = cache.stats()
     assert after["typing"].misses == 2 and after["cubin"].misses == 2 and after.launch_checks == 3
+
+
+def test_report_html_keeps_each_type_and_config_field_whole():
+    """The HTML report lets a line break only between arguments and between
+    config fields (what the browser test measures at 900 to 1400 px)."""
+    from gpucache_ext.config import summary_fields
+    from gpucache_ext.ipython.report import signature_pieces
+
+    assert signature_pieces("(float32[:, :], int32, Record([('a', '<f4')]))") == [
+        "float32[:, :]", "int32", "Record([('a', '<f4')])"]
+    assert summary_fields("sm_86 fastmath=True launch_bounds=(128, 2)") == [
+        "sm_86", "fastmath=True", "launch_bounds=(128, 2)"]
+    assert summary_fields("sm_80,86 +ptx 80 max_registers=32") == ["sm_80,86 +ptx 80", "max_registers=32"]

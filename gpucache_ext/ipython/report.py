@@ -3,7 +3,8 @@ or miss (and from which tier), time spent, time saved, and why it missed;
 under the table, a line when a hit came from an unsigned shared tier, and
 one when the cache refused entries for their signature during the cell.
 
-A `CellReport` shows as a small HTML table in notebooks and as plain text in a
+A `CellReport` shows as a small HTML table in notebooks (in an output too narrow
+for its columns, each row as lines of labelled cells) and as plain text in a
 terminal (or any frontend without HTML).  Nothing here imports IPython:
 display happens through the ``_repr_*_`` protocol.
 """
@@ -11,10 +12,11 @@ display happens through the ``_repr_*_`` protocol.
 from __future__ import annotations
 
 import html
+import math
 from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional
 
 from ..results import FatbinResult, Outcome, short_signature  # noqa: F401  (re-exported)
-from ..config import FOLLOW_FASTMATH, LAYERS, STAGES
+from ..config import FOLLOW_FASTMATH, LAYERS, STAGES, summary_fields
 from ..tokens import short_token
 from ..units import format_seconds
 
@@ -22,13 +24,30 @@ if TYPE_CHECKING:  # annotations only: cache imports numba-cuda, which the gpuca
     from ..cache import CompileResult
     from ..results import TierInfo
 
+# The report's table, in the output's code font (monospaced: widths are counted in characters,
+# `ch`).  JupyterLab's `:not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon td` (right-aligned, free to
+# wrap) and `.jp-RenderedHTMLCommon table` (13px) outweigh one class: these rules name the table's
+# class twice.  Cells do not wrap (a stage, a time, a kernel name) but the signature and the config,
+# which break only between their arguments and fields (each a nowrap span), and "why", which wraps
+# from a least width of its own.  The table's box is a size container: where it is narrower than
+# the table can be (`_table_ch`), `_stacked_style` lays each row out as lines of labelled cells.
+_PAD_CH = 1.5  # a cell's padding, both sides together
+_WHY_CH = 24  # the why column's least width
 _STYLE = (
     "<style>"
-    ".gpucache-report{border-collapse:collapse;font-family:var(--jp-code-font-family,monospace);"
-    "font-size:12px;color:inherit}"
-    ".gpucache-report th,.gpucache-report td{padding:2px 8px;text-align:left;"
+    ".gpucache-report-box{container-type:inline-size;max-width:100%;overflow-x:auto;"
+    "font-family:var(--jp-code-font-family,monospace);font-size:12px}"
+    ".gpucache-report.gpucache-report{border-collapse:collapse;font-family:inherit;font-size:inherit;"
+    "color:inherit;table-layout:auto;width:auto;max-width:100%;margin:0 0 4px}"
+    ".gpucache-report.gpucache-report th,.gpucache-report.gpucache-report td{"
+    f"padding:2px {_PAD_CH / 2}ch;text-align:left;vertical-align:top;white-space:nowrap;line-height:1.4;"
     "border-bottom:1px solid var(--jp-border-color2,rgba(128,128,128,.3))}"
-    ".gpucache-report thead th{border-bottom-color:var(--jp-border-color1,rgba(128,128,128,.6))}"
+    ".gpucache-report.gpucache-report thead th{border-bottom-color:var(--jp-border-color1,rgba(128,128,128,.6))}"
+    ".gpucache-report.gpucache-report td.gpucache-signature,.gpucache-report.gpucache-report td.gpucache-config"
+    "{white-space:normal}"
+    f".gpucache-report.gpucache-report td.gpucache-why{{white-space:normal;min-width:{_WHY_CH}ch;"
+    "overflow-wrap:anywhere}"
+    ".gpucache-nowrap{white-space:nowrap}"
     ".gpucache-hit{color:var(--jp-success-color1,#2e7d32)}"
     ".gpucache-miss{color:var(--jp-error-color1,#c62828);font-weight:bold}"
     ".gpucache-cutoff{font-style:italic}"
@@ -36,6 +55,76 @@ _STYLE = (
     ".gpucache-warn{color:var(--jp-warn-color1,#e65100);font-weight:bold}"
     "</style>"
 )
+
+
+def _split_outside_brackets(text: str, sep: str) -> List[str]:
+    """`text` split at each `sep` that is not inside (), [] or {}:
+    "float32[:, :], int32" -> ["float32[:, :]", "int32"]."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        char = text[i]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(0, depth - 1)
+        elif depth == 0 and text.startswith(sep, i):
+            parts.append(text[start:i])
+            i += len(sep)
+            start = i
+            continue
+        i += 1
+    parts.append(text[start:])
+    return [part for part in parts if part]
+
+
+def signature_pieces(signature: str) -> List[str]:
+    """The argument types of a `short_signature`, each whole:
+    "(float32[:, :], int32)" -> ["float32[:, :]", "int32"]."""
+    inner = signature[1:-1] if signature.startswith("(") and signature.endswith(")") else signature
+    return _split_outside_brackets(inner, ", ")
+
+
+def _nowrap(pieces: Iterable[str], between: str) -> str:
+    return between.join(f'<span class="gpucache-nowrap">{html.escape(piece)}</span>' for piece in pieces)
+
+
+def _least_ch(column: str, text: str) -> int:
+    """The width of a report cell's widest part that cannot break, in characters."""
+    if column == "why":
+        return _WHY_CH
+    if column == "config":
+        return max(map(len, summary_fields(text)), default=0)
+    pieces = signature_pieces(text) if column == "signature" and text.startswith("(") else []
+    if pieces:  # "(a," "b," "c)"
+        return max(len(piece) + 1 + (i == 0) for i, piece in enumerate(pieces))
+    return len(text)
+
+
+def _table_ch(columns: List[str], rows: List[Dict[str, str]]) -> int:
+    """The least width of a report's table, in characters of its font (with room to spare)."""
+    return math.ceil(sum(max(len(column), *(_least_ch(column, row[column]) for row in rows)) + _PAD_CH
+                         for column in columns)) + 2
+
+
+def _stacked_style(columns: List[str], fit: str, least_ch: int) -> str:
+    """Where the report's box (``data-fit=fit``) is narrower than `least_ch`:
+    each row as lines of cells, each named by its column ("typing MISS"), the
+    header hidden, "why" on a line of its own, empty cells left out."""
+    box = f'.gpucache-report-box[data-fit="{fit}"] .gpucache-report'
+    labels = "".join(f'{box} td:nth-child({i})::before{{content:"{column}"}}' for i, column in enumerate(columns, 1))
+    return ("<style>"
+            f"@container (max-width:{least_ch}ch){{"
+            f"{box},{box} tbody{{display:block}}"
+            f"{box} thead{{display:none}}"
+            f"{box} tr{{display:flex;flex-wrap:wrap;column-gap:2ch;padding:3px 2px;"
+            "border-bottom:1px solid var(--jp-border-color2,rgba(128,128,128,.3))}"
+            f"{box} td{{display:block;padding:0;border:none;min-width:0;max-width:100%}}"
+            f"{box} td::before{{margin-right:1ch;color:var(--jp-ui-font-color2,#616161);font-weight:normal;"
+            "font-style:normal}"
+            f"{labels}"
+            f"{box} td:empty{{display:none}}"
+            f"{box} td.gpucache-why{{flex-basis:100%;min-width:0}}"
+            "}</style>")
 
 
 def _stage_cell(done, unsigned=()) -> str:
@@ -354,11 +443,20 @@ class CellReport:
                     cells.append(f'<td class="{cls}"{title}>{text}</td>')
                 elif column == "why":
                     cells.append(f'<td class="gpucache-why">{text}</td>')
+                elif column == "signature" and row[column].startswith("("):
+                    cells.append(f'<td class="gpucache-signature">('
+                                 f'{_nowrap(signature_pieces(row[column]), ", ")})</td>')
+                elif column == "config" and row[column]:
+                    cells.append(f'<td class="gpucache-config">{_nowrap(summary_fields(row[column]), " ")}</td>')
                 else:
                     cells.append(f"<td>{text}</td>")
             body.append("<tr>" + "".join(cells) + "</tr>")
-        table = (f'{_STYLE}<table class="gpucache-report"><thead><tr>{head}</tr></thead>'
-                 f'<tbody>{"".join(body)}</tbody></table>')
+        columns = self._columns()
+        least = _table_ch(columns, rows)
+        fit = "-".join([str(least), *(c for c in columns if c in ("fatbin", "audit"))])
+        table = (f'{_STYLE}{_stacked_style(columns, fit, least)}<div class="gpucache-report-box" data-fit="{fit}">'
+                 f'<table class="gpucache-report"><thead><tr>{head}</tr></thead>'
+                 f'<tbody>{"".join(body)}</tbody></table></div>')
         for title, arch_rows in self._per_architecture():
             from ..views import resources_table_html
 
