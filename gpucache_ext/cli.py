@@ -147,7 +147,7 @@ def _rows(tier: DiskTier, stages, kernel=None, older=None, newer=None, progress=
                      # an entry's size is its artifact's, as in show and the inspector
                      "bytes": int(header["size"]), "file_bytes": st.st_size,
                      "created": header["created"], "age_seconds": round(age, 1),
-                     "last_used": st.st_mtime})
+                     "last_used": st.st_mtime, "place": header.get("place")})
     return sorted(rows, key=lambda r: r["created"], reverse=True)
 
 
@@ -333,15 +333,21 @@ def cmd_ls(tier, args, out):
     if not rows:
         out("no entries")
         return 0
+    from .views import kernel_labels
+
     configs = [summary_fields(r["config"]) for r in rows]
     # as wide as the widest config up to _CONFIG_WIDTH, and never narrower than a field
     width = max(len("config"), min(_CONFIG_WIDTH, max(len(r["config"]) for r in rows)),
                 max(len(field) for fields in configs for field in fields))
-    out(f"{'stage':<6} {'token':<12} {'kernel':<20} {'config':<{width}} {'size':>10} {'age':>5}  signature")
-    indent = " " * (6 + 1 + 12 + 1 + 20 + 1)
-    for r, fields in zip(rows, configs):
+    # each kernel definition by one name, told apart where two share it (axpy@cell 1a2b3c4d), never cut
+    labels = kernel_labels(rows)
+    names = [labels[(r["stage"], r["token"])] for r in rows]
+    named = max(len("kernel"), *map(len, names))
+    out(f"{'stage':<6} {'token':<12} {'kernel':<{named}} {'config':<{width}} {'size':>10} {'age':>5}  signature")
+    indent = " " * (6 + 1 + 12 + 1 + named + 1)
+    for r, fields, name in zip(rows, configs, names):
         first, *more = _wrap_fields(fields, width)
-        out(f"{r['stage']:<6} {short_token(r['token']):<12} {r['kernel'].rsplit('.', 1)[-1][:20]:<20} "
+        out(f"{r['stage']:<6} {short_token(r['token']):<12} {name:<{named}} "
             f"{first:<{width}} {format_bytes(r['bytes']):>10} {format_age(r['age_seconds']):>5}  "
             f"{r['signature']}")
         for line in more:  # the rest of a long config, under it

@@ -4,6 +4,7 @@
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -422,3 +423,27 @@ def test_ls_wraps_a_config_between_fields_never_inside_one():
     # a fatbin's targets are one field; a field longer than the column has a line of its own
     assert _config_fields("sm_80,86,90 +ptx 80 max_registers=32") == ["sm_80,86,90 +ptx 80", "max_registers=32"]
     assert _wrap_fields(["sm_86", "x" * 50, "opt=1"], 20) == ["sm_86", "x" * 50, "opt=1"]
+
+
+def test_ls_names_each_definition_once_and_tells_two_of_one_name_apart(tmp_path, gpucache_cli):
+    """Two files define `copy` (one qualified name, two definitions): ls tells
+    them apart by file; one definition's versions keep one name."""
+    from gpucache_ext import CompileConfig, KernelCache
+
+    from .helpers import notebook_namespace, run_cell
+
+    folder = tmp_path / "cache"
+    cache = KernelCache(directory=folder)
+    for name, body in (("first.py", "r[0] = x[0]"), ("second.py", "r[0] = x[0] + 1")):
+        source = f"def copy(r, x):\n    {body}\n"
+        (tmp_path / name).write_text(source)
+        namespace = notebook_namespace()
+        run_cell(namespace, source, filename=str(tmp_path / name))
+        for sm in (80, 86):  # versions of one definition: one name
+            cache.compile(namespace["copy"], "void(float32[:], float32[:])", CompileConfig(sm=sm))
+    text, _ = gpucache_cli("--dir", folder, "ls", "--kernel", "copy")
+    names = [line.split()[2] for line in text.splitlines()[1:] if line[:1].strip()]
+    assert len(names) == 10 and set(names) == {"copy@first.py", "copy@second.py"}  # (one llvm each: sm not read)
+    rows = gpucache_cli("--dir", folder, "--json", "ls", "--kernel", "copy")
+    assert {row["place"] for row in rows} == {f"file:{os.path.realpath(tmp_path / name)}"
+                                             for name in ("first.py", "second.py")}
