@@ -235,8 +235,17 @@ def test_kernel_inspection(ip):
         ("--launch-bounds 1025,2", "use at most 1024"),
         ("--fast-math", "unrecognized arguments: --fast-math \\(--fast-math: did you mean --fastmath\\?\\)"),
         ("--max_registers 32", "did you mean --max-registers"),
-        ("--opt 7", "invalid choice: 7"),
+        ("--opt 7", "--opt 7: '7' is no optimisation level \\(0, 1, 2 or 3\\)"),
         ("--max-registers 0", "--max-registers 0"),
+        # sweeps: each value of a list checked, each once
+        ("--max-registers 32,abc", "--max-registers 32,abc: 'abc' is no register count \\(1-255\\) or none; "
+                                   "list values as --max-registers 32,64,none"),
+        ("--max-registers 32,,64", "--max-registers 32,,64: an empty value"),
+        ("--fastmath on,maybe", "--fastmath on,maybe: 'maybe' is neither on nor off"),
+        ("--fastmath off,off", "--fastmath off,off: 'off' is listed twice"),
+        ("--opt 2,9", "--opt 2,9: '9' is no optimisation level"),
+        ("--block 128,2000", "--block 128,2000: '2000' is out of range: a block has 1 to 1024 threads"),
+        ("--block x", "--block x: 'x' is no number of threads"),
         ("--launch-bounds 12x", "--launch-bounds 12x"),
         ("--sig 'void(nonsense[:])'", "--sig"),
         ("--bogus", "unrecognized arguments: --bogus"),
@@ -345,7 +354,7 @@ def test_gpucache_line_magic(ip, capsys):
 def test_help_lists_the_flags(ip):
     doc = ip.find_cell_magic("gpukernel").__doc__
     for flag in ("--sm", "--opt", "--fastmath", "--no-ftz", "--max-registers", "--launch-bounds",
-                 "--sig", "--force", "--explain", "--simulate", "--quiet"):
+                 "--block", "--sig", "--force", "--explain", "--simulate", "--quiet"):
         assert flag in doc
 
 
@@ -614,3 +623,70 @@ def test_report_html_keeps_each_type_and_config_field_whole():
     assert summary_fields("sm_86 fastmath=True launch_bounds=(128, 2)") == [
         "sm_86", "fastmath=True", "launch_bounds=(128, 2)"]
     assert summary_fields("sm_80,86 +ptx 80 max_registers=32") == ["sm_80,86 +ptx 80", "max_registers=32"]
+
+
+SWEEP_KERNEL = """
+from numba import cuda
+import numpy as np
+
+@cuda.jit("void(float32[:], float32[:])")
+def act(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = x[i] * 2.0 + 1.0
+"""
+
+
+def test_a_sweep_compiles_each_combination_once_and_use_binds_another_without_compiling(ip):
+    """--max-registers 32,none --fastmath off,on: four variants; typing once,
+    llvm and ptx once per fastmath value, a cubin per combination; the
+    first is bound; use() binds another from the cache; a value not swept is
+    refused with the variants listed."""
+    from gpucache_ext import ConfigError
+
+    cache = gpucache_ext.default_cache()
+    cell(ip, "--sm 86 --max-registers 32,none --fastmath off,on --block 128,256 --quiet", SWEEP_KERNEL)
+    kernel = ip.user_ns["act"]
+    assert {stage: counts["misses"] for stage, counts in cache.stats().items() if stage != "fatbin"} == \
+        {"typing": 1, "llvm": 2, "ptx": 2, "cubin": 4}
+    assert [(v.config.summary(), v.bound) for v in kernel.variants] == [
+        ("sm_86 max_registers=32", True), ("sm_86", False), ("sm_86 fastmath=True max_registers=32", False),
+        ("sm_86 fastmath=True", False)]
+    assert all(len(v.results) == 1 for v in kernel.variants) and kernel.blocks == (128, 256)
+    assert kernel.config.max_registers == 32 and not kernel.config.fastmath
+    before = cache.stats()
+    assert kernel.use(max_registers=None, fastmath=True) is kernel
+    assert kernel.config.summary() == "sm_86 fastmath=True" and kernel.last.config == kernel.config
+    assert {s: c["misses"] for s, c in cache.stats().items()} == {s: c["misses"] for s, c in before.items()}
+    assert [v.config.summary() for v in kernel.variants if v.bound] == ["sm_86 fastmath=True"]
+    ip.run_cell("x = np.arange(4, dtype=np.float32); out = np.zeros(4, np.float32); act[1, 4](out, x)")
+    np.testing.assert_allclose(ip.user_ns["out"], np.arange(4) * 2.0 + 1.0)
+    with pytest.raises(ConfigError, match="act has no variant sm_86 fastmath=True max_registers=64; its "
+                                          "variants: sm_86 max_registers=32; sm_86; "):
+        kernel.use(max_registers=64)
+    assert kernel.config.summary() == "sm_86 fastmath=True"  # (nothing changed)
+
+
+def test_adding_a_value_to_a_cached_sweep_compiles_only_what_it_must(ip):
+    cache = gpucache_ext.default_cache()
+    cell(ip, "--sm 86 --max-registers 32,none --quiet", SWEEP_KERNEL)
+    before = {s: c["misses"] for s, c in cache.stats().items()}
+    cell(ip, "--sm 86 --max-registers 32,64,none --quiet", SWEEP_KERNEL)
+    after = {s: c["misses"] for s, c in cache.stats().items()}
+    assert {s: after[s] - before[s] for s in after} == {"typing": 0, "llvm": 0, "ptx": 0, "cubin": 1, "fatbin": 0}
+    assert len(ip.user_ns["act"].variants) == 3
+
+
+def test_a_lazy_kernel_in_a_sweep_compiles_the_variant_it_launches(ip):
+    cache = gpucache_ext.default_cache()
+    cell(ip, "--sm 86 --max-registers 32,64 --quiet", SWEEP_KERNEL.replace(
+        '@cuda.jit("void(float32[:], float32[:])")', "@cuda.jit"))
+    kernel = ip.user_ns["act"]
+    assert [(v.config.max_registers, v.bound, v.results) for v in kernel.variants] == [(32, True, {}), (64, False, {})]
+    ip.run_cell("x = np.arange(4, dtype=np.float32); out = np.zeros(4, np.float32); act[1, 4](out, x)")
+    assert cache.stats()["cubin"]["misses"] == 1
+    kernel.use(max_registers=64)
+    ip.run_cell("act[1, 4](out, x)")
+    assert cache.stats()["cubin"]["misses"] == 2 and kernel.last.config.max_registers == 64
+    np.testing.assert_allclose(ip.user_ns["out"], np.arange(4) * 2.0 + 1.0)
+    assert [len(v.results) for v in kernel.variants] == [1, 1]

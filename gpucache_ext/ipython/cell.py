@@ -50,7 +50,8 @@ class _CellContext:
                         specialized=getattr(sigs, "single", False),
                         simulate=self.args.simulate, on_compile=self.collect, force=self.args.force,
                         audit=True if self.args.audit else None, targets=getattr(self.args, "targets", None),
-                        pinned=self.args.sm is not None or getattr(self.args, "targets", None) is not None)
+                        pinned=self.args.sm is not None or getattr(self.args, "targets", None) is not None,
+                        variants=getattr(self.args, "variants", ()), blocks=getattr(self.args, "blocks", ()))
         self.kernels.append(kernel)
         if sigs:  # signatures in the decorator: compiled where it runs, as numba does
             kernel.compile_declared()

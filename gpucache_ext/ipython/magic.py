@@ -34,6 +34,7 @@ from ..launch.kernel import Kernel, gpu_available
 from ..queries import compare_entries, find_entry, resource_moves, resource_rows, reused_note
 from ..results import FatbinResult, short_signature
 from ..stages import normalize_signature
+from ..sweeps import combinations, parse_values
 from .cell import run_cell
 from .report import and_join, cutoff_text, refusals_between
 
@@ -148,9 +149,10 @@ class GpuCacheMagics(Magics):
                            "else 86); several, 80,86,90: a fatbin with a cubin for each")
     @argument("--ptx", metavar="SM", help="with several targets: whose PTX the fatbin carries for newer "
                                           "GPUs, at most the lowest target (default: the lowest), or none")
-    @argument("--opt", type=int, choices=[0, 1, 2, 3], default=None,
-              help="libNVVM optimisation level (default 3)")
-    @argument("--fastmath", action="store_true", help="fast math in lowering and libNVVM")
+    @argument("--opt", default=None, metavar="N[,N...]",
+              help="libNVVM optimisation level 0-3 (default 3); several (2,3): a variant each")
+    @argument("--fastmath", nargs="?", const="on", default=None, metavar="off,on",
+              help="fast math in lowering and libNVVM; off,on: a variant each")
     @argument("--ftz", action=argparse.BooleanOptionalAction, default=None,
               help="flush denormals to zero (default: follow --fastmath)")
     @argument("--prec-div", action=argparse.BooleanOptionalAction, default=None,
@@ -161,7 +163,10 @@ class GpuCacheMagics(Magics):
               help="contract multiply-add (default: on, with or without --fastmath)")
     @argument("--lineinfo", action="store_true", help="line information for profilers")
     @argument("--debug", action="store_true", help="full debug information (use with --opt 0)")
-    @argument("--max-registers", type=int, metavar="N", help="register limit per thread (1-255)")
+    @argument("--max-registers", metavar="N[,N...]",
+              help="register limit per thread (1-255); several (32,64,none): a variant each")
+    @argument("--block", metavar="N[,N...]",
+              help="block sizes (threads) whose occupancy the report shows, e.g. 128,256,512")
     @argument("--launch-bounds", metavar="T[,B[,C]]",
               help="max threads per block[, min blocks per SM[, max blocks per cluster]]")
     @argument("--lto", action="store_true", help="link-time optimisation (LTO-IR through nvJitLink)")
@@ -207,17 +212,27 @@ class GpuCacheMagics(Magics):
         """The cell's config; ``args.targets`` becomes its `Targets` where
         --sm lists several (or --ptx is given), else None."""
         args.targets = None
+        try:  # several values of a flag: a sweep (`gpucache_ext.sweeps`), its first values bound
+            swept = {field: parse_values(field, given) for field, given in (
+                ("opt", args.opt), ("fastmath", args.fastmath), ("max_registers", args.max_registers))
+                if given is not None}
+            args.blocks = parse_values("block", args.block) if args.block is not None else ()
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        first = {field: values[0] for field, values in swept.items()}
         try:
             sm = args.sm if args.sm is not None else self.resolved_default_sm()
             if "," in str(sm) or args.ptx is not None:
                 args.targets = Targets(sm, args.ptx)
                 sm = args.targets.sms[0]
-            return CompileConfig(
-                sm=sm, opt=3 if args.opt is None else args.opt, fastmath=args.fastmath,
+            config = CompileConfig(
+                sm=sm, opt=first.get("opt", 3), fastmath=first.get("fastmath", False),
                 ftz=args.ftz, prec_div=args.prec_div, prec_sqrt=args.prec_sqrt, fma=args.fma,
-                debug=args.debug, lineinfo=args.lineinfo, max_registers=args.max_registers,
+                debug=args.debug, lineinfo=args.lineinfo, max_registers=first.get("max_registers"),
                 launch_bounds=_parse_launch_bounds(args.launch_bounds), lto=args.lto,
             )
+            args.variants = combinations(config, swept) if any(len(v) > 1 for v in swept.values()) else ()
+            return config
         except ConfigError as exc:
             flag = _FLAG_OF_FIELD.get(exc.field, exc.field)
             given = getattr(args, (exc.field or "").replace("-", "_"), None)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.dispatcher import CUDADispatcher, _Kernel
@@ -52,6 +52,14 @@ def refresh_all() -> None:
     """Make every kernel re-check its inputs (globals, device functions) at its next launch."""
     global _generation
     _generation += 1
+
+
+class Variant(NamedTuple):
+    """One variant of a sweep (`Kernel.variants`)."""
+
+    config: CompileConfig
+    results: Dict[Tuple, CompileResult]  # by signature (argument types)
+    bound: bool  # the one launches use
 
 
 class LaunchError(GpuCacheError):
@@ -245,7 +253,7 @@ class Kernel(CUDADispatcher):
                  cache: Optional[KernelCache] = None, options: Optional[Dict[str, Any]] = None,
                  simulate: bool = False, on_compile: Optional[Callable[[CompileResult], None]] = None,
                  force: bool = False, audit: Optional[bool] = None, targets=None, pinned: Optional[bool] = None,
-                 specialized: bool = False):
+                 specialized: bool = False, variants: Sequence[CompileConfig] = (), blocks: Sequence[int] = ()):
         py_func = python_function(func)
         self.options = dict(options or {})
         self.pinned = (config is not None or targets is not None) if pinned is None else pinned
@@ -268,6 +276,14 @@ class Kernel(CUDADispatcher):
         self.audit = audit  # True: audit each compile's hits at once (see KernelCache.compile)
         self.declared = tuple(normalize_signature(sig) for sig in signatures)
         self.results: Dict[Tuple, CompileResult] = {}
+        # a sweep's variants (`gpucache_ext.sweeps`): the configs compiled
+        # besides the bound one (`use` binds another), each with its results
+        sweep = [config_with_options(v, self.options) for v in variants] or [self.config]
+        if self.targets is not None:
+            sweep = [v.replace(sm=self.targets.sms[0]) for v in sweep]
+        self.sweep: Tuple[CompileConfig, ...] = tuple(dict.fromkeys([self.config, *sweep]))
+        self._variant_results: Dict[CompileConfig, Dict[Tuple, CompileResult]] = {}
+        self.blocks: Tuple[int, ...] = tuple(blocks)  # the block sizes whose occupancy the report shows
         self._generation = -1  # refresh_all's count when the variants were last checked
         self._forced = set()
         self._simulated = None
@@ -303,7 +319,52 @@ class Kernel(CUDADispatcher):
             kernels = [self.compile(argtypes, force) for argtypes in self.declared]
             if self.declared:
                 self.disable_compile()
-            return [kernel.result for kernel in kernels]
+            results = [kernel.result for kernel in kernels]
+            for config in self.sweep:  # a sweep's other variants: compiled (cached), not bound
+                if config == self.config:
+                    continue
+                built = self._variant_results.setdefault(config, {})
+                for argtypes in self.declared:
+                    if force or argtypes not in built:
+                        built[argtypes] = self._compile_result(argtypes, config, force)
+                        if self.on_compile is not None:
+                            self.on_compile(built[argtypes])
+            return results
+
+    @property
+    def variants(self) -> "list[Variant]":
+        """A sweep's variants (``--max-registers 32,64 --fastmath off,on``),
+        the bound one first: each config and what it compiled, by signature
+        (a lazy kernel's other variants compile once `use` binds them)."""
+        with self._lock:
+            return [Variant(config, dict(self.results) if config == self.config
+                            else dict(self._variant_results.get(config, {})), config == self.config)
+                    for config in sorted(self.sweep, key=lambda c: c != self.config)]
+
+    def use(self, **fields) -> "Kernel":
+        """Bind the variant whose config is the bound one's with `fields`
+        changed (``kernel.use(max_registers=64, fastmath=True)``): its entries
+        are in the cache, so nothing compiles.  A config no variant has is a
+        `ConfigError` listing the variants."""
+        wanted = self.config.replace(**fields)
+        chosen = next((config for config in self.sweep if config.normalised() == wanted.normalised()), None)
+        if chosen is None:
+            listed = "; ".join(config.summary() for config in self.sweep)
+            raise ConfigError(f"{self.__name__} has no variant {wanted.summary()}; its variants: {listed} "
+                              "(compile more by listing values in the cell's flags, e.g. --max-registers 32,64)")
+        with self._lock:
+            if chosen == self.config:
+                return self
+            self._variant_results[self.config] = dict(self.results)
+            self.config = chosen
+            self.targetoptions.update(_target_options(chosen, self.options))
+            self._reset_overloads()
+            self.results = dict(self._variant_results.pop(chosen, {}))
+            self._generation = -1
+            self.disable_compile(False)
+            if self.declared:
+                self.compile_declared()
+        return self
 
     def _load(self, argtypes) -> CachedKernel:
         """numba asks its cache for a variant (`_CacheSource`): compile it

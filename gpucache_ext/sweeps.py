@@ -1,0 +1,104 @@
+"""Sweeps: a config field given several values, every combination compiled.
+
+``%%gpukernel --max-registers 32,64,none --fastmath off,on`` compiles each
+kernel of the cell once per combination (its *variants*), sharing what the
+stages have in common: typing and llvm once per fastmath value, ptx once per
+target and fastmath value, a cubin per register cap.  The first combination
+(each flag's first value) is the one bound; `Kernel.use` binds another.
+``--sm 80,86,90`` stays what it is: the targets every variant is built for.
+``--block 128,256,512`` names the block sizes whose occupancy the report
+shows (nothing is compiled per block size: numba picks none at compile time).
+
+This module parses the values (a `ValueError` names the flag, the value and
+what is allowed: the magic shows it as a `UsageError`) and makes the
+combinations; it imports nothing of IPython.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from .config import MAX_THREADS_PER_BLOCK, CompileConfig
+
+# the fields a flag may list, in the order their values vary in `combinations`
+# (the last one fastest), and the flag each is given with
+SWEPT = {"opt": "--opt", "fastmath": "--fastmath", "max_registers": "--max-registers"}
+_ON = ("on", "true", "yes", "1")
+_OFF = ("off", "false", "no", "0")
+_NONE = ("none", "off", "no")
+
+
+def _opt(item: str) -> int:
+    if item in ("0", "1", "2", "3"):
+        return int(item)
+    raise ValueError("is no optimisation level (0, 1, 2 or 3)")
+
+
+def _switch(item: str) -> bool:
+    if item.lower() in _ON:
+        return True
+    if item.lower() in _OFF:
+        return False
+    raise ValueError("is neither on nor off")
+
+
+def _registers(item: str) -> Optional[int]:
+    if item.lower() in _NONE:
+        return None
+    try:
+        value = int(item)
+    except ValueError:
+        raise ValueError("is no register count (1-255) or none") from None
+    if not 1 <= value <= 255:
+        raise ValueError("is out of range: a thread has 1 to 255 registers (none: no cap)")
+    return value
+
+
+def _block(item: str) -> int:
+    try:
+        value = int(item)
+    except ValueError:
+        raise ValueError("is no number of threads") from None
+    if not 1 <= value <= MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"is out of range: a block has 1 to {MAX_THREADS_PER_BLOCK} threads")
+    return value
+
+
+_PARSERS: Dict[str, Tuple[Callable[[str], object], str]] = {
+    "opt": (_opt, "--opt 2,3"),
+    "fastmath": (_switch, "--fastmath off,on (or --fastmath alone: on)"),
+    "max_registers": (_registers, "--max-registers 32,64,none"),
+    "block": (_block, "--block 128,256,512"),
+}
+
+
+def parse_values(field: str, text: str, flag: Optional[str] = None) -> tuple:
+    """The values of `field` ("opt", "fastmath", "max_registers" or "block")
+    written as a flag takes them: one, or several joined by commas.  A
+    `ValueError` names the flag, the value and what is allowed."""
+    parse, example = _PARSERS[field]
+    flag = flag or SWEPT.get(field, "--" + field.replace("_", "-"))
+    items = [item.strip() for item in str(text).split(",")]
+    if any(not item for item in items):
+        raise ValueError(f"{flag} {text}: an empty value; list values as {example}")
+    values = []
+    for item in items:
+        try:
+            value = parse(item)
+        except ValueError as exc:
+            raise ValueError(f"{flag} {text}: {item!r} {exc}; list values as {example}") from None
+        if value in values:
+            raise ValueError(f"{flag} {text}: {item!r} is listed twice; list each value once")
+        values.append(value)
+    return tuple(values)
+
+
+def combinations(base: CompileConfig, values: Dict[str, Sequence]) -> List[CompileConfig]:
+    """`base` with each combination of `values` ({field: its values}), the
+    first values first: [base with every field's first value, ...].  A field
+    with one value is the same in every combination."""
+    fields = [field for field in SWEPT if field in values]
+    return [base.replace(**dict(zip(fields, chosen)))
+            for chosen in itertools.product(*(tuple(values[field]) for field in fields))]
+
