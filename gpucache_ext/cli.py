@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import functools
 import json
+import logging
 import os
 import re
 import sys
@@ -58,6 +59,8 @@ from .config import summary_fields
 from .units import format_age, format_bytes
 from .tokens import find_token, short_token
 from .toolchain import stage_toolchain
+
+log = logging.getLogger(__name__)
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _AGES = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -401,9 +404,13 @@ def cmd_show(tier, args, out):
         if artifact is None:
             raise CommandError(f"the entry is damaged ({problem}); nothing to write")
         args.out.write_bytes(_raw(stage, artifact))
+    occupancy = _occupancy(stage, header, artifact)
     if args.json:
         out({"stage": stage, "path": str(path), "header": header, "valid": problem is None,
-             "problem": problem})
+             "problem": problem, **({"occupancy": [
+                 {"block": o.block, "blocks_per_sm": o.blocks_per_sm, "active_warps": o.active_warps,
+                  "max_warps": o.max_warps, "occupancy": o.occupancy, "limited_by": o.limited_by}
+                 for o in occupancy[1]]} if occupancy else {})})
         return 0 if problem is None else 1
     out(f"stage     {stage}\ntoken     {full_token}\nkernel    {header['kernel']}\n"
         f"signature {header['signature']}\nconfig    {header['config']}\n"
@@ -417,7 +424,42 @@ def cmd_show(tier, args, out):
     if artifact is not None:
         out("")
         out(_text(stage, artifact, args.out))
+    if occupancy:
+        heading, rows = occupancy
+        out("")
+        out(heading)
+        for row in rows:
+            out(f"  {row.block:>5} threads  {row}")
     return 0 if problem is None else 1
+
+
+# the block sizes `show` gives a cubin's occupancy at
+_SHOWN_BLOCKS = (64, 128, 256, 512, 1024)
+
+
+def _occupancy(stage, header, artifact):
+    """(heading, `Occupancy` per block size) of a cubin entry, from its
+    architecture and what its link log says it uses; None for other stages
+    (or an architecture the calculator does not know)."""
+    if stage != "cubin" or artifact is None:
+        return None
+    from .occupancy import OccupancyError, occupancy_table
+    from .results import parse_resources
+
+    fields = header.get("config_fields") or {}
+    sm, bounds = fields.get("sm"), fields.get("launch_bounds")
+    used = parse_resources(getattr(artifact, "info_log", "") or "")
+    # (launch bounds: no launch of more threads a block than the first bound runs)
+    blocks = tuple(b for b in _SHOWN_BLOCKS if not bounds or b <= bounds[0]) or (bounds[0],)
+    try:
+        rows = occupancy_table(int(sm), used["registers"], used["shared_bytes"], blocks=blocks)
+    except (OccupancyError, TypeError, ValueError) as exc:
+        log.info("no occupancy for sm %s: %s", sm, exc)
+        return None
+    return (f"theoretical occupancy on sm_{sm} ({used['registers']} registers a thread, "
+            f"{format_bytes(used['shared_bytes'])} static shared memory a block; dynamic shared memory "
+            "adds to it" + (f"; launch bounds allow at most {bounds[0]} threads a block" if bounds else "")
+            + "; see docs/occupancy.md):", rows)
 
 
 def _components(components, out, indent) -> None:

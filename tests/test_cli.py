@@ -447,3 +447,31 @@ def test_ls_names_each_definition_once_and_tells_two_of_one_name_apart(tmp_path,
     rows = gpucache_cli("--dir", folder, "--json", "ls", "--kernel", "copy")
     assert {row["place"] for row in rows} == {f"file:{os.path.realpath(tmp_path / name)}"
                                              for name in ("first.py", "second.py")}
+
+
+def test_show_of_a_cubin_gives_its_occupancy_at_common_block_sizes(variants, gpucache_cli):
+    """What the calculator says for the cubin's own registers and shared
+    memory on its architecture; other stages have none."""
+    from gpucache_ext.occupancy import occupancy
+
+    folder, built = variants
+    long = built["long"]
+    used = long.resources
+    text, _ = gpucache_cli("--dir", folder, "show", long.stages["cubin"].token[:12])
+    assert f"theoretical occupancy on sm_86 ({used['registers']} registers a thread" in text
+    assert "launch bounds allow at most 200 threads a block" in text  # (launch_bounds=(200, 2))
+    for block in (64, 128):
+        expected = occupancy((8, 6), block, used["registers"], used["shared_bytes"])
+        assert f"{block:>5} threads  {expected}" in text
+    assert "  256 threads" not in text  # more than the launch bounds allow: no such launch
+    shown = gpucache_cli("--dir", folder, "--json", "show", long.stages["cubin"].token[:12])
+    assert [(row["block"], row["active_warps"]) for row in shown["occupancy"]] == [
+        (block, occupancy((8, 6), block, used["registers"], used["shared_bytes"]).active_warps)
+        for block in (64, 128)]
+    fatbin_member = built["fatbin"].per_target[80]
+    text, _ = gpucache_cli("--dir", folder, "show", fatbin_member.stages["cubin"].token[:12])
+    registers = fatbin_member.resources["registers"]
+    for block in (64, 128, 256, 512, 1024):
+        assert f"{block:>5} threads  {occupancy((8, 0), block, registers)}" in text
+    ptx, _ = gpucache_cli("--dir", folder, "show", long.stages["ptx"].token[:12])
+    assert "occupancy" not in ptx
