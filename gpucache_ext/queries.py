@@ -33,7 +33,7 @@ import hashlib
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .config import FOLLOW_FASTMATH, STAGES, CompileConfig
 from .results import EntryInfo, Outcome, parse_resources, short_signature
@@ -454,6 +454,58 @@ class ResourceRow:
         """The config's summary without the target ("max_registers=32"), "" for the defaults."""
         words = self.config.split()
         return " ".join(words[1:] if words and words[0] == self.arch else words)
+
+
+# the block sizes a variants table gives occupancy at where none are named (--block)
+DEFAULT_BLOCKS = (128, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class VariantOccupancy:
+    """Theoretical occupancy of each variant (`ResourceRow`) at each block
+    size (`gpucache_ext.occupancy`), and the best variant per architecture."""
+
+    blocks: Tuple[int, ...]
+    by_row: Mapping[str, Tuple[Any, ...]]  # cubin token -> an `Occupancy` per block (None: no such launch)
+    best: frozenset  # the cubin tokens marked best: per architecture and signature
+
+
+def variant_occupancy(rows: Iterable[ResourceRow], blocks: Sequence[int] = DEFAULT_BLOCKS) -> VariantOccupancy:
+    """Each row's occupancy at each of `blocks` (static shared memory as its
+    link log says; none above a launch bound the variant was built with),
+    and per architecture and signature the best: no spills before spills,
+    then the highest occupancy at any of the block sizes, then the fewest
+    registers, then the smallest cubin.  Occupancy is not speed
+    (docs/occupancy.md): this ranks what can be known without a GPU."""
+    from .occupancy import OccupancyError, occupancy
+
+    rows = list(rows)
+    blocks = tuple(blocks) or DEFAULT_BLOCKS
+    by_row: Dict[str, Tuple[Any, ...]] = {}
+    for row in rows:
+        bounds = row.config_fields.get("launch_bounds")
+        found = []
+        for block in blocks:
+            try:
+                found.append(None if bounds and block > bounds[0] else
+                             occupancy(_sm_number(row.arch), block, row.registers, row.shared_bytes))
+            except OccupancyError:
+                found.append(None)  # (an architecture the calculator does not know)
+        by_row[row.token] = tuple(found)
+
+    def rank(row):
+        shares = [found.occupancy for found in by_row[row.token] if found is not None]
+        return (bool(row.spill_stores or row.spill_loads), -max(shares, default=0.0), row.registers,
+                row.cubin_bytes)
+
+    best = set()
+    groups: Dict[tuple, List[ResourceRow]] = {}
+    for row in rows:
+        groups.setdefault((row.arch, row.signature), []).append(row)
+    for group in groups.values():
+        if len(group) > 1:
+            best.add(min(group, key=rank).token)
+    return VariantOccupancy(blocks, by_row, frozenset(best))
 
 
 def _tuples(value):

@@ -964,12 +964,29 @@ _VARIANT_COLUMNS = ("arch", "signature", "config", "registers", "spills (stored/
                     "constant", "cubin")
 
 
-def _variant_columns(rows) -> Tuple[str, ...]:
-    """The columns for `rows`: signature and config only where the rows differ in them."""
+def _variant_columns(rows, occupancy=None) -> Tuple[str, ...]:
+    """The columns for `rows`: signature and config only where the rows
+    differ in them; with `occupancy`, one per block size and the best mark."""
     hidden = {"signature"} if len({row.signature for row in rows}) < 2 else set()
     if len({row.variant for row in rows}) < 2:
         hidden.add("config")
-    return tuple(column for column in _VARIANT_COLUMNS if column not in hidden)
+    columns = tuple(column for column in _VARIANT_COLUMNS if column not in hidden)
+    if occupancy is None:
+        return columns
+    return ("best",) + columns + tuple(f"{block} threads" for block in occupancy.blocks)
+
+
+# how an occupancy cell names what limits it
+_LIMIT_WORDS = {"warps": "warps", "registers": "regs", "shared memory": "smem", "blocks per SM": "blocks"}
+
+
+def _occupancy_cell(found) -> str:
+    """"67% regs" (the share of the SM's warps, and what limits it); "-" where no block fits."""
+    if found is None:
+        return "-"
+    if not found.blocks_per_sm:
+        return "0% (does not fit)"
+    return f"{round(found.occupancy * 100)}% {_LIMIT_WORDS.get(found.limited_by, found.limited_by)}"
 
 
 def _spilled(row) -> bool:
@@ -984,36 +1001,59 @@ def _variant_cells(row) -> Dict[str, str]:
             "constant": format_bytes(row.constant_bytes), "cubin": format_bytes(row.cubin_bytes)}
 
 
-def resources_table_text(rows) -> str:
+def _cells(row, occupancy) -> Dict[str, str]:
+    cells = _variant_cells(row)
+    if occupancy is not None:
+        cells["best"] = "*" if row.token in occupancy.best else ""
+        for block, found in zip(occupancy.blocks, occupancy.by_row.get(row.token, ())):
+            cells[f"{block} threads"] = _occupancy_cell(found)
+    return cells
+
+
+def resources_table_text(rows, occupancy=None) -> str:
     """One line per variant (`ResourceRow`s: a kernel's targets and configs):
     arch, registers, spills, shared, local and constant memory, cubin size;
-    "" without rows."""
+    with `occupancy` (`gpucache_ext.queries.VariantOccupancy`), each one's
+    theoretical occupancy at each block size and the best per architecture
+    marked ``*``; "" without rows."""
     if not rows:
         return ""
-    columns = _variant_columns(rows)
-    lines = [list(columns)] + [[_variant_cells(row)[c] for c in columns] for row in rows]
+    columns = _variant_columns(rows, occupancy)
+    lines = [list(columns)] + [[_cells(row, occupancy)[c] for c in columns] for row in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(columns))]
-    left = {"arch", "signature", "config"}
+    left = {"arch", "signature", "config", "best"}
     return "\n".join("  ".join(cell.ljust(width) if column in left else cell.rjust(width)
                                for cell, width, column in zip(line, widths, columns)).rstrip()
                      for line in lines)
 
 
-def resources_table_html(rows) -> str:
+def resources_table_html(rows, occupancy=None) -> str:
     """`resources_table_text` as a table; spills are marked where there are
-    any; each figure in a ``data-resource`` cell's ``data-value``."""
+    any; each figure in a ``data-resource`` cell's ``data-value`` (occupancy:
+    ``data-block`` and ``data-occupancy``, 0 to 1)."""
     if not rows:
         return '<p class="gpucache-muted">No cubin is cached to measure.</p>'
-    columns = _variant_columns(rows)
+    columns = _variant_columns(rows, occupancy)
     head = "".join(f'<th scope="col">{esc(column)}</th>' for column in columns)
     values = {"registers": "registers", "shared": "shared_bytes", "local": "local_bytes",
               "constant": "constant_bytes", "cubin": "cubin_bytes"}
     body = []
     for row in rows:
-        cells = _variant_cells(row)
+        cells = _cells(row, occupancy)
+        found = dict(zip(occupancy.blocks, occupancy.by_row.get(row.token, ()))) if occupancy else {}
         tds = [f'<th scope="row">{esc(row.arch)}</th>']
-        for column in columns[1:]:
-            if column in ("signature", "config"):
+        for column in columns:
+            if column == "arch":
+                continue
+            if column == "best":
+                tds.insert(0, f'<td class="gpucache-best" data-best="{str(bool(cells["best"])).lower()}">'
+                              f'{"&#9733;" if cells["best"] else ""}</td>')
+            elif column.endswith(" threads"):
+                block = int(column.split()[0])
+                share = found.get(block)
+                tds.append(f'<td data-block="{block}" data-occupancy="{share.occupancy if share else ""}" '
+                           f'data-limited-by="{esc(share.limited_by) if share else ""}">{esc(cells[column])}</td>')
+            elif column in ("signature", "config"):
                 tds.append(f'<td class="gpucache-text{" gpucache-code" if column == "signature" else ""}">'
                            f'{esc(cells[column])}</td>')
             elif column in values:
@@ -1057,10 +1097,15 @@ def resource_moves_html(moves) -> str:
     return f'<ul class="gpucache-moves">{"".join(items)}</ul>'
 
 
-def resource_variants_html(kernel: str, rows, moves) -> str:
+def resource_variants_html(kernel: str, rows, moves, occupancy=None) -> str:
     """The inspector's "resources across variants" section for one kernel:
-    the table of its cubin variants and how the figures moved between them."""
-    return (f'<h4>Resources across variants of {esc(kernel)}</h4>{resources_table_html(rows)}'
+    the table of its cubin variants (with `occupancy`, each one's at common
+    block sizes and the best per architecture) and how the figures moved."""
+    note = ("" if occupancy is None else
+            f'<p class="gpucache-muted">Occupancy: the share of an SM\'s warps the variant keeps busy at '
+            f'{", ".join(map(str, occupancy.blocks))} threads a block, and what limits it; theoretical (not '
+            "speed); &#9733; the best per architecture (no spills, then the highest occupancy).</p>")
+    return (f'<h4>Resources across variants of {esc(kernel)}</h4>{note}{resources_table_html(rows, occupancy)}'
             f"<p>How they moved between variants one config field apart:</p>{resource_moves_html(moves)}")
 
 def compare_options(rows, labels: Optional[Dict[Tuple[str, str], str]] = None) -> List[Tuple[str, str]]:

@@ -690,3 +690,45 @@ def test_a_lazy_kernel_in_a_sweep_compiles_the_variant_it_launches(ip):
     assert cache.stats()["cubin"]["misses"] == 2 and kernel.last.config.max_registers == 64
     np.testing.assert_allclose(ip.user_ns["out"], np.arange(4) * 2.0 + 1.0)
     assert [len(v.results) for v in kernel.variants] == [1, 1]
+
+
+def test_a_sweeps_variants_table_gives_occupancy_per_architecture_and_marks_the_best(ip, capsys):
+    """The tiled matmul over 2 targets and 3 register caps: a row per variant
+    and architecture with the compile's own figures, its occupancy at each
+    --block size as the calculator gives it, one best per architecture."""
+    from gpucache_ext import samples
+    from gpucache_ext.occupancy import occupancy
+
+    capsys.readouterr()
+    cell(ip, f"--sm 75,86 --max-registers none,32,16 --block 128,256 --sig '{samples.MATMUL_SIG}'", samples.MATMUL)
+    out = capsys.readouterr().out
+    head = "matmul: 3 variants; occupancy at 128, 256 threads a block (theoretical: not speed), * the best per"
+    assert head in out
+    table = out.split(head, 1)[1].splitlines()[1:]
+    header = table[0].split()
+    rows = [line for line in table[1:] if line.strip().startswith(("*", "sm_"))]
+    assert header[:2] == ["best", "arch"] and header[-4:] == ["128", "threads", "256", "threads"]
+    assert len(rows) == 6  # 3 variants x 2 architectures
+    kernel = ip.user_ns["matmul"]
+    figures = {}
+    for variant in kernel.variants:
+        (result,) = variant.results.values()
+        for sm in (75, 86):
+            each = result.per_target[sm]
+            figures[(f"sm_{sm}", variant.config.max_registers)] = each.resources
+    for line in rows:
+        best = line.lstrip().startswith("*")
+        words = line.replace("*", " ").split()
+        arch, cap = words[0], None if words[1] == "defaults" else int(words[1].split("=")[1])
+        registers = figures[(arch, cap)]["registers"]
+        assert int(words[2]) == registers, line
+        for block, shown in zip((128, 256), (" ".join(words[-4:-2]), " ".join(words[-2:]))):
+            found = occupancy((int(arch[3]), int(arch[4])), block, registers, figures[(arch, cap)]["shared_bytes"])
+            assert shown.startswith(f"{round(found.occupancy * 100)}% "), (line, found)
+        figures[(arch, cap)]["best"] = best
+    for arch in ("sm_75", "sm_86"):  # one best per architecture: none spills where another does not
+        marked = [cap for (where, cap), f in figures.items() if where == arch and f["best"]]
+        assert len(marked) == 1, figures
+        spilled = {cap: bool(f["spill_stores"]) for (where, cap), f in figures.items() if where == arch}
+        assert not spilled[marked[0]] or all(spilled.values())
+    assert "how the figures moved between variants one field apart:" in out

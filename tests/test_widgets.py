@@ -962,3 +962,28 @@ def test_a_config_of_several_fields_is_shown_whole_in_the_list_and_the_compariso
     options = dict(zip(compare._options_values, compare.get_state()["_options_labels"]))
     assert options[plain.stages["cubin"].token].startswith("_halve (float32[:]) [sm_80] ")
     assert f"[{summaries['bounded']}]" in options[results["bounded"].stages["cubin"].token]
+
+
+def test_the_variants_section_gives_each_variants_occupancy_and_the_best(tmp_path):
+    from gpucache_ext import CompileConfig, samples
+    from gpucache_ext.occupancy import occupancy
+
+    matmul = samples.load(samples.MATMUL)["matmul"]
+    cache = KernelCache()
+    built = {cap: cache.compile(matmul, samples.MATMUL_SIG, CompileConfig(sm=86, max_registers=cap))
+             for cap in (None, 32, 16)}
+    inspector = widgets.Inspector(cache)
+    inspector.select("cubin", built[32].stages["cubin"].token)
+    view = inspector.variants_view.value
+    assert "theoretical (not speed)" in view
+    cells = re.findall(r'<tr data-arch="sm_86" data-token="([0-9a-f]+)"><td class="gpucache-best" '
+                       r'data-best="(true|false)">.*?</tr>', view)
+    assert len(cells) == 3 and [best for _, best in cells].count("true") == 1
+    for cap, result in built.items():
+        used = result.resources
+        for block in (128, 256, 512, 1024):
+            found = occupancy((8, 6), block, used["registers"], used["shared_bytes"])
+            row = view.split(f'data-token="{result.stages["cubin"].token}"', 1)[1].split("</tr>", 1)[0]
+            assert f'data-block="{block}" data-occupancy="{found.occupancy}"' in row, (cap, block)
+    best = next(token for token, flag in cells if flag == "true")
+    assert not built[16].stages["cubin"].token == best or not built[16].resources["spill_stores"]

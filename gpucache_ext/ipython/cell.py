@@ -19,7 +19,7 @@ from ..launch.decorators import decorator_form, device_function
 from ..launch.kernel import Kernel
 from ..options import explicit_options
 from .cell_errors import as_cell_error, cell_names
-from .report import CellReport, launch_line
+from .report import CellReport, VariantsTable, launch_line
 
 # ---------------------------------------------------------------------------
 # Running a cell
@@ -254,7 +254,36 @@ def run_cell(shell, cell, config, signatures, args, line=""):
         raise shown from exc
     finally:
         collecting[0] = False
-    return CellReport(results, explain=args.explain, bound=_bound_notes(namespace, context, results))
+    return CellReport(results, explain=args.explain, bound=_bound_notes(namespace, context, results),
+                      variants=_variants_tables(context))
+
+
+def _variants_tables(context: _CellContext) -> List[VariantsTable]:
+    """Per kernel of a sweep: its variants per architecture, with their
+    occupancy at the cell's --block sizes, the best marked, and how the
+    figures moved from the first variant."""
+    from ..queries import DEFAULT_BLOCKS, ResourceRow, resource_moves, variant_occupancy
+    from ..results import FatbinResult
+
+    tables = []
+    for kernel in context.kernels:
+        if len(kernel.sweep) < 2:
+            continue
+        rows, results = [], []
+        for variant in kernel.variants:
+            for result in variant.results.values():
+                results.append(result)
+                each = [result.per_target[sm] for sm in result.targets.sms] if isinstance(result, FatbinResult) \
+                    else [result]
+                rows += [ResourceRow.from_result(one) for one in each]
+        if not rows:
+            continue
+        blocks = kernel.blocks or DEFAULT_BLOCKS
+        title = (f"{kernel.__name__}: {len(kernel.sweep)} variants; occupancy at "
+                 f"{', '.join(map(str, blocks))} threads a block (theoretical: not speed), * the best per "
+                 "architecture")
+        tables.append(VariantsTable(title, rows, variant_occupancy(rows, blocks), resource_moves(rows), results))
+    return tables
 
 
 def _bound_notes(namespace, context: _CellContext, results) -> List[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 import math
-from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, NamedTuple, Optional
 
 from ..results import FatbinResult, Outcome, short_signature  # noqa: F401  (re-exported)
 from ..config import FOLLOW_FASTMATH, LAYERS, STAGES, summary_fields
@@ -265,13 +265,27 @@ def launch_line(result: CompileResult) -> Optional[str]:
             f"{format_seconds(result.seconds)}){': ' + why if why else ''}")
 
 
+class VariantsTable(NamedTuple):
+    """A sweep's variants of one kernel, as the report shows them."""
+
+    title: str
+    rows: list  # `gpucache_ext.queries.ResourceRow`, per variant and architecture
+    occupancy: object  # `gpucache_ext.queries.VariantOccupancy`
+    moves: list  # `gpucache_ext.queries.ResourceMove`, from the first variant
+    results: list  # the `CompileResult`s the rows come from
+
+
 class CellReport:
     """One row per kernel and signature compiled (or found) in a cell."""
 
     def __init__(self, results: Iterable[CompileResult], explain: bool = False,
                  audit_findings: Iterable = (), tiers: Iterable[TierInfo] = (),
-                 refused: Optional[Mapping[str, Mapping[str, int]]] = None, bound: Iterable[str] = ()):
+                 refused: Optional[Mapping[str, Mapping[str, int]]] = None, bound: Iterable[str] = (),
+                 variants: Iterable = ()):
         self.results: List[CompileResult] = list(results)
+        # a sweep's variants, a `VariantsTable` per kernel (its results get no per-architecture table)
+        self.variants: List[VariantsTable] = list(variants)
+        self._swept = {id(result) for table in self.variants for result in table.results}
         # what the cell bound that compiled nothing yet: "lazy_add: compiles at its first launch, ..."
         self.bound = list(bound)
         self.explain = explain
@@ -311,17 +325,23 @@ class CellReport:
         from ..queries import ResourceRow
 
         for result in self.results:
-            if isinstance(result, FatbinResult):
+            if isinstance(result, FatbinResult) and id(result) not in self._swept:
                 yield (f"{_kernel_name(result)} {short_signature(result.signature)} per architecture "
                        f"(fatbin {len(result.fatbin)} B)",
                        [ResourceRow.from_result(result.per_target[sm]) for sm in result.targets.sms])
 
     def _architectures_text(self) -> List[str]:
-        from ..views import resources_table_text
+        from ..views import resource_moves_text, resources_table_text
 
         lines = []
         for title, rows in self._per_architecture():
             lines += ["", title + ":", *("  " + line for line in resources_table_text(rows).splitlines())]
+        for title, rows, occupancy, moves, _ in self.variants:
+            lines += ["", title + ":", *("  " + line for line in resources_table_text(rows, occupancy).splitlines())]
+            moved = resource_moves_text(moves)
+            if moved:
+                lines += ["  how the figures moved between variants one field apart:",
+                          *("    " + line for line in moved.splitlines())]
         return lines
 
     def _findings_text(self) -> List[str]:
@@ -462,6 +482,13 @@ class CellReport:
 
             table += (f'<p class="gpucache-arch-title">{html.escape(title)}</p>'
                       + resources_table_html(arch_rows))
+        for title, variant_rows, occupancy, moves, _ in self.variants:
+            from ..views import resource_moves_html, resources_table_html
+
+            table += (f'<div class="gpucache-variants"><p class="gpucache-arch-title">{html.escape(title)}</p>'
+                      + resources_table_html(variant_rows, occupancy)
+                      + "<p>How the figures moved between variants one field apart:</p>"
+                      + resource_moves_html(moves) + "</div>")
         if self.explain:
             table += "<pre>" + html.escape("\n".join(self._explanations_text())) + "</pre>"
         return table + bound_html + findings

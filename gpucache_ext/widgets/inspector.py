@@ -55,7 +55,7 @@ import ipywidgets as W
 
 from ..config import LAYERS
 from ..queries import (COMPARED_STAGES, Sources, built_from, comparable_entries, compare_entries, fatbin_rows,
-                       nearest_entry, resource_moves, resource_rows)
+                       nearest_entry, resource_moves, resource_rows, variant_occupancy)
 from ..units import format_seconds
 from ..toolchain.sass import Sass, SassUnavailable, disassembly
 from ..history import CellHistory
@@ -120,7 +120,7 @@ def variants_html(cache, kernel: str, label: Optional[str] = None, source: Optio
         rows = [row for row in rows if row.source == source]
     if len(rows) < 2:
         return ""
-    return resource_variants_html(label or short_kernel(kernel), rows, resource_moves(rows))
+    return resource_variants_html(label or short_kernel(kernel), rows, resource_moves(rows), variant_occupancy(rows))
 
 
 def snapshot(cache, history: Optional[CellHistory] = None, sources: Optional[Sources] = None) -> CacheSnapshot:
