@@ -136,6 +136,9 @@ STYLE = """<style>
 /* Two entries' code side by side (the "compare with" view) */
 .gpucache-compare-view { overflow-x: auto; max-width: 100%; }
 .gpucache-variants { overflow-x: auto; max-width: 100%; }  /* a narrow view scrolls the variants' table */
+/* figures stay whole ("9.3 KiB", "100% warps"); a config breaks between its fields only */
+.gpucache-resource-variants th, .gpucache-resource-variants td { white-space: nowrap; }
+.gpucache-resource-variants td.gpucache-text { white-space: normal; }
 .gpucache-table-scroll { overflow-x: auto; max-width: 100%; }  /* a wide table scrolls in a narrow view */
 /* two halves of one width; a long line wraps in its half */
 .gpucache-side-by-side { table-layout: fixed; width: 100%; min-width: 720px; }

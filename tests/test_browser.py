@@ -1101,7 +1101,56 @@ def test_per_architecture_resources_in_the_inspector_screenshot(lab, tmp_path, c
         assert shot.stat().st_size < 600 * 1024
     finally:
         page.close()
+    _publish(shot, capsys, f"moves: {moves}")
+
+
+def _publish(shot: Path, capsys, note: str = "") -> None:
+    """Print where a screenshot is; with GPUCACHE_UPDATE_DOCS=1, copy it to docs/ under its name."""
     if os.environ.get("GPUCACHE_UPDATE_DOCS"):
-        shutil.copy(shot, ROOT / "docs" / "inspector-fatbin.png")
+        shutil.copy(shot, ROOT / "docs" / shot.name)
     with capsys.disabled():
-        print(f"\nscreenshot: {shot}\nmoves: {moves}")
+        print(f"\nscreenshot: {shot}" + (f"\n{note}" if note else ""))
+
+
+@pytest.mark.slow
+def test_the_tuning_notebooks_variants_in_the_inspector_screenshot(lab, tmp_path, capsys):
+    """notebooks/tuning.ipynb in JupyterLab: its inspector, a cubin of the
+    sweep selected, shows the variants with their occupancy at the common
+    block sizes, one best per architecture; docs/inspector-variants.png
+    (written with GPUCACHE_UPDATE_DOCS=1)."""
+    shutil.copy(ROOT / "notebooks" / "tuning.ipynb", lab.server.root / "tuning.ipynb")
+    page = lab.browser.new_page(viewport={"width": 1400, "height": 3000})
+    page.set_default_timeout(PAGE_S * 1000)
+    try:
+        with _shot_on_failure(page, lab.folder, "tuning"):
+            # (a workspace of its own, empty: the quickstart's tab is not opened again)
+            page.goto(f"{lab.server.url}/lab/workspaces/tuning/tree/tuning.ipynb?reset&token={lab.server.token}",
+                      wait_until="domcontentloaded", timeout=PAGE_S * 1000)
+            page.wait_for_function(KERNEL_IDLE, timeout=PAGE_S * 1000, polling=250)
+            lab.server.note_kernels()
+            page.evaluate(RUN_ALL)
+            page.wait_for_function(ALL_RAN, timeout=RUN_ALL_S * 1000, polling=500)
+            assert page.evaluate(ERRORS) == []
+            inspector = page.locator(".gpucache-inspector").first
+            inspector.wait_for(state="visible", timeout=ACTION_S * 1000)
+            select = inspector.locator(".gpucache-entries select")
+            labels = [t.replace("\u00a0", " ") for t in select.locator("option").all_inner_texts()]
+            index = next(i for i, text in enumerate(labels) if " cubin " in text and "sm_86" in text)
+            select.select_option(index=index)
+            section = inspector.locator(".gpucache-variants")
+            section.locator("table.gpucache-resource-variants").wait_for(timeout=ACTION_S * 1000)
+            rows = page.evaluate("""() => [...document.querySelectorAll(
+                '.gpucache-inspector .gpucache-variants table.gpucache-resource-variants tbody tr')].map(r => ({
+                  arch: r.dataset.arch, best: r.querySelector('td.gpucache-best').dataset.best === 'true',
+                  occupancy: [...r.querySelectorAll('td[data-block]')].map(c => [Number(c.dataset.block),
+                                                                               Number(c.dataset.occupancy)])}))""")
+            # the version selected: its variants on each architecture
+            assert {row["arch"] for row in rows} == {"sm_80", "sm_86", "sm_90"} and len(rows) == 18, rows
+            assert sum(row["best"] for row in rows) == 3
+            assert all([block for block, _ in row["occupancy"]] == [128, 256, 512, 1024] for row in rows)
+            assert all(0 < share <= 1 for row in rows for _, share in row["occupancy"])
+            shot = tmp_path / "inspector-variants.png"
+            section.screenshot(path=str(shot), animations="disabled", caret="hide", timeout=ACTION_S * 1000)
+    finally:
+        page.close()
+    _publish(shot, capsys)

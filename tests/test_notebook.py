@@ -297,3 +297,32 @@ def test_a_tuning_session_says_what_changed_across_launches_and_a_restart(user_e
     assert len(launched) == 1 and "entry was cleared from the disk tier" in launched[0], again[3]
     assert "[0.0, 3.0, 6.0, 9.0]" in again[3]
     assert again[4].strip().splitlines()[-1] == "['scale_k']"
+
+
+# -- the tuning notebook: a sweep and its variants table --------------------------
+
+TUNING = ROOT / "notebooks" / "tuning.ipynb"
+
+
+@pytest.mark.slow  # a Jupyter kernel
+def test_the_tuning_notebook_sweeps_18_variants_and_shows_their_table(user_env):
+    """notebooks/tuning.ipynb: 3 targets x 3 register caps x fast math off
+    and on compile typing once, llvm per fast math value, ptx per target and
+    value, a cubin each; the table has a row per variant and architecture
+    with its occupancy, one best per architecture; use() compiles nothing."""
+    notebook = quickstart.run(TUNING)
+    texts = [outputs_text(cell) for cell in notebook.cells if cell.cell_type == "code"]
+    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors
+    sweep = next(text for text in texts if "variants; occupancy at" in text)
+    assert "matmul: 6 variants; occupancy at 128, 256, 512 threads a block" in sweep
+    table = sweep.split("the best per architecture:", 1)[1].split("how the figures moved", 1)[0]
+    rows = [line for line in table.splitlines()[2:] if line.strip()]
+    assert len(rows) == 18 and sum(line.strip().startswith("*") for line in rows) == 3, table
+    assert {line.replace("*", " ").split()[0] for line in rows} == {"sm_80", "sm_86", "sm_90"}
+    assert all(re.search(r"\d+% (warps|regs|smem|blocks)\s+\d+% \w+\s+\d+% \w+$", line) for line in rows), table
+    stats = stats_table(texts[-1])
+    assert {stage: stats[stage][None][1] for stage in STAGES} == {"typing": 1, "llvm": 2, "ptx": 6, "cubin": 18}
+    assert "compiled by use(): 0" in "\n".join(texts)
+    assert "bound: sm_80,86,90 +ptx 80 fastmath=True max_registers=32" in "\n".join(texts)
+    assert "matches NumPy: True" in "\n".join(texts)
