@@ -148,6 +148,7 @@ class KernelCache:
         self._stats = {s: _StageCounters() for s in LAYERS}
         self._tier_hits = {s: {} for s in LAYERS}
         self._origins: "OrderedDict[str, _Origin]" = OrderedDict()  # any stage's token -> its inputs
+        self._notes: Dict[str, dict] = {}  # (`note`, `file_note`)
         self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
         self._misses = deque(maxlen=256)
         # (stage, token) -> why a tier refused its entry, until the stage is compiled again
@@ -602,6 +603,29 @@ class KernelCache:
                                        _identity=origin.identity)
         return self._compile_one(origin.identity.pyfunc, origin.argtypes, origin.config, origin.link, True,
                                  None, why, identity=origin.identity)
+
+    def note(self, key: str) -> Optional[dict]:
+        """The note filed under `key` (`file_note`): this process's, else the
+        first persistent tier's that holds one (a new process finds it)."""
+        with self._lock:
+            found = self._notes.get(key)
+        if found is not None:
+            return dict(found)
+        for tier in self.tiers:
+            found = tier.get_note(key)
+            if found is not None:
+                with self._lock:
+                    self._notes[key] = found
+                return dict(found)
+        return None
+
+    def file_note(self, key: str, note: dict) -> None:
+        """File a small JSON-able record (a tuned choice: `Kernel.tune`) under
+        `key` in memory and every persistent tier, signed as entries are."""
+        with self._lock:
+            self._notes[key] = dict(note)
+        for tier in self.tiers:
+            tier.put_note(key, note)
 
     def recompile_problem(self, token: str) -> Optional[str]:
         """Why `recompile(token)` cannot rebuild that entry's own inputs, or

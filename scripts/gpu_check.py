@@ -190,6 +190,23 @@ def time_launches(sm, lines, runs=5):
     lines.append(f"| ratio | {cold_ms / warm_ms:.1f}x |")
 
 
+def tune_sweep(sm, lines):
+    """Kernel.tune over 3 variants x 3 block sizes of axpy on device arrays:
+    each pair's median time, and the one bound."""
+    base = CompileConfig(sm=sm)
+    kernel = Kernel(axpy, [AXPY_SIG], base, KernelCache(),
+                    variants=[base, base.replace(max_registers=32), base.replace(fastmath=True)])
+    x = cuda.to_device(np.arange(1 << 22, dtype=np.float32))
+    r = cuda.device_array(1 << 22, np.float32)
+    result = kernel.tune(r, np.float32(2.0), x, x, blocks=(128, 256, 512), runs=7)
+    lines += ["| variant | block | median |", "|---|---|---|"]
+    lines += [f"| {config} | {block} | {ms:.3f} ms |" for config, block, ms in result.table]
+    lines += ["", f"Bound: {result}"]
+    return _report(lines, "tune() timed every variant and bound the fastest",
+                   result.measured and min(result.table, key=lambda row: row[2])[:2]
+                   == (result.config.summary(), result.block))
+
+
 def _report(lines, name, passed):
     lines.append(f"- {'PASS' if passed else 'FAIL'}: {name}")
     return bool(passed)
@@ -215,6 +232,8 @@ def main():
     ok &= check_fatbins(device, lines)
     lines += ["", "## Launch forms: numba-cuda, gpucache_ext.jit and %%gpukernel", ""]
     ok &= check_launch_forms(lines)
+    lines += ["", "## Tuning a sweep: Kernel.tune on the GPU", ""]
+    ok &= tune_sweep(sm, lines)
     lines += ["", "## Launch time (median of 5)", "", "| launch | time |", "|---|---|"]
     time_launches(sm, lines)
     lines += ["", "## Not checked on this machine", ""]

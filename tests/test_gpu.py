@@ -99,3 +99,25 @@ def test_a_fatbin_loads_and_the_driver_picks_the_cubin_or_compiles_the_ptx(sm):
     alone = Kernel(kernels.copy, [kernels.COPY_SIG], CompileConfig(), cache, targets=Targets(older, ptx="none"))
     with pytest.raises(LaunchError, match=f"add {sm}"):
         alone[1, 32](np.zeros(32, np.float32), np.zeros(32, np.float32))
+
+
+def test_tune_times_every_variant_and_block_and_binds_the_fastest(sm, tmp_path):
+    from numba import cuda
+
+    base = CompileConfig(sm=sm)
+    cache = KernelCache(directory=tmp_path)
+    kernel = Kernel(kernels.copy, [kernels.COPY_SIG], base, cache,
+                    variants=[base, base.replace(max_registers=32), base.replace(fastmath=True)])
+    x = cuda.to_device(np.arange(1 << 20, dtype=np.float32))
+    r = cuda.device_array(1 << 20, np.float32)
+    result = kernel.tune(r, x, blocks=(128, 256, 512), runs=5)
+    assert result.measured and not result.remembered and len(result.table) == 9
+    assert all(ms > 0 for _, _, ms in result.table)
+    fastest = min(result.table, key=lambda row: row[2])
+    assert (result.config.summary(), result.block) == fastest[:2] and kernel.config == result.config
+    kernel[result.grid, result.block](r, x)
+    np.testing.assert_allclose(r.copy_to_host(), np.arange(1 << 20) + kernels.OFFSETS[0])
+    again = Kernel(kernels.copy, [kernels.COPY_SIG], base, KernelCache(directory=tmp_path),
+                   variants=[base, base.replace(max_registers=32), base.replace(fastmath=True)])
+    reused = again.tune(r, x, blocks=(128, 256, 512))
+    assert reused.remembered and (reused.config, reused.block) == (result.config, result.block)

@@ -166,3 +166,24 @@ def test_a_password_in_the_url_is_never_shown():
     assert all("hunter2" not in m and ":***@127.0.0.1:1" in m for m in messages), messages
     shown = [info.location for info in cache.tier_info() + refused.tier_info()] + [repr(cache.tiers[0])]
     assert all("hunter2" not in text and "***" in text for text in shown), shown
+
+
+def test_notes_are_shared_signed_and_bound_to_their_key(redis_server, tmp_path):
+    """A tuned choice filed in one cache is found by another (the shared and
+    the disk tier); a note signed with another secret, tampered with or
+    copied under another key is not."""
+    import redis
+
+    note = {"config": "sm_90 max_registers=32", "block": 256}
+    KernelCache(directory=tmp_path, redis_url=redis_server.url, secret="team").file_note("k1", note)
+    assert KernelCache(redis_url=redis_server.url, secret="team").note("k1") == note  # the shared tier
+    assert KernelCache(directory=tmp_path, secret="team").note("k1") == note  # the disk tier
+    assert KernelCache(redis_url=redis_server.url, secret="other").note("k1") is None
+    client = redis.Redis.from_url(redis_server.url)
+    tier = RedisTier(redis_server.url, secret="team")
+    client.set(tier.key("notes", "k2"), client.get(tier.key("notes", "k1")))  # copied under another key
+    assert KernelCache(redis_url=redis_server.url, secret="team").note("k2") is None
+    data = bytearray(client.get(tier.key("notes", "k1")))
+    data[-5] ^= 0xFF
+    client.set(tier.key("notes", "k1"), bytes(data))
+    assert KernelCache(redis_url=redis_server.url, secret="team").note("k1") is None

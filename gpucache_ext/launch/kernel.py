@@ -352,6 +352,10 @@ class Kernel(CUDADispatcher):
             listed = "; ".join(config.summary() for config in self.sweep)
             raise ConfigError(f"{self.__name__} has no variant {wanted.summary()}; its variants: {listed} "
                               "(compile more by listing values in the cell's flags, e.g. --max-registers 32,64)")
+        return self._bind(chosen)
+
+    def _bind(self, chosen: CompileConfig) -> "Kernel":
+        """Make `chosen` (one of `sweep`) the variant launches use."""
         with self._lock:
             if chosen == self.config:
                 return self
@@ -365,6 +369,39 @@ class Kernel(CUDADispatcher):
             if self.declared:
                 self.compile_declared()
         return self
+
+    def tune(self, *args, blocks=None, grid=None, runs: int = 5, warmup: int = 1, signature=None,
+             force: bool = False):
+        """Choose the variant and block size for these arguments, and bind it.
+
+        Every variant of the sweep (``--max-registers 32,64 --fastmath off,on``)
+        at every size of `blocks` (default: the cell's ``--block``, else 128 to
+        1024; a tuple for 2D blocks); `grid`: the grid, or a function of the
+        block size (default: enough blocks to cover the largest array
+        argument once).  On a GPU each pair is launched on `args` and timed
+        with CUDA events (`warmup` launches, then the median of `runs`); the
+        fastest is bound and filed in the cache for this device, these
+        argument types and shapes and these variants' cubins, so a new
+        process reuses it (`force`: time again).  Pass device arrays: host
+        arrays are copied at every launch, and the copies are timed too.
+        Without a GPU nothing is timed: the variants are ranked by
+        theoretical occupancy, which is not speed, and the result says so.
+        Returns a `gpucache_ext.launch.tuning.TuneResult`."""
+        from .tuning import tune
+
+        return tune(self, args, blocks=blocks, grid=grid, runs=runs, warmup=warmup, signature=signature,
+                    force=force)
+
+    def _tuning_signature(self, args, signature) -> Tuple:
+        """The argument types `tune` compiles the variants for."""
+        if signature is not None:
+            return normalize_signature(signature)
+        if len(self.declared) == 1:
+            return self.declared[0]
+        if self.declared:
+            raise LaunchError(f"{self.__name__} has {len(self.declared)} signatures; give the one to tune for: "
+                              f"{self.__name__}.tune(..., signature={short_signature(self.declared[0])!r})")
+        return tuple(self.typeof_pyval(arg) for arg in args)
 
     def _load(self, argtypes) -> CachedKernel:
         """numba asks its cache for a variant (`_CacheSource`): compile it

@@ -49,7 +49,7 @@ from .codec import (FORMAT_VERSION, OK, PERSISTENT_STAGES, PREVIOUS_SECRET, BadE
 from ..errors import SecurityWarning, TierWarning
 from .fsutil import write_atomically
 from .signing import HEAD_BYTES, Keyring, accepted, signature_length, strip
-from .tiers import DROPPED, Entry, Lookup, Tier
+from .tiers import DROPPED, Entry, Lookup, Tier, open_note, seal_note
 from ..toolchain import sign_memo
 
 log = logging.getLogger(__name__)
@@ -236,6 +236,24 @@ class DiskTier(Tier):
     def clear(self, stage: str) -> None:
         for path in list(self._files(stage)):
             self._remove(stage, path, "cleared")
+
+    def _note_path(self, key: str) -> Path:
+        return self.root / "notes" / key[:2] / f"{key}.json"
+
+    def get_note(self, key: str) -> Optional[dict]:
+        try:
+            data = self._note_path(key).read_bytes()
+        except OSError:
+            return None
+        return open_note(self.keyring, key, data)
+
+    def put_note(self, key: str, note: dict) -> None:
+        if not self.writable:
+            return
+        try:
+            write_atomically(self._note_path(key), seal_note(self.keyring, key, note), _TEMP_PREFIX)
+        except OSError as exc:  # (a note only saves time: the cache goes on without it)
+            log.info("could not file the note %s in %s: %s", key[:12], self.directory, exc)
 
     def dropped(self, stage: str, token: str) -> Optional[Tuple[str, float]]:
         """Why and when the entry was dropped, from the folder's drop log:

@@ -36,7 +36,7 @@ from . import settings
 from .codec import PERSISTENT_STAGES, FORMAT_VERSION, BadEntry, decode, encode, header_entry
 from ..errors import GpuCacheError, TierWarning
 from .signing import HEAD_BYTES, Keyring, Rejected
-from .tiers import Entry, Lookup, Tier
+from .tiers import Entry, Lookup, Tier, open_note, seal_note
 
 _LIST_LIMIT = 10_000
 
@@ -169,6 +169,13 @@ class RedisTier(Tier):
 
     def delete(self, stage: str, token: str) -> bool:
         return bool(self._call(lambda: self.client.delete(self.key(stage, token)), 0))
+
+    def get_note(self, key: str) -> Optional[dict]:
+        return open_note(self.keyring, key, self._call(lambda: self.client.get(self.key("notes", key))))
+
+    def put_note(self, key: str, note: dict) -> None:
+        data = seal_note(self.keyring, key, note)
+        self._call(lambda: self.client.set(self.key("notes", key), data, ex=self.ttl))
 
     def clear(self, stage: str) -> None:
         def clear_all():

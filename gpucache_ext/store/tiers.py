@@ -11,6 +11,8 @@ shared) share the `Tier` interface.
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
@@ -19,6 +21,8 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 from .. import targets
 from .signing import PREVIOUS, Keyring, Rejected
 from ..tokens import Component
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -117,6 +121,27 @@ DROPPED = {"cleared": "cleared", "evicted": "evicted", "pruned": "pruned (over i
            "damaged": "removed (damaged)"}
 
 
+def seal_note(keyring, key: str, note: dict) -> bytes:
+    """A note as a tier stores it: JSON naming its key, signed as an entry is."""
+    return keyring.sign(json.dumps({"key": key, "note": note}, sort_keys=True).encode())
+
+
+def open_note(keyring, key: str, data: Optional[bytes]) -> Optional[dict]:
+    """The note in stored `data`, or None: absent, refused by the keyring, not
+    JSON, or filed under another key (a note copied to another key says nothing)."""
+    if data is None:
+        return None
+    try:
+        body, _ = keyring.open(data)
+        stored = json.loads(body)
+    except Exception:  # (refused or damaged: as absent)
+        log.info("a note under %s was refused or is damaged", key[:12], exc_info=True)
+        return None
+    if not isinstance(stored, dict) or stored.get("key") != key or not isinstance(stored.get("note"), dict):
+        return None
+    return stored["note"]
+
+
 class Tier:
     """A persistent tier (disk, shared store): holds some stages' entries by token.
 
@@ -128,6 +153,14 @@ class Tier:
     name: str = "tier"
     stages: Tuple[str, ...] = ()
     keyring = None  # a `gpucache_ext.store.signing.Keyring`: signs and checks entries
+
+    # -- notes: small JSON records (a tuned choice), by key, signed as entries are
+    def get_note(self, key: str) -> Optional[dict]:
+        """The note filed under `key` (`put_note`), if this tier keeps notes and holds one it accepts."""
+        return None
+
+    def put_note(self, key: str, note: dict) -> None:
+        """File `note` (JSON-able) under `key`; tiers that keep no notes drop it."""
 
     def dropped(self, stage: str, token: str) -> Optional[Tuple[str, float]]:
         """Why and when this tier dropped the entry `token` of `stage`
