@@ -306,7 +306,7 @@ TUNING = ROOT / "notebooks" / "tuning.ipynb"
 
 @pytest.mark.slow  # a Jupyter kernel
 def test_the_tuning_notebook_sweeps_18_variants_and_shows_their_table(user_env):
-    """notebooks/tuning.ipynb: 3 targets x 3 register caps x fast math off
+    """notebooks/tuning.ipynb: a GELU over 3 targets x 3 register caps x fast math off
     and on compile typing once, llvm per fast math value, ptx per target and
     value, a cubin each; the table has a row per variant and architecture
     with its occupancy, one best per architecture; use() compiles nothing."""
@@ -315,7 +315,7 @@ def test_the_tuning_notebook_sweeps_18_variants_and_shows_their_table(user_env):
     errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
     sweep = next(text for text in texts if "variants; occupancy at" in text)
-    assert "matmul: 6 variants; occupancy at 128, 256, 512 threads a block" in sweep
+    assert "gelu_bias: 6 variants; occupancy at 128, 256, 512 threads a block" in sweep
     table = sweep.split("the best per architecture:", 1)[1].split("how the figures moved", 1)[0]
     rows = [line for line in table.splitlines()[2:] if line.strip()]
     assert len(rows) == 18 and sum(line.strip().startswith("*") for line in rows) == 3, table
