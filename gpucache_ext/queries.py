@@ -468,11 +468,14 @@ class VariantOccupancy:
     blocks: Tuple[int, ...]
     by_row: Mapping[str, Tuple[Any, ...]]  # cubin token -> an `Occupancy` per block (None: no such launch)
     best: frozenset  # the cubin tokens marked best: per architecture and signature
+    dynamic_shared: int = 0  # bytes of dynamic shared memory a block is launched with
 
 
-def variant_occupancy(rows: Iterable[ResourceRow], blocks: Sequence[int] = DEFAULT_BLOCKS) -> VariantOccupancy:
+def variant_occupancy(rows: Iterable[ResourceRow], blocks: Sequence[int] = DEFAULT_BLOCKS,
+                      dynamic_shared: int = 0) -> VariantOccupancy:
     """Each row's occupancy at each of `blocks` (static shared memory as its
-    link log says; none above a launch bound the variant was built with),
+    link log says, plus `dynamic_shared` a block; none above a launch bound
+    the variant was built with),
     and per architecture and signature the best: no spills before spills,
     then the highest occupancy at any of the block sizes, then the fewest
     registers, then the smallest cubin.  Occupancy is not speed
@@ -488,7 +491,8 @@ def variant_occupancy(rows: Iterable[ResourceRow], blocks: Sequence[int] = DEFAU
         for block in blocks:
             try:
                 found.append(None if bounds and block > bounds[0] else
-                             occupancy(_sm_number(row.arch), block, row.registers, row.shared_bytes))
+                             occupancy(_sm_number(row.arch), block, row.registers, row.shared_bytes,
+                                       dynamic_shared))
             except OccupancyError:
                 found.append(None)  # (an architecture the calculator does not know)
         by_row[row.token] = tuple(found)
@@ -505,7 +509,7 @@ def variant_occupancy(rows: Iterable[ResourceRow], blocks: Sequence[int] = DEFAU
     for group in groups.values():
         if len(group) > 1:
             best.add(min(group, key=rank).token)
-    return VariantOccupancy(blocks, by_row, frozenset(best))
+    return VariantOccupancy(blocks, by_row, frozenset(best), dynamic_shared)
 
 
 def _tuples(value):

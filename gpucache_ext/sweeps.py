@@ -65,11 +65,25 @@ def _block(item: str) -> int:
     return value
 
 
+def _bytes(item: str) -> int:
+    units = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024}
+    number = item.rstrip("kKiIbB")
+    unit = item[len(number):].lower()
+    try:
+        value = int(number) * units[unit]
+    except (ValueError, KeyError):
+        raise ValueError("is no size in bytes (4096, or 4K)") from None
+    if not 0 <= value <= 256 * 1024:
+        raise ValueError("is out of range: a block has at most 256 KiB of shared memory on any GPU")
+    return value
+
+
 _PARSERS: Dict[str, Tuple[Callable[[str], object], str]] = {
     "opt": (_opt, "--opt 2,3"),
     "fastmath": (_switch, "--fastmath off,on (or --fastmath alone: on)"),
     "max_registers": (_registers, "--max-registers 32,64,none"),
     "block": (_block, "--block 128,256,512"),
+    "dynamic_shared": (_bytes, "--dynamic-shared 4K"),
 }
 
 

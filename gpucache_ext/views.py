@@ -1006,6 +1006,8 @@ def _variant_cells(row) -> Dict[str, str]:
 
 def _cells(row, occupancy) -> Dict[str, str]:
     cells = _variant_cells(row)
+    if occupancy is not None and occupancy.dynamic_shared:  # static + per-block dynamic
+        cells["shared"] += f" + {format_bytes(occupancy.dynamic_shared)} dyn"
     if occupancy is not None:
         cells["best"] = "*" if row.token in occupancy.best else ""
         for block, found in zip(occupancy.blocks, occupancy.by_row.get(row.token, ())):

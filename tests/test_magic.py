@@ -246,6 +246,9 @@ def test_kernel_inspection(ip):
         ("--opt 2,9", "--opt 2,9: '9' is no optimisation level"),
         ("--block 128,2000", "--block 128,2000: '2000' is out of range: a block has 1 to 1024 threads"),
         ("--block x", "--block x: 'x' is no number of threads"),
+        ("--dynamic-shared 1M", "--dynamic-shared 1M: '1M' is no size in bytes"),
+        ("--dynamic-shared 300K", "is out of range: a block has at most 256 KiB of shared memory"),
+        ("--dynamic-shared 4K,8K", "--dynamic-shared 4K,8K: give one size"),
         ("--launch-bounds 12x", "--launch-bounds 12x"),
         ("--sig 'void(nonsense[:])'", "--sig"),
         ("--bogus", "unrecognized arguments: --bogus"),
@@ -732,3 +735,22 @@ def test_a_sweeps_variants_table_gives_occupancy_per_architecture_and_marks_the_
         spilled = {cap: bool(f["spill_stores"]) for (where, cap), f in figures.items() if where == arch}
         assert not spilled[marked[0]] or all(spilled.values())
     assert "how the figures moved between variants one field apart:" in out
+
+
+def test_dynamic_shared_memory_counts_in_the_variants_occupancy(ip, capsys):
+    from gpucache_ext.occupancy import occupancy
+
+    capsys.readouterr()
+    cell(ip, "--sm 86 --max-registers none,32 --block 256 --dynamic-shared 48K", SWEEP_KERNEL)
+    out = capsys.readouterr().out
+    assert "occupancy at 256 threads a block with 49152 B dynamic shared memory" in out
+    kernel = ip.user_ns["act"]
+    assert kernel.dynamic_shared == 48 * 1024
+    rows = [line for line in out.split("the best per architecture:", 1)[1].splitlines()[2:4]]
+    for line, variant in zip(rows, kernel.variants):
+        (result,) = variant.results.values()
+        used = result.resources
+        found = occupancy((8, 6), 256, used["registers"], used["shared_bytes"], 48 * 1024)
+        assert "0 B + 48.0 KiB dyn" in line and line.rstrip().endswith(
+            f"{round(found.occupancy * 100)}% {'smem' if found.limited_by == 'shared memory' else found.limited_by}")
+    assert found.limited_by == "shared memory"  # (what the 48 KiB a block does to an sm_86 SM)

@@ -51,7 +51,8 @@ class _CellContext:
                         simulate=self.args.simulate, on_compile=self.collect, force=self.args.force,
                         audit=True if self.args.audit else None, targets=getattr(self.args, "targets", None),
                         pinned=self.args.sm is not None or getattr(self.args, "targets", None) is not None,
-                        variants=getattr(self.args, "variants", ()), blocks=getattr(self.args, "blocks", ()))
+                        variants=getattr(self.args, "variants", ()), blocks=getattr(self.args, "blocks", ()),
+                        dynamic_shared=getattr(self.args, "dynamic", 0))
         self.kernels.append(kernel)
         if sigs:  # signatures in the decorator: compiled where it runs, as numba does
             kernel.compile_declared()
@@ -280,9 +281,11 @@ def _variants_tables(context: _CellContext) -> List[VariantsTable]:
             continue
         blocks = kernel.blocks or DEFAULT_BLOCKS
         title = (f"{kernel.__name__}: {len(kernel.sweep)} variants; occupancy at "
-                 f"{', '.join(map(str, blocks))} threads a block (theoretical: not speed), * the best per "
-                 "architecture")
-        tables.append(VariantsTable(title, rows, variant_occupancy(rows, blocks), resource_moves(rows), results))
+                 f"{', '.join(map(str, blocks))} threads a block"
+                 + (f" with {kernel.dynamic_shared} B dynamic shared memory" if kernel.dynamic_shared else "")
+                 + " (theoretical: not speed), * the best per architecture")
+        tables.append(VariantsTable(title, rows, variant_occupancy(rows, blocks, kernel.dynamic_shared),
+                                    resource_moves(rows), results))
     return tables
 
 

@@ -167,6 +167,8 @@ class GpuCacheMagics(Magics):
               help="register limit per thread (1-255); several (32,64,none): a variant each")
     @argument("--block", metavar="N[,N...]",
               help="block sizes (threads) whose occupancy the report shows, e.g. 128,256,512")
+    @argument("--dynamic-shared", metavar="BYTES",
+              help="dynamic shared memory a block is launched with (4096 or 4K), for occupancy")
     @argument("--launch-bounds", metavar="T[,B[,C]]",
               help="max threads per block[, min blocks per SM[, max blocks per cluster]]")
     @argument("--lto", action="store_true", help="link-time optimisation (LTO-IR through nvJitLink)")
@@ -217,6 +219,11 @@ class GpuCacheMagics(Magics):
                 ("opt", args.opt), ("fastmath", args.fastmath), ("max_registers", args.max_registers))
                 if given is not None}
             args.blocks = parse_values("block", args.block) if args.block is not None else ()
+            dynamic = parse_values("dynamic_shared", args.dynamic_shared) if args.dynamic_shared else (0,)
+            if len(dynamic) > 1:
+                raise ValueError(f"--dynamic-shared {args.dynamic_shared}: give one size (the kernel's launches "
+                                 "use one)")
+            args.dynamic = dynamic[0]
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         first = {field: values[0] for field, values in swept.items()}

@@ -253,7 +253,8 @@ class Kernel(CUDADispatcher):
                  cache: Optional[KernelCache] = None, options: Optional[Dict[str, Any]] = None,
                  simulate: bool = False, on_compile: Optional[Callable[[CompileResult], None]] = None,
                  force: bool = False, audit: Optional[bool] = None, targets=None, pinned: Optional[bool] = None,
-                 specialized: bool = False, variants: Sequence[CompileConfig] = (), blocks: Sequence[int] = ()):
+                 specialized: bool = False, variants: Sequence[CompileConfig] = (), blocks: Sequence[int] = (),
+                 dynamic_shared: int = 0):
         py_func = python_function(func)
         self.options = dict(options or {})
         self.pinned = (config is not None or targets is not None) if pinned is None else pinned
@@ -284,6 +285,7 @@ class Kernel(CUDADispatcher):
         self.sweep: Tuple[CompileConfig, ...] = tuple(dict.fromkeys([self.config, *sweep]))
         self._variant_results: Dict[CompileConfig, Dict[Tuple, CompileResult]] = {}
         self.blocks: Tuple[int, ...] = tuple(blocks)  # the block sizes whose occupancy the report shows
+        self.dynamic_shared = dynamic_shared  # the dynamic shared memory a launch gives a block (occupancy, tune)
         self._generation = -1  # refresh_all's count when the variants were last checked
         self._forced = set()
         self._simulated = None

@@ -85,7 +85,7 @@ def _ranked(kernel, results, blocks, grid_of) -> TuneResult:
     """No GPU: the variant and block with the highest theoretical occupancy
     (no spills first, then fewer registers, then the block given first)."""
     rows = {config: _row(result) for config, result in results.items()}
-    found = variant_occupancy(list(rows.values()), tuple(threads(block) for block in blocks))
+    found = variant_occupancy(list(rows.values()), tuple(threads(block) for block in blocks), kernel.dynamic_shared)
     table, best, best_key = [], None, None
     for order, (config, row) in enumerate(rows.items()):
         for position, (block, share) in enumerate(zip(blocks, found.by_row[row.token])):
@@ -132,7 +132,7 @@ def _timed(kernel, args, argtypes, results, blocks, grid_of, runs, warmup, force
     for config in results:
         kernel._bind(config)
         for block in blocks:
-            launch = kernel[grid_of(block), block]
+            launch = kernel[grid_of(block), block, 0, kernel.dynamic_shared]
             for _ in range(warmup):
                 launch(*args)
             cuda.synchronize()
