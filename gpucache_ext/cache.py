@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import threading
@@ -67,7 +68,7 @@ _SNAPSHOT_BYTES = 256 << 20
 class _Origin(NamedTuple):
     """The inputs of the compile that produced an entry, as it hashed them."""
 
-    identity: object  # the `SourceIdentity` snapshot (what `rebind` compiles)
+    snapshot: int  # its `SourceIdentity` (what `rebind` compiles) in `KernelCache._snapshots`, while held
     argtypes: tuple
     config: CompileConfig
     link: tuple
@@ -148,6 +149,11 @@ class KernelCache:
         self._stats = {s: _StageCounters() for s in LAYERS}
         self._tier_hits = {s: {} for s in LAYERS}
         self._origins: "OrderedDict[str, _Origin]" = OrderedDict()  # any stage's token -> its inputs
+        # the snapshots origins name, the latest held (`_hold`), with their array copies' bytes
+        self._snapshots: "OrderedDict[int, Any]" = OrderedDict()
+        self._snapshot_keys: Dict[int, int] = {}  # id of a held snapshot -> its key
+        self._snapshot_bytes = 0
+        self._snapshot_count = itertools.count()
         self._notes: Dict[str, dict] = {}  # (`note`, `file_note`)
         self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
         self._misses = deque(maxlen=256)
@@ -281,7 +287,7 @@ class KernelCache:
                               fatbin_stage=layer, _fatbin=artifact, ptx_note=note)
         with self._lock:
             first_origin = self._origins.get(primary.stages["cubin"].token)
-        self._remember((layer,), _Origin(first_origin.identity if first_origin else None, argtypes, config,
+        self._remember((layer,), _Origin(first_origin.snapshot if first_origin else -1, argtypes, config,
                                          tuple(link), wanted))
         return result
 
@@ -406,28 +412,36 @@ class KernelCache:
             identity = plan.identity
             self._auditor.submit(lambda: self._audit(pyfunc, argtypes, config, result, link, identity),
                                  background=False if audit else None)
-        self._remember(result.stages.values(), _Origin(plan.identity, argtypes, config, tuple(link), None))
+        self._remember(result.stages.values(), _Origin(self._hold(plan.identity), argtypes, config, tuple(link),
+                                                       None))
         return result
 
+    def _hold(self, identity) -> int:
+        """Hold `identity` among the latest snapshots (at most `_SNAPSHOT_LIMIT`,
+        `_SNAPSHOT_BYTES` of array copies: the oldest are let go); its key."""
+        with self._lock:
+            key = self._snapshot_keys.get(id(identity))
+            if key is not None:  # (held already: a recompile's targets share one)
+                self._snapshots.move_to_end(key)
+                return key
+            key = next(self._snapshot_count)
+            self._snapshots[key] = identity
+            self._snapshot_keys[id(identity)] = key
+            self._snapshot_bytes += identity.snapshot_bytes
+            while len(self._snapshots) > _SNAPSHOT_LIMIT or self._snapshot_bytes > _SNAPSHOT_BYTES:
+                _, gone = self._snapshots.popitem(last=False)
+                del self._snapshot_keys[id(gone)]
+                self._snapshot_bytes -= gone.snapshot_bytes
+            return key
+
     def _remember(self, layers, origin: _Origin) -> None:
-        """Record the inputs `layers` were built from, for `recompile`: the
-        latest compiles' snapshots are held, older ones let go."""
+        """Record the inputs `layers` were built from, for `recompile`."""
         with self._lock:
             for layer in layers:
                 self._origins[layer.token] = origin
                 self._origins.move_to_end(layer.token)
             while len(self._origins) > _HISTORY_LIMIT:
                 self._origins.popitem(last=False)
-            held, count, size = set(), 0, 0
-            for token in reversed(self._origins):  # newest first
-                kept = self._origins[token]
-                if kept.identity is None or id(kept.identity) in held:
-                    continue
-                count, size = count + 1, size + kept.identity.snapshot_bytes
-                if count > _SNAPSHOT_LIMIT or size > _SNAPSHOT_BYTES:
-                    self._origins[token] = kept._replace(identity=None)
-                else:
-                    held.add(id(kept.identity))
 
     def tokens(self, func, sig, config: Optional[CompileConfig] = None, *, link=None) -> Dict[str, Token]:
         """Each stage's token for these inputs, computed without compiling:
@@ -596,13 +610,13 @@ class KernelCache:
             raise KeyError(problem)
         with self._lock:
             origin = self._origins[token]
+            identity = self._snapshots[origin.snapshot]
         why = "recompiled on request"
         if origin.targets is not None:  # a fatbin: every target again, then the fatbin
-            return self.compile_fatbin(origin.identity.pyfunc, origin.argtypes, origin.config,
-                                       sms=origin.targets, force=True, link=origin.link, _why_forced=why,
-                                       _identity=origin.identity)
-        return self._compile_one(origin.identity.pyfunc, origin.argtypes, origin.config, origin.link, True,
-                                 None, why, identity=origin.identity)
+            return self.compile_fatbin(identity.pyfunc, origin.argtypes, origin.config, sms=origin.targets,
+                                       force=True, link=origin.link, _why_forced=why, _identity=identity)
+        return self._compile_one(identity.pyfunc, origin.argtypes, origin.config, origin.link, True,
+                                 None, why, identity=identity)
 
     def note(self, key: str) -> Optional[dict]:
         """The note filed under `key` (`file_note`): this process's, else the
@@ -632,11 +646,12 @@ class KernelCache:
         None where it can."""
         with self._lock:
             origin = self._origins.get(token)
+            held = origin is not None and origin.snapshot in self._snapshots
         if origin is None:
             return (f"{short_token(token)} was not compiled by this process (another process, or this one "
                     "before a restart, made it): its inputs are not held here to rebuild it exactly; run "
                     "its cell again to compile the current state")
-        if origin.identity is None:
+        if not held:
             return (f"the inputs of {short_token(token)} were let go (this process holds those of its latest "
                     f"{_SNAPSHOT_LIMIT} compiles): it cannot be rebuilt exactly; run its cell again to "
                     "compile the current state")
