@@ -657,6 +657,20 @@ class KernelCache:
                     "compile the current state")
         return None
 
+    def tier_names(self, tiers=None) -> Tuple[str, ...]:
+        """The names of this cache's tiers, "memory" first, in its order;
+        with `tiers` (a name or names), those of them, or a ValueError naming
+        the tiers it has."""
+        known = ("memory",) + tuple(dict.fromkeys(tier.name for tier in self.tiers))
+        if tiers is None:
+            return known
+        given = (tiers,) if isinstance(tiers, str) else tuple(tiers)
+        unknown = [name for name in given if name not in known]
+        if unknown:
+            raise ValueError(f"tiers={tiers!r} is invalid: this cache has no {', '.join(map(repr, unknown))} "
+                             f"tier; its tiers are {', '.join(known)}")
+        return tuple(name for name in known if name in given)
+
     def clear(self, stage: Optional[str] = None, *, tiers: Optional[Sequence[str]] = None) -> None:
         """Drop the entries of one stage, or of all stages, in every tier (counters are kept).
 
@@ -665,12 +679,7 @@ class KernelCache:
         other processes share, as they are; None (default): every tier."""
         stages_to_clear = LAYERS if stage is None else (_check_stage(stage),)
         if tiers is not None:
-            tiers = (tiers,) if isinstance(tiers, str) else tuple(tiers)
-            known = ("memory",) + tuple(dict.fromkeys(tier.name for tier in self.tiers))
-            unknown = [name for name in tiers if name not in known]
-            if unknown:
-                raise ValueError(f"tiers={tiers!r} is invalid: this cache has no {', '.join(map(repr, unknown))} "
-                                 f"tier; its tiers are {', '.join(known)}")
+            tiers = self.tier_names(tiers)
         memory = tiers is None or "memory" in tiers
         for s in stages_to_clear:
             if memory:

@@ -537,15 +537,16 @@ class Inspector(W.VBox):
     def _tier_names(self, tiers: Union[str, Iterable[str], None]) -> Tuple[str, ...]:
         """`tiers` as the cache's tier names, in its order ("memory" first);
         ValueError naming the choices for a name it does not have."""
-        known = ("memory",) + tuple(self._persistent())
         if tiers is None or tiers == _EVERY_TIER:
-            return known
+            return self.cache.tier_names()
         given = (tiers,) if isinstance(tiers, str) else tuple(tiers)
-        unknown = [name for name in given if name not in known]
-        if unknown or not given:
-            raise ValueError(f"tiers={tiers!r} is invalid: use names of this cache's tiers ({', '.join(known)}) "
-                             f"or {_EVERY_TIER!r} for every tier")
-        return tuple(name for name in known if name in given)
+        try:
+            if given:
+                return self.cache.tier_names(given)
+            message = f"tiers={tiers!r} is invalid: it names no tier"
+        except ValueError as exc:
+            message = str(exc)
+        raise ValueError(f"{message} (or use {_EVERY_TIER!r} for every tier)")
 
     def _holding(self, stage: Optional[str], names: Tuple[str, ...]) -> Tuple[str, ...]:
         """The tiers of `names` that hold `stage` (None: any stage)."""
