@@ -616,7 +616,7 @@ def _distinct_tail(qualname: str, others) -> str:
     return qualname
 
 
-def kernel_labels(rows, sources=None) -> Dict[Tuple[str, str], str]:
+def kernel_labels(rows) -> Dict[Tuple[str, str], str]:
     """The entries list's kernel column, per row's (stage, token): the
     kernel's definition.
 
@@ -627,8 +627,7 @@ def kernel_labels(rows, sources=None) -> Dict[Tuple[str, str], str]:
     and where (`gpucache_ext.definitions.describe`): ``axpy@In[5]``,
     ``axpy@cell 1a2b3c4d`` (a cell not run since the restart),
     ``axpy@kernels.py``.  A definition's versions (edits to it or to what it
-    calls or reads, signatures, configs) all keep its one label.
-    (`sources` is no longer read.)"""
+    calls or reads, signatures, configs) all keep its one label."""
     qualnames: Dict[str, set] = {}
     places: Dict[str, set] = {}
     for row in rows:

@@ -123,8 +123,8 @@ def variants_html(cache, kernel: str, label: Optional[str] = None, source: Optio
     return resource_variants_html(label or short_kernel(kernel), rows, resource_moves(rows), variant_occupancy(rows))
 
 
-def snapshot(cache, history: Optional[CellHistory] = None, sources: Optional[Sources] = None) -> CacheSnapshot:
-    """The inspector's numbers now, as a static `CacheSnapshot` (`sources` is no longer read)."""
+def snapshot(cache, history: Optional[CellHistory] = None) -> CacheSnapshot:
+    """The inspector's numbers now, as a static `CacheSnapshot`."""
     rows = cache.entries()
     labels = kernel_labels(rows)
     return CacheSnapshot(cache.stats(), history.points if history is not None else (), rows, time.time(),
@@ -669,7 +669,7 @@ class Inspector(W.VBox):
 
     # -- display -----------------------------------------------------------------
     def snapshot(self) -> CacheSnapshot:
-        return snapshot(self.cache, self.history, self._sources)
+        return snapshot(self.cache, self.history)
 
     def __repr__(self) -> str:
         return self.snapshot().text()
