@@ -56,7 +56,7 @@ from . import libraries
 from .toolchain import linking
 from .errors import UnsupportedKernelError
 from .options import device_options
-from .tokens import Component, component, digest
+from .tokens import Component, component, digest, parts_digest
 
 # ---------------------------------------------------------------------------
 # What a function's bytecode reads
@@ -310,7 +310,7 @@ class SourceIdentity:
 
     @property
     def digest(self) -> str:
-        return digest({k: v.digest for k, v in self.components.items()})
+        return parts_digest(self.components)  # (what a device function's component carries parts for)
 
 
 # Signatures declared for device functions the magic keeps lazy (numba would
