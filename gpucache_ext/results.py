@@ -322,6 +322,11 @@ class CompileResult:
         (``cubin_bytes``), by target: here the one."""
         return {self.config.sm: {**self.resources, "cubin_bytes": len(self.cubin)}}
 
+    @property
+    def cubin_targets(self) -> Dict[int, "CompileResult"]:
+        """The compile of each target that has a cubin, by target: here this one."""
+        return {self.config.sm: self}
+
     def every_stage(self) -> List[StageResult]:
         """Every stage this compile went through (a fatbin's: each target's, then its own)."""
         return list(self.stages.values())
@@ -399,7 +404,12 @@ class FatbinResult(CompileResult):
     def resources_by_arch(self) -> Dict[int, Dict[str, int]]:
         """Each cubin target's resources (as ``resources``) and its cubin's
         size (``cubin_bytes``), by target."""
-        return {sm: self.per_target[sm].resources_by_arch[sm] for sm in self.targets.sms}
+        return {sm: each.resources_by_arch[sm] for sm, each in self.cubin_targets.items()}
+
+    @property
+    def cubin_targets(self) -> Dict[int, CompileResult]:
+        """Each cubin target's compile, by target (not a target built for its PTX alone)."""
+        return {sm: self.per_target[sm] for sm in self.targets.sms}
 
     def every_stage(self) -> List[StageResult]:
         """Each target's stages (so ``seconds``, ``saved_seconds`` and ``hit``

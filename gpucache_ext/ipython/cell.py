@@ -262,9 +262,8 @@ def run_cell(shell, cell, config, signatures, args, line=""):
 def _variants_tables(context: _CellContext) -> List[VariantsTable]:
     """Per kernel of a sweep: its variants per architecture, with their
     occupancy at the cell's --block sizes, the best marked, and how the
-    figures moved from the first variant."""
+    figures moved between variants one field apart."""
     from ..queries import DEFAULT_BLOCKS, ResourceRow, resource_moves, variant_occupancy
-    from ..results import FatbinResult
 
     tables = []
     for kernel in context.kernels:
@@ -274,9 +273,7 @@ def _variants_tables(context: _CellContext) -> List[VariantsTable]:
         for variant in kernel.variants:
             for result in variant.results.values():
                 results.append(result)
-                each = [result.per_target[sm] for sm in result.targets.sms] if isinstance(result, FatbinResult) \
-                    else [result]
-                rows += [ResourceRow.from_result(one) for one in each]
+                rows += [ResourceRow.from_result(each) for each in result.cubin_targets.values()]
         if not rows:
             continue
         blocks = kernel.blocks or DEFAULT_BLOCKS

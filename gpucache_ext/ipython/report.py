@@ -328,7 +328,7 @@ class CellReport:
             if isinstance(result, FatbinResult) and id(result) not in self._swept:
                 yield (f"{_kernel_name(result)} {short_signature(result.signature)} per architecture "
                        f"(fatbin {len(result.fatbin)} B)",
-                       [ResourceRow.from_result(result.per_target[sm]) for sm in result.targets.sms])
+                       [ResourceRow.from_result(each) for each in result.cubin_targets.values()])
 
     def _architectures_text(self) -> List[str]:
         from ..views import resource_moves_text, resources_table_text

@@ -62,9 +62,7 @@ def _grid_for(grid, args) -> Callable[[Any], Any]:
 
 def _row(result) -> ResourceRow:
     """The resources of a variant's result on its first target."""
-    if isinstance(result, FatbinResult):
-        result = result.per_target[result.targets.sms[0]]
-    return ResourceRow.from_result(result)
+    return ResourceRow.from_result(next(iter(result.cubin_targets.values())))
 
 
 def tune(kernel, args: Sequence[Any], *, blocks=None, grid=None, runs: int = 5, warmup: int = 1,
