@@ -48,6 +48,17 @@ def kernel(r):
 """
 
 
+# a kernel calling a device function that reads the global G
+DEVICE_READS_G = """
+@cuda.jit(device=True)
+def scale(x):
+    return x * G
+
+def kernel(r):
+    r[0] = scale(r[0])
+"""
+
+
 def reading(source, name="kernel", **globals_):
     """Run `source` as a cell in a new notebook namespace holding `globals_`;
     returns the namespace and its `name` (the kernel the cell defined)."""

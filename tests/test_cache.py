@@ -12,7 +12,7 @@ import pytest
 from gpucache_ext import STAGES, CompileConfig, CompileError, KernelCache, Outcome, UnsupportedKernelError
 
 from . import kernels
-from .helpers import notebook_namespace, run_cell
+from .helpers import DEVICE_READS_G, notebook_namespace, reading, run_cell
 
 
 def missed(result):
@@ -383,24 +383,15 @@ def test_entries_evict_and_recompile():
 def test_recompile_rebuilds_the_entrys_own_inputs_not_the_current_state():
     """An entry built while a global and a device function had other values
     is rebuilt from those values, under its own token, after both changed."""
-    namespace = notebook_namespace()
-    namespace["ALPHA"] = 1.5
-    run_cell(namespace, """
-        @cuda.jit(device=True)
-        def activate(x):
-            return x * ALPHA
-
-        def kernel(r):
-            r[0] = activate(r[0])
-    """)
+    namespace, _ = reading(DEVICE_READS_G, G=1.5)
     cache = KernelCache()
     sig = "void(float32[:])"
     old = cache.compile(namespace["kernel"], sig, CompileConfig(sm=86))
-    namespace["ALPHA"] = 3.0
+    namespace["G"] = 3.0
     run_cell(namespace, """
         @cuda.jit(device=True)
-        def activate(x):
-            return x * ALPHA + 1.0
+        def scale(x):
+            return x * G + 1.0
     """)
     new = cache.compile(namespace["kernel"], sig, CompileConfig(sm=86))
     assert new.stages["cubin"].token != old.stages["cubin"].token

@@ -364,31 +364,22 @@ def test_a_fatbin_miss_names_each_changed_member_and_why():
     """Each member that changed, with why this compile rebuilt it (the global
     and its values), or that it is an entry built earlier: never a member
     that did not change."""
-    from .helpers import notebook_namespace, run_cell
+    from .helpers import DEVICE_READS_G, reading
 
-    namespace = notebook_namespace()
-    namespace["ALPHA"] = 1.5
-    run_cell(namespace, """
-        @cuda.jit(device=True)
-        def activate(x):
-            return x * ALPHA
-
-        def kernel(r):
-            r[0] = activate(r[0])
-    """)
+    namespace, _ = reading(DEVICE_READS_G, G=1.5)
     cache, sig = KernelCache(), "void(float32[:])"
     cache.compile_fatbin(namespace["kernel"], sig, sms="80,86", ptx="none")
-    namespace["ALPHA"] = 3.0
+    namespace["G"] = 3.0
     both = cache.compile_fatbin(namespace["kernel"], sig, sms="80,86", ptx="none")
-    assert both.fatbin_stage.reasons == ("cubin sm_80 rebuilt: global ALPHA 1.5 -> 3.0 (read by activate)",
-                                         "cubin sm_86 rebuilt: global ALPHA 1.5 -> 3.0 (read by activate)")
-    namespace["ALPHA"] = 2.0
+    assert both.fatbin_stage.reasons == ("cubin sm_80 rebuilt: global G 1.5 -> 3.0 (read by scale)",
+                                         "cubin sm_86 rebuilt: global G 1.5 -> 3.0 (read by scale)")
+    namespace["G"] = 2.0
     cache.compile(namespace["kernel"], sig, CompileConfig(sm=86))  # sm_86's cubin, built on its own
     again = cache.compile_fatbin(namespace["kernel"], sig, sms="80,86", ptx="none")
     assert again.per_target[86].stages["cubin"].hit and not again.per_target[80].stages["cubin"].hit
     assert again.fatbin_stage.reasons[0].startswith("cubin sm_80 rebuilt")
     assert again.fatbin_stage.reasons[1:] == ("cubin sm_86 changed (an entry built earlier, reused)",)
-    namespace["ALPHA"] = 1.5  # back: every member is there, and so is the fatbin
+    namespace["G"] = 1.5  # back: every member is there, and so is the fatbin
     assert cache.compile_fatbin(namespace["kernel"], sig, sms="80,86", ptx="none").fatbin_stage.hit
     with_75 = cache.compile_fatbin(namespace["kernel"], sig, sms="75,80,86", ptx="none")
     assert with_75.fatbin_stage.reasons == ("sm_75 added",)  # the members that did not change go unnamed

@@ -26,7 +26,8 @@ from numba.cuda.typing.typeof import typeof
 from gpucache_ext import CompileConfig, KernelCache, UnsupportedKernelError
 
 from .files import write_source
-from .helpers import READ_K, artifacts, assert_fresh, fresh, in_new_processes, notebook_namespace, reading, run_cell
+from .helpers import (DEVICE_READS_G, READ_K, artifacts, assert_fresh, fresh, in_new_processes, notebook_namespace,
+                      reading, run_cell)
 
 SM80 = CompileConfig(sm=80)
 F64 = "void(float64[:])"
@@ -252,15 +253,6 @@ def test_a_module_attribute_changed_during_the_compile(user_package, change_whil
     knobs.K = 3.0
     assert_fresh(cache, kernel, F64, SM80, differs_from=during)
 
-
-DEVICE_READS_G = """
-@cuda.jit(device=True)
-def scale(x):
-    return x * G
-
-def kernel(r):
-    r[0] = scale(r[0])
-"""
 
 
 def test_a_device_functions_global_changed_during_the_compile(change_while_typing):
