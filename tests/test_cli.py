@@ -28,6 +28,7 @@ def filled(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.smoke
 def test_stats_and_ls(filled):
     directory, results = filled
     stats = json.loads(gpucache("--dir", directory, "--json", "stats").stdout)

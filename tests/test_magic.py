@@ -30,6 +30,7 @@ def stage_hits(kernel):
     return {s: stage.hit for s, stage in result.stages.items()}
 
 
+@pytest.mark.smoke
 def test_identical_rerun_hits_every_stage(ip, capsys):
     cell(ip, "--sm 80", AXPY)
     first = ip.user_ns["axpy"]
@@ -412,6 +413,7 @@ MATMUL = samples.MATMUL.replace("TPB = 16\n", "TPB = 4\n")
 assert MATMUL != samples.MATMUL
 
 
+@pytest.mark.smoke
 def test_simulated_axpy_matches_numpy(ip):
     cell(ip, "--sm 80 --simulate --quiet", AXPY)
     rng = np.random.default_rng(0)

@@ -4,6 +4,8 @@ import re
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 import gpucache_ext
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +30,7 @@ def test_the_package_declares_its_inline_types():
     assert 'gpucache_ext = ["py.typed"]' in (ROOT / "pyproject.toml").read_text()
 
 
+@pytest.mark.smoke
 def test_the_core_imports_no_ipython():
     import subprocess
     import sys
@@ -195,3 +198,60 @@ print(json.dumps(rows))
         new = "gpucache_ext." + gpucache_ext.MOVED[old]
         assert same and name == spec == new, old
         assert messages == [f"gpucache_ext.{old} moved to {new}; import it from there"], old
+
+
+@pytest.mark.smoke
+def test_a_lazy_import_that_fails_says_its_cause_and_where():
+    """numpy 2.5 removed ``row_stack``, which numba-cuda 0.30 registers at
+    import: ``from gpucache_ext import KernelCache`` then said only "cannot
+    import name".  Take ``row_stack`` away as numpy 2.5 does."""
+    from .helpers import run_python
+
+    seen = run_python("""
+        import json, numpy
+        del numpy.row_stack
+        try:
+            from gpucache_ext import KernelCache
+        except ImportError as error:
+            print(json.dumps({"message": str(error), "cause": type(error.__cause__).__name__}))
+        else:
+            print(json.dumps({"message": "imported", "cause": None}))
+        """, json_line=True)
+    assert seen["cause"] == "AttributeError"
+    message = seen["message"]
+    assert "cannot import name" not in message
+    assert message.startswith("gpucache_ext.KernelCache could not be imported: AttributeError: ")
+    assert "has no attribute 'row_stack'" in message
+    assert re.search(r"numba/cuda/np/arrayobj\.py, line \d+\)", message), message  # where: the import that failed
+
+
+def test_a_failed_import_names_the_installed_versions_the_requirements_exclude(monkeypatch):
+    from importlib import metadata
+
+    assert gpucache_ext._unmet_requirements() == []  # this environment is what pip installed
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: "2.5.5" if name == "numpy" else real(name))
+    unmet = gpucache_ext._unmet_requirements()
+    assert len(unmet) == 1 and unmet[0].startswith("numpy 2.5.5 installed, needs ") and "<2.5" in unmet[0]
+    message = gpucache_ext._import_failure("gpucache_ext.KernelCache", AttributeError("x"))
+    assert "do not meet gpucache_ext's requirements: numpy 2.5.5 installed" in message
+
+
+@pytest.mark.smoke
+def test_the_supported_pythons_are_said_once_in_each_place():
+    """requires-python, the classifiers and the README name the same versions."""
+    meta = metadata.metadata("gpucache_ext")
+    from packaging.specifiers import SpecifierSet
+
+    requires = SpecifierSet(meta["Requires-Python"])
+    supported = [f"3.{minor}" for minor in range(40) if requires.contains(f"3.{minor}")]
+    assert not requires.contains("3.40") and supported == [f"3.{m}" for m in range(10, 10 + len(supported))]
+    classified = [c.rsplit(" :: ", 1)[1] for c in meta.get_all("Classifier")
+                  if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    assert classified == supported
+    readme = (ROOT / "README.md").read_text()
+    said = re.search(r"Python\s+(3\.\d+) to (3\.\d+)", readme)
+    assert said and said.groups() == (supported[0], supported[-1]), "the README names the supported Pythons"
+    import sys
+
+    assert f"{sys.version_info[0]}.{sys.version_info[1]}" in supported

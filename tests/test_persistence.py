@@ -67,6 +67,7 @@ def test_a_new_process_finds_the_entries_of_an_earlier_one(tmp_path):
     assert third["layers"]["llvm"] == [True, "disk", "hit"] and third["layers"]["ptx"][0] is False
 
 
+@pytest.mark.smoke
 def test_a_new_process_hits_what_this_one_wrote(tmp_path):
     """The quick sample of the test above: entries written here, all read from disk by one new process."""
     here = KernelCache(directory=tmp_path).compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
