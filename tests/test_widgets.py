@@ -626,6 +626,7 @@ def kernel_column(inspector):
     return {value: label.split()[0] for label, value in zip(labels, values)}
 
 
+@pytest.mark.smoke
 def test_two_kernels_of_one_name_from_two_cells_are_told_apart(ip):
     first = cell(ip, "--sm 80", AXPY, store_history=True, cell_id="cell-one")
     first_number = ip.execution_count - 1

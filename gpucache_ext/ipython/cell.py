@@ -372,5 +372,6 @@ def check_cell_syntax(lines):
     try:
         _compile_cell(source, filename)
     except SyntaxError as exc:
+        exc.gpucache_cell_syntax = True  # (the session undoes IPython 8's second count of such a cell)
         raise exc.with_traceback(None) from None
     return lines

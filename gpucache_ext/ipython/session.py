@@ -21,9 +21,15 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
+import IPython
+
 from .. import defaults, definitions
 from ..history import CellHistory  # noqa: F401  (its home is history; importable here too)
 from .magic import GpuCacheMagics
+
+# IPython 9.8 moved counting a stored cell before the pre_run_cell event
+_COUNTS_BEFORE_PRE_RUN_CELL = tuple(IPython.version_info[:2]) >= (9, 8)
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -158,8 +164,12 @@ class Session:
         if self._cache is not None:
             self._cache.hold_audits(True)
         cell_id = getattr(info, "cell_id", None)
-        # (the count the cell's code is named by: IPython counts a stored cell before this event)
-        number = self.shell.execution_count - (1 if getattr(info, "store_history", False) else 0)
+        # the count the cell's code is named by: IPython 9.8 and later count a stored cell before this
+        # event, earlier ones after the cell (post_run_cell sets it again from the cell's result)
+        counted = _COUNTS_BEFORE_PRE_RUN_CELL and getattr(info, "store_history", False)
+        self._name_cell(self.shell.execution_count - (1 if counted else 0), cell_id)
+
+    def _name_cell(self, number, cell_id) -> None:
         self._cell_ids[number] = cell_id
         if cell_id:
             self._numbers[cell_id] = number
@@ -184,6 +194,14 @@ class Session:
         if self._cache is not None:
             self._cache.hold_audits(False)
         refresh_all()
+        info = getattr(result, "info", None)
+        if info is not None and getattr(result, "execution_count", None) is not None:
+            self._name_cell(result.execution_count, getattr(info, "cell_id", None))
+            if (not _COUNTS_BEFORE_PRE_RUN_CELL and getattr(info, "store_history", False)
+                    and getattr(result.error_before_exec, "gpucache_cell_syntax", False)):
+                # IPython before 9.8 counts a cell whose input transformer raised twice (a plain
+                # cell's SyntaxError once), so later cells would read one more than the notebook shows
+                self.shell.execution_count = result.execution_count + 1
         try:
             self.cell_count += 1
             count = getattr(result, "execution_count", None)
