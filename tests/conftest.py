@@ -138,3 +138,17 @@ def change_while_typing(monkeypatch):
 
     monkeypatch.setattr(cache_module._Plan, "_run_typing", run_typing)
     return pending.append
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After each test (its fixtures gone): collect what it left, then move
+    the survivors out of the collector's reach as at collection.  Without
+    this every full collection (IPython runs one at each shell reset, so two
+    per `ip` test) walks all that earlier tests kept alive, and the suite
+    slows as it goes: the quick suite took 264 s, with this 185 s.  Garbage
+    a test makes is still collected within that test."""
+    import gc
+
+    gc.collect()
+    gc.freeze()

@@ -177,6 +177,7 @@ def test_signature_declared_kernel(features):
     assert params(launch)[-8:] == struct.pack("<q", 42)
 
 
+@pytest.mark.slow
 def test_same_program_same_trace(features, built):
     again = fakecuda.run(SAMPLES / "numba_features.py")
     assert again.returncode == 0
@@ -199,6 +200,7 @@ def test_same_program_same_trace(features, built):
     ]
 
 
+@pytest.mark.slow
 def test_two_devices(two_devices, built):
     out = result_of(two_devices)
     assert out["ngpus"] == 2 and out["cc"] == [[9, 0], [8, 0]]
@@ -216,6 +218,7 @@ def test_two_devices(two_devices, built):
 # ------------------------------------------------------- raw driver calls
 
 
+@pytest.mark.slow
 def test_images_and_raw_launches(built):
     res = fakecuda.run(SAMPLES / "raw_driver.py", cc=("9.0", "8.0"))
     out = result_of(res)

@@ -123,6 +123,7 @@ def check_after_interrupt(cache, kernel, where):
     assert artifacts(cache.compile(kernel, SIG, SM80)) == fresh(kernel, SIG, SM80), where
 
 
+@pytest.mark.slow
 def test_an_interrupt_between_numbas_two_locks_leaves_neither_held():
     lines = lock_lines()
     assert lines, "numba's compiler lock runs Python code between its locks"

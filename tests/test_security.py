@@ -219,6 +219,7 @@ def test_the_matrix_of_writers_and_readers_each_way_a_cache_is_built(redis_serve
 
 
 # -- 2. rotation ---------------------------------------------------------------
+@pytest.mark.slow
 def test_rotation_reads_the_previous_secret_and_signs_with_the_new_one(redis_server):
     client = client_for(redis_server)
     env = {"GPUCACHE_REDIS_URL": redis_server.url}
@@ -248,6 +249,7 @@ def test_rotation_reads_the_previous_secret_and_signs_with_the_new_one(redis_ser
 
 
 # -- 3. namespaces -------------------------------------------------------------
+@pytest.mark.slow
 def test_two_prefixes_on_one_server_never_see_each_others_entries(redis_server):
     client = client_for(redis_server)
     env = {"GPUCACHE_REDIS_URL": redis_server.url, "GPUCACHE_SECRET": "shared-by-both"}
@@ -277,6 +279,7 @@ def test_two_prefixes_on_one_server_never_see_each_others_entries(redis_server):
 
 
 # -- 4. expiry -----------------------------------------------------------------
+@pytest.mark.slow
 def test_redis_ttl_gives_every_key_an_expiry(redis_server):
     client = client_for(redis_server)
     env = {"GPUCACHE_REDIS_URL": redis_server.url, "GPUCACHE_SECRET": "s"}
@@ -299,6 +302,7 @@ def disk_entries(directory):
     return found
 
 
+@pytest.mark.slow
 def test_a_disk_entry_planted_without_the_secret_is_refused_and_signed_ones_are_read(tmp_path):
     disk = tmp_path / "disk"
     env = {"GPUCACHE_DIR": str(disk)}
@@ -341,6 +345,7 @@ def test_a_folder_others_can_write_to_warns_unless_entries_are_signed(tmp_path, 
     assert security_warnings(signed_env) == security_warnings(signed_ctor) == []
 
 
+@pytest.mark.slow
 def test_the_default_folder_is_created_private_and_later_processes_trust_it(tmp_path):
     """Under umask 002 (a user's own group, as Debian and Fedora set it up)
     the folders made inside come out group-writable: harmless inside a 0700
@@ -363,6 +368,7 @@ def test_the_default_folder_is_created_private_and_later_processes_trust_it(tmp_
 
 
 # -- 7. an argument wins over the environment -----------------------------------
+@pytest.mark.slow
 def test_an_explicit_secret_wins_over_the_environment(redis_server):
     client = client_for(redis_server)
     env = {"GPUCACHE_REDIS_URL": redis_server.url, "GPUCACHE_SECRET": "from-env"}

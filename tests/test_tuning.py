@@ -53,6 +53,7 @@ def test_tune_needs_a_signature_to_choose_among_several(ip):
     assert result.block == 64 and result.grid == 1
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(bool(fakecuda.skip_reason()), reason=fakecuda.skip_reason() or "")
 def test_on_the_stand_in_driver_tune_times_every_pair_and_a_new_process_reuses_the_choice(tmp_path):
     env = {"GPUCACHE_DIR": str(tmp_path / "cache"), "GPUCACHE_REDIS_URL": "off"}

@@ -661,6 +661,7 @@ def test_two_kernels_of_one_name_from_two_cells_are_told_apart(ip):
         assert {column[(s, first_tokens[s])] for s in ("llvm", "ptx", "cubin")} == {f"axpy@In[{first_number}]"}
 
 
+@pytest.mark.slow
 def test_one_definition_keeps_one_name_through_edits_signatures_targets_and_a_restart(ip, tmp_path):
     """Edits to the kernel's cell, to a device function in another cell and
     to a global it reads, another signature of a lazy kernel, a fatbin's
