@@ -213,6 +213,32 @@ def copy(r, x):
     assert len(ip.user_ns["copy"].results) == 2
 
 
+LAUNCH_AND_SHOW = AXPY + '''
+x = np.arange(4, dtype=np.float32)
+r = np.zeros_like(x)
+axpy[1, 4](r, np.float32(2), x, x)
+r'''
+
+
+def test_the_last_expression_is_the_cells_result_as_in_a_plain_cell(ip, capsys):
+    result = cell(ip, "--sm 80", LAUNCH_AND_SHOW, store_history=True)
+    number = ip.execution_count - 1
+    assert np.array_equal(result.result, [0, 3, 6, 9])
+    assert ip.user_ns["Out"][number] is result.result and ip.user_ns["_"] is result.result
+    out = capsys.readouterr().out
+    # the report first, then the value, as IPython shows a cell's result
+    assert "first compile of axpy" in out and out.rindex("array([0., 3., 6., 9.]") > out.index("axpy")
+
+
+@pytest.mark.parametrize("ending", ["r;", "r  ;  # not shown", "r = r * 2", "print(r.sum())"])
+def test_a_cell_without_a_final_expression_or_ending_in_a_semicolon_has_no_result(ip, capsys, ending):
+    number = ip.execution_count
+    result = cell(ip, "--sm 80 --quiet", LAUNCH_AND_SHOW.rsplit("\n", 1)[0] + "\n" + ending,
+                  store_history=True)
+    assert result.result is None and number not in ip.user_ns["Out"]
+    assert ("18.0" in capsys.readouterr().out) == ending.startswith("print")
+
+
 def test_kernel_inspection(ip):
     cell(ip, "--sm 80 --quiet", AXPY)
     kernel = ip.user_ns["axpy"]

@@ -217,15 +217,33 @@ def _assign(target, value, node):
 
 def _compile_cell(source: str, filename: str):
     """The cell's code, numbered as IPython numbers the cell: line 1 is the
-    magic's own, so the code starts on line 2 (a SyntaxError says so too)."""
+    magic's own, so the code starts on line 2 (a SyntaxError says so too).
+    Returns (the code of its statements, the code of its last expression or
+    None): as in a plain cell, a final expression's value is the cell's
+    result, unless a ``;`` ends it."""
     tree = _ImportsAsAssignments().visit(ast.parse("\n" + source, filename, "exec"))
-    return compile(ast.fix_missing_locations(tree), filename, "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not _ends_in_semicolon(source):
+        last = ast.Expression(tree.body.pop().value)
+        last = compile(ast.fix_missing_locations(last), filename, "eval")
+    return compile(ast.fix_missing_locations(tree), filename, "exec"), last
+
+
+def _ends_in_semicolon(source: str) -> bool:
+    import tokenize
+
+    from IPython.core.displayhook import DisplayHook
+
+    try:  # IPython's own test of a plain cell
+        return DisplayHook.semicolon_at_end_of_expression(source)
+    except (tokenize.TokenError, SyntaxError):  # (the source parsed: only odd whitespace gets here)
+        return False
 
 
 def run_cell(shell, cell, config, signatures, args, line=""):
     source = shell.transform_cell(cell)
     filename = _register_cell(shell, source, line, _running_cell_number(shell))
-    code = _compile_cell(source, filename)
+    code, last = _compile_cell(source, filename)
 
     results: List[CompileResult] = []
     collecting = [True]
@@ -241,9 +259,12 @@ def run_cell(shell, cell, config, signatures, args, line=""):
     namespace = shell.user_ns
     before = dict(namespace)
     context = _CellContext(config, signatures, args, collect)
+    value = None
     try:
         with _jit_standing_in(namespace, context):
             exec(code, namespace)
+            if last is not None:
+                value = eval(last, namespace)
         _capture_numba_kernels(namespace, before, context)
         for kernel in context.kernels:
             kernel.compile_declared()
@@ -255,8 +276,9 @@ def run_cell(shell, cell, config, signatures, args, line=""):
         raise shown from exc
     finally:
         collecting[0] = False
-    return CellReport(results, explain=args.explain, bound=_bound_notes(namespace, context, results),
-                      variants=_variants_tables(context))
+    report = CellReport(results, explain=args.explain, bound=_bound_notes(namespace, context, results),
+                        variants=_variants_tables(context))
+    return report, value
 
 
 def _variants_tables(context: _CellContext) -> List[VariantsTable]:

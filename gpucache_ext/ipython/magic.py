@@ -197,7 +197,7 @@ class GpuCacheMagics(Magics):
         args.quiet = args.quiet or self.quiet  # (also silences the lines of compiles at later launches)
         before = self.cache
         refusals = before.tier_info()  # (asks no server: what the tiers refused so far)
-        report = run_cell(self.shell, cell, config, signatures, args, line)
+        report, value = run_cell(self.shell, cell, config, signatures, args, line)
         cache = self.cache
         reported = self.session.audits_reported if self.session is not None else {}
         seen = reported.get(cache, 0)
@@ -209,6 +209,7 @@ class GpuCacheMagics(Magics):
         report.refused = refusals_between(refusals if cache is before else (), report.tiers)
         if not args.quiet or report.audit_findings or report.refused:
             display(report)
+        return value  # the cell's last expression, as a plain cell's: Out[N], _, shown after the report
 
     def _config(self, args) -> CompileConfig:
         """The cell's config; ``args.targets`` becomes its `Targets` where
