@@ -34,6 +34,7 @@ import base64
 import csv
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 import pathlib
 import posixpath
@@ -506,3 +507,57 @@ class _Index:
         prefix = rel + "/"
         entries = self._entries(rel.split("/")[0])
         return frozenset(dist for path, owners in entries.items() if path.startswith(prefix) for dist, _ in owners)
+
+
+# ---------------------------------------------------------------------------
+# Who calls
+
+
+def library_caller(frame) -> Optional[str]:
+    """The module of library code whose call is running in `frame`, or None
+    when the caller is the user's (a cell, a module of theirs).  numba,
+    numba-cuda and gpucache_ext count as libraries wherever they are
+    installed (an editable checkout too).  Standard-library frames (a
+    ``functools`` wrapper) are passed over to the code that called them.
+
+    ``cuda.jit`` standing in for a cell asks this: numba-cuda calls
+    ``cuda.jit`` itself to build the kernels of CUDA ufuncs (`vectorize`,
+    `guvectorize`) and of ``cuda.reduce``, and an installed library may too."""
+    own = _own_folders()
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not os.path.isabs(filename):  # "<cell>", "<string>": typed by the user
+            return None
+        origin = file_origin(filename)
+        if origin == "stdlib":
+            frame = frame.f_back
+            continue
+        if origin == "installed" or os.path.realpath(filename).startswith(own):
+            return frame.f_globals.get("__name__") or filename
+        return None
+    return None
+
+
+def is_library_file(filename: str) -> bool:
+    """Whether a source file is a library's (installed, the standard library's,
+    numba's, numba-cuda's or gpucache_ext's), not the user's."""
+    if not os.path.isabs(filename):
+        return False
+    return file_origin(filename) is not None or os.path.realpath(filename).startswith(_own_folders())
+
+
+def _own_folders() -> Tuple[str, ...]:
+    global _OWN
+    if _OWN is None:
+        import numba
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        folders = {here, os.path.dirname(os.path.abspath(numba.__file__))}
+        spec = importlib.util.find_spec("numba_cuda")
+        if spec is not None and spec.submodule_search_locations:
+            folders |= set(spec.submodule_search_locations)
+        _OWN = tuple(os.path.realpath(f) + os.sep for f in folders)
+    return _OWN
+
+
+_OWN: Optional[Tuple[str, ...]] = None

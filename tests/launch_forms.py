@@ -17,7 +17,8 @@ sources check nothing of their results.  ``LAUNCH_FORMS_RESULTS=FILE``
 writes the SHA-256 of every array each form leaves (on a GPU the modes must
 agree: `scripts/gpu_check.py`); ``LAUNCH_FORMS_IMAGES=FILE`` what the cache
 handed numba to load (`tests/test_launch_traces.py`);
-``LAUNCH_FORMS_FLAGS`` more flags for the magic (``--sm 80``).
+``LAUNCH_FORMS_FLAGS`` more flags for the magic (``--sm 80``);
+``LAUNCH_FORMS_REPORT=1`` prints the magic's report of each kernels' cell.
 """
 
 from __future__ import annotations
@@ -146,6 +147,31 @@ FORMS = {
         checked[1, 1](a, 3)
         carved[1, 8](a)
         """),
+    # numba-cuda calls cuda.jit itself here: CUDA ufuncs stay numba's, cuda.reduce's kernel (called
+    # in the kernels' cell) goes through the cache as numba would compile it
+    "ufuncs_and_reduce": (
+        """
+        import numpy as np
+        from numba import cuda, guvectorize, vectorize
+
+        @vectorize(["float32(float32, float32)", "float64(float64, float64)"], target="cuda")
+        def vadd(a, b):
+            return a + b
+
+        @guvectorize(["void(float32[:], float32[:])"], "(n)->(n)", target="cuda")
+        def prefix(x, out):
+            acc = 0
+            for i in range(x.shape[0]):
+                acc += x[i]
+                out[i] = acc
+
+        total = cuda.reduce(lambda a, b: a + b)(np.arange(64, dtype=np.float64))
+        """,
+        """
+        x = np.arange(32, dtype=np.float32)
+        y = vadd(x, x)
+        z = prefix(x.reshape(4, 8))
+        """),
     "two_devices": (
         """
         import numpy as np
@@ -192,7 +218,8 @@ def run(mode: str, form: str) -> dict:
         before = set(shell.user_ns)
         shell.run_line_magic("load_ext", "gpucache_ext")
         flags = os.environ.get("LAUNCH_FORMS_FLAGS", "")  # e.g. a pinned target: --sm 80
-        for cell in (f"%%gpukernel --quiet {flags}\n{kernels}", launches):
+        quiet = "" if os.environ.get("LAUNCH_FORMS_REPORT") else "--quiet "  # the cell's report on stdout
+        for cell in (f"%%gpukernel {quiet}{flags}\n{kernels}", launches):
             shell.run_cell(cell).raise_error()
         namespace = {name: value for name, value in shell.user_ns.items() if name not in before}
         shell.run_line_magic("unload_ext", "gpucache_ext")

@@ -782,3 +782,33 @@ def test_dynamic_shared_memory_counts_in_the_variants_occupancy(ip, capsys):
         assert "0 B + 48.0 KiB dyn" in line and line.rstrip().endswith(
             f"{round(found.occupancy * 100)}% {'smem' if found.limited_by == 'shared memory' else found.limited_by}")
     assert found.limited_by == "shared memory"  # (what the 48 KiB a block does to an sm_86 SM)
+
+
+def test_only_the_users_code_gets_kernels_from_the_cell_a_librarys_keep_numbas_meaning(ip, tmp_path, monkeypatch):
+    """A module imported by the cell makes a kernel with cuda.jit at import:
+    the user's own module (beside the notebook) gets a Kernel with the cell's
+    flags; an installed library's stays numba's dispatcher, as without the
+    magic, however it is bound."""
+    import importlib
+    import sys
+
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    source = "from numba import cuda\n\n@cuda.jit\ndef k(r):\n    r[0] = 1\n"
+    site, mine = tmp_path / "site-packages", tmp_path / "notebook"
+    site.mkdir()
+    mine.mkdir()
+    (site / "their_kernels.py").write_text(source)
+    (mine / "my_kernels.py").write_text(source)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(mine))
+    importlib.invalidate_caches()
+    try:
+        cell(ip, "--sm 80 --quiet", "import their_kernels, my_kernels\nfrom their_kernels import k as theirs\n")
+        assert isinstance(ip.user_ns["my_kernels"].k, Kernel)
+        assert ip.user_ns["my_kernels"].k.config.sm == 80
+        for value in (ip.user_ns["their_kernels"].k, ip.user_ns["theirs"]):
+            assert isinstance(value, CUDADispatcher) and not isinstance(value, Kernel)
+    finally:
+        for name in ("their_kernels", "my_kernels"):
+            sys.modules.pop(name, None)

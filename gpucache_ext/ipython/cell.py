@@ -15,7 +15,9 @@ from typing import Any, Dict, List, Optional
 
 from ..defaults import default_cache
 from ..cache import CompileResult
-from ..launch.decorators import decorator_form, device_function
+from ..config import CompileConfig
+from ..launch.decorators import CACHED_LIBRARY_KERNELS, decorator_form, device_function
+from ..libraries import is_library_file, library_caller
 from ..launch.kernel import Kernel
 from ..options import explicit_options
 from .cell_errors import as_cell_error, cell_names
@@ -36,6 +38,8 @@ class _CellContext:
         self.collect = collect
         self.kernels: List[Kernel] = []
         self.devices: List[Any] = []  # the device functions the cell defined (numba dispatchers)
+        self.numba_compiled: List[str] = []  # the library modules whose cuda.jit calls numba served
+        self.library_kernels: List[Kernel] = []  # kernels of CACHED_LIBRARY_KERNELS made during the cell
 
     def device_defaults(self) -> Dict[str, Any]:
         """The cell's flags that lower a device function, as decorator options."""
@@ -45,14 +49,22 @@ class _CellContext:
             defaults["opt"] = False  # numba warns about debug with opt
         return defaults
 
-    def make_kernel(self, func, sigs, options) -> Kernel:
-        kernel = Kernel(func, sigs or self.signatures, self.config, default_cache(), options,
-                        specialized=getattr(sigs, "single", False),
+    def make_kernel(self, func, sigs, options, library=None) -> Kernel:
+        """The cell's kernel of `func`; with `library` (a module of
+        `CACHED_LIBRARY_KERNELS`), a library's kernel made during the cell:
+        the cell's targets and numba's default flags, no sweep, not the cell's."""
+        config = self.config if library is None else CompileConfig(sm=self.config.sm)
+        kernel = Kernel(func, (sigs or self.signatures) if library is None else sigs, config, default_cache(),
+                        options, specialized=getattr(sigs, "single", False),
                         simulate=self.args.simulate, on_compile=self.collect, force=self.args.force,
                         audit=True if self.args.audit else None, targets=getattr(self.args, "targets", None),
                         pinned=self.args.sm is not None or getattr(self.args, "targets", None) is not None,
-                        variants=getattr(self.args, "variants", ()), blocks=getattr(self.args, "blocks", ()),
+                        variants=getattr(self.args, "variants", ()) if library is None else (),
+                        blocks=getattr(self.args, "blocks", ()),
                         dynamic_shared=getattr(self.args, "dynamic", 0))
+        if library is not None:
+            self.library_kernels.append(kernel)
+            return kernel
         self.kernels.append(kernel)
         if sigs:  # signatures in the decorator: compiled where it runs, as numba does
             kernel.compile_declared()
@@ -83,25 +95,32 @@ class CellJit:
     def __call__(self, func_or_sig=None, device=False, **options):
         if self.active is None:
             return _real_jit()(func_or_sig, device=device, **options)
+        library = library_caller(sys._getframe(1))
+        if library is not None and library not in CACHED_LIBRARY_KERNELS:
+            # numba's own kernels (vectorize, guvectorize), a library's: numba's meaning
+            self.active.numba_compiled.append(library)
+            return _real_jit()(func_or_sig, device=device, **options)
         func, sigs = decorator_form(func_or_sig)
         if func is None:
-            return lambda func: self._make(func, sigs, device, options)
-        return self._make(func, sigs, device, options)
+            return lambda func: self._make(func, sigs, device, options, library)
+        return self._make(func, sigs, device, options, library)
 
-    def _make(self, func, sigs, device, options):
+    def _make(self, func, sigs, device, options, library=None):
         if self.active is None:  # the decorator was made in a cell and applied after it
             return _real_jit()(sigs or None, device=device, **options)(func)
         if device:
             # A lazy dispatcher: gpucache_ext types and lowers it per calling
             # kernel, for the kernel's target (a signature here would make numba
             # compile it now, for the current GPU).  As numba, it is lowered with
-            # its own options: the cell's flags, overridden by its decorator's.
+            # its own options: the cell's flags, overridden by its decorator's
+            # (a library's: its own alone, as numba would lower them).
             # numba still checks the options; those it cannot have are refused.
-            dispatcher = device_function(func, sigs, {**self.active.device_defaults(), **options},
-                                         "@cuda.jit(device=True, ...)")
-            self.active.devices.append(dispatcher)
+            defaults = {} if library is not None else self.active.device_defaults()
+            dispatcher = device_function(func, sigs, {**defaults, **options}, "@cuda.jit(device=True, ...)")
+            if library is None:
+                self.active.devices.append(dispatcher)
             return dispatcher
-        return self.active.make_kernel(func, sigs, options)
+        return self.active.make_kernel(func, sigs, options, library=library)
 
     def __repr__(self):
         return "<gpucache_ext stand-in for numba.cuda.jit>"
@@ -142,7 +161,8 @@ def _capture_numba_kernels(namespace, before, context: _CellContext):
 
     for name, value in list(namespace.items()):
         if (isinstance(value, CUDADispatcher) and not isinstance(value, Kernel)
-                and not value.targetoptions.get("device") and before.get(name) is not value):
+                and not value.targetoptions.get("device") and before.get(name) is not value
+                and not is_library_file(value.py_func.__code__.co_filename)):  # (a library's keeps numba's)
             namespace[name] = context.make_kernel(value.py_func, [],
                                                   explicit_options(value.targetoptions))
 
@@ -316,6 +336,9 @@ def _bound_notes(namespace, context: _CellContext, results) -> List[str]:
 
     notes = [f"{kernel.__name__}: compiles at its first launch, per argument types"
              for kernel in context.kernels if not kernel.results]
+    for module in dict.fromkeys(context.numba_compiled):
+        what = _NUMBA_MADE.get(module, f"kernels made by {module}")
+        notes.append(f"{what}: compiled by numba-cuda itself, as without the magic (not cached)")
     compiled = {result.kernel.rsplit(".", 1)[-1] for result in results}
     for dispatcher in context.devices:
         name = dispatcher.py_func.__name__
@@ -327,6 +350,9 @@ def _bound_notes(namespace, context: _CellContext, results) -> List[str]:
         notes.append(f"{name}: device function, " + (f"used by {', '.join(users)}" if users
                                                      else "compiled into each kernel that calls it"))
     return notes
+
+
+_NUMBA_MADE = {"numba.cuda.vectorizers": "vectorize and guvectorize kernels (numba.cuda.vectorizers)"}
 
 
 def _names_read(dispatcher) -> tuple:

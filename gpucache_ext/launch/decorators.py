@@ -26,9 +26,11 @@ types and lowers it for each kernel that calls it, with its own options.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 from .kernel import Kernel
+from ..libraries import library_caller
 from ..options import check_options
 
 
@@ -42,10 +44,23 @@ def jit(func_or_sig=None, device: bool = False, **options: Any):
     once per distinct set of argument types.  ``cache=True`` is accepted and
     changes nothing: every kernel is cached.
     """
+    library = library_caller(sys._getframe(1))
+    if library is not None and library not in CACHED_LIBRARY_KERNELS:
+        # numba-cuda's own use of cuda.jit (vectorize, guvectorize), where this stands in for it
+        from numba.cuda.decorators import jit as numba_jit
+
+        return numba_jit(func_or_sig, device=device, **options)
     func, sigs = decorator_form(func_or_sig)
     if func is None:
         return lambda func: _decorate(func, sigs, device, options)
     return _decorate(func, sigs, device, options)
+
+
+# Library modules whose kernels go through the cache where ``cuda.jit`` stands
+# in (a %%gpukernel cell, or ``gpucache_ext.jit`` put in its place), compiled
+# as numba would: their inputs are the user's function and the library's own
+# code, both tracked.  Other libraries' calls of ``cuda.jit`` get numba's own.
+CACHED_LIBRARY_KERNELS = {"numba.cuda.kernels.reduction": "cuda.reduce"}
 
 
 class Signatures(list):
