@@ -484,6 +484,14 @@ class KernelCache:
         plan = self._plan(func, sig, config, link)
         return queries.predict(self.index, plan, plan.kernel)
 
+    def typed(self, func, sig, config: Optional[CompileConfig] = None, *, link=None) -> "stages.TypedFunction":
+        """The typing stage's artifact for these inputs (numba's typed IR, type
+        map and call types): from memory where the typing stage is still
+        cached, else typed now and kept (typed IR lives in memory only, so
+        after a restart a disk hit has none).  Counted as a typing lookup."""
+        stages.check_numba_runtime()
+        return self._plan(func, sig, config, link).typed().artifact
+
     def _plan(self, func, sig, config, link) -> "_Plan":
         """The plan (tokens) of these inputs, for the queries that compile nothing."""
         config = CompileConfig() if config is None else config
@@ -1146,6 +1154,12 @@ class _Plan:
         else:
             self._peek_typing()
         return llvm
+
+    def typed(self) -> "_Found":
+        """The typing stage alone: found, or built and stored."""
+        self.forced = False
+        found = self._lookup("typing", self.tokens["typing"])
+        return found if found is not None else self._compile("typing", self.tokens["typing"], self._run_typing)
 
     def back(self, llvm: "_Found", until: str = "cubin") -> CompileResult:
         """ptx and cubin (or ptx alone) from `front`'s llvm artifact."""

@@ -75,8 +75,8 @@ def test_what_needs_hardware_or_is_left_out_says_so(kernel):
     kernel.compile("void(float32[:], float32[:])")
     with pytest.raises(LaunchError, match="needs a GPU"):
         kernel.get_max_threads_per_block()
-    with pytest.raises(AttributeError, match="does not offer numba's inspect_types"):
-        kernel.inspect_types()
+    with pytest.raises(AttributeError, match="does not offer numba's stats"):
+        _ = kernel.stats
     with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
         _ = kernel.nonsense
     try:
@@ -85,6 +85,77 @@ def test_what_needs_hardware_or_is_left_out_says_so(kernel):
         assert "nvidia-cuda-nvdisasm" in str(exc)
     else:
         assert kernel.last.entry_name in next(iter(sass.values()))
+
+
+def numbas_annotation(pyfunc, argtypes, debug=False):
+    """numba-cuda's own type annotation of `pyfunc` (compiled for sm_80, no GPU needed)."""
+    from numba.cuda import types
+    from numba.cuda.compiler import compile_cuda
+
+    return str(compile_cuda(pyfunc, types.void, argtypes, debug=debug, cc=(8, 0)).type_annotation).rstrip("\n")
+
+
+def printed_annotations(kernel, **kwargs) -> dict:
+    """What ``inspect_types`` printed: {header line: annotation} per variant."""
+    import io
+
+    out = io.StringIO()
+    kernel.inspect_types(file=out, **kwargs)
+    found = {}
+    for block in out.getvalue().split("=" * 80 + "\n"):
+        if block.strip():
+            header, rule, annotation = block.split("\n", 2)
+            assert rule == "-" * 80
+            found[header] = annotation.rstrip("\n")
+    return found
+
+
+@pytest.mark.parametrize("debug", [False, True], ids=["default", "debug"])
+def test_inspect_types_prints_numbas_own_annotation_per_variant(kernel, debug):
+    from numba.cuda import types
+
+    if debug:
+        kernel = Kernel(kernel.py_func, [], CompileConfig(sm=80, debug=True, opt=0), KernelCache(), simulate=True)
+    f32, f64 = (types.float32[:], types.float32[:]), (types.float64[:], types.float64[:])
+    kernel.compile("void(float32[:], float32[:])")
+    kernel.compile("void(float64[:], float64[:])")
+    shown = printed_annotations(kernel)
+    assert len(shown) == 2
+    for argtypes in (f32, f64):
+        variant = kernel.overloads[tuple(argtypes)]
+        header = f"{variant.entry_name} {variant.argument_types}"  # numba-cuda's heading of a variant
+        assert shown[header] == numbas_annotation(kernel.py_func, argtypes, debug=debug)
+    # numba's general form: one signature, or the pretty one Jupyter shows
+    one = printed_annotations(kernel, signature=tuple(f64))
+    assert list(one.values()) == [numbas_annotation(kernel.py_func, f64, debug=debug)]
+    pretty = kernel.inspect_types(pretty=True)
+    assert "add_table" in pretty._repr_html_() and type(pretty).__name__ == "Annotate"
+
+
+def test_inspect_types_types_again_where_the_typed_ir_is_no_longer_cached(kernel, tmp_path):
+    """After a restart a disk hit holds no typed IR: inspect_types types the
+    kernel again, and prints what it printed before."""
+    from numba.cuda import types
+
+    first = Kernel(kernel.py_func, [], CompileConfig(sm=80), KernelCache(directory=tmp_path), simulate=True)
+    first.compile("void(float32[:], float32[:])")
+    before = list(printed_annotations(first).values())
+    cache = KernelCache(directory=tmp_path)  # a new process's cache: every stage on disk
+    again = Kernel(kernel.py_func, [], CompileConfig(sm=80), cache, simulate=True)
+    again.compile("void(float32[:], float32[:])")
+    assert again.last.stages["typing"].outcome.value == "not needed" and cache.stats()["typing"].misses == 0
+    assert list(printed_annotations(again).values()) == before == [
+        numbas_annotation(kernel.py_func, (types.float32[:], types.float32[:]))]
+    assert cache.stats()["typing"].misses == 1  # typed once more, for the annotation
+    printed_annotations(again)
+    assert cache.stats()["typing"].misses == 1  # and kept on the variant
+
+
+def test_inspect_types_of_a_signature_not_compiled_is_numbas_key_error(kernel):
+    from numba.cuda import types
+
+    with pytest.raises(KeyError):
+        kernel.inspect_types(signature=(types.int32[:], types.int32[:]))
 
 
 CAPTURE = '''%%gpukernel --sm 80 --quiet

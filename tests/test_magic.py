@@ -812,3 +812,13 @@ def test_only_the_users_code_gets_kernels_from_the_cell_a_librarys_keep_numbas_m
     finally:
         for name in ("their_kernels", "my_kernels"):
             sys.modules.pop(name, None)
+
+
+def test_inspect_types_of_declared_and_lazy_kernels_shows_the_cells_source_with_types(ip, capsys):
+    cell(ip, "--sm 80 --quiet", AXPY + "\n@cuda.jit\ndef lazy(r):\n    r[0] = r.size * 0.5\n")
+    ip.run_cell("lazy[1, 1](np.zeros(2))").raise_error()
+    capsys.readouterr()
+    ip.run_cell("axpy.inspect_types(); lazy.inspect_types()").raise_error()
+    shown = capsys.readouterr().out
+    assert "r[i] = a * x[i] + y[i]" in shown and ":: array(float32, 1d, A)" in shown  # the declared kernel
+    assert "r[0] = r.size * 0.5" in shown and ":: array(float64, 1d, C)" in shown  # the lazy one's variant

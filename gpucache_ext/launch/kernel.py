@@ -33,7 +33,7 @@ import threading
 from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from numba.cuda.codegen import CUDACodeLibrary
-from numba.cuda.dispatcher import CUDADispatcher, _Kernel
+from numba.cuda.dispatcher import CUDADispatcher, _DispatcherBase, _Kernel
 
 from ..cache import CompileResult, KernelCache
 from ..config import CompileConfig, Targets
@@ -225,7 +225,6 @@ class _NotOffered:
 
 # Parts of numba's dispatcher API a Kernel leaves out, and what to use instead.
 _NUMBA_ONLY = {
-    "inspect_types": "typed IR is cached per stage; use .inspect() or %gpucache explain NAME",
     "inspect_sass_cfg": "use .inspect_sass()",
     "get_metadata": "use .last (the CompileResult) and .inspect()",
     "stats": "use the cache's statistics: kernel.cache.stats() or %gpucache stats",
@@ -649,6 +648,44 @@ class Kernel(CUDADispatcher):
                 raise LaunchError(f"{self.__name__} was not compiled with lto (--lto or lto=True)")
             return kernel.result.ptx
         return self._per_signature(signature, lto_ptx)
+
+    def inspect_types(self, file=None, signature=None, pretty=False, style="default", **kwargs):
+        """numba's ``inspect_types``: the Python source of each compiled
+        variant (or of `signature`'s) annotated with numba's IR and types,
+        printed to `file` (default stdout), or with ``pretty=True`` an object
+        Jupyter shows highlighted (needs pygments).  From the typing stage:
+        its typed IR where still cached, else typed again (after a restart a
+        disk hit holds none)."""
+        self._annotate([signature] if signature is not None else list(self.overloads))
+        if signature is None and not pretty and not kwargs:  # numba-cuda's own (each variant's entry name)
+            return super().inspect_types(file=file)
+        # numba's general one (numba-cuda's takes `file` alone): a signature, pretty
+        return _DispatcherBase.inspect_types(self, file=file, signature=signature, pretty=pretty, style=style,
+                                             **kwargs)
+
+    def get_annotation_info(self, signature=None):
+        """numba's: the annotation per signature (what ``inspect_types(pretty=True)`` renders)."""
+        self._annotate([signature] if signature is not None else list(self.signatures))
+        return super().get_annotation_info(signature)
+
+    def _annotate(self, signatures) -> None:
+        """Give each variant of `signatures` numba's type annotation, from the typing stage."""
+        from numba.cuda.core import postproc
+        from numba.cuda.core.annotations import type_annotations
+
+        for argtypes in signatures:
+            variant = self.overloads[argtypes]  # (a KeyError for a signature not compiled, as numba's)
+            if variant._type_annotation is not None:
+                continue
+            config = variant.result.config
+            state = self.cache.typed(self.py_func, argtypes, config, link=self._link).state
+            # what numba's IRLegalization (its ir.Dels) and AnnotateTypes passes make of the same typed IR
+            func_ir = state["func_ir"].copy()
+            postproc.PostProcessor(func_ir).run(True, extend_lifetimes=config.debug)
+            variant._type_annotation = type_annotations.TypeAnnotation(
+                func_ir=func_ir, typemap=state["typemap"], calltypes=state["calltypes"],
+                lifted=(), lifted_from=None, args=state["args"], return_type=state["return_type"],
+                html_output=None)
 
     def inspect_sass(self, signature=None):
         """The SASS, from nvdisasm, as numba's ``inspect_sass``: per signature,
