@@ -100,53 +100,10 @@ def _import(module, name):
     try:
         return importlib.import_module(f".{module}", __name__)
     except Exception as error:
-        cause = getattr(error, "lazy_import_cause", error)  # a lazy import inside this one: its first cause
-        failure = ImportError(_import_failure(f"{__name__}.{name}", cause), name=f"{__name__}.{module}")
-        failure.lazy_import_cause = cause
-        raise failure from cause
+        from .importing import import_failure
 
-
-def _import_failure(what, error):
-    import traceback
-
-    frames = traceback.extract_tb(error.__traceback__)
-    # where: the innermost module body that was running (the import that failed), else the innermost frame
-    where = next((frame for frame in reversed(frames) if frame.name == "<module>"), frames[-1] if frames else None)
-    text = f"{what} could not be imported: {type(error).__name__}: {error}"
-    if where is not None:
-        text += f" (in {where.filename}, line {where.lineno})"
-    unmet = _unmet_requirements()
-    if unmet:
-        text += (". The installed packages do not meet gpucache_ext's requirements: " + "; ".join(unmet)
-                 + ". Reinstall gpucache_ext with pip, or install those versions")
-    return text
-
-
-def _unmet_requirements():
-    """'numpy 2.5.5 installed, needs >=1.24,<2.5' for each requirement the environment breaks."""
-    from importlib import metadata
-
-    try:
-        from packaging.requirements import Requirement
-    except ImportError:  # packaging is not a requirement of ours: without it, say nothing more
-        return []
-    unmet = []
-    try:
-        requires = metadata.requires(__name__) or []
-    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        return []
-    for line in requires:
-        requirement = Requirement(line)
-        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
-            continue  # an extra's requirement, or one for another platform
-        try:
-            version = metadata.version(requirement.name)
-        except metadata.PackageNotFoundError:
-            unmet.append(f"{requirement.name} is not installed, needs {requirement.specifier or 'any version'}")
-            continue
-        if not requirement.specifier.contains(version, prereleases=True):
-            unmet.append(f"{requirement.name} {version} installed, needs {requirement.specifier}")
-    return unmet
+        failure = import_failure(f"{__name__}.{name}", f"{__name__}.{module}", error)
+        raise failure from failure.lazy_import_cause
 
 
 def __dir__():

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .toolchain import fatbin
-from . import queries, stages, targets, toolchain
+from . import queries, targets, toolchain
+from .importing import lazy_module
 from .store import settings
 from .store.codec import content_digest
 from .audit import AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, first_difference, parse_audit
@@ -54,6 +55,10 @@ from .store.tiers import Entry, MemoryTier, Tier
 from .sources import SnapshotChanged, identify, python_function, rebind, signature_component
 from .tokens import Component, Token, component, make_token, short_token
 from .toolchain import numba_settings, toolchain_component
+
+# numba-cuda's compiler, imported by the first compile: the cache opens, lists and reports
+# without it (under numba's CUDA simulator numba-cuda's compiler cannot be imported at all)
+stages = lazy_module("gpucache_ext.stages")
 
 log = logging.getLogger(__name__)
 

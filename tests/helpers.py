@@ -148,3 +148,14 @@ def require_chromium():
     if os.environ.get("CI"):
         pytest.fail(f"CI is set and {CHROMIUM} is missing: install it with apt-get install -y chromium")
     pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium); this test runs in CI")
+
+
+def run_notebook(cells, allow_errors=True, cwd=ROOT):
+    """A new notebook of code `cells`, run in a fresh Jupyter kernel (nbclient) in `cwd`."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(notebook, timeout=600, kernel_name="python3", allow_errors=allow_errors,
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    return notebook

@@ -13,11 +13,12 @@ import re
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 
 import gpucache_ext
 from gpucache_ext import CompileError
+
+from .helpers import run_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -263,7 +264,7 @@ def test_a_syntax_error_counts_its_cell_once_as_a_plain_cells_does(ip):
 
 
 def test_syntax_check_leaves_with_the_extension(ip):
-    from gpucache_ext.ipython.cell import check_cell_syntax
+    from gpucache_ext.ipython.cellcode import check_cell_syntax
 
     assert ip.input_transformers_post.count(check_cell_syntax) == 1
     ip.run_line_magic("reload_ext", "gpucache_ext")
@@ -278,8 +279,6 @@ def test_syntax_check_leaves_with_the_extension(ip):
 
 @pytest.fixture(scope="module")
 def executed_notebook():
-    from nbclient import NotebookClient
-
     state_cell = ("import json\n"
                   "print(json.dumps([sorted([n, id(v)] for n, v in globals().items()\n"
                   "                         if not n.startswith('_') and n not in ('In', 'Out')),\n"
@@ -287,10 +286,7 @@ def executed_notebook():
     cells = ["%load_ext gpucache_ext\nimport gpucache_ext\nprint(gpucache_ext.__file__)", GOOD, state_cell]
     cells += [case[0] for case in CASES.values()]
     cells += [state_cell, GOOD, "print(sorted(s for s, layer in good.last.stages.items() if not layer.hit))"]
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    NotebookClient(notebook, timeout=600, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(ROOT)}}).execute()
-    return notebook
+    return run_notebook(cells)
 
 
 def outputs_text(cell):

@@ -5,10 +5,7 @@ had bound, and fails as a plain cell would (see `cell_errors`)."""
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import hashlib
-import linecache
 import sys
 from typing import Any, Dict, List, Optional
 
@@ -20,7 +17,8 @@ from ..launch.decorators import CACHED_LIBRARY_KERNELS, decorator_form, device_f
 from ..libraries import is_library_file, library_caller
 from ..launch.kernel import Kernel
 from ..options import explicit_options
-from .cell_errors import as_cell_error, cell_names
+from .cell_errors import as_cell_error
+from .cellcode import compile_cell, register_cell, running_cell_number
 from .report import CellReport, VariantsTable, launch_line
 
 # ---------------------------------------------------------------------------
@@ -167,103 +165,10 @@ def _capture_numba_kernels(namespace, before, context: _CellContext):
                                                   explicit_options(value.targetoptions))
 
 
-def _cell_filename(cell: str) -> str:
-    """A name derived from the cell's text, so an unchanged cell keeps its name
-    (and its line-number-dependent debug info keeps hitting) across runs."""
-    return f"<gpukernel-{hashlib.sha1(cell.encode()).hexdigest()[:12]}>"
-
-
-class _ImportsAsAssignments(ast.NodeTransformer):
-    """Turn the cell's module-level imports into plain assignments.
-
-    CPython compiles ``cuda.grid(1)`` differently when ``cuda`` was imported in
-    the same compilation unit (LOAD_ATTR instead of LOAD_METHOD), so a kernel's
-    bytecode, and with it its token, would depend on which cell holds the
-    imports.  Written as assignments, imports bind the same names to the same
-    modules and kernels compile to the same bytecode wherever the imports are.
-    """
-
-    def visit_FunctionDef(self, node):  # only module-level imports matter
-        return node
-
-    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
-
-    def visit_Import(self, node):
-        assigns = []
-        for alias in node.names:
-            if alias.asname:  # import a.b as c: c is the submodule
-                target, value = alias.asname, _call("__import__", alias.name, fromlist=["_"])
-            else:  # import a.b: binds a, the top package
-                target, value = alias.name.split(".")[0], _call("__import__", alias.name)
-            assigns.append(_assign(target, value, node))
-        return assigns
-
-    def visit_ImportFrom(self, node):
-        if node.level or any(alias.name == "*" for alias in node.names):
-            return node  # relative and star imports stay as written
-        fromlist = [a.name for a in node.names]
-        return [_imported_name(node, alias, fromlist) for alias in node.names]
-
-
-def _call(func, *args, fromlist=None):
-    keywords = []
-    if fromlist is not None:
-        keywords.append(ast.keyword(arg="fromlist", value=ast.Tuple(
-            elts=[ast.Constant(name) for name in fromlist], ctx=ast.Load())))
-    return ast.Call(func=ast.Name(id=func, ctx=ast.Load()),
-                    args=[ast.Constant(a) for a in args], keywords=keywords)
-
-
-def _imported_name(node, alias, fromlist):
-    """``name = __import__(module, fromlist=...).name``, raising ImportError (as
-    ``from module import name`` does) when the module has no such name."""
-    module = _call("__import__", node.module, fromlist=fromlist)
-    assign = _assign(alias.asname or alias.name,
-                     ast.Attribute(value=module, attr=alias.name, ctx=ast.Load()), node)
-    message = f"cannot import name {alias.name!r} from {node.module!r}"
-    raise_error = ast.Raise(exc=ast.Call(func=ast.Name(id="ImportError", ctx=ast.Load()),
-                                         args=[ast.Constant(message)], keywords=[]),
-                            cause=ast.Constant(None))
-    handler = ast.ExceptHandler(type=ast.Name(id="AttributeError", ctx=ast.Load()), name=None,
-                                body=[raise_error])
-    guarded = ast.Try(body=[assign], handlers=[handler], orelse=[], finalbody=[])
-    return ast.fix_missing_locations(ast.copy_location(guarded, node))
-
-
-def _assign(target, value, node):
-    assign = ast.Assign(targets=[ast.Name(id=target, ctx=ast.Store())], value=value)
-    return ast.fix_missing_locations(ast.copy_location(assign, node))
-
-
-def _compile_cell(source: str, filename: str):
-    """The cell's code, numbered as IPython numbers the cell: line 1 is the
-    magic's own, so the code starts on line 2 (a SyntaxError says so too).
-    Returns (the code of its statements, the code of its last expression or
-    None): as in a plain cell, a final expression's value is the cell's
-    result, unless a ``;`` ends it."""
-    tree = _ImportsAsAssignments().visit(ast.parse("\n" + source, filename, "exec"))
-    last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr) and not _ends_in_semicolon(source):
-        last = ast.Expression(tree.body.pop().value)
-        last = compile(ast.fix_missing_locations(last), filename, "eval")
-    return compile(ast.fix_missing_locations(tree), filename, "exec"), last
-
-
-def _ends_in_semicolon(source: str) -> bool:
-    import tokenize
-
-    from IPython.core.displayhook import DisplayHook
-
-    try:  # IPython's own test of a plain cell
-        return DisplayHook.semicolon_at_end_of_expression(source)
-    except (tokenize.TokenError, SyntaxError):  # (the source parsed: only odd whitespace gets here)
-        return False
-
-
 def run_cell(shell, cell, config, signatures, args, line=""):
     source = shell.transform_cell(cell)
-    filename = _register_cell(shell, source, line, _running_cell_number(shell))
-    code, last = _compile_cell(source, filename)
+    filename = register_cell(shell, source, line, running_cell_number(shell))
+    code, last = compile_cell(source, filename)
 
     results: List[CompileResult] = []
     collecting = [True]
@@ -371,55 +276,3 @@ def _restore_kernel_names(namespace, before, kernels):
                 del namespace[name]
 
 
-def _register_cell(shell, source: str, line: str, number: Optional[int]) -> str:
-    """Name the cell's code and give tracebacks its lines, the magic line
-    first; with `number`, IPython labels the file ``Cell In[number]``."""
-    filename = _cell_filename(source)
-    magic = ("%%gpukernel " + line).rstrip() + "\n"
-    lines = [magic] + [text if text.endswith("\n") else text + "\n" for text in source.splitlines(True)]
-    linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
-    names = cell_names(shell)
-    if number is not None and names is not None:
-        names[filename] = number
-    return filename
-
-
-def _running_cell_number(shell) -> Optional[int]:
-    """The execution count of the IPython cell running this magic: that of
-    the nearest calling frame whose code is a cell's."""
-    names = cell_names(shell)
-    frame = sys._getframe(1)
-    while names is not None and frame is not None:
-        number = names.get(frame.f_code.co_filename)
-        if number is not None:
-            return number
-        frame = frame.f_back
-    return None
-
-
-def check_cell_syntax(lines):
-    """IPython input transformer (``input_transformers_post``): a %%gpukernel
-    cell whose code does not parse fails before it runs, its SyntaxError shown
-    as a plain cell's is, at the cell's line and with no frames."""
-    if not lines or not lines[0].startswith("get_ipython().run_cell_magic('gpukernel', "):
-        return lines
-    try:
-        call = ast.parse("".join(lines)).body[0].value
-        _, line, body = (ast.literal_eval(arg) for arg in call.args)
-    except (SyntaxError, ValueError, AttributeError, IndexError, TypeError):
-        return lines  # not IPython's form of a %%gpukernel cell: leave it to the magic
-    if not isinstance(body, str) or not body.strip():
-        return lines
-    from IPython import get_ipython
-
-    shell = get_ipython()
-    if shell is None:
-        return lines
-    source = shell.transform_cell(body)
-    filename = _register_cell(shell, source, line, shell.execution_count)
-    try:
-        _compile_cell(source, filename)
-    except SyntaxError as exc:
-        exc.gpucache_cell_syntax = True  # (the session undoes IPython 8's second count of such a cell)
-        raise exc.with_traceback(None) from None
-    return lines

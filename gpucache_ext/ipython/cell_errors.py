@@ -8,12 +8,11 @@ import logging
 import os
 import re
 import types
-from typing import Dict, Optional
+from typing import Optional
 
 
 from ..errors import CompileError, GpuCacheError
-from ..launch.kernel import Kernel
-from ..stages import def_line_of
+from .cellcode import cell_names
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +33,6 @@ log = logging.getLogger(__name__)
 
 # this package's files (the folder above this one): their frames are never shown
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def cell_names(shell) -> Optional[Dict[str, int]]:
-    """IPython's map from a cell's code name to its execution count (what
-    its tracebacks read as ``Cell In[N]``), if this shell has one."""
-    names = getattr(getattr(shell, "compile", None), "_filename_map", None)
-    return names if isinstance(names, dict) else None
 
 
 def _is_cell_file(shell, filename) -> bool:
@@ -77,6 +69,23 @@ def as_cell_error(shell, exc, filename, context):
     return exc
 
 
+def show_from_the_cell(shell, exc, filename) -> None:
+    """Have `exc`, raised while the cell's code ran, show as a plain cell's
+    error: every frame from the cell's own on (the magic's, above it, left out)."""
+    entries = _entries(exc.__traceback__)
+    start = next((i for i, e in enumerate(entries) if e.tb_frame.f_code.co_filename == filename), None)
+    if start is not None:
+        _show_once(shell, exc, _rebuilt(entries[start:]), hide_chain=False)
+
+
+def _rebuilt(entries):
+    """A traceback of exactly `entries`, in order."""
+    tb = None
+    for entry in reversed(entries):
+        tb = types.TracebackType(tb, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return tb
+
+
 def _copy_error(exc):
     """An exception of `exc`'s type, arguments and attributes, without its
     traceback and chain (the original keeps them); None if it cannot be made."""
@@ -102,6 +111,8 @@ def _compile_location(shell, exc, original, context):
             return filename, line, _function_at(shell, context, filename, line)
     kernel = _kernel_named(context, getattr(exc, "kernel", None))
     if kernel is not None:
+        from ..stages import def_line_of
+
         code = kernel.py_func.__code__
         return code.co_filename, def_line_of(code), kernel.py_func.__name__
     return None
@@ -173,7 +184,7 @@ def _function_at(shell, context, filename, line) -> Optional[str]:
 
     funcs = [kernel.py_func for kernel in context.kernels]
     for value in list(shell.user_ns.values()):
-        if isinstance(value, (Kernel, CUDADispatcher)):
+        if isinstance(value, CUDADispatcher):  # (a Kernel is one)
             funcs.append(value.py_func)
         elif isinstance(value, types.FunctionType):
             funcs.append(value)

@@ -118,7 +118,7 @@ class Session:
             settings.redis_ttl()
         except settings.SettingError as exc:
             raise UsageError(str(exc)) from None
-        from .cell import check_cell_syntax
+        from .cellcode import check_cell_syntax
         from .cell_errors import install_launch_errors
 
         self.shell.register_magics(self.magics)
@@ -134,7 +134,7 @@ class Session:
     def unload(self) -> None:
         from ..launch.simulator import simulate_memory
 
-        from .cell import check_cell_syntax
+        from .cellcode import check_cell_syntax
         from .cell_errors import uninstall_launch_errors
 
         uninstall_launch_errors(self.shell)
@@ -177,7 +177,7 @@ class Session:
     def cell_of(self, filename: str):
         """(cell id or None, execution count) of the cell whose code is named
         `filename`; None where it is no cell's (a file)."""
-        from .cell_errors import cell_names
+        from .cellcode import cell_names
 
         number = (cell_names(self.shell) or {}).get(filename)
         if number is None:

@@ -1,0 +1,89 @@
+"""Importing what needs numba-cuda's compiler, and saying why it failed.
+
+The package's lazy names (``from gpucache_ext import Kernel``) and its lazily
+imported modules (`lazy_module`: numba-cuda's compiler, which the cache opens
+without, as under numba's CUDA simulator) import on first use; a failure is
+an ImportError that names its cause, where it happened and any installed
+package outside gpucache_ext's requirements, chained to the original.  An
+AttributeError must not escape: ``from gpucache_ext import X`` would turn it
+into "cannot import name" and hide the cause.
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+
+def import_failure(what: str, module: str, error: BaseException) -> ImportError:
+    """The ImportError for `what` (a name or module) whose import of `module`
+    raised `error`; its ``lazy_import_cause`` is the first cause (a lazy
+    import inside another says that one once)."""
+    cause = getattr(error, "lazy_import_cause", error)
+    failure = ImportError(_import_failure(what, cause), name=module)
+    failure.lazy_import_cause = cause
+    return failure
+
+
+class _LazyModule(types.ModuleType):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.__dict__["_lazy_name"] = name
+
+    def __getattr__(self, attribute):
+        name = self.__dict__["_lazy_name"]
+        try:
+            module = importlib.import_module(name)
+        except Exception as error:
+            failure = import_failure(name, name, error)
+            raise failure from failure.lazy_import_cause
+        return getattr(module, attribute)
+
+
+def lazy_module(name: str) -> types.ModuleType:
+    """`name`, imported when an attribute is first read (numba-cuda's compiler
+    cannot be imported under its simulator, nor need it be to read a cache)."""
+    return _LazyModule(name)
+
+
+def _import_failure(what, error):
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    # where: the innermost module body that was running (the import that failed), else the innermost frame
+    where = next((frame for frame in reversed(frames) if frame.name == "<module>"), frames[-1] if frames else None)
+    text = f"{what} could not be imported: {type(error).__name__}: {error}"
+    if where is not None:
+        text += f" (in {where.filename}, line {where.lineno})"
+    unmet = _unmet_requirements()
+    if unmet:
+        text += (". The installed packages do not meet gpucache_ext's requirements: " + "; ".join(unmet)
+                 + ". Reinstall gpucache_ext with pip, or install those versions")
+    return text
+
+
+def _unmet_requirements():
+    """'numpy 2.5.5 installed, needs >=1.24,<2.5' for each requirement the environment breaks."""
+    from importlib import metadata
+
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # packaging is not a requirement of ours: without it, say nothing more
+        return []
+    unmet = []
+    try:
+        requires = metadata.requires("gpucache_ext") or []
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return []
+    for line in requires:
+        requirement = Requirement(line)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue  # an extra's requirement, or one for another platform
+        try:
+            version = metadata.version(requirement.name)
+        except metadata.PackageNotFoundError:
+            unmet.append(f"{requirement.name} is not installed, needs {requirement.specifier or 'any version'}")
+            continue
+        if not requirement.specifier.contains(version, prereleases=True):
+            unmet.append(f"{requirement.name} {version} installed, needs {requirement.specifier}")
+    return unmet
