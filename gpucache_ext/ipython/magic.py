@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
-from typing import Dict, List
+from typing import TYPE_CHECKING, Dict, List
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -28,15 +28,18 @@ from traitlets import Bool, Unicode, default
 
 from ..defaults import default_cache
 from ..config import LAYERS, CompileConfig, Targets, supported_ccs
-from ..launch.device import default_sm
+from ..launch.device import cuda_simulator_on, default_sm, gpu_available
 from ..errors import ConfigError
-from ..launch.kernel import Kernel, gpu_available
 from ..queries import compare_entries, find_entry, resource_moves, resource_rows, reused_note
 from ..results import FatbinResult, short_signature
-from ..stages import normalize_signature
 from ..sweeps import combinations, parse_values
-from .cell import run_cell
 from .report import and_join, cutoff_text, refusals_between
+
+if TYPE_CHECKING:
+    from ..launch.kernel import Kernel
+
+# (numba-cuda's compiler, and so `cell`, `Kernel` and `stages`, are imported when
+# first used: under numba's CUDA simulator they cannot be, and the magic still loads)
 
 
 _FLAG_OF_FIELD = {
@@ -195,6 +198,15 @@ class GpuCacheMagics(Magics):
         config = self._config(args)
         signatures = self._signatures(args.sig)
         args.quiet = args.quiet or self.quiet  # (also silences the lines of compiles at later launches)
+        if cuda_simulator_on():  # numba compiles nothing there: the cell runs as a plain cell
+            from .simulated import SimulatorNote, run_simulated_cell
+
+            value = run_simulated_cell(self.shell, cell, line)
+            if not args.quiet:
+                display(SimulatorNote())
+            return value
+        from .cell import run_cell
+
         before = self.cache
         refusals = before.tier_info()  # (asks no server: what the tiers refused so far)
         report, value = run_cell(self.shell, cell, config, signatures, args, line)
@@ -264,6 +276,10 @@ class GpuCacheMagics(Magics):
 
     @staticmethod
     def _signatures(sigs):
+        if cuda_simulator_on():  # (numba's simulator takes them as they are)
+            return list(sigs)
+        from ..stages import normalize_signature
+
         parsed = []
         for sig in sigs:
             if len(sig) > 1 and sig[0] == sig[-1] and sig[0] in "'\"":
@@ -315,6 +331,11 @@ class GpuCacheMagics(Magics):
         if command == "explain":
             if len(rest) != 1:
                 raise UsageError("%gpucache explain NAME: NAME is a kernel bound by %%gpukernel")
+            if cuda_simulator_on():
+                raise UsageError(f"%gpucache explain {rest[0]}: numba's CUDA simulator is on "
+                                 "(NUMBA_ENABLE_CUDASIM=1), so no kernel is compiled or cached")
+            from ..launch.kernel import Kernel
+
             kernel = self.shell.user_ns.get(rest[0])
             if not isinstance(kernel, Kernel):
                 raise UsageError(f"%gpucache explain {rest[0]}: no %%gpukernel kernel of that name")
@@ -340,7 +361,7 @@ def diff_entries(cache, tokens: List[str]) -> str:
         raise UsageError(f"%gpucache diff: {exc}") from None
 
 
-def explain_kernel(kernel: Kernel) -> str:
+def explain_kernel(kernel: "Kernel") -> str:
     """The last compile of each signature (and the stages in it rebuilt to the
     same bytes as before), what would miss if compiled now, and how resources
     moved across the kernel's cached variants (where they did)."""
@@ -377,7 +398,7 @@ def explain_kernel(kernel: Kernel) -> str:
     return "\n".join(lines)
 
 
-def kernel_moves(kernel: Kernel):
+def kernel_moves(kernel: "Kernel"):
     """How resources moved across the cached cubin variants of `kernel`'s
     code (`gpucache_ext.queries.resource_moves`): the variants built from the
     code of its last compiles, not those of an earlier definition of its name."""

@@ -103,8 +103,7 @@ class Session:
         from IPython.core.error import UsageError
 
         from ..audit import parse_audit
-        from ..launch.kernel import gpu_available
-        from ..launch.simulator import simulate_memory
+        from ..launch.device import cuda_simulator_on, gpu_available
 
         try:
             parse_audit(self.settings.audit)
@@ -126,18 +125,25 @@ class Session:
         self.shell.events.register("post_run_cell", self.post_run_cell)
         if check_cell_syntax not in self.shell.input_transformers_post:  # syntax errors as a plain cell's
             self.shell.input_transformers_post.append(check_cell_syntax)
-        install_launch_errors(self.shell)  # launch errors at the user's launch line
         definitions.set_cell_resolver(self.cell_of, self._numbers.get)  # where kernels are defined
+        if cuda_simulator_on():  # numba's own simulator: cells run as plain cells (see `simulated`)
+            return
+        from ..launch.simulator import simulate_memory
+
+        install_launch_errors(self.shell)  # launch errors at the user's launch line
         if not gpu_available():  # cells written for a GPU run on the simulator, memory API too
             simulate_memory(True)
 
     def unload(self) -> None:
-        from ..launch.simulator import simulate_memory
-
+        from ..launch.device import cuda_simulator_on
         from .cellcode import check_cell_syntax
-        from .cell_errors import uninstall_launch_errors
 
-        uninstall_launch_errors(self.shell)
+        if not cuda_simulator_on():
+            from ..launch.simulator import simulate_memory
+            from .cell_errors import uninstall_launch_errors
+
+            uninstall_launch_errors(self.shell)
+            simulate_memory(False)
         definitions.set_cell_resolver(None, None)
         with contextlib.suppress(ValueError):
             self.shell.events.unregister("pre_run_cell", self.pre_run_cell)
@@ -147,7 +153,6 @@ class Session:
             self._cache.hold_audits(False)
         with contextlib.suppress(ValueError):
             self.shell.input_transformers_post.remove(check_cell_syntax)
-        simulate_memory(False)
         for widget in list(self.inspectors):
             widget.close()
         self.inspectors.clear()
@@ -188,12 +193,15 @@ class Session:
         """After every cell: kernels re-check their inputs at their next launch;
         each watched cache's history gets the cell's hits and misses; open
         inspectors refresh; background audits may run."""
-        from ..launch.kernel import refresh_all
+        from ..launch.device import cuda_simulator_on
 
         self._in_cell = False
         if self._cache is not None:
             self._cache.hold_audits(False)
-        refresh_all()
+        if not cuda_simulator_on():  # (under numba's simulator no Kernel exists)
+            from ..launch.kernel import refresh_all
+
+            refresh_all()
         info = getattr(result, "info", None)
         if info is not None and getattr(result, "execution_count", None) is not None:
             self._name_cell(result.execution_count, getattr(info, "cell_id", None))

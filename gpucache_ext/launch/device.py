@@ -32,6 +32,16 @@ def gpu_available() -> bool:
         return False
 
 
+def cuda_simulator_on() -> bool:
+    """Whether numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM=1``, read
+    by numba-cuda's own config): ``numba.cuda`` is then the simulator, which
+    runs kernels in Python and compiles nothing, and numba-cuda's compiler
+    cannot be imported."""
+    from numba.cuda.core import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
 def device_cc() -> Tuple[int, int]:
     """The current GPU's compute capability (needs a GPU)."""
     from numba import cuda
