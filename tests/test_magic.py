@@ -822,3 +822,66 @@ def test_inspect_types_of_declared_and_lazy_kernels_shows_the_cells_source_with_
     shown = capsys.readouterr().out
     assert "r[i] = a * x[i] + y[i]" in shown and ":: array(float32, 1d, A)" in shown  # the declared kernel
     assert "r[0] = r.size * 0.5" in shown and ":: array(float64, 1d, C)" in shown  # the lazy one's variant
+
+
+def test_gpucache_auto_runs_every_cell_that_defines_kernels_through_the_cache(ip, capsys):
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    ip.run_line_magic("gpucache", "auto")
+    result = ip.run_cell(AXPY.lstrip() + "\nx = np.ones(4, np.float32)\nr = np.zeros_like(x)\n"
+                         "axpy[1, 4](r, np.float32(2), x, x)\nr", store_history=True)
+    assert isinstance(ip.user_ns["axpy"], Kernel) and ip.user_ns["axpy"].config.sm == 86  # the default flags
+    assert np.array_equal(result.result, [3, 3, 3, 3]) and "first compile of axpy" in capsys.readouterr().out
+    assert ip.run_cell("y = 2\ny", store_history=True).result == 2  # a cell without kernels: as written
+    # its lines numbered as written: the error at the user's line 3 of the cell
+    number = ip.execution_count
+    failed = ip.run_cell("@cuda.jit\ndef bad(r):\n    r[0] = 'text' + 1\nbad[1, 1](r)\n", store_history=True)
+    shown = capsys.readouterr()
+    assert type(failed.error_in_exec).__name__ == "TypingError"
+    assert f"Cell In[{number}], line 3" in shown.out + shown.err
+    # a cell's own %%gpukernel keeps its flags, and its numbering (the magic's line is line 1)
+    cell(ip, "--sm 80 --quiet", AXPY)
+    assert ip.user_ns["axpy"].config.sm == 80
+    number = ip.execution_count
+    ip.run_cell("%%gpukernel --sm 80\n@cuda.jit\ndef bad(r):\n    r[0] = 'text' + 1\nbad[1, 1](r)\n",
+                store_history=True)
+    shown = capsys.readouterr()
+    assert f"Cell In[{number}], line 4" in shown.out + shown.err
+    ip.run_line_magic("gpucache", "auto off")
+    ip.run_cell("@cuda.jit\ndef plain(r):\n    r[0] = 1\n").raise_error()
+    assert isinstance(ip.user_ns["plain"], CUDADispatcher) and not isinstance(ip.user_ns["plain"], Kernel)
+    with pytest.raises(UsageError, match="auto"):
+        ip.run_line_magic("gpucache", "auto maybe")
+
+
+def test_gpucache_auto_from_the_setting(ip, monkeypatch):
+    monkeypatch.setenv("GPUCACHE_AUTO", "1")
+    ip.run_line_magic("reload_ext", "gpucache_ext")
+    ip.run_cell("from numba import cuda\n@cuda.jit('void(float32[:])')\ndef k(r):\n    r[0] = 1\n").raise_error()
+    assert isinstance(ip.user_ns["k"], Kernel)
+
+
+@pytest.mark.parametrize("source, defines", [
+    ("from numba import cuda\n@cuda.jit\ndef k(r): pass", True),
+    ("import numba\n@numba.cuda.jit('void(int32[:])')\ndef k(r): pass", True),
+    ("from numba.cuda import jit as j\n@j(device=True)\ndef f(x): return x", True),
+    ("from numba import cuda\ndef f(r): pass\nk = cuda.jit(f)", True),
+    ("%time x = 1\n@cuda.jit\ndef k(r): pass", True),  # IPython syntax in the cell
+    ("import numba\n@numba.jit\ndef f(x): return x", False),  # numba's CPU jit
+    ("cuda = object()\n@cuda.jit\ndef k(r): pass", True),  # (bound in the cell: read as written)
+    ("x = 1\nprint(x)", False),
+    ("def broken(:", False),
+])
+def test_which_cells_define_cuda_kernels(ip, source, defines):
+    from gpucache_ext.ipython.auto import AutoCells, defines_cuda_kernels
+
+    assert defines_cuda_kernels(AutoCells._python(source.splitlines(True)), {}) is defines
+
+
+def test_a_name_cuda_bound_to_something_else_is_not_numbas(ip):
+    from gpucache_ext.ipython.auto import defines_cuda_kernels
+
+    assert not defines_cuda_kernels("@cuda.jit\ndef k(r): pass", {"cuda": object()})
+    import numba.cuda
+
+    assert defines_cuda_kernels("@gpu.jit\ndef k(r): pass", {"gpu": numba.cuda})

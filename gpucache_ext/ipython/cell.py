@@ -18,7 +18,7 @@ from ..libraries import is_library_file, library_caller
 from ..launch.kernel import Kernel
 from ..options import explicit_options
 from .cell_errors import as_cell_error
-from .cellcode import compile_cell, register_cell, running_cell_number
+from .cellcode import compile_cell, register_cell, running_cell_number, transform_body
 from .report import CellReport, VariantsTable, launch_line
 
 # ---------------------------------------------------------------------------
@@ -165,10 +165,12 @@ def _capture_numba_kernels(namespace, before, context: _CellContext):
                                                   explicit_options(value.targetoptions))
 
 
-def run_cell(shell, cell, config, signatures, args, line=""):
-    source = shell.transform_cell(cell)
-    filename = register_cell(shell, source, line, running_cell_number(shell))
-    code, last = compile_cell(source, filename)
+def run_cell(shell, cell, config, signatures, args, line="", auto=False):
+    """Run a %%gpukernel cell (`auto`: one ``%gpucache auto`` gave the magic's
+    line, so its own lines are numbered from 1); (its report, its last value)."""
+    source = transform_body(shell, cell)
+    filename = register_cell(shell, source, line, running_cell_number(shell), magic_line=not auto)
+    code, last = compile_cell(source, filename, magic_line=not auto)
 
     results: List[CompileResult] = []
     collecting = [True]

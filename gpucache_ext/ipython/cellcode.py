@@ -9,7 +9,25 @@ import ast
 import hashlib
 import linecache
 import sys
+import threading
 from typing import Dict, Optional
+
+
+_body = threading.local()  # set while a %%gpukernel cell's body is transformed
+
+
+def transform_body(shell, body: str) -> str:
+    """A %%gpukernel cell's body as Python (IPython's transformers: ``%time``,
+    ``!ls``), marked as a body: ``%gpucache auto`` leaves it as it is."""
+    _body.active = True
+    try:
+        return shell.transform_cell(body)
+    finally:
+        _body.active = False
+
+
+def transforming_body() -> bool:
+    return getattr(_body, "active", False)
 
 
 def cell_names(shell) -> Optional[Dict[str, int]]:
@@ -87,13 +105,14 @@ def _assign(target, value, node):
     return ast.fix_missing_locations(ast.copy_location(assign, node))
 
 
-def compile_cell(source: str, filename: str):
+def compile_cell(source: str, filename: str, magic_line: bool = True):
     """The cell's code, numbered as IPython numbers the cell: line 1 is the
-    magic's own, so the code starts on line 2 (a SyntaxError says so too).
+    magic's own, so the code starts on line 2 (a SyntaxError says so too);
+    without `magic_line` (a cell ``%gpucache auto`` ran), on line 1.
     Returns (the code of its statements, the code of its last expression or
     None): as in a plain cell, a final expression's value is the cell's
     result, unless a ``;`` ends it."""
-    tree = _ImportsAsAssignments().visit(ast.parse("\n" + source, filename, "exec"))
+    tree = _ImportsAsAssignments().visit(ast.parse(("\n" if magic_line else "") + source, filename, "exec"))
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr) and not ends_in_semicolon(source):
         last = ast.Expression(tree.body.pop().value)
@@ -112,13 +131,13 @@ def ends_in_semicolon(source: str) -> bool:
         return False
 
 
-def register_cell(shell, source: str, line: str, number: Optional[int]) -> str:
+def register_cell(shell, source: str, line: str, number: Optional[int], magic_line: bool = True) -> str:
     """Name the cell's code and give tracebacks its lines, the magic line
-    first; with `number`, IPython labels the file ``Cell In[number]``."""
+    first (with `magic_line`); with `number`, IPython labels the file ``Cell In[number]``."""
     filename = cell_filename(source)
     # (as a comment: the file then parses, so tracebacks show the same lines of context as a plain cell's)
     magic = ("# %%gpukernel " + line).rstrip() + "\n"
-    lines = [magic] + [text if text.endswith("\n") else text + "\n" for text in source.splitlines(True)]
+    lines = [magic] * magic_line + [text if text.endswith("\n") else text + "\n" for text in source.splitlines(True)]
     linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
     names = cell_names(shell)
     if number is not None and names is not None:
@@ -157,7 +176,7 @@ def check_cell_syntax(lines):
     shell = get_ipython()
     if shell is None:
         return lines
-    source = shell.transform_cell(body)
+    source = transform_body(shell, body)
     filename = register_cell(shell, source, line, shell.execution_count)
     try:
         compile_cell(source, filename)

@@ -109,6 +109,8 @@ class GpuCacheMagics(Magics):
              "or unsigned where GPUCACHE_SHARED_UNSIGNED=1.",
     ).tag(config=True)
     quiet = Bool(help="Do not show the per-cell report (env GPUCACHE_QUIET=1).").tag(config=True)
+    auto = Bool(help="Run every cell that defines CUDA kernels (numba's cuda.jit) as a %%gpukernel cell "
+                     "with the default flags, as %gpucache auto does (env GPUCACHE_AUTO=1).").tag(config=True)
     audit = Unicode(
         help="Audit the cache's hits by compiling them again from nothing and comparing "
              "(env GPUCACHE_AUDIT): 'first' (the default: the first hit of each kernel served by "
@@ -145,6 +147,10 @@ class GpuCacheMagics(Magics):
     @default("quiet")
     def _default_quiet(self):
         return os.environ.get("GPUCACHE_QUIET", "").lower() in ("1", "true", "yes")
+
+    @default("auto")
+    def _default_auto(self):
+        return os.environ.get("GPUCACHE_AUTO", "").lower() in ("1", "true", "yes", "on")
 
     # -- %%gpukernel -------------------------------------------------------------
     @magic_arguments(name="%gpukernel")  # IPython prefixes one %: the usage reads %%gpukernel
@@ -198,10 +204,11 @@ class GpuCacheMagics(Magics):
         config = self._config(args)
         signatures = self._signatures(args.sig)
         args.quiet = args.quiet or self.quiet  # (also silences the lines of compiles at later launches)
+        auto = self.session is not None and self.session.auto.wrapped(cell)  # (%gpucache auto ran it)
         if cuda_simulator_on():  # numba compiles nothing there: the cell runs as a plain cell
             from .simulated import SimulatorNote, run_simulated_cell
 
-            value = run_simulated_cell(self.shell, cell, line)
+            value = run_simulated_cell(self.shell, cell, line, auto)
             if not args.quiet:
                 display(SimulatorNote())
             return value
@@ -209,7 +216,7 @@ class GpuCacheMagics(Magics):
 
         before = self.cache
         refusals = before.tier_info()  # (asks no server: what the tiers refused so far)
-        report, value = run_cell(self.shell, cell, config, signatures, args, line)
+        report, value = run_cell(self.shell, cell, config, signatures, args, line, auto)
         cache = self.cache
         reported = self.session.audits_reported if self.session is not None else {}
         seen = reported.get(cache, 0)
@@ -306,6 +313,8 @@ class GpuCacheMagics(Magics):
                                   bytes, so the next were reused), and what would miss now
         %gpucache diff A B        two ptx entries' PTX, or two cubin entries' SASS, side by side (A and B:
                                   tokens, or their first 6+ hex digits, as the inspector lists them)
+        %gpucache auto [on|off]   run every later cell that defines CUDA kernels as a %%gpukernel cell
+                                  with the default flags (GpuCacheMagics.auto, GPUCACHE_AUTO=1)
         """
         words = line.split()
         cache = self.cache
@@ -322,6 +331,15 @@ class GpuCacheMagics(Magics):
 
             return stats_view(cache)
         command, rest = words[0], words[1:]
+        if command == "auto":
+            if len(rest) > 1 or (rest and rest[0] not in ("on", "off")) or self.session is None:
+                raise UsageError("%gpucache auto [on|off]: every later cell that defines CUDA kernels runs as a "
+                                 "%%gpukernel cell (on, the default), or as written (off)")
+            self.session.auto.on = not rest or rest[0] == "on"
+            print("%gpucache auto: " + ("cells that define CUDA kernels run as %%gpukernel cells, with the default "
+                                        "flags (a cell's own %%gpukernel line keeps its flags)"
+                                        if self.session.auto.on else "off: cells run as written"))
+            return None
         if command == "clear":
             if len(rest) > 1 or (rest and rest[0] not in LAYERS):
                 raise UsageError(f"%gpucache clear [STAGE]: STAGE is one of {', '.join(LAYERS)}")
@@ -344,8 +362,8 @@ class GpuCacheMagics(Magics):
         if command == "diff":
             print(diff_entries(cache, rest))
             return None
-        raise UsageError(f"%gpucache {command}: unknown command; use stats, clear [STAGE], explain NAME "
-                         "or diff TOKEN_A TOKEN_B")
+        raise UsageError(f"%gpucache {command}: unknown command; use stats, clear [STAGE], explain NAME, "
+                         "diff TOKEN_A TOKEN_B or auto [on|off]")
 
 
 def diff_entries(cache, tokens: List[str]) -> str:

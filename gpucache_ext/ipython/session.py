@@ -25,6 +25,7 @@ import IPython
 
 from .. import defaults, definitions
 from ..history import CellHistory  # noqa: F401  (its home is history; importable here too)
+from .auto import AutoCells
 from .magic import GpuCacheMagics
 
 # IPython 9.8 moved counting a stored cell before the pre_run_cell event
@@ -60,6 +61,8 @@ class Session:
         self.shell = shell
         self.magics = GpuCacheMagics(shell=shell, session=self)
         self.settings = Settings.from_magics(self.magics)
+        self.auto = AutoCells(shell)  # %gpucache auto
+        self.auto.on = bool(self.magics.auto)
         self._cache = None
         self._in_cell = False  # between pre_run_cell and post_run_cell
         self.cell_count = 0
@@ -125,6 +128,7 @@ class Session:
         self.shell.events.register("post_run_cell", self.post_run_cell)
         if check_cell_syntax not in self.shell.input_transformers_post:  # syntax errors as a plain cell's
             self.shell.input_transformers_post.append(check_cell_syntax)
+        self.shell.input_transformers_cleanup.append(self.auto)  # (it is off until %gpucache auto)
         definitions.set_cell_resolver(self.cell_of, self._numbers.get)  # where kernels are defined
         if cuda_simulator_on():  # numba's own simulator: cells run as plain cells (see `simulated`)
             return
@@ -153,6 +157,8 @@ class Session:
             self._cache.hold_audits(False)
         with contextlib.suppress(ValueError):
             self.shell.input_transformers_post.remove(check_cell_syntax)
+        with contextlib.suppress(ValueError):
+            self.shell.input_transformers_cleanup.remove(self.auto)
         for widget in list(self.inspectors):
             widget.close()
         self.inspectors.clear()
@@ -196,6 +202,7 @@ class Session:
         from ..launch.device import cuda_simulator_on
 
         self._in_cell = False
+        self.auto.cell_ended()
         if self._cache is not None:
             self._cache.hold_audits(False)
         if not cuda_simulator_on():  # (under numba's simulator no Kernel exists)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 
 from .cell_errors import show_from_the_cell
-from .cellcode import compile_cell, register_cell, running_cell_number
+from .cellcode import compile_cell, register_cell, running_cell_number, transform_body
 
 NOTE = ("numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1): this cell ran as a plain cell, its kernels "
         "run in Python, and nothing is compiled or cached")
@@ -29,12 +29,12 @@ class SimulatorNote:
         return f'<div class="gpucache-simulator-note">{html.escape(NOTE)}</div>'
 
 
-def run_simulated_cell(shell, cell: str, line: str = ""):
+def run_simulated_cell(shell, cell: str, line: str = "", auto: bool = False):
     """Run the cell's code in the user's namespace as a plain cell runs: the
     value of its last expression (None without one, or after a ``;``)."""
-    source = shell.transform_cell(cell)
-    filename = register_cell(shell, source, line, running_cell_number(shell))
-    code, last = compile_cell(source, filename)
+    source = transform_body(shell, cell)
+    filename = register_cell(shell, source, line, running_cell_number(shell), magic_line=not auto)
+    code, last = compile_cell(source, filename, magic_line=not auto)
     namespace = shell.user_ns
     try:
         exec(code, namespace)
