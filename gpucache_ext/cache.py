@@ -52,6 +52,7 @@ from .store.shared import RedisTier, UnsignedSharedTier, display_url
 from .store.signing import Keyring
 from .index import CacheIndex, find_for_target, variant_token
 from .store.tiers import Entry, MemoryTier, Tier
+from .extensions import derived_during, extensions_component
 from .sources import SnapshotChanged, identify, python_function, rebind, signature_component
 from .tokens import Component, Token, component, make_token, short_token
 from .toolchain import numba_settings, toolchain_component
@@ -341,7 +342,8 @@ class KernelCache:
             for attempt in range(_ATTEMPTS):
                 plan = _Plan(self, pyfunc, argtypes, config, link, why_forced, identity)  # (reloads numba's settings)
                 try:
-                    result = plan.run(force, until)
+                    with derived_during():  # (what numba registers meanwhile follows from what was hashed)
+                        result = plan.run(force, until)
                     break
                 # a library was replaced since its fingerprint was read, or an array
                 # changed between its hash and its copy: hash and compile again
@@ -374,11 +376,12 @@ class KernelCache:
                  for sm in targets_until}
         stages.check_numba_runtime()
         fronts = {}
-        for sm, plan in plans.items():  # llvm one target after another: targets may share it
-            try:
-                fronts[sm] = plan.front(force)
-            except (toolchain.ToolchainChanged, SnapshotChanged):
-                pass  # (compiled again below, one at a time)
+        with derived_during():
+            for sm, plan in plans.items():  # llvm one target after another: targets may share it
+                try:
+                    fronts[sm] = plan.front(force)
+                except (toolchain.ToolchainChanged, SnapshotChanged):
+                    pass  # (compiled again below, one at a time)
         workers = min(len(fronts), os.cpu_count() or 1)
 
         def run(sm):
@@ -495,7 +498,9 @@ class KernelCache:
         cached, else typed now and kept (typed IR lives in memory only, so
         after a restart a disk hit has none).  Counted as a typing lookup."""
         stages.check_numba_runtime()
-        return self._plan(func, sig, config, link).typed().artifact
+        plan = self._plan(func, sig, config, link)
+        with derived_during():
+            return plan.typed().artifact
 
     def _plan(self, func, sig, config, link) -> "_Plan":
         """The plan (tokens) of these inputs, for the queries that compile nothing."""
@@ -1106,8 +1111,10 @@ class _Plan:
         config = self.config
         # the toolchain's fingerprint is remembered in the disk tier's folder
         memo = next((tier.directory for tier in self.cache.tiers if isinstance(tier, DiskTier)), None)
+        self.extensions = extensions_component()  # numba's extension tables, where user code registered
         typing = make_token("typing", {
             **self.identity.components,
+            **({"numba extensions": self.extensions} if self.extensions is not None else {}),
             "signature": signature_component(self.argtypes, self.signature_text[1:-1]),
             "toolchain": toolchain_component("typing"),
         })

@@ -45,6 +45,7 @@ import linecache
 import os
 import struct
 import sys
+import threading
 import types as pytypes
 import weakref
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ from .toolchain import linking
 from .errors import UnsupportedKernelError
 from .options import device_options
 from .tokens import Component, component, digest, parts_digest
+from .usercode import DEPTH, cell_value, dunder, numba_made, numba_type, touches_user_code, user_function, user_module
 
 # ---------------------------------------------------------------------------
 # What a function's bytecode reads
@@ -658,11 +660,9 @@ class _Walker:
             simulated = _Snapshot(pure_python(value)) if self.freeze and kind != "_Intrinsic" else None
             return data, simulated
         if kind == "_Intrinsic":
-            raise UnsupportedKernelError(
-                f"{ident.qualname} calls {label}, an @intrinsic defined in user code; numba keeps "
-                "its typing and lowering in process-wide tables keyed by argument types alone, "
-                "which the cache cannot key yet"
-            )
+            # its typing and lowering are numba's extension tables, which every typing token
+            # holds (`extensions`); the call names it by its definition
+            return ["user intrinsic", pyfunc.__module__, pyfunc.__qualname__, self.function(pyfunc).digest], None
         if _cpu_compilation_disabled(value):
             # numba-cuda refuses it when a kernel calls it (its typing context's
             # resolve_value_type): compiled from itself, it fails as in numba
@@ -822,12 +822,9 @@ def _registered_jitable(func, qualname, label) -> bool:
         name = getattr(overload_func, "__qualname__", "")
         if name.startswith("register_jitable.") and _file_origin(overload_func.__code__.co_filename):
             continue
-        raise UnsupportedKernelError(
-            f"{qualname} calls {label}, which has an @overload implementation defined in user "
-            f"code ({name or template.__name__}); the cache cannot key numba's per-type tables "
-            "of such implementations yet.  Write the implementation as a "
-            "@cuda.jit(device=True) function and call that"
-        )
+        # an @overload of it in user code: numba's extension tables, which every typing token
+        # holds (`extensions`), decide the call; the function is keyed as itself
+        return False
     return True
 
 
@@ -1040,11 +1037,10 @@ def _class_data(cls) -> list:
                 [[k, _plain_data(v, f"{cls.__qualname__}.{k}")] for k, v in sorted(defaults.items())]]
     if issubclass(cls, BaseException):
         return ["exception class", *name, bases]
-    raise UnsupportedKernelError(
-        f"class {cls.__qualname__} is defined in user code and is not an enum, named tuple or "
-        "exception class; what numba reads of it (numba extension registrations) cannot be "
-        "tracked by the cache"
-    )
+    # any other user class: numba reads of it what the extension API registered for it (typeof_impl,
+    # type_callable, data models), which every typing token holds (`extensions`); the class itself
+    # is keyed by what it is made of
+    return describe_class(cls)
 
 
 def _plain_data(value, label) -> list:
@@ -1238,3 +1234,82 @@ def _copy_function(pyfunc, namespace, closure):
     copy.__module__ = pyfunc.__module__
     copy.__doc__ = pyfunc.__doc__
     return copy
+
+
+# ---------------------------------------------------------------------------
+# numba's extension tables (`extensions`): what user code registered, described
+
+
+def describe_registration(value, depth: int = 0) -> Any:
+    """A process-independent, exact description of `value` as numba's
+    extension tables hold it (see the module's doc)."""
+    if depth > DEPTH:
+        return ["deep", type(value).__qualname__]
+    if isinstance(value, (tuple, list)):
+        return [type(value).__name__, [describe_registration(v, depth + 1) for v in value]]
+    if isinstance(value, frozenset):
+        return ["frozenset", sorted((describe_registration(v, depth + 1) for v in value), key=repr)]
+    if isinstance(value, pytypes.FunctionType):
+        if user_function(value):
+            return ["user function", value.__module__, value.__qualname__, identify(value, False).digest]
+        return ["library function", value.__module__, value.__qualname__,
+                libraries.class_version(value) or "stdlib",
+                [describe_registration(cell_value(c), depth + 1) for c in value.__closure__ or ()]]
+    if isinstance(value, (staticmethod, classmethod)):
+        return [type(value).__name__, describe_registration(value.__func__, depth + 1)]
+    if isinstance(value, property):
+        return ["property", [describe_registration(f, depth + 1) for f in (value.fget, value.fset, value.fdel)]]
+    if isinstance(value, type):
+        return describe_class(value, depth)
+    if numba_type(value):
+        # a function type (what infer_global registers) by the templates that type its calls
+        templates = getattr(value, "templates", None)
+        if isinstance(templates, (list, tuple)):  # (its name holds the function's address)
+            return ["numba function type", describe_class(type(value), depth + 1),
+                    [describe_registration(t, depth + 1) for t in templates]]
+        return ["numba type", describe_class(type(value), depth + 1), str(value)]
+    pyfunc = getattr(value, "py_func", None) or getattr(value, "_defn", None)
+    if isinstance(pyfunc, pytypes.FunctionType) and touches_user_code(pyfunc):
+        return ["numba " + type(value).__name__, describe_registration(pyfunc, depth + 1)]
+    if isinstance(value, pytypes.ModuleType):
+        if user_module(value.__name__):
+            return ["user module", value.__name__]  # (what it holds: read where a function reads it)
+        return ["module", value.__name__, libraries.library_version(value) or "stdlib"]
+    state = getattr(value, "__dict__", None)
+    if isinstance(state, dict) and numba_made(type(value)):
+        if all(type(item) in (str, int, float, bool, type(None)) for item in state.values()):
+            # numba's small records (InlineOptions), by what they hold
+            return ["numba object", describe_class(type(value), depth + 1), sorted(state.items(), key=repr)]
+        # numba's own machinery a closure holds (a data model manager): numba's, keyed by its version
+        return ["numba's object", describe_class(type(value), depth + 1)]
+    return _describe(value)
+
+
+def describe_class(cls, depth: int = 0) -> list:
+    """A class by what it is made of: a library's by name and version; a
+    user's, or one numba made around user values (a template), by its bases
+    and every attribute of its body, functions by their identity."""
+    version = libraries.class_version(cls)
+    name = [getattr(cls, "__module__", "?"), cls.__qualname__]
+    made_by_numba = version is not None and numba_made(cls) and touches_user_code(cls)
+    if version is not None and not made_by_numba:
+        return ["library class", *name, version]
+    kind = "numba-made class" if made_by_numba else "user class"
+    inside = _describing.__dict__.setdefault("classes", set())
+    if id(cls) in inside:  # (its own methods read it: named, and described where it started)
+        return [kind, *name, "itself"]
+    inside.add(id(cls))
+    try:
+        bases = [describe_class(b, depth + 1) if depth < DEPTH else [b.__module__, b.__qualname__]
+                 for b in cls.__bases__ if b is not object]
+        body = [[key, describe_registration(value, depth + 1)] for key, value in vars(cls).items()
+                if (not dunder(key) or key in ("__init__", "__call__", "__new__")) and key not in _NOT_STATE]
+    finally:
+        inside.discard(id(cls))
+    return [kind, *name, bases, sorted(body, key=repr)]
+
+
+_describing = threading.local()  # the classes being described on this thread
+# what a template's class holds that is not what it was made from: numba's memos of
+# what it built (emptied by `forget_stale_builds`), abc's bookkeeping
+_NOT_STATE = frozenset({"_impl_cache", "_compiled_overloads", "_inline_overloads", "_abc_impl"})

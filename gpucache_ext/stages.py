@@ -69,7 +69,7 @@ from numba.cuda.dispatcher import CUDADispatcher
 from numba.cuda.flags import CUDAFlags
 
 from .toolchain import linking
-from . import numba_compat, targets
+from . import numba_compat, targets, tokens
 from .locks import compiler_lock
 from .artifacts import CubinArtifact, LLVMArtifact, PTXArtifact  # noqa: F401  (re-exported)
 from .config import CompileConfig
@@ -856,12 +856,13 @@ def _route(dispatcher) -> "DeviceProxy":
     pyfunc = dispatcher.py_func
     digest = library_identity_digest(pyfunc)
     if digest is None:
-        raise UnsupportedKernelError(
-            f"{pyfunc.__module__}.{pyfunc.__qualname__} is user code that numba compiles on its own "
-            "while compiling the kernel (an @overload of a library function, or a device function "
-            "held where the cache cannot see it); the cache cannot key it, so it is refused. "
-            "Call it as a @cuda.jit(device=True) function read from a global or closure variable"
-        )
+        # user code numba compiles on its own while compiling the kernel: an @overload's
+        # implementation (what built it is in every typing token: `extensions`), keyed by
+        # everything it reads, as a device function is
+        from .sources import identify
+
+        digest = tokens.digest(["user function numba compiles", pyfunc.__module__, pyfunc.__qualname__,
+                                identify(pyfunc, with_location=False).digest])
     fresh = _active.fresh
     with compiler_lock():
         proxy = _library_proxies.get(dispatcher)

@@ -1,0 +1,221 @@
+"""numba's extension API in user code, as an input of typing.
+
+numba keeps what code registers through its extension API in process-wide
+tables, and reads them while it types and lowers any kernel:
+
+* typing templates: ``@overload``, ``@overload_method``,
+  ``@overload_attribute``, ``@intrinsic``, ``type_callable``, ``infer``,
+  ``infer_global``, ``infer_getattr``, the templates
+  ``make_attribute_wrapper`` makes (the typing contexts' registries);
+* lowering functions: ``lower_builtin``, ``lower_cast``, ``lower_getattr``,
+  ``lower_setattr``, constants (the target contexts' registries);
+* ``typeof_impl`` handlers, and data models (``register_model``,
+  ``models.register_default``).
+
+None of it is a global the kernel reads, yet any of it can change what a
+kernel compiles to.  So every registration that involves user code (a
+function or class defined in a cell or a file outside the installed
+packages, also when numba made the template around it) is described
+exactly, in the order numba registered it: user functions by their full
+identity (`sources.identify`: code, closures, defaults and the globals they
+read), classes by their code and attributes, numba types by class and name.
+The descriptions make one component that enters every kernel's typing token
+(`extensions_component`): conservatively, any kernel may reach any
+registration, so a change recompiles every kernel (and their later stages),
+and a new process with the same registrations hits.  Registrations made by
+libraries are keyed by those libraries' versions, as ever.
+
+numba also memoises, per template and argument types, what a user
+``@overload`` or ``@intrinsic`` built; those memos are emptied whenever the
+registrations change (`forget_stale_builds`), so that what is compiled is
+what was hashed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+from .errors import UnsupportedKernelError
+from .sources import describe_registration as describe
+from .tokens import Component, digest
+from .usercode import touches_user_code
+
+# ---------------------------------------------------------------------------
+# What numba's tables hold
+
+
+def _containers() -> List[Tuple[str, Any]]:
+    """(label, table) for each of numba's extension tables: a registry's list
+    (which only grows) or a dict of handlers (a new registration for a key
+    replaces its handler)."""
+    from numba.cuda.core.compiler_lock import global_compiler_lock
+    from numba.cuda.descriptor import cuda_target
+
+    typing, target = cuda_target.typing_context, cuda_target.target_context
+    with global_compiler_lock:  # (a refresh is not thread-safe; numba refreshes under this lock too)
+        typing.refresh()
+        target.refresh()
+    found: List[Tuple[str, Any]] = []
+    for context, kinds, prefix in ((typing, ("functions", "attributes", "globals"), "typing"),
+                                   (target, ("functions", "getattrs", "setattrs", "casts", "constants"),
+                                    "lowering")):
+        for registry in list(context._registries):
+            found += [(f"{prefix} {kind}", table) for kind in kinds
+                      if isinstance(table := getattr(registry, kind, None), list)]
+    return found + _singledispatch_tables() + _model_tables()
+
+
+def _entries(table) -> list:
+    return list(table.items()) if isinstance(table, dict) else list(table)
+
+
+def _tables() -> List[Tuple[str, Any]]:
+    """(label, entry) for every entry of numba's extension tables, in the order
+    numba registered them."""
+    return [(label, entry) for label, table in _containers() for entry in _entries(table)]
+
+
+def _state(containers) -> tuple:
+    """What tells the tables apart cheaply: each list's length, each dict's
+    handlers."""
+    return tuple((id(table), len(table)) if isinstance(table, list) else (id(table), tuple(map(id, table.values())))
+                 for _, table in containers)
+
+
+def _singledispatch_tables():
+    tables = []
+    for module_name in ("numba.cuda.typing.typeof", "numba.core.typing.typeof"):
+        module = sys.modules.get(module_name)
+        typeof_impl = getattr(module, "typeof_impl", None)
+        if typeof_impl is not None:
+            tables.append((f"typeof_impl ({module_name})", typeof_impl.registry))
+    return tables
+
+
+def _model_tables():
+    tables = []
+    for module_name, attribute in (("numba.cuda.models", "cuda_data_manager"),
+                                   ("numba.cuda.datamodel", "default_manager"),
+                                   ("numba.core.datamodel", "default_manager")):
+        manager = getattr(sys.modules.get(module_name), attribute, None)
+        handlers = getattr(manager, "_handlers", None)
+        if isinstance(handlers, dict):
+            tables.append((f"data models ({module_name}.{attribute})", handlers))
+    return tables
+
+
+# entry identity -> whether it touches user code (registries only grow; a
+# table of handlers is keyed by its (key, handler) pair, which a new
+# registration for the same key replaces)
+_USER: Dict[Tuple[int, ...], bool] = {}
+_KEEP: List[Any] = []  # what the memo's ids name, kept alive so that no id is reused
+
+
+def _key(entry) -> Tuple[int, ...]:
+    return (id(entry),) if not isinstance(entry, tuple) or len(entry) != 2 else (id(entry[0]), id(entry[1]))
+
+
+def user_registrations() -> List[Tuple[str, Any]]:
+    """(table, entry) for each registration that involves user code, but for
+    those numba made while the cache compiled (`derived_during`)."""
+    global _LAST
+    containers = _containers()
+    state = _state(containers)
+    if _LAST is not None and _LAST[0] == state:  # (nothing registered since: the same answer)
+        return list(_LAST[1])
+    found = []
+    for label, table in containers:
+        for entry in _entries(table):
+            key = _key(entry)
+            user = _USER.get(key)
+            if user is None:
+                user = _USER[key] = key not in _DERIVED and touches_user_code(entry)
+                _KEEP.append(entry)
+            if user:
+                found.append((label, entry))
+    _LAST = (state, found)
+    return list(found)
+
+
+_LAST: Optional[Tuple[tuple, list]] = None  # the tables' `_state` and their user registrations then
+_DERIVED: set = set()  # keys of the entries numba registered while the cache compiled
+
+
+@contextlib.contextmanager
+def derived_during():
+    """Around a compile of the cache's: what numba registers meanwhile is not
+    an input but a consequence of the registrations the tokens hold (numba
+    registers a lowering for an ``@overload_attribute`` each time it makes its
+    template, one for an ``@intrinsic`` per signature it types), and is left
+    out of them.  Registrations made by user code between compiles count."""
+    if not _USER:  # (no compile has looked at the tables yet: nothing user-made to tell apart)
+        yield
+        return
+    before = {id(table): len(table) if isinstance(table, list) else dict(table) for _, table in _containers()}
+    try:
+        yield
+    finally:
+        for _, table in _containers():
+            then = before.get(id(table))
+            if isinstance(table, list):
+                added = table[then:] if then is not None else list(table)
+            else:
+                added = [(key, value) for key, value in list(table.items())
+                         if then is None or then.get(key, then) is not value]
+            for entry in added:
+                key = _key(entry)
+                if key not in _USER:
+                    _DERIVED.add(key)
+                    _USER[key] = False
+                    _KEEP.append(entry)
+
+
+def extensions_component() -> Optional[Component]:
+    """The component every typing token gets while user code has numba
+    extension registrations (None without any: tokens as before)."""
+    registered = user_registrations()
+    if not registered:
+        return None
+    described = []
+    for label, entry in registered:
+        try:
+            described.append([label, describe(entry)])
+        except UnsupportedKernelError as exc:
+            raise UnsupportedKernelError(
+                f"a numba extension registered in user code ({label}: {_name(entry)}) reads what the "
+                f"cache cannot key: {exc}") from None
+    forget_stale_builds(registered, digest(described))
+    return Component(digest(described), f"numba extensions in user code: {len(registered)} registrations")
+
+
+def _name(entry) -> str:
+    for part in entry if isinstance(entry, tuple) else (entry,):
+        name = getattr(part, "__qualname__", None) or getattr(part, "__name__", None)
+        if name:
+            return name
+    return type(entry).__name__
+
+
+_BUILT_FOR: Optional[str] = None  # the registrations' digest numba's memos of user builds hold
+
+
+def forget_stale_builds(registered, current: str) -> None:
+    """numba memoises, per template and argument types, what a user
+    ``@overload``, ``@overload_method``, ``@overload_attribute`` or
+    ``@intrinsic`` built (the implementation and its compiled dispatcher);
+    built from registrations that have since changed, it is forgotten, so
+    that the next compile builds from what was hashed."""
+    global _BUILT_FOR
+    if _BUILT_FOR == current:
+        return
+    for _, entry in registered:
+        for part in entry if isinstance(entry, tuple) else (entry,):
+            # a template, or the function type of a global (``types.Function(template)``)
+            for template in (part,) if isinstance(part, type) else getattr(part, "templates", ()) or ():
+                for memo in ("_impl_cache", "_compiled_overloads", "_inline_overloads"):
+                    table = vars(template).get(memo) if isinstance(template, type) else None
+                    if isinstance(table, dict):
+                        table.clear()
+    _BUILT_FOR = current

@@ -1,0 +1,122 @@
+"""What is user code, for numba's extension tables: a function or class
+defined in a cell or in a file outside the installed packages, also inside
+what numba made around it (a template class, a closure)."""
+
+from __future__ import annotations
+
+import sys
+import types as pytypes
+from typing import Any, Dict, Optional, Tuple
+
+from . import libraries
+
+DEPTH = 4  # how deep into closures and class bodies a registration is followed
+
+
+def user_module(name: Optional[str]) -> bool:
+    """Whether the module called `name` is user code (``__main__``, a cell, a
+    file outside the installed packages)."""
+    if not name or name == "builtins":
+        return False
+    if name == "__main__":
+        return True
+    module = sys.modules.get(name)
+    if module is None:  # (a name no module has: an extension module's own name, `_nrt_python`)
+        return False
+    known = _MODULES.get(name)
+    if known is not None and known[0] is module:
+        return known[1]
+    files = libraries.module_files(module)
+    user = bool(files) and not library_file(files[0])
+    _MODULES[name] = (module, user)
+    return user
+
+
+_MODULES: Dict[str, Tuple[Any, bool]] = {}  # module name -> (the module then, whether it is user code)
+_FILES: Dict[str, bool] = {}  # file name -> whether a library's (where a file lies does not change)
+
+
+def library_file(filename: str) -> bool:
+    known = _FILES.get(filename)
+    if known is None:
+        known = _FILES[filename] = libraries.is_library_file(filename)
+    return known
+
+
+def user_function(func) -> bool:
+    code = getattr(func, "__code__", None)
+    return code is not None and not library_file(code.co_filename) and \
+        (not code.co_filename.startswith("<") or user_module(getattr(func, "__module__", None)))
+
+
+def touches_user_code(value, depth: int = 0, seen=None) -> bool:
+    """Whether `value` (a registry entry, a template class, a function, ...)
+    is or holds user code: a user function or class, also inside a
+    closure, a class body or a tuple numba registered."""
+    if depth > DEPTH:
+        return False
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return False
+    seen.add(id(value))
+    if isinstance(value, (tuple, list, frozenset)):
+        return any(touches_user_code(v, depth + 1, seen) for v in value)
+    if isinstance(value, pytypes.FunctionType):
+        if user_function(value):
+            return True
+        return any(touches_user_code(cell_value(c), depth + 1, seen) for c in value.__closure__ or ())
+    if isinstance(value, (staticmethod, classmethod)):
+        return touches_user_code(value.__func__, depth + 1, seen)
+    if isinstance(value, property):
+        return touches_user_code(value.fget, depth + 1, seen)
+    if isinstance(value, type):
+        if user_module(value.__module__):
+            return True
+        if not numba_made(value):
+            return False  # (a library's own class: its version keys it)
+        # a class numba made (a template) around what it was given (a concrete template's
+        # `cases` are signatures of numba types: a user type there comes with a user class)
+        return any(touches_user_code(v, depth + 1, seen) for k, v in vars(value).items()
+                   if not dunder(k) and k != "cases")
+    if numba_type(value):
+        templates = getattr(value, "templates", None)
+        return touches_user_code(type(value), depth + 1, seen) or (
+            isinstance(templates, (list, tuple)) and touches_user_code(tuple(templates), depth + 1, seen))
+    pyfunc = getattr(value, "py_func", None) or getattr(value, "_defn", None)  # a dispatcher, an @intrinsic
+    if isinstance(pyfunc, pytypes.FunctionType):
+        return touches_user_code(pyfunc, depth + 1, seen)
+    return False
+
+
+def numba_made(cls) -> bool:
+    """A class numba makes (or may make) around what it is given: one of
+    numba's own, or a subclass of one (``type()``'d templates, whose module
+    may read ``abc``)."""
+    return any((getattr(c, "__module__", None) or "").split(".")[0] in ("numba", "numba_cuda") for c in cls.__mro__)
+
+
+def numba_type(value) -> bool:
+    """A numba type, numba-cuda's or numba's own (``numba.core.types``: its ``Function``)."""
+    global _NUMBA_TYPE
+    if _NUMBA_TYPE is None:
+        from numba.cuda import types as nbtypes
+
+        _NUMBA_TYPE = nbtypes.Type
+    if isinstance(value, _NUMBA_TYPE):
+        return True
+    core = sys.modules.get("numba.core.types")
+    return core is not None and isinstance(value, core.Type)
+
+
+_NUMBA_TYPE = None
+
+
+def dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+def cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None

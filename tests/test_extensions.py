@@ -1,0 +1,226 @@
+"""numba's extension API in user code: registrations are inputs of typing.
+
+What a notebook registers with ``typeof_impl``, ``type_callable``,
+``register_model``, ``make_attribute_wrapper``, ``lower_builtin``,
+``lower_cast``, ``@overload``, ``@overload_method``, ``@overload_attribute``
+and ``@intrinsic`` lives in numba's process-wide tables, so each test runs
+its cells in fresh processes (the test process's tables stay as they are).
+The proof is by difference: a sequence of cells, each followed by a compile
+in one long-lived cache, must give at every step the artifacts a fresh
+process gives for the same cells compiled once; a change to any
+registration recompiles, an unchanged state hits, on disk too.
+"""
+
+import json
+
+import pytest
+
+from .helpers import run_python
+
+# The interval type of numba's "extending" tutorial, for CUDA.
+INTERVAL = """
+from numba.cuda import types, cgutils
+from numba.cuda.extending import (typeof_impl, type_callable, models, register_model,
+                                  make_attribute_wrapper, lower_builtin, overload_attribute)
+
+class Interval:
+    def __init__(self, lo, hi):
+        self.lo = lo
+        self.hi = hi
+
+class IntervalType(types.Type):
+    def __init__(self):
+        super().__init__(name="Interval")
+
+interval_type = IntervalType()
+
+@typeof_impl.register(Interval)
+def typeof_interval(val, c):
+    return interval_type
+
+@type_callable(Interval)
+def type_interval(context):
+    def typer(lo, hi):
+        if isinstance(lo, types.Float) and isinstance(hi, types.Float):
+            return interval_type
+    return typer
+
+@register_model(IntervalType)
+class IntervalModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        members = [("lo", types.float64), ("hi", types.float64)]
+        models.StructModel.__init__(self, dmm, fe_type, members)
+
+make_attribute_wrapper(IntervalType, "lo", "lo")
+make_attribute_wrapper(IntervalType, "hi", "hi")
+
+@lower_builtin(Interval, types.Float, types.Float)
+def impl_interval(context, builder, sig, args):
+    interval = cgutils.create_struct_proxy(sig.return_type)(context, builder)
+    interval.lo, interval.hi = args
+    return interval._getvalue()
+
+@overload_attribute(IntervalType, "width")
+def get_width(interval):
+    def getter(interval):
+        return (interval.hi - interval.lo) * WIDTH_SCALE
+    return getter
+"""
+WIDTHS = """
+def widths(r, lo, hi):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = Interval(lo[i], hi[i]).width
+"""
+WIDTHS_SIG = "void(float64[:], float64[:], float64[:])"
+
+# Compiles the kernel after each step's cells, in one cache ("long"), or once
+# after all the cells ("fresh"); prints what each compile gave.
+STEPS = r"""
+import hashlib, json, sys
+from tests.helpers import notebook_namespace, run_cell
+from gpucache_ext import CompileConfig, KernelCache
+steps, kernel, sig, mode = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+folder = sys.argv[5] if len(sys.argv) > 5 else None
+ns = notebook_namespace()
+cache = KernelCache(directory=folder, audit=False)
+sha = lambda data: hashlib.sha256(data if isinstance(data, bytes) else data.encode()).hexdigest()
+seen = []
+
+def compile_now():
+    result = cache.compile(ns[kernel], sig, CompileConfig(sm=86))
+    seen.append({"ptx": sha(result.ptx), "cubin": sha(result.cubin), "text": result.ptx,
+                 "hits": {s: layer.hit for s, layer in result.stages.items()},
+                 "why": [" ".join(layer.reasons) for layer in result.stages.values()]})
+
+for cells in steps:
+    for source in cells:
+        run_cell(ns, source)
+    if mode == "long":
+        compile_now()
+if mode == "fresh":
+    compile_now()
+print(json.dumps(seen))
+"""
+
+
+def compiled(steps, kernel, sig, folder=None):
+    """Each step's compile in one long-lived cache, and a fresh process's compile of each step's state."""
+    long = run_python(STEPS, json.dumps(steps), kernel, sig, "long", *([folder] if folder else []), json_line=True)
+    fresh = [run_python(STEPS, json.dumps(steps[:at + 1]), kernel, sig, "fresh", json_line=True)[0]
+             for at in range(len(steps))]
+    for at, (mine, theirs) in enumerate(zip(long, fresh)):
+        assert (mine["ptx"], mine["cubin"]) == (theirs["ptx"], theirs["cubin"]), f"step {at}: stale"
+    return long
+
+
+@pytest.mark.slow  # six processes; the quick suite's sample: the disk hit below
+def test_the_interval_tutorial_compiles_and_every_edit_of_a_registration_recompiles():
+    lowering_swapped = INTERVAL.replace("interval.lo, interval.hi = args", "interval.hi, interval.lo = args")
+    steps = [
+        [INTERVAL, "WIDTH_SCALE = 1.0", WIDTHS],  # the tutorial as written
+        [],  # nothing changed: every stage hits
+        ["WIDTH_SCALE = 2.5"],  # a global the @overload_attribute's implementation reads
+        [lowering_swapped],  # the lowering redefined (a cell run again with an edit)
+        [lowering_swapped],  # the same cell run once more
+    ]
+    seen = compiled(steps, "widths", WIDTHS_SIG)
+    first, again, scaled, swapped, rerun = seen
+    assert "sub.f64" in first["text"] or "sub.rn.f64" in first["text"]
+    assert not any(first["hits"].values())
+    assert all(again["hits"].values())
+    assert scaled["ptx"] != first["ptx"] and "4004000000000000" in scaled["text"].upper()  # 2.5
+    assert not swapped["hits"]["typing"] and swapped["ptx"] != scaled["ptx"]
+    assert "numba extensions" in " ".join(swapped["why"])
+    assert not rerun["hits"]["typing"]  # (registered twice: conservatively another state)
+
+
+@pytest.mark.slow  # five processes; the quick suite's sample: the disk hit below
+def test_user_overloads_methods_and_intrinsics_compile_and_track_their_edits():
+    definitions = """
+    import math
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic, overload, overload_method
+
+    def triple(x):
+        return x * 3
+
+    @overload(triple, target="cuda")
+    def triple_impl(x):
+        return lambda x: x * FACTOR
+
+    @intrinsic
+    def passthrough(typingctx, x):
+        from numba.cuda.typing import signature
+        return signature(x, x), lambda context, builder, sig, args: args[0]
+
+    @overload(math.perm, target="cuda")
+    def perm_impl(n, k):
+        return lambda n, k: n * k + OFFSET
+
+    @overload_method(types.Array, "doubled_first", target="cuda")
+    def doubled_first(arr):
+        return lambda arr: arr[0] * 2
+    """
+    kernel = """
+    def kernel(r):
+        r[0] = triple(r[0]) + passthrough(r[1]) + math.perm(5, 2) + r.doubled_first()
+    """
+    seen = compiled([[definitions, "FACTOR = 3\nOFFSET = 0", kernel], ["FACTOR = 7"], ["OFFSET = 11"], []],
+                    "kernel", "void(float32[:])")
+    base, factor, offset, same = seen
+    assert len({base["ptx"], factor["ptx"], offset["ptx"]}) == 3
+    assert all(same["hits"].values())
+
+
+def test_a_new_process_with_the_same_registrations_hits_on_disk(tmp_path):
+    steps = [[INTERVAL, "WIDTH_SCALE = 1.0", WIDTHS]]
+    first = run_python(STEPS, json.dumps(steps), "widths", WIDTHS_SIG, "long", tmp_path, json_line=True)[0]
+    second = run_python(STEPS, json.dumps(steps), "widths", WIDTHS_SIG, "long", tmp_path, json_line=True)[0]
+    assert not any(first["hits"].values())
+    assert all(second["hits"].values())  # (typing: not needed, the llvm entry on disk)
+    assert second["cubin"] == first["cubin"]
+
+
+def test_without_registrations_in_user_code_tokens_are_as_before():
+    seen = run_python("""
+        import json
+        from gpucache_ext import CompileConfig, KernelCache
+        from gpucache_ext.extensions import extensions_component, user_registrations
+        from tests import kernels
+        tokens = KernelCache().tokens(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
+        print(json.dumps({"component": extensions_component() is None, "registrations": len(user_registrations()),
+                          "names": sorted(tokens["typing"].components)}))
+        """, json_line=True)
+    assert seen["component"] and seen["registrations"] == 0
+    assert "numba extensions" not in seen["names"]
+
+
+@pytest.mark.slow  # an IPython shell in a fresh process, and one more to compare with
+def test_the_tutorial_in_cells_under_the_magic_recompiles_after_an_edit_and_agrees_with_a_fresh_process():
+    script = r"""
+    import json, hashlib, sys
+    from IPython.testing.globalipapp import start_ipython
+    cells = json.loads(sys.argv[1])
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "gpucache_ext")
+    seen = []
+    for cell in cells:
+        result = ip.run_cell(cell)
+        result.raise_error()
+        if cell.startswith("%%gpukernel"):
+            last = ip.user_ns["widths"].last
+            seen.append({"ptx": hashlib.sha256(last.ptx.encode()).hexdigest(),
+                         "hits": {s: layer.hit for s, layer in last.stages.items()}})
+    print(json.dumps(seen))
+    """
+    kernel = ("%%gpukernel --sm 86 --quiet\nfrom numba import cuda\n"
+              "@cuda.jit('" + WIDTHS_SIG + "')" + WIDTHS)
+    edited = INTERVAL.replace("* WIDTH_SCALE", "* WIDTH_SCALE + 1.0")
+    cells = ["from numba import cuda\n" + INTERVAL, "WIDTH_SCALE = 1.0", kernel, kernel, edited, kernel]
+    first, again, after_edit = run_python(script, json.dumps(cells), json_line=True)
+    assert all(again["hits"].values()) and not after_edit["hits"]["typing"]
+    assert after_edit["ptx"] != first["ptx"]
+    # a fresh process given the same cells, compiling only at the end, agrees
+    fresh, = run_python(script, json.dumps(cells[:2] + cells[4:]), json_line=True)
+    assert fresh["ptx"] == after_edit["ptx"] and not any(fresh["hits"].values())
