@@ -37,6 +37,36 @@ class CompileError(GpuCacheError):
         self.stage = stage
 
 
+def copy_error(exc):
+    """An exception of `exc`'s type, arguments and attributes, without its
+    traceback and chain (the original keeps them); None if it cannot be made."""
+    try:
+        copy = BaseException.__new__(type(exc))
+        copy.args = exc.args
+        copy.__dict__.update(vars(exc))
+    except Exception:
+        import logging
+
+        logging.getLogger(__name__).debug("could not copy %s without its traceback", type(exc).__name__,
+                                          exc_info=True)
+        return None
+    copy.__dict__.pop("_render_traceback_", None)
+    return copy
+
+
+def as_numba_raises(exc: "CompileError") -> BaseException:
+    """What numba-cuda raises where this compile failed: a copy of the
+    compiler's own error (numba's ``TypingError``, ``LoweringError``...),
+    chained from `exc` by the caller; `exc` itself when the failure is the
+    cache's own (no compiler error under it, or one that cannot be copied)."""
+    original = exc
+    while isinstance(original, CompileError) and original.__cause__ is not None:
+        original = original.__cause__
+    if original is exc:
+        return exc
+    return copy_error(original) or exc
+
+
 class UnsupportedKernelError(GpuCacheError):
     """The kernel uses a feature the staged pipeline cannot cache soundly."""
 

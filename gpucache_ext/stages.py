@@ -217,7 +217,7 @@ class _TypingPipeline(CUDACompiler):
         return self._compile_bytecode()
 
     def define_pipelines(self):
-        pm = PassManager("gpucache_typing")
+        pm = PassManager("cuda")  # (numba's name: a failure reads "Failed in cuda mode pipeline", as numba's)
         for impl, desc in DefaultPassBuilder.define_untyped_pipeline(self.state).passes:
             pm.add_pass(CUDATranslateBytecode if impl is TranslateByteCode else impl, desc)
         pm.passes.extend(DefaultPassBuilder.define_typed_pipeline(self.state).passes)

@@ -305,12 +305,18 @@ def test_empty_cell_is_a_usage_error(ip):
         ip.run_cell_magic("gpukernel", "--sm 80", "   \n")
 
 
-def test_exception_in_the_cell_fails_it_and_keeps_earlier_kernels(ip):
+def test_exception_in_the_cell_fails_it_and_keeps_what_ran_before_it_as_a_plain_cell(ip):
+    """A plain cell that raises keeps what it bound before the raise (numba's
+    dispatcher too): so does a %%gpukernel cell; its declared signatures then
+    compile at the kernel's first launch."""
     cell(ip, "--sm 80 --quiet", AXPY)
     kernel = ip.user_ns["axpy"]
     result = ip.run_cell("%%gpukernel --sm 86\n" + AXPY + "\nraise RuntimeError('boom')\n")
     assert not result.success and isinstance(result.error_in_exec, RuntimeError)
-    assert ip.user_ns["axpy"] is kernel
+    again = ip.user_ns["axpy"]
+    assert again is not kernel and isinstance(again, gpucache_ext.Kernel) and again.config.sm == 86
+    args = (np.zeros(4, np.float32), np.float32(2), np.ones(4, np.float32), np.ones(4, np.float32))
+    assert again.result_for(*args).config.sm == 86 and again.result_for(*args).signature == kernel.declared[0]
 
 
 def test_typing_error_names_the_kernel_and_the_cell_line(ip):

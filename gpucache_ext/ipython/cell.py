@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 
 from ..defaults import default_cache
 from ..cache import CompileResult
+from ..errors import CompileError
 from ..config import CompileConfig
 from ..launch.decorators import CACHED_LIBRARY_KERNELS, decorator_form, device_function
 from ..libraries import is_library_file, library_caller
@@ -187,20 +188,27 @@ def run_cell(shell, cell, config, signatures, args, line="", auto=False):
     before = dict(namespace)
     context = _CellContext(config, signatures, args, collect)
     value = None
+    compiling = False
     try:
         with _jit_standing_in(namespace, context):
             exec(code, namespace)
             if last is not None:
                 value = eval(last, namespace)
         _capture_numba_kernels(namespace, before, context)
+        compiling = True
         for kernel in context.kernels:
             kernel.compile_declared()
     except BaseException as exc:
-        _restore_kernel_names(namespace, before, context.kernels)
+        if compiling:  # (a declared signature that does not compile: numba's decorator would have raised)
+            _restore_kernel_names(namespace, before, context.kernels)
+        # else the cell's own code raised: what it bound before stays bound, as in a plain cell
+        # (a declared signature then compiles at the kernel's first launch)
         shown = as_cell_error(shell, exc, filename, context)
         if shown is exc:
             raise
-        raise shown from exc
+        # (a launch's compile raised numba's error from the CompileError: chained to that, as a cell's)
+        raise shown from (exc.__cause__ if not isinstance(exc, CompileError) and isinstance(exc.__cause__, CompileError)
+                          else exc)
     finally:
         collecting[0] = False
     report = CellReport(results, explain=args.explain, bound=_bound_notes(namespace, context, results),

@@ -11,7 +11,7 @@ import types
 from typing import Optional
 
 
-from ..errors import CompileError, GpuCacheError
+from ..errors import CompileError, GpuCacheError, copy_error
 from .cellcode import cell_names
 
 log = logging.getLogger(__name__)
@@ -50,18 +50,21 @@ def as_cell_error(shell, exc, filename, context):
     CompileError.  Any other exception is itself, shown from the cell's first
     frame on without this package's frames; one raised after the cell's code
     ran (by a compile), at the kernel it names."""
+    tb = exc.__traceback__  # (the cell's frames, where it was raised in the cell)
+    if not isinstance(exc, CompileError) and isinstance(exc.__cause__, CompileError):
+        exc = exc.__cause__  # (numba's error as a launch raises it, `as_numba_raises`: shown from its compile)
     original = exc
     while isinstance(original, CompileError) and original.__cause__ is not None:
         original = original.__cause__
     if original is not exc:
-        shown = _copy_error(original)
+        shown = copy_error(original)
         if shown is not None:
             frame = _frame_at(_compile_location(shell, exc, original, context))
             # compiled by a launch in the cell: the launch's line, then the kernel's
-            _show_once(shell, shown, _joined(_cell_frames(exc.__traceback__, filename), frame),
+            _show_once(shell, shown, _joined(_cell_frames(tb, filename), frame),
                        hide_chain=True)
             return shown.with_traceback(frame)
-    frames = _cell_frames(exc.__traceback__, filename)
+    frames = _cell_frames(tb, filename)
     ours = frames is None or isinstance(exc, GpuCacheError)  # its chain is this package's
     if frames is None:
         frames = _frame_at(_compile_location(shell, exc, exc, context))
@@ -84,20 +87,6 @@ def _rebuilt(entries):
     for entry in reversed(entries):
         tb = types.TracebackType(tb, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
     return tb
-
-
-def _copy_error(exc):
-    """An exception of `exc`'s type, arguments and attributes, without its
-    traceback and chain (the original keeps them); None if it cannot be made."""
-    try:
-        copy = BaseException.__new__(type(exc))
-        copy.args = exc.args
-        copy.__dict__.update(vars(exc))
-    except Exception:
-        log.debug("could not copy %s without its traceback", type(exc).__name__, exc_info=True)
-        return None
-    copy.__dict__.pop("_render_traceback_", None)
-    return copy
 
 
 _FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)|\bat (<[^>]+>|\S+) \((\d+)\)')

@@ -38,7 +38,7 @@ from numba.cuda.dispatcher import CUDADispatcher, _DispatcherBase, _Kernel
 from ..cache import CompileResult, KernelCache
 from ..config import CompileConfig, Targets
 from .device import default_sm, device_cc, gpu_available
-from ..errors import ConfigError, GpuCacheError
+from ..errors import CompileError, ConfigError, GpuCacheError, as_numba_raises
 from ..options import config_with_options
 from ..results import FatbinResult, short_signature
 from .simulator import notice_simulator, simulated_kernel
@@ -515,7 +515,13 @@ class Kernel(CUDADispatcher):
             self._recheck()
         if self._specialized and len(args) != len(self.declared[0]):
             self._wrong_count(args)
-        return CUDADispatcher.call(self, args, launch_config)
+        try:
+            return CUDADispatcher.call(self, args, launch_config)
+        except CompileError as exc:  # what numba raises at a launch that compiles (a TypingError...)
+            shown = as_numba_raises(exc)
+            if shown is exc:
+                raise
+            raise shown from exc
 
     def _wrong_count(self, args):
         # numba launches a specialized kernel without looking at its arguments
