@@ -120,13 +120,18 @@ def _key(entry) -> Tuple[int, ...]:
 def user_registrations() -> List[Tuple[str, Any]]:
     """(table, entry) for each registration that involves user code, but for
     those numba made while the cache compiled (`derived_during`)."""
+    return [(label, entry) for label, entry, _ in _user_registrations()]
+
+
+def _user_registrations() -> List[Tuple[str, Any, int]]:
+    """(label, entry, the index of its table) of each user registration."""
     global _LAST
     containers = _containers()
     state = _state(containers)
     if _LAST is not None and _LAST[0] == state:  # (nothing registered since: the same answer)
         return list(_LAST[1])
     found = []
-    for label, table in containers:
+    for index, (label, table) in enumerate(containers):
         for entry in _entries(table):
             key = _key(entry)
             user = _USER.get(key)
@@ -134,7 +139,7 @@ def user_registrations() -> List[Tuple[str, Any]]:
                 user = _USER[key] = key not in _DERIVED and touches_user_code(entry)
                 _KEEP.append(entry)
             if user:
-                found.append((label, entry))
+                found.append((label, entry, index))
     _LAST = (state, found)
     return list(found)
 
@@ -175,19 +180,43 @@ def derived_during():
 def extensions_component() -> Optional[Component]:
     """The component every typing token gets while user code has numba
     extension registrations (None without any: tokens as before)."""
-    registered = user_registrations()
-    if not registered:
+    found = _user_registrations()
+    if not found:
         return None
-    described = []
-    for label, entry in registered:
+    tables: Dict[int, list] = {}
+    for label, entry, index in found:
         try:
-            described.append([label, describe(entry)])
+            tables.setdefault(index, [label, []])[1].append(describe(entry))
         except UnsupportedKernelError as exc:
             raise UnsupportedKernelError(
                 f"a numba extension registered in user code ({label}: {_name(entry)}) reads what the "
                 f"cache cannot key: {exc}") from None
+    described = [[label, without_repeats(entries)] for label, entries in tables.values()]
+    registered = [(label, entry) for label, entry, _ in found]
     forget_stale_builds(registered, digest(described))
     return Component(digest(described), f"numba extensions in user code: {len(registered)} registrations")
+
+
+def without_repeats(entries: list) -> list:
+    """A table's user registrations, described, less each block that repeats
+    the block just before it (a cell run again registers its entries again).
+    numba picks among a key's registrations the first that fits (typing) or
+    the last (lowering, per signature); where a block S is directly followed
+    by an equal block S', either way it picks the same as without S' (an
+    entry of S' only where its equal in S would be picked): tables
+    P + S + S' + Q and P + S + Q act alike, so they get one token, and a
+    notebook run twice in one kernel hits."""
+    entries = list(entries)
+    at = 0
+    while at < len(entries):
+        for size in range(1, (len(entries) - at) // 2 + 1):
+            if entries[at:at + size] == entries[at + size:at + 2 * size]:
+                del entries[at + size:at + 2 * size]
+                at = max(0, at - size)  # (the shorter table may repeat anew just before)
+                break
+        else:
+            at += 1
+    return entries
 
 
 def _name(entry) -> str:

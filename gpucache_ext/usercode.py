@@ -64,7 +64,18 @@ def touches_user_code(value, depth: int = 0, seen=None) -> bool:
     if isinstance(value, pytypes.FunctionType):
         if user_function(value):
             return True
-        return any(touches_user_code(cell_value(c), depth + 1, seen) for c in value.__closure__ or ())
+        if not value.__closure__:
+            return False
+        # a library's function closing over values (numba's lowering wrappers): walked afresh and
+        # remembered while its closure holds the same objects, as classes are
+        state = tuple(id(cell_value(c)) for c in value.__closure__)
+        known = _CLASSES.get(id(value))
+        if known is not None and known[0] is value and known[1] == state:
+            return known[2]
+        inner = {id(value)}
+        touches = any(touches_user_code(cell_value(c), 1, inner) for c in value.__closure__)
+        _CLASSES[id(value)] = (value, state, touches)
+        return touches
     if isinstance(value, (staticmethod, classmethod)):
         return touches_user_code(value.__func__, depth + 1, seen)
     if isinstance(value, property):
@@ -74,10 +85,7 @@ def touches_user_code(value, depth: int = 0, seen=None) -> bool:
             return True
         if not numba_made(value):
             return False  # (a library's own class: its version keys it)
-        # a class numba made (a template) around what it was given (a concrete template's
-        # `cases` are signatures of numba types: a user type there comes with a user class)
-        return any(touches_user_code(v, depth + 1, seen) for k, v in vars(value).items()
-                   if not dunder(k) and k != "cases")
+        return _class_touches_user_code(value)
     if numba_type(value):
         templates = getattr(value, "templates", None)
         return touches_user_code(type(value), depth + 1, seen) or (
@@ -120,3 +128,24 @@ def cell_value(cell):
         return cell.cell_contents
     except ValueError:  # an empty cell
         return None
+
+
+def _class_touches_user_code(cls) -> bool:
+    """Whether a class numba made (a template, a numba type's class) holds
+    user code in its body, walked afresh from the class (so alike wherever it
+    is met) and remembered while its body holds the same objects: the same
+    numba types and templates recur across thousands of registrations."""
+    state = tuple(map(id, vars(cls).values()))
+    known = _CLASSES.get(id(cls))
+    if known is not None and known[0] is cls and known[1] == state:
+        return known[2]
+    # (a concrete template's `cases` are signatures of numba types: a user type there comes with a
+    # user class of its own)
+    body = {k: v for k, v in vars(cls).items() if not dunder(k) and k != "cases"}
+    seen = {id(cls)}
+    touches = any(touches_user_code(v, 1, seen) for v in body.values())
+    _CLASSES[id(cls)] = (cls, state, touches)  # (the class kept: its id is not reused meanwhile)
+    return touches
+
+
+_CLASSES: Dict[int, Tuple[Any, tuple, bool]] = {}  # id -> (the class or function, its state, the answer)
