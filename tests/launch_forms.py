@@ -326,12 +326,6 @@ def settle() -> None:
 
 def main(argv) -> int:
     mode, forms = argv[0], argv[1:] or list(FORMS)
-    import gc
-
-    # garbage only at `settle`: an automatic collection runs when enough was allocated, which
-    # differs between modes (and between a compile and a disk hit), and moving young objects to an
-    # older generation changes the order in which a later collection frees device arrays
-    gc.disable()
     if "docs" in forms:  # every documentation example
         at = forms.index("docs")
         forms = forms[:at] + list(doc_examples()) + forms[at + 1:]

@@ -84,6 +84,23 @@ def comparable(calls):
             args["entries"] = [e for e in args.get("entries", ()) if e.startswith("kernel#")]
             args["entries"] = len(args["entries"])
         out.append({"call": call["call"], "args": args})
+    return _frees_sorted(out)
+
+
+def _frees_sorted(calls):
+    """`calls` with each run of consecutive ``cuMemFree`` calls by address:
+    numba frees what the garbage collector finalised, in the order it did,
+    which follows when collections ran (they run when enough was allocated,
+    which a compile and a disk hit differ in), not what the program did."""
+    out, run = [], []
+    for call in calls + [None]:
+        if call is not None and call["call"] == "cuMemFree":
+            run.append(call)
+            continue
+        out += sorted(run, key=lambda c: (c["args"].get("address", 0), c["args"].get("size", 0)))
+        run = []
+        if call is not None:
+            out.append(call)
     return out
 
 
