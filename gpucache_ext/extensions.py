@@ -71,12 +71,6 @@ def _entries(table) -> list:
     return list(table.items()) if isinstance(table, dict) else list(table)
 
 
-def _tables() -> List[Tuple[str, Any]]:
-    """(label, entry) for every entry of numba's extension tables, in the order
-    numba registered them."""
-    return [(label, entry) for label, table in _containers() for entry in _entries(table)]
-
-
 def _state(containers) -> tuple:
     """What tells the tables apart cheaply: each list's length, each dict's
     handlers."""
