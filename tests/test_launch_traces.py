@@ -105,7 +105,8 @@ def _frees_sorted(calls):
 
 
 def numbas_own(load) -> bool:
-    """Whether a load brings a kernel numba-cuda compiled itself (a CUDA ufunc's):
+    """Whether a load brings a kernel numba-cuda compiled itself (a CUDA ufunc's,
+    in a script with ``gpucache_ext.jit``, which leaves ``numba.cuda.jit`` as it is):
     numba names those with a process-wide counter, so their bytes vary with how
     much numba compiled before in the process (less where the cache hit)."""
     return any("__vectorized_" in name or "__gufunc_" in name for name in load.get("entries", ()))
@@ -154,7 +155,8 @@ def test_the_forms_reach_what_they_are_meant_to(runs):
 def test_what_is_loaded_is_the_cached_artifact(runs, mode):
     held = json.loads((runs["root"] / f"{mode}.json").read_text())
     handed = {sha for variant in held for sha in variant["loaded"].values()}
-    loaded = [c["args"] for c in runs[mode] if c["call"] in LOADS and not numbas_own(c["args"])]
+    # (under the magic every kernel is the cache's, the CUDA ufuncs' too)
+    loaded = [c["args"] for c in runs[mode] if c["call"] in LOADS and not (mode == "jit" and numbas_own(c["args"]))]
     assert loaded and {load["sha256"] for load in loaded} <= handed
     for variant in held:  # on a GPU of the compiled target, the artifact itself
         target = f"{variant['sm'] // 10}.{variant['sm'] % 10}"
@@ -211,10 +213,12 @@ def test_one_form_makes_the_driver_calls_of_numbas_own_dispatcher(tmp_path):
     assert loaded and {load["sha256"] for load in loaded} <= {sha for v in held for sha in v["loaded"].values()}
 
 
-def test_numbas_own_uses_of_jit_in_a_cell_keep_numbas_meaning_and_reduce_goes_through_the_cache(tmp_path):
+def test_numbas_own_kernels_in_a_cell_make_numbas_calls_and_go_through_the_cache(tmp_path):
     """CUDA ufuncs (vectorize, guvectorize) and cuda.reduce call cuda.jit
-    themselves: in a %%gpukernel cell they make numba's driver calls, the
-    ufuncs' kernels compiled by numba, reduce's kernel loaded from the cache."""
+    themselves: in a %%gpukernel cell they make numba's driver calls, with
+    every kernel they launch loaded from the cache (the guvectorize kernel and
+    the reduction's in the cell's report, the vectorize kernel at its first
+    call); run again in a new process, all of them hit on disk."""
     forms = ("ufuncs_and_reduce",)
     env = {"GPUCACHE_DIR": str(tmp_path / "magic"), "LAUNCH_FORMS_IMAGES": str(tmp_path / "magic.json"),
            "LAUNCH_FORMS_REPORT": "1"}
@@ -226,13 +230,25 @@ def test_numbas_own_uses_of_jit_in_a_cell_keep_numbas_meaning_and_reduce_goes_th
     magic = shown.calls
     expected, got = comparable(numba), comparable(magic)
     assert expected == got, first_difference(expected, got)
-    # the report has the reduction's row and says what numba compiled itself
-    assert re.search(r"^gpu_reduce_block_strided .* MISS", shown.stdout, re.M), shown.stdout
-    assert ("vectorize and guvectorize kernels (numba.cuda.vectorizers): compiled by numba-cuda itself, "
-            "as without the magic (not cached)") in shown.stdout
+    for kernel in ("gpu_reduce_block_strided", "__gufunc_prefix"):  # rows of the cell's report
+        assert re.search(rf"^{kernel} .* MISS", shown.stdout, re.M), shown.stdout
+    assert "vadd: a CUDA ufunc, its kernels compile at its first call, per argument types" in shown.stdout
+    assert re.search(r"compiled __vectorized_vadd \(float32.*at this launch", shown.stdout), shown.stdout
+    assert "compiled by numba-cuda itself" not in shown.stdout
     held = json.loads((tmp_path / "magic.json").read_text())
-    assert len(held) == 1 and "gpu_reduce_block_strided" in held[0]["entry"]  # the one kernel cached
+    names = sorted(variant["entry"] for variant in held)
+    assert len(names) == 3 and all(any(kernel in name for name in names) for kernel in
+                                   ("__gufunc_prefix", "__vectorized_vadd", "gpu_reduce_block_strided")), names
     loads = [c["args"] for c in magic if c["call"] in LOADS]
     cached = {sha for variant in held for sha in variant["loaded"].values()}
-    # the two ufunc kernels launched are numba's, the reduction's is the cache's
-    assert len(loads) == 3 and sum(load["sha256"] in cached for load in loads) == 1, loads
+    assert len(loads) == 3 and all(load["sha256"] in cached for load in loads), loads
+
+    again = fakecuda.run(SCRIPT, cc=("9.0",), args=["magic", *forms], env=env)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert comparable(again.calls) == expected, first_difference(expected, comparable(again.calls))
+    for kernel in ("gpu_reduce_block_strided", "__gufunc_prefix"):
+        row = re.search(rf"^{kernel} .*$", again.stdout, re.M)
+        assert row and "MISS" not in row.group(0) and "hit:disk" in row.group(0), again.stdout
+    assert "compiled __vectorized_vadd" not in again.stdout  # (a hit at the launch prints nothing)
+    assert [c["args"]["sha256"] for c in again.calls if c["call"] in LOADS] == [load["sha256"] for load in loads]
+

@@ -14,7 +14,7 @@ from ..defaults import default_cache
 from ..cache import CompileResult
 from ..errors import CompileError
 from ..config import CompileConfig
-from ..launch.decorators import CACHED_LIBRARY_KERNELS, decorator_form, device_function
+from ..launch.decorators import CACHED_LIBRARY_KERNELS, NUMBA_CORES, decorator_form, device_function
 from ..libraries import is_library_file, library_caller
 from ..launch.kernel import Kernel
 from ..options import explicit_options
@@ -63,8 +63,8 @@ class _CellContext:
                         dynamic_shared=getattr(self.args, "dynamic", 0))
         if library is not None:
             self.library_kernels.append(kernel)
-            return kernel
-        self.kernels.append(kernel)
+        else:
+            self.kernels.append(kernel)
         if sigs:  # signatures in the decorator: compiled where it runs, as numba does
             kernel.compile_declared()
         return kernel
@@ -96,8 +96,10 @@ class CellJit:
             return _real_jit()(func_or_sig, device=device, **options)
         library = library_caller(sys._getframe(1))
         if library is not None and library not in CACHED_LIBRARY_KERNELS:
-            # numba's own kernels (vectorize, guvectorize), a library's: numba's meaning
+            # a library's kernels: numba's meaning
             self.active.numba_compiled.append(library)
+            return _real_jit()(func_or_sig, device=device, **options)
+        if library in NUMBA_CORES and device:  # a CUDA ufunc's core: numba's, its kernel ours (see NUMBA_CORES)
             return _real_jit()(func_or_sig, device=device, **options)
         func, sigs = decorator_form(func_or_sig)
         if func is None:
@@ -251,9 +253,11 @@ def _bound_notes(namespace, context: _CellContext, results) -> List[str]:
 
     notes = [f"{kernel.__name__}: compiles at its first launch, per argument types"
              for kernel in context.kernels if not kernel.results]
+    for name in dict.fromkeys(_ufunc_name(kernel) for kernel in context.library_kernels if not kernel.results):
+        if name is not None:
+            notes.append(f"{name}: a CUDA ufunc, its kernels compile at its first call, per argument types")
     for module in dict.fromkeys(context.numba_compiled):
-        what = _NUMBA_MADE.get(module, f"kernels made by {module}")
-        notes.append(f"{what}: compiled by numba-cuda itself, as without the magic (not cached)")
+        notes.append(f"kernels made by {module}: compiled by numba-cuda itself, as without the magic (not cached)")
     compiled = {result.kernel.rsplit(".", 1)[-1] for result in results}
     for dispatcher in context.devices:
         name = dispatcher.py_func.__name__
@@ -267,7 +271,13 @@ def _bound_notes(namespace, context: _CellContext, results) -> List[str]:
     return notes
 
 
-_NUMBA_MADE = {"numba.cuda.vectorizers": "vectorize and guvectorize kernels (numba.cuda.vectorizers)"}
+def _ufunc_name(kernel) -> Optional[str]:
+    """The user's function a CUDA ufunc's kernel (numba's stager) calls, or None."""
+    name = kernel.__name__
+    for prefix in ("__vectorized_", "__gufunc_"):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return None
 
 
 def _names_read(dispatcher) -> tuple:

@@ -45,8 +45,8 @@ def jit(func_or_sig=None, device: bool = False, **options: Any):
     changes nothing: every kernel is cached.
     """
     library = library_caller(sys._getframe(1))
-    if library is not None and library not in CACHED_LIBRARY_KERNELS:
-        # numba-cuda's own use of cuda.jit (vectorize, guvectorize), where this stands in for it
+    if library is not None and (library not in CACHED_LIBRARY_KERNELS or (device and library in NUMBA_CORES)):
+        # a library's use of cuda.jit, where this stands in for it: numba's own
         from numba.cuda.decorators import jit as numba_jit
 
         return numba_jit(func_or_sig, device=device, **options)
@@ -60,7 +60,13 @@ def jit(func_or_sig=None, device: bool = False, **options: Any):
 # in (a %%gpukernel cell, or ``gpucache_ext.jit`` put in its place), compiled
 # as numba would: their inputs are the user's function and the library's own
 # code, both tracked.  Other libraries' calls of ``cuda.jit`` get numba's own.
-CACHED_LIBRARY_KERNELS = {"numba.cuda.kernels.reduction": "cuda.reduce"}
+CACHED_LIBRARY_KERNELS = {"numba.cuda.kernels.reduction": "cuda.reduce",
+                          "numba.cuda.vectorizers": "vectorize and guvectorize"}
+
+# Of those, the libraries whose device functions numba must compile itself:
+# CUDA ufuncs compile the user's function with its signature at once and read
+# the return type back from numba's overloads (a lazy dispatcher has none).
+NUMBA_CORES = frozenset({"numba.cuda.vectorizers"})
 
 
 class Signatures(list):
