@@ -53,7 +53,7 @@ def touches_user_code(value, depth: int = 0, seen=None) -> bool:
     """Whether `value` (a registry entry, a template class, a function, ...)
     is or holds user code: a user function or class, also inside a
     closure, a class body or a tuple numba registered."""
-    if depth > DEPTH:
+    if depth > DEPTH or type(value) in _INERT:
         return False
     seen = set() if seen is None else seen
     if id(value) in seen:
@@ -83,40 +83,95 @@ def touches_user_code(value, depth: int = 0, seen=None) -> bool:
     if isinstance(value, type):
         if user_module(value.__module__):
             return True
-        if not numba_made(value):
+        if not numba_made(value) or library_class(value):
             return False  # (a library's own class: its version keys it)
         return _class_touches_user_code(value)
     if numba_type(value):
         templates = getattr(value, "templates", None)
         return touches_user_code(type(value), depth + 1, seen) or (
             isinstance(templates, (list, tuple)) and touches_user_code(tuple(templates), depth + 1, seen))
-    pyfunc = getattr(value, "py_func", None) or getattr(value, "_defn", None)  # a dispatcher, an @intrinsic
+    pyfunc = _wrapped_function(value)  # a dispatcher, an @intrinsic
     if isinstance(pyfunc, pytypes.FunctionType):
         return touches_user_code(pyfunc, depth + 1, seen)
     return False
+
+
+def _wrapped_function(value):
+    """``value.py_func`` or ``value._defn`` (a dispatcher's function, an
+    ``@intrinsic``'s), or None; looked up without raising where the class
+    shows there can be neither (most values met: a raised and caught
+    AttributeError is the walk's main cost)."""
+    cls = type(value)
+    kind = _LOOKUPS.get(cls)
+    if kind is None:
+        plain = cls.__getattribute__ is object.__getattribute__ and not hasattr(cls, "__getattr__") and \
+            not any(hasattr(cls, name) for name in _WRAPPED)
+        kind = _LOOKUPS[cls] = ("dict" if cls.__dictoffset__ else "none") if plain else "getattr"
+    if kind == "none":
+        return None
+    if kind == "dict":
+        attributes = value.__dict__
+        return attributes.get("py_func") or attributes.get("_defn")
+    return getattr(value, "py_func", None) or getattr(value, "_defn", None)
+
+
+_WRAPPED = ("py_func", "_defn")
+_LOOKUPS: Dict[type, str] = {}  # a class -> how its instances' wrapped function is found
 
 
 def numba_made(cls) -> bool:
     """A class numba makes (or may make) around what it is given: one of
     numba's own, or a subclass of one (``type()``'d templates, whose module
     may read ``abc``)."""
-    return any((getattr(c, "__module__", None) or "").split(".")[0] in ("numba", "numba_cuda") for c in cls.__mro__)
+    known = _NUMBA_MADE.get(cls)
+    if known is None:
+        known = _NUMBA_MADE[cls] = any((getattr(c, "__module__", None) or "").split(".")[0] in ("numba", "numba_cuda")
+                                       for c in cls.__mro__)
+    return known
+
+
+_NUMBA_MADE: Dict[type, bool] = {}  # a class -> whether numba made it (its bases do not change)
+
+
+def library_class(cls) -> bool:
+    """A class a ``class`` statement in a library's module made, found under
+    its name there: its body is that library's code.  (numba's extension API
+    makes classes around user code with ``type()``, or inside functions,
+    never as a library module's own attributes.)"""
+    known = _LIBRARY_CLASSES.get(cls)
+    if known is None:
+        qualname, module = getattr(cls, "__qualname__", ""), sys.modules.get(cls.__module__)
+        found = module
+        for part in qualname.split("."):
+            found = vars(found).get(part) if hasattr(found, "__dict__") else None  # (no module __getattr__ runs)
+        known = _LIBRARY_CLASSES[cls] = found is cls and "<locals>" not in qualname and \
+            not user_module(cls.__module__)
+    return known
+
+
+_LIBRARY_CLASSES: Dict[type, bool] = {}  # a class -> whether `library_class`
 
 
 def numba_type(value) -> bool:
     """A numba type, numba-cuda's or numba's own (``numba.core.types``: its ``Function``)."""
-    global _NUMBA_TYPE
-    if _NUMBA_TYPE is None:
+    cls = type(value)
+    known = _NUMBA_TYPES.get(cls)
+    if known is None:
         from numba.cuda import types as nbtypes
 
-        _NUMBA_TYPE = nbtypes.Type
-    if isinstance(value, _NUMBA_TYPE):
-        return True
-    core = sys.modules.get("numba.core.types")
-    return core is not None and isinstance(value, core.Type)
+        core = sys.modules.get("numba.core.types")
+        # (by the class's bases: an ABC's issubclass walks all of numba's many type classes to say no)
+        mro = cls.__mro__
+        known = nbtypes.Type in mro or (core is not None and core.Type in mro)
+        if core is not None or known:  # (until numba's own types load, a no may turn into a yes)
+            _NUMBA_TYPES[cls] = known
+    return known
 
 
-_NUMBA_TYPE = None
+_NUMBA_TYPES: Dict[type, bool] = {}  # a class -> whether its instances are numba types
+# values that never are nor hold user code, told apart by their exact type before anything else
+_INERT = frozenset({type(None), bool, int, float, complex, str, bytes, dict, set, pytypes.BuiltinFunctionType,
+                    pytypes.MethodDescriptorType, pytypes.WrapperDescriptorType, pytypes.ModuleType})
 
 
 def dunder(name: str) -> bool:

@@ -179,3 +179,53 @@ def test_the_tutorial_in_cells_under_the_magic_recompiles_after_an_edit_and_agre
     # a fresh process given the same cells, compiling only at the end, agrees
     fresh, = run_python(script, json.dumps(cells[:2] + cells[4:]), json_line=True)
     assert fresh["ptx"] == after_edit["ptx"] and not any(fresh["hits"].values())
+
+
+def test_user_code_is_found_however_a_registered_value_holds_it():
+    """The walk's shortcuts (values looked up without raising, library
+    classes not walked) still find user code wherever a value can hold it:
+    an instance's ``py_func``, a class property, ``__getattr__``, a closure,
+    a numba-made class around it; and a library's own values stay library."""
+    import numpy as np
+    from numba.cuda.typing.templates import AbstractTemplate
+
+    from gpucache_ext.usercode import touches_user_code
+    from .helpers import notebook_namespace, run_cell
+
+    ns = notebook_namespace()
+    run_cell(ns, """
+        def user(x):
+            return x
+        class Held:
+            pass
+        def closing():
+            return lambda: user
+    """)
+    user = ns["user"]
+
+    class ByInstance:  # (a dispatcher: py_func in the instance's dict)
+        def __init__(self):
+            self.py_func = user
+
+    class ByProperty:
+        @property
+        def _defn(self):  # (an @intrinsic's, as a property)
+            return user
+
+    class ByGetattr:
+        def __getattr__(self, name):
+            if name == "py_func":
+                return user
+            raise AttributeError(name)
+
+    class Slotted:
+        __slots__ = ("py_func",)
+
+        def __init__(self):
+            self.py_func = user
+
+    made = type("Template", (AbstractTemplate,), {"key": ns["closing"]()})  # numba's type()'d template
+    for value in (user, ns["Held"], ByInstance(), ByProperty(), ByGetattr(), Slotted(), (1, ("a", made)), made):
+        assert touches_user_code(value), value
+    for value in (np.add, {"k": user}, AbstractTemplate, (AbstractTemplate, np.float32, 3), len, "user"):
+        assert not touches_user_code(value), value  # (a dict is not walked, as before)
