@@ -891,3 +891,19 @@ def test_a_name_cuda_bound_to_something_else_is_not_numbas(ip):
     import numba.cuda
 
     assert defines_cuda_kernels("@gpu.jit\ndef k(r): pass", {"gpu": numba.cuda})
+
+
+def test_a_failed_cell_keeps_nothing_of_the_namespace_alive(ip):
+    """A cell's error is kept (``sys.last_value``; the next error's context),
+    and with it the magic's frames: deleting an array after a failed
+    %%gpukernel cell frees it, as after a plain cell."""
+    import sys
+    import weakref
+
+    ip.run_cell("import numpy as np\nbig = np.zeros(1 << 20)")
+    held = weakref.ref(ip.user_ns["big"])
+    result = ip.run_cell("%%gpukernel --sm 86 --quiet\nfrom numba import cuda\nbefore_the_error = 1\n1 / 0")
+    assert isinstance(result.error_in_exec, ZeroDivisionError) and sys.last_value is not None
+    assert ip.user_ns["before_the_error"] == 1  # (what the cell bound stays bound, as in a plain cell)
+    ip.run_cell("del big")
+    assert held() is None  # (freed then, not at some later collection)
