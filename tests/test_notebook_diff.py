@@ -9,7 +9,7 @@ import pytest
 from . import fakecuda, notebook_diff
 from .notebook_diff import Cell, Run, differences, same_text
 from .test_launch_traces import comparable, first_difference
-from .tutorial_notebooks import NOTEBOOKS
+from .tutorial_notebooks import NOTEBOOKS, doc_examples_notebook
 
 
 def needs(where):
@@ -30,6 +30,8 @@ def test_the_comparison_finds_what_differs():
     assert not same_text("a 1 b", "a 1 c") and not same_text(None, "") and same_text(None, None)
     assert same_text("AttributeError: tid=[3, 0, 0] ctaid=[0, 0, 0]: no width",
                      "AttributeError: tid=[4, 0, 0] ctaid=[0, 0, 0]: no width")  # (the simulator's threads)
+    assert same_text("<DeviceNDArray object at 0x7f19b8044610>", "<DeviceNDArray object at 0x7fc270882190>")
+    assert not same_text("<DeviceNDArray object at 0x7f19b8044610>", "<HostArray object at 0x7f19b8044610>")
 
 
 def test_cells_that_fail_fail_alike_under_the_magic(tmp_path):
@@ -77,3 +79,28 @@ def test_one_line_at_the_top_gives_a_notebook_the_cache_and_changes_nothing_it_s
     assert differences(plain, auto) == []
     assert auto.misses["cubin"] == 0 and auto.misses["llvm"] == 0
     assert (tmp_path / "auto" / "cache").is_dir()  # (the cache was used: its disk tier exists)
+
+
+@pytest.mark.slow  # two Jupyter kernels
+def test_numba_cudas_documentation_examples_show_the_same_under_the_magic(tmp_path):
+    """numba-cuda's own documentation examples, one notebook, on the stand-in
+    driver: every example compiles and launches (kernels compute nothing
+    there, so each example's check of its numbers fails, at the same place
+    under the magic), with the same driver calls."""
+    needs("fakecuda")
+    cells = doc_examples_notebook()
+    plain = notebook_diff.run(cells, "plain", "fakecuda", tmp_path / "plain")
+    magic = notebook_diff.run(cells, "magic", "fakecuda", tmp_path / "magic")
+    assert differences(plain, magic) == []
+    launched = [cell for cell in plain.cells[1:] if cell.error is None or cell.error.startswith("AssertionError")]
+    assert len(launched) >= len(cells) - 3  # (as written, nearly every example got as far as its checks)
+    # every call in order, but for frees: numba frees what the garbage collector finalised, in
+    # batches, and which of the examples' arrays the kernel still holds after their errors (their
+    # tracebacks, Jupyter's history of them) differs; each run frees only what it allocated, once
+    expected, got = ([call for call in comparable(run.calls) if call["call"] != "cuMemFree"] for run in (plain, magic))
+    assert expected == got, first_difference(expected, got)
+    for run in (plain, magic):
+        allocated = {c["args"]["address"]: c["args"]["size"] for c in run.calls if c["call"] == "cuMemAlloc"}
+        freed = [(c["args"]["address"], c["args"]["size"]) for c in run.calls if c["call"] == "cuMemFree"]
+        assert freed and len(set(freed)) == len(freed) and all(allocated.get(a) == size for a, size in freed)
+    assert sum(call["call"].startswith("cuLaunch") for call in magic.calls) >= len(cells) - 3

@@ -90,6 +90,21 @@ sum_reduce = cuda.reduce(lambda a, b: a + b)
 type(sum_reduce(np.arange(64, dtype=np.float64))).__name__""",
     """\
 add_kernel.signatures if hasattr(add_kernel, "signatures") else None""",
+    # typing as tutorials teach it; each line's type, less what names the cell's file and lines
+    # (a %%gpukernel cell is a file of its own, its first line the magic's)
+    """\
+import io
+
+def typed(kernel):
+    if not hasattr(kernel, "inspect_types"):  # (numba's simulator has none)
+        return None
+    text = io.StringIO()
+    kernel.inspect_types(file=text)  # (numba-cuda's takes only `file`)
+    return [line.split("::")[-1].strip() for line in text.getvalue().splitlines() if "::" in line]
+
+lazy, declared = typed(add_kernel), typed(block_sums)
+print(len(lazy or ()), len(declared or ()))
+(lazy or [])[:6], (declared or [])[-4:]""",
 ]
 
 RANDOM_AND_STREAMS = [
@@ -237,6 +252,26 @@ declared[1, 1](np.zeros(3, dtype=np.float64))""",
 print("still going")
 42""",
 ]
+
+
+
+def doc_examples_notebook(only=None):
+    """numba-cuda's documentation examples (tests/test_doc_examples.py, sizes
+    scaled for the simulator) as one notebook: their imports in a first cell,
+    then each example's test body in a cell of its own, its own checks on
+    ``self``, a TestCase."""
+    from .test_doc_examples import doc_examples
+
+    found = [(name, path, imports, body) for name, path, imports, body, _ in doc_examples()
+             if only is None or name in only]
+    imports = sorted({line for _, _, lines, _ in found for line in lines})
+    first = "import unittest\nself = unittest.TestCase()\n" + "\n".join(
+        f"try:\n    {line}\nexcept ImportError:  # (numba's test harness needs its test extras)\n    pass"
+        for line in imports)
+    # (``__file__``: the examples that link CUDA C++ find it beside their own file)
+    return [first, *(f"# numba-cuda's documentation example {name}\n__file__ = {str(path)!r}\n{body}"
+                     for name, path, _, body in found)]
+
 
 NOTEBOOKS = {
     "ufuncs": UFUNCS,
