@@ -5,7 +5,8 @@ A user's first experience of the cache is a notebook's first run, cold: no
 entry anywhere.  numba compiles at a kernel's first launch, the magic at its
 cell (or at the first launch, for a kernel without a signature), so whole
 notebooks are compared, not cells.  Each tutorial notebook of
-tests/tutorial_notebooks.py runs in a fresh Jupyter kernel on the recording
+tests/tutorial_notebooks.py, and numba-cuda's documentation examples as one
+notebook (``doc_examples``), runs in a fresh Jupyter kernel on the recording
 stand-in driver (tests/fakecuda: kernels launch without running, so what is
 timed is Python, numba and the compiler), as written and with
 ``%%gpukernel --sm 90 --quiet`` on its kernel cells, each with a new, empty
@@ -52,7 +53,10 @@ def main(argv=None) -> int:
     if args.where == "fakecuda" and fakecuda.skip_reason():
         print(f"the stand-in driver cannot be built here: {fakecuda.skip_reason()}")
         return 2
-    chosen = {name: NOTEBOOKS[name] for name in args.names} or NOTEBOOKS
+    from tests.tutorial_notebooks import doc_examples_notebook
+
+    every = {**NOTEBOOKS, "doc_examples": doc_examples_notebook()}  # (numba-cuda's own, on the stand-in)
+    chosen = {name: every[name] for name in args.names} or every
     plain_total = magic_total = 0.0
     print(f"{'notebook':<20} {'cells':>5} {'as written':>11} {'magic':>8} {'ratio':>6}   (medians of {args.runs} runs)")
     with tempfile.TemporaryDirectory() as tmp:
