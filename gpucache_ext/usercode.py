@@ -4,6 +4,7 @@ what numba made around it (a template class, a closure)."""
 
 from __future__ import annotations
 
+import functools
 import sys
 import types as pytypes
 from typing import Any, Dict, Optional, Tuple
@@ -101,12 +102,7 @@ def _wrapped_function(value):
     ``@intrinsic``'s), or None; looked up without raising where the class
     shows there can be neither (most values met: a raised and caught
     AttributeError is the walk's main cost)."""
-    cls = type(value)
-    kind = _LOOKUPS.get(cls)
-    if kind is None:
-        plain = cls.__getattribute__ is object.__getattribute__ and not hasattr(cls, "__getattr__") and \
-            not any(hasattr(cls, name) for name in _WRAPPED)
-        kind = _LOOKUPS[cls] = ("dict" if cls.__dictoffset__ else "none") if plain else "getattr"
+    kind = _lookup(type(value))
     if kind == "none":
         return None
     if kind == "dict":
@@ -116,40 +112,34 @@ def _wrapped_function(value):
 
 
 _WRAPPED = ("py_func", "_defn")
-_LOOKUPS: Dict[type, str] = {}  # a class -> how its instances' wrapped function is found
 
 
+@functools.cache  # (per class: how its instances' wrapped function is found)
+def _lookup(cls) -> str:
+    plain = cls.__getattribute__ is object.__getattribute__ and not hasattr(cls, "__getattr__") and \
+        not any(hasattr(cls, name) for name in _WRAPPED)
+    return ("dict" if cls.__dictoffset__ else "none") if plain else "getattr"
+
+
+@functools.cache  # (a class's bases do not change)
 def numba_made(cls) -> bool:
     """A class numba makes (or may make) around what it is given: one of
     numba's own, or a subclass of one (``type()``'d templates, whose module
     may read ``abc``)."""
-    known = _NUMBA_MADE.get(cls)
-    if known is None:
-        known = _NUMBA_MADE[cls] = any((getattr(c, "__module__", None) or "").split(".")[0] in ("numba", "numba_cuda")
-                                       for c in cls.__mro__)
-    return known
+    return any((getattr(c, "__module__", None) or "").split(".")[0] in ("numba", "numba_cuda") for c in cls.__mro__)
 
 
-_NUMBA_MADE: Dict[type, bool] = {}  # a class -> whether numba made it (its bases do not change)
-
-
+@functools.cache
 def library_class(cls) -> bool:
     """A class a ``class`` statement in a library's module made, found under
     its name there: its body is that library's code.  (numba's extension API
     makes classes around user code with ``type()``, or inside functions,
     never as a library module's own attributes.)"""
-    known = _LIBRARY_CLASSES.get(cls)
-    if known is None:
-        qualname, module = getattr(cls, "__qualname__", ""), sys.modules.get(cls.__module__)
-        found = module
-        for part in qualname.split("."):
-            found = vars(found).get(part) if hasattr(found, "__dict__") else None  # (no module __getattr__ runs)
-        known = _LIBRARY_CLASSES[cls] = found is cls and "<locals>" not in qualname and \
-            not user_module(cls.__module__)
-    return known
-
-
-_LIBRARY_CLASSES: Dict[type, bool] = {}  # a class -> whether `library_class`
+    qualname = getattr(cls, "__qualname__", "")
+    found = sys.modules.get(cls.__module__)
+    for part in qualname.split("."):
+        found = vars(found).get(part) if hasattr(found, "__dict__") else None  # (no module __getattr__ runs)
+    return found is cls and "<locals>" not in qualname and not user_module(cls.__module__)
 
 
 def numba_type(value) -> bool:
@@ -171,7 +161,7 @@ def numba_type(value) -> bool:
 _NUMBA_TYPES: Dict[type, bool] = {}  # a class -> whether its instances are numba types
 # values that never are nor hold user code, told apart by their exact type before anything else
 _INERT = frozenset({type(None), bool, int, float, complex, str, bytes, dict, set, pytypes.BuiltinFunctionType,
-                    pytypes.MethodDescriptorType, pytypes.WrapperDescriptorType, pytypes.ModuleType})
+                    pytypes.MethodDescriptorType, pytypes.WrapperDescriptorType})
 
 
 def dunder(name: str) -> bool:

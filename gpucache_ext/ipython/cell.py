@@ -203,12 +203,12 @@ def run_cell(shell, cell, config, signatures, args, line="", auto=False):
     except BaseException as exc:
         if compiling:  # (a declared signature that does not compile: numba's decorator would have raised)
             _restore_kernel_names(namespace, before, context.kernels)
+        # else the cell's own code raised: what it bound before stays bound, as in a plain cell
+        # (a declared signature then compiles at the kernel's first launch)
         # (the error's traceback keeps this frame as long as the error is kept: `sys.last_value`, the next
         # error's context; it must not keep what the cell's namespace held, a GPU array deleted since)
         before.clear()
         value = None
-        # else the cell's own code raised: what it bound before stays bound, as in a plain cell
-        # (a declared signature then compiles at the kernel's first launch)
         shown = as_cell_error(shell, exc, filename, context)
         if shown is exc:
             raise
