@@ -217,6 +217,26 @@ late[1, 1](np.zeros(1, np.float32))
     assert launch < kernel and "gpucache_ext/" not in shown
 
 
+def test_a_lazy_kernel_that_fails_to_type_shows_at_its_launch_then_its_line(ip, capsys):
+    """A kernel without a signature compiles at its first launch, in a plain
+    cell: numba's error shows at the launch line and then at the kernel's
+    line, as a %%gpukernel cell shows it, not through this package's and
+    numba's compiler frames; %tb still shows them."""
+    ip.run_cell("%%gpukernel --sm 80 --quiet\nfrom numba import cuda\n@cuda.jit\ndef lazy(a):\n"
+                "    a[0] = not_defined_anywhere\n", store_history=True)
+    capsys.readouterr()
+    number = ip.execution_count
+    result = ip.run_cell("import numpy as np\nlazy[1, 1](np.zeros(1))\n", store_history=True)
+    shown = plain("".join(capsys.readouterr()))
+    assert type(result.error_in_exec).__name__ == "TypingError", shown
+    launch, kernel = shown.index(f"Cell In[{number}], line 2"), shown.index(f"Cell In[{number - 1}], line 5")
+    assert launch < kernel and "not_defined_anywhere" in shown[kernel:]
+    assert "gpucache_ext/" not in shown and "numba/" not in shown
+    assert shown.count("Traceback (most recent call last)") == 1, shown
+    ip.run_line_magic("tb", "")
+    assert "gpucache_ext/stages.py" in plain("".join(capsys.readouterr()))
+
+
 @pytest.mark.parametrize("magic", ["", "%%gpukernel --sm 80 --quiet\n"])
 def test_a_launch_error_shows_at_the_users_launch_line(ip, capsys, magic):
     """A launch with the wrong dtype reads as an error of the user's line, in
@@ -249,7 +269,9 @@ def test_launch_errors_leave_a_handler_of_the_users_alone(ip):
         assert not install_launch_errors(ip) and ip.custom_exceptions == (KeyError,)
     finally:
         ip.set_custom_exc((), None)
-    assert install_launch_errors(ip) and ip.custom_exceptions == (gpucache_ext.LaunchError,)
+    from numba.core.errors import NumbaError
+
+    assert install_launch_errors(ip) and ip.custom_exceptions == (gpucache_ext.LaunchError, NumbaError)
 
 
 @pytest.mark.smoke

@@ -244,31 +244,58 @@ def _user_frames(entries):
 
 
 def _show_launch_error(shell, etype, value, tb, tb_offset=None):
-    """IPython's handler for a `LaunchError` (`install_launch_errors`): shown
-    at the user's launch line, as a plain error of their code, without this
-    package's or numba's frames; ``%tb`` and ``%debug`` still have them all."""
+    """IPython's handler for a `LaunchError` and for numba's errors
+    (`install_launch_errors`).  A `LaunchError` shows at the user's launch
+    line, as a plain error of their code, without this package's or numba's
+    frames.  numba's error of a kernel that a launch compiled and that did
+    not compile (chained from a `CompileError`) shows at the launch line and
+    then at the kernel's line the compiler failed on, as a %%gpukernel cell
+    shows it, not through the frames of this package's stages and of numba's
+    compiler.  Any other numba error shows as IPython shows it.  ``%tb`` and
+    ``%debug`` still have every frame."""
     if getattr(value, "_render_traceback_", None) is None:  # (a %%gpukernel cell's error has its own)
-        _show_once(shell, value, _user_frames(_entries(tb)) or tb, hide_chain=True)
+        if isinstance(value, _launch_error_types()[0]):
+            _show_once(shell, value, _user_frames(_entries(tb)) or tb, hide_chain=True)
+        elif isinstance(value.__cause__, CompileError):
+            frame = _frame_at(_launch_compile_location(shell, value.__cause__))
+            _show_once(shell, value, _joined(_user_frames(_entries(tb)), frame) or tb, hide_chain=True)
     shell.showtraceback((etype, value, tb), running_compiled_code=True)
     return []
+
+
+def _launch_compile_location(shell, exc):
+    """Where in the user's cells the compile `exc` (a launch's) failed."""
+    original = exc
+    while isinstance(original, CompileError) and original.__cause__ is not None:
+        original = original.__cause__
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    kernels = [v for v in list(shell.user_ns.values()) if isinstance(v, CUDADispatcher)]
+    return _compile_location(shell, exc, original, types.SimpleNamespace(kernels=kernels))
+
+
+def _launch_error_types() -> tuple:
+    """The errors a launch in a plain cell raises that `_show_launch_error` shows."""
+    from numba.core.errors import NumbaError
+
+    from ..launch.kernel import LaunchError
+
+    return LaunchError, NumbaError
 
 
 def install_launch_errors(shell) -> bool:
     """Have `shell` show launch errors at the user's launch line (where no
     other handler of exceptions is set: it is never replaced); True if done."""
-    from ..launch.kernel import LaunchError
-
-    if shell.custom_exceptions not in ((), (LaunchError,)):
+    ours = _launch_error_types()
+    if shell.custom_exceptions not in ((), ours):
         log.info("IPython has a custom exception handler already; launch errors show every frame")
         return False
-    shell.set_custom_exc((LaunchError,), _show_launch_error)
+    shell.set_custom_exc(ours, _show_launch_error)
     return True
 
 
 def uninstall_launch_errors(shell) -> None:
-    from ..launch.kernel import LaunchError
-
-    if shell.custom_exceptions == (LaunchError,):
+    if shell.custom_exceptions == _launch_error_types():
         shell.set_custom_exc((), None)
 
 

@@ -27,6 +27,7 @@ What the cache adds on top:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import threading
@@ -233,6 +234,20 @@ _NUMBA_ONLY = {
     "get_compile_result": "use .compile(sig), which returns the compiled variant and its CompileResult",
     "mark_launch_config_sensitive": "kernels that read the launch configuration are not supported",
 }
+
+
+
+@contextlib.contextmanager
+def _raised_as_numba():
+    """A compile that a launch needs and that fails raises what numba raises
+    at such a launch (its TypingError...), chained from the CompileError."""
+    try:
+        yield
+    except CompileError as exc:
+        shown = as_numba_raises(exc)
+        if shown is exc:
+            raise
+        raise shown from exc
 
 
 class Kernel(CUDADispatcher):
@@ -515,13 +530,8 @@ class Kernel(CUDADispatcher):
             self._recheck()
         if self._specialized and len(args) != len(self.declared[0]):
             self._wrong_count(args)
-        try:
+        with _raised_as_numba():
             return CUDADispatcher.call(self, args, launch_config)
-        except CompileError as exc:  # what numba raises at a launch that compiles (a TypingError...)
-            shown = as_numba_raises(exc)
-            if shown is exc:
-                raise
-            raise shown from exc
 
     def _wrong_count(self, args):
         # numba launches a specialized kernel without looking at its arguments
@@ -585,7 +595,8 @@ class Kernel(CUDADispatcher):
             raise LaunchError(
                 f"{self.__name__} takes raw pointers, which need a GPU: the simulator runs "
                 "Python and cannot follow a device pointer")
-        result = self.result_for(*args)
+        with _raised_as_numba():
+            result = self.result_for(*args)
         notice_simulator(self.simulate)
         if result.cooperative and math.prod(normalize_kernel_dimensions(griddim, blockdim)[0]) > 1:
             raise LaunchError(
