@@ -157,6 +157,19 @@ def test_tb_afterwards_shows_the_whole_chain(ip, capsys):
     assert "CompileError" in full and "gpucache_ext/stages.py" in full and "numba" in full
 
 
+def test_the_history_keeps_the_error_as_the_cell_showed_it(ip, capsys):
+    """IPython keeps a failed cell's formatted error with its history: the
+    lines the cell showed, not the whole chain formatted again."""
+    number = ip.execution_count
+    result = ip.run_cell(CASES["typing"][0], store_history=True)
+    shown = "".join(capsys.readouterr())
+    kept = ip.history_manager.exceptions[number]
+    assert kept["ename"] == "TypingError" and kept["traceback"]
+    assert plain("\n".join(kept["traceback"])).strip() in plain(shown)
+    assert "gpucache_ext/" not in plain("\n".join(kept["traceback"]))
+    assert not hasattr(result.error_in_exec, "_render_traceback_")  # (%tb: the whole chain)
+
+
 def test_debug_opens_at_the_failing_line_and_reaches_numbas_frames(ip, capsys, monkeypatch):
     source = CASES["typing"][0]
     ip.run_cell(source, store_history=True)

@@ -309,20 +309,31 @@ def _joined(tb, tail):
 def _show_once(shell, exc, tb, hide_chain):
     """Have IPython show `exc` with traceback `tb` (and, with `hide_chain`,
     without the exceptions it chains) the next time it shows `exc`: when the
-    cell fails.  After that (``%tb``) IPython shows the whole of it."""
+    cell fails.  After that (``%tb``) IPython shows the whole of it.
+
+    IPython formats a failed cell's error a second time, after showing it,
+    to keep with the cell's history: it gets the lines it showed, not a
+    second formatting of the whole chain (as long again as showing it)."""
 
     def render():
-        exc.__dict__.pop("_render_traceback_", None)
         chain = exc.__cause__, exc.__context__, exc.__suppress_context__
         if hide_chain:
             exc.__cause__ = exc.__context__ = None
         try:
-            return shell.InteractiveTB.structured_traceback(type(exc), exc, tb, tb_offset=0)
+            shown = shell.InteractiveTB.structured_traceback(type(exc), exc, tb, tb_offset=0)
         except Exception:  # as IPython would have shown it
             log.debug("IPython could not show the cell's traceback from the cell's frame", exc_info=True)
-            return shell.InteractiveTB.structured_traceback(type(exc), exc, exc.__traceback__)
+            shown = shell.InteractiveTB.structured_traceback(type(exc), exc, exc.__traceback__)
         finally:  # (setting __cause__ sets __suppress_context__: restored last)
             exc.__cause__, exc.__context__, exc.__suppress_context__ = chain
+        exc._render_traceback_ = lambda: shown  # (for the history, until the cell has ended)
+
+        def forget(result=None):
+            exc.__dict__.pop("_render_traceback_", None)
+            shell.events.unregister("post_run_cell", forget)
+
+        shell.events.register("post_run_cell", forget)
+        return shown
 
     exc._render_traceback_ = render
 
