@@ -4,6 +4,7 @@ what numba made around it (a template class, a closure)."""
 
 from __future__ import annotations
 
+import abc
 import functools
 import sys
 import types as pytypes
@@ -54,47 +55,90 @@ def touches_user_code(value, depth: int = 0, seen=None) -> bool:
     """Whether `value` (a registry entry, a template class, a function, ...)
     is or holds user code: a user function or class, also inside a
     closure, a class body or a tuple numba registered."""
-    if depth > DEPTH or type(value) in _INERT:
+    kind = type(value)
+    if depth > DEPTH or kind in _INERT:
         return False
-    seen = set() if seen is None else seen
-    if id(value) in seen:
+    if seen is None:
+        seen = set()
+    elif id(value) in seen:
         return False
     seen.add(id(value))
-    if isinstance(value, (tuple, list, frozenset)):
-        return any(touches_user_code(v, depth + 1, seen) for v in value)
-    if isinstance(value, pytypes.FunctionType):
-        if user_function(value):
-            return True
-        if not value.__closure__:
-            return False
-        # a library's function closing over values (numba's lowering wrappers): walked afresh and
-        # remembered while its closure holds the same objects, as classes are
-        state = tuple(id(cell_value(c)) for c in value.__closure__)
-        known = _CLASSES.get(id(value))
-        if known is not None and known[0] is value and known[1] == state:
-            return known[2]
-        inner = {id(value)}
-        touches = any(touches_user_code(cell_value(c), 1, inner) for c in value.__closure__)
-        _CLASSES[id(value)] = (value, state, touches)
-        return touches
-    if isinstance(value, (staticmethod, classmethod)):
-        return touches_user_code(value.__func__, depth + 1, seen)
-    if isinstance(value, property):
-        return touches_user_code(value.fget, depth + 1, seen)
+    # (the walk meets numba's thousands of registrations on a first compile: the common kinds are
+    # told apart by their exact type first, loops rather than generators)
+    if kind is tuple or kind is list or kind is frozenset or isinstance(value, (tuple, list, frozenset)):
+        for item in value:
+            if _plainly_not_user(item):  # (most of what numba registers: no call, no walk)
+                continue
+            if touches_user_code(item, depth + 1, seen):
+                return True
+        return False
+    if kind is pytypes.FunctionType or isinstance(value, pytypes.FunctionType):
+        return _function_touches_user_code(value)
     if isinstance(value, type):
+        if value in _LIBRARY_CLASSES:
+            return False
         if user_module(value.__module__):
             return True
         if not numba_made(value) or library_class(value):
+            if sys.modules.get(value.__module__) is not None:  # (a module that may yet load is asked again)
+                _LIBRARY_CLASSES.add(value)
+                _METACLASSES.add(type(value))
             return False  # (a library's own class: its version keys it)
         return _class_touches_user_code(value)
+    if kind is staticmethod or kind is classmethod or isinstance(value, (staticmethod, classmethod)):
+        return touches_user_code(value.__func__, depth + 1, seen)
+    if kind is property or isinstance(value, property):
+        return touches_user_code(value.fget, depth + 1, seen)
     if numba_type(value):
         templates = getattr(value, "templates", None)
-        return touches_user_code(type(value), depth + 1, seen) or (
+        return (kind not in _LIBRARY_CLASSES and touches_user_code(kind, depth + 1, seen)) or (
             isinstance(templates, (list, tuple)) and touches_user_code(tuple(templates), depth + 1, seen))
+    if _lookup(kind) == "none":  # (neither a py_func nor a _defn, ever)
+        if _NUMBA_TYPES.get(kind) is False:
+            _OPAQUE.add(kind)
+        return False
     pyfunc = _wrapped_function(value)  # a dispatcher, an @intrinsic
     if isinstance(pyfunc, pytypes.FunctionType):
         return touches_user_code(pyfunc, depth + 1, seen)
     return False
+
+
+def _plainly_not_user(value) -> bool:
+    """What the walk would say no to at once, told without a call of it: an
+    inert value, a library class, a library's function without a closure
+    (also as a static method: numba's templates hold thousands)."""
+    kind = type(value)
+    if kind in _INERT:
+        return True
+    if kind is staticmethod:
+        value = value.__func__
+        kind = type(value)
+    if kind is pytypes.FunctionType:
+        return value.__closure__ is None and _FILES.get(value.__code__.co_filename) is True
+    return kind in _OPAQUE or (kind in _METACLASSES and value in _LIBRARY_CLASSES)
+
+
+def _function_touches_user_code(func) -> bool:
+    if _FILES.get(func.__code__.co_filename) is not True and user_function(func):  # (a library's file: no)
+        return True
+    closure = func.__closure__
+    if not closure:
+        return False
+    # a library's function closing over values (numba's lowering wrappers): walked afresh and
+    # remembered while its closure holds the same objects, as classes are
+    values = [cell_value(c) for c in closure]
+    state = tuple(map(id, values))
+    known = _CLASSES.get(id(func))
+    if known is not None and known[0] is func and known[1] == state:
+        return known[2]
+    inner = {id(func)}
+    touches = False
+    for value in values:
+        if touches_user_code(value, 1, inner):
+            touches = True
+            break
+    _CLASSES[id(func)] = (func, state, touches)
+    return touches
 
 
 def _wrapped_function(value):
@@ -159,9 +203,15 @@ def numba_type(value) -> bool:
 
 
 _NUMBA_TYPES: Dict[type, bool] = {}  # a class -> whether its instances are numba types
+# library classes (not numba-made, or a library module's own class): never user code, whatever they hold
+_LIBRARY_CLASSES: set = set()
+_METACLASSES: set = {type}  # the metaclasses of those classes
+# classes whose instances the walk never enters: no numba type, neither a py_func nor a _defn
+_OPAQUE: set = set()
 # values that never are nor hold user code, told apart by their exact type before anything else
 _INERT = frozenset({type(None), bool, int, float, complex, str, bytes, dict, set, pytypes.BuiltinFunctionType,
-                    pytypes.MethodDescriptorType, pytypes.WrapperDescriptorType})
+                    pytypes.MethodDescriptorType, pytypes.WrapperDescriptorType,
+                    type(abc.ABC._abc_impl)})  # (an ABC's registry, in each ABC's body)
 
 
 def dunder(name: str) -> bool:
@@ -186,9 +236,14 @@ def _class_touches_user_code(cls) -> bool:
         return known[2]
     # (a concrete template's `cases` are signatures of numba types: a user type there comes with a
     # user class of its own)
-    body = {k: v for k, v in vars(cls).items() if not dunder(k) and k != "cases"}
     seen = {id(cls)}
-    touches = any(touches_user_code(v, 1, seen) for v in body.values())
+    touches = False
+    for name, value in vars(cls).items():
+        if _plainly_not_user(value) or dunder(name) or name == "cases":
+            continue
+        if touches_user_code(value, 1, seen):
+            touches = True
+            break
     _CLASSES[id(cls)] = (cls, state, touches)  # (the class kept: its id is not reused meanwhile)
     return touches
 

@@ -225,7 +225,27 @@ def test_user_code_is_found_however_a_registered_value_holds_it():
             self.py_func = user
 
     made = type("Template", (AbstractTemplate,), {"key": ns["closing"]()})  # numba's type()'d template
-    for value in (user, ns["Held"], ByInstance(), ByProperty(), ByGetattr(), Slotted(), (1, ("a", made)), made):
-        assert touches_user_code(value), value
-    for value in (np.add, {"k": user}, AbstractTemplate, (AbstractTemplate, np.float32, 3), len, "user"):
-        assert not touches_user_code(value), value  # (a dict is not walked, as before)
+    # the shortcuts once the walk has met a library's classes and functions: a library function's
+    # closure (numba's lowering wrappers), a static method in a template made around user code, a
+    # library class's instance holding a user function
+    import numba.cuda.cudaimpl as library_module
+    from numba.cuda import types as nbtypes
+
+    library_code = {}
+    exec(compile("def wrap(f):\n    def lowered(*args):\n        return f(*args)\n    return lowered\n",
+                 library_module.__file__, "exec"), library_code)
+    wrapped = library_code["wrap"](user)
+    library_only = library_code["wrap"](len)
+    static = type("StaticTemplate", (AbstractTemplate,), {"key": len, "generic": staticmethod(user),
+                                                         "other": staticmethod(library_code["wrap"])})
+    held_by_library = Slotted()  # (a slotted class: its py_func slot is read)
+    touches = (user, ns["Held"], ByInstance(), ByProperty(), ByGetattr(), held_by_library, (1, ("a", made)), made,
+               wrapped, (AbstractTemplate, library_only, wrapped), static, (nbtypes.float32, static))
+    plain = (np.add, {"k": user}, AbstractTemplate, (AbstractTemplate, np.float32, 3), len, "user", library_only,
+             (nbtypes.int64, AbstractTemplate, staticmethod(library_code["wrap"])),
+             nbtypes.Function(type("LibraryTemplate", (AbstractTemplate,), {"key": len})))
+    for _ in range(2):  # (the second time, with every memo of the first)
+        for value in touches:
+            assert touches_user_code(value), value
+        for value in plain:
+            assert not touches_user_code(value), value  # (a dict is not walked, as before)
