@@ -430,9 +430,19 @@ def _value_key(value):
 
 
 def _is_numba_type(value) -> bool:
-    from numba.cuda import types as nbtypes
+    """``isinstance(value, numba.cuda.types.Type)`` by the class's bases: the
+    ABC's own check walks every one of numba's type classes for each new
+    class that is none (0.1 s on a first compile)."""
+    kind = type(value)
+    known = _NUMBA_TYPE_CLASSES.get(kind)
+    if known is None:
+        from numba.cuda import types as nbtypes
 
-    return isinstance(value, nbtypes.Type)
+        known = _NUMBA_TYPE_CLASSES[kind] = nbtypes.Type in kind.__mro__
+    return known
+
+
+_NUMBA_TYPE_CLASSES: Dict[type, bool] = {}
 
 
 _VALUE_COMPONENTS: Dict[Any, Component] = {}
@@ -891,9 +901,7 @@ def _describe(value):
     pyfunc = getattr(value, "py_func", value)
     if isinstance(pyfunc, (pytypes.FunctionType, type, pytypes.BuiltinFunctionType)):
         return ["named", getattr(pyfunc, "__module__", None), getattr(pyfunc, "__qualname__", None)]
-    from numba.cuda import types as nbtypes
-
-    if isinstance(value, nbtypes.Type):
+    if _is_numba_type(value):
         return ["numba type", type_data(value)]
     if type(value).__name__ == "FFI" and type(value).__module__.startswith("cffi"):
         # numba types every cffi FFI object alike (types.ffi: only
@@ -993,9 +1001,7 @@ _SIGNATURES: Dict[Any, Component] = {}
 
 
 def _key_data(part, whole, holds_class):
-    from numba.cuda import types as nbtypes
-
-    if isinstance(part, nbtypes.Type):
+    if _is_numba_type(part):
         kind = type(part)
         key = part.key
         data = part.name if key is part else _key_data(key, whole, holds_class)
@@ -1168,9 +1174,7 @@ def _snapshot_array(array, qualname):
 
 
 def _numba_data(value, qualname, label):
-    from numba.cuda import types as nbtypes
-
-    if isinstance(value, nbtypes.Type):
+    if _is_numba_type(value):
         return ["numba type", type_data(value)]
     if type(value).__name__ == "FFI" and type(value).__module__.startswith("cffi"):
         # numba types every cffi FFI object alike (types.ffi: only
