@@ -63,16 +63,14 @@ def touches_user_code(value, depth: int = 0, seen=None) -> bool:
     elif id(value) in seen:
         return False
     seen.add(id(value))
-    # (the walk meets numba's thousands of registrations on a first compile: the common kinds are
-    # told apart by their exact type first, loops rather than generators)
-    if kind is tuple or kind is list or kind is frozenset or isinstance(value, (tuple, list, frozenset)):
+    if isinstance(value, (tuple, list, frozenset)):
         for item in value:
             if _plainly_not_user(item):  # (most of what numba registers: no call, no walk)
                 continue
             if touches_user_code(item, depth + 1, seen):
                 return True
         return False
-    if kind is pytypes.FunctionType or isinstance(value, pytypes.FunctionType):
+    if isinstance(value, pytypes.FunctionType):
         return _function_touches_user_code(value)
     if isinstance(value, type):
         if value in _LIBRARY_CLASSES:
@@ -82,12 +80,11 @@ def touches_user_code(value, depth: int = 0, seen=None) -> bool:
         if not numba_made(value) or library_class(value):
             if sys.modules.get(value.__module__) is not None:  # (a module that may yet load is asked again)
                 _LIBRARY_CLASSES.add(value)
-                _METACLASSES.add(type(value))
             return False  # (a library's own class: its version keys it)
         return _class_touches_user_code(value)
-    if kind is staticmethod or kind is classmethod or isinstance(value, (staticmethod, classmethod)):
+    if isinstance(value, (staticmethod, classmethod)):
         return touches_user_code(value.__func__, depth + 1, seen)
-    if kind is property or isinstance(value, property):
+    if isinstance(value, property):
         return touches_user_code(value.fget, depth + 1, seen)
     if numba_type(value):
         templates = getattr(value, "templates", None)
@@ -115,11 +112,11 @@ def _plainly_not_user(value) -> bool:
         kind = type(value)
     if kind is pytypes.FunctionType:
         return value.__closure__ is None and _FILES.get(value.__code__.co_filename) is True
-    return kind in _OPAQUE or (kind in _METACLASSES and value in _LIBRARY_CLASSES)
+    return kind in _OPAQUE or (isinstance(value, type) and value in _LIBRARY_CLASSES)
 
 
 def _function_touches_user_code(func) -> bool:
-    if _FILES.get(func.__code__.co_filename) is not True and user_function(func):  # (a library's file: no)
+    if user_function(func):
         return True
     closure = func.__closure__
     if not closure:
@@ -205,7 +202,6 @@ def numba_type(value) -> bool:
 _NUMBA_TYPES: Dict[type, bool] = {}  # a class -> whether its instances are numba types
 # library classes (not numba-made, or a library module's own class): never user code, whatever they hold
 _LIBRARY_CLASSES: set = set()
-_METACLASSES: set = {type}  # the metaclasses of those classes
 # classes whose instances the walk never enters: no numba type, neither a py_func nor a _defn
 _OPAQUE: set = set()
 # values that never are nor hold user code, told apart by their exact type before anything else
