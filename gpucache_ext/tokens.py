@@ -22,9 +22,11 @@ from typing import Any, Dict, Iterable, List, Mapping, Tuple
 # Bump when the meaning of any token component changes.  3: ptx and cubin
 # tokens hash the upstream artifact's digest, not the upstream token (early
 # cutoff); 4: floats by their bits, ints by value, types by numba's complete
-# keys, builtins and every value typing reads from one snapshot.  Entries of
+# keys, builtins and every value typing reads from one snapshot; 5: a linked
+# .cu source's digest covers what NVRTC reads, by its search rules (the llvm
+# and ptx artifacts carry such digests for numba's shim sources).  Entries of
 # earlier schemas are never looked up again (misses).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def _canonical(value: Any) -> Any:

@@ -14,11 +14,35 @@ the cubin stage links exactly what was hashed.  numba's own helpers follow
 from the kernel's code: they travel with the llvm and ptx artifacts.  What
 external functions link does not change the kernel's IR or PTX: it is read
 when the kernel's sources are identified, and keys the cubin stage alone, so
-editing a linked file relinks the cubin and rebuilds nothing else.  A ``.cu``
-source's digest covers the headers it includes (those found beside it, in the
-working directory and in numba's search paths; headers of the CUDA toolkit
-are covered by the NVRTC version), and its NVRTC output is memoised by that
-digest, the target and the NVRTC version.
+editing a linked file relinks the cubin and rebuilds nothing else.
+
+A ``.cu`` source's digest covers everything NVRTC reads compiling it, and its
+NVRTC output is used only where that is still what it reads.  NVRTC 12.9
+cannot say what it read (it has no ``-M``/``-MD``: those options are refused),
+and headers handed to it in memory are matched by spelling alone (no folders,
+so two ``b.h`` of different folders cannot both be given, and
+``#include_next`` fails), so neither is used.  Instead `reads` finds where
+NVRTC's preprocessor finds each include, by its rules (measured: see `_Scan`),
+under numba-cuda's exact options (numba names a file by its basename, so a
+quoted include is looked for in the working directory, not beside the file,
+then in numba's folders and ``NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS``): comments
+and line splices are removed first, macros naming a header are expanded by
+every definition the files give, every branch of a conditional is followed
+(hashing a header NVRTC skips is sound, it only costs reuse), and an include
+whose name cannot be told is refused by name.  The digest hashes the
+options, NVRTC's version, where each include resolved (so a header that
+appears or goes where it is looked for first is seen), and the content of
+every file read outside the toolkit's folders, read again on every call (an
+edit that keeps size and mtime is seen); files are named relative to their
+search folder or the working directory, never by where the machine keeps
+them, so the same files give the same digest in every checkout, venv and
+working directory, as entries shared between processes need.  The toolkit's folders (numba's, the
+CUDA toolkit's, CCCL's) are not scanned (CCCL builds names out of
+function-like macros): the versions of the packages that install them cover
+them.  `compile_cu` finds the reads again before and after NVRTC runs and
+refuses code whose reads are not what `LinkInput.digest` hashed; its
+process-wide memo keys on that digest, so it cannot serve code compiled from
+other headers.
 """
 
 from __future__ import annotations
@@ -39,7 +63,6 @@ from ..errors import UnsupportedKernelError
 KINDS = {"cu": "cu", "ptx": "ptx", "ltoir": "ltoir", "cubin": "cubin", "fatbin": "fatbin",
          "o": "object", "a": "library", "lib": "library"}
 
-_INCLUDE = re.compile(rb'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +100,7 @@ def read(item, origin: str = "") -> LinkInput:
             data = path.read_bytes()
         except OSError as exc:
             raise UnsupportedKernelError(f"{origin}cannot read the linked file {path}: {exc.strerror}") from None
-        return LinkInput(path.name, kind, data, _digest(kind, data, path.parent))
+        return LinkInput(path.name, kind, data, _digest(kind, data, path.name))
     kind = getattr(item, "kind", None)
     data = getattr(item, "data", None)
     if kind is None or data is None:
@@ -94,7 +117,7 @@ def read(item, origin: str = "") -> LinkInput:
     if isinstance(data, str):
         data = data.encode()
     kind = "cu" if kind == "cu" else _kind_name(kind)
-    return LinkInput(str(item.name), kind, bytes(data), _digest(kind, bytes(data), None))
+    return LinkInput(str(item.name), kind, bytes(data), _digest(kind, bytes(data), str(item.name)))
 
 
 def _numbas_own(callback) -> bool:
@@ -113,52 +136,321 @@ def _kind_name(kind) -> str:
     raise UnsupportedKernelError(f"cannot link code of kind {kind!r}")
 
 
-def _digest(kind: str, data: bytes, folder: Optional[Path]) -> str:
+def _digest(kind: str, data: bytes, name: str) -> str:
     h = hashlib.sha256()
     h.update(kind.encode() + b"\0" + hashlib.sha256(data).digest())
     if kind == "cu":
-        for name, content in sorted(_headers(data, folder).items()):
-            h.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
-        from numba.cuda.core import config
-
-        h.update(repr((nvrtc_identity(), getattr(config, "CUDA_NVRTC_EXTRA_SEARCH_PATHS", ""))).encode())
+        h.update(reads(data, name, _nvrtc_options(None, False)).digest.encode())
     return h.hexdigest()
 
 
-def _search_paths(folder: Optional[Path]) -> List[Path]:
-    """Where a .cu source's includes are looked for, the toolkit's own left out
-    (the NVRTC version covers them)."""
+# ---------------------------------------------------------------------------
+# What NVRTC reads for a .cu source
+
+
+@dataclasses.dataclass(frozen=True)
+class Reads:
+    """What NVRTC reads compiling one source with given options: `digest`
+    covers the options, the toolkit's versions, where every include (and
+    ``__has_include``) resolves, every folder it was looked for in first
+    (`probes`), and the content of every file read outside the toolkit's
+    folders (`files`: path -> sha256)."""
+
+    digest: str
+    probes: Tuple[Tuple[str, bool], ...]
+    files: Tuple[Tuple[str, str], ...]
+
+
+_reads_memo: "OrderedDict[Tuple, Reads]" = OrderedDict()
+_READS_LIMIT = 256
+
+
+def reads(source: bytes, name: str, options: Tuple[bytes, ...]) -> Reads:
+    """What NVRTC reads for `source`, named `name`, under `options` (numba's,
+    less the target: see `_nvrtc_options`), in the working directory.  Where
+    each include resolves is remembered, keyed by the source, its name, the
+    options and the working directory, and found again only when one of the
+    places it was looked for gains or loses a file or a header read changes;
+    the headers' contents are hashed on every call, so that an edit that
+    keeps a file's size and mtime is seen."""
+    cwd = os.getcwd()
+    key = (hashlib.sha256(source).digest(), name, options, cwd)
+    with _compiled_lock:
+        memo = _reads_memo.get(key)
+    if memo is not None and all(os.path.isfile(path) == found for path, found in memo.probes):
+        if all(_content_digest(path) == digest for path, digest in memo.files):
+            return memo
+    found = _Scan(source, name, options, cwd).run()
+    with _compiled_lock:
+        _reads_memo[key] = found
+        _reads_memo.move_to_end(key)
+        while len(_reads_memo) > _READS_LIMIT:
+            _reads_memo.popitem(last=False)
+    return found
+
+
+def _content_digest(path: str) -> Optional[str]:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+
+
+# Comments (replaced by a space, as the preprocessor does) and the literals
+# that may hold what looks like one (kept).
+_LEXEME = re.compile(
+    rb'(?P<raw>R"(?P<delim>[^()\\ \t\n"]{0,16})\((?:.|\n)*?\)(?P=delim)")'
+    rb'|(?P<string>"(?:\\.|[^"\\\n])*")|(?P<char>\'(?:\\.|[^\'\\\n])*\')'
+    rb'|(?P<comment>//[^\n]*|/\*(?:.|\n)*?\*/)')
+_DIRECTIVE = re.compile(rb'^[ \t]*#[ \t]*(include_next|include|import|define|if|elif|elifdef|elifndef)\b(.*)$',
+                        re.M)
+_HAS_INCLUDE = re.compile(rb'\b__has_include(_next)?\s*\(\s*("[^"\n]*"|<[^>\n]*>|[A-Za-z_]\w*)\s*\)')
+_DEFINITION = re.compile(rb'\s*([A-Za-z_]\w*)(\()?\s*(.*)$')
+_NAME = re.compile(rb'[A-Za-z_]\w*')
+
+
+def _directives(text: bytes) -> Tuple[list, list]:
+    """The includes of a file, ``(directive, argument)``, and its object-like
+    macro definitions, ``(name, body)``, in every branch of its conditionals
+    (more than NVRTC reads is sound: it only costs reuse).  Function-like
+    macros are recorded with a None body."""
+    text = re.sub(rb"\\\r?\n", b"", text)
+    text = _LEXEME.sub(lambda m: b" " if m.group("comment") else m.group(0), text)
+    includes, defines = [], []
+    for directive, rest in _DIRECTIVE.findall(text):
+        if directive in (b"include", b"include_next", b"import"):
+            includes.append((b"include_next" if directive == b"include_next" else b"include", rest.strip()))
+            continue
+        if directive == b"define":
+            m = _DEFINITION.match(rest)
+            if m is not None:
+                defines.append((m.group(1), None if m.group(2) else m.group(3).strip()))
+        # (a macro may hold one, to be tested later: every one is kept)
+        includes.extend((b"include_next" if nxt else b"include", arg) for nxt, arg in _HAS_INCLUDE.findall(rest))
+    return includes, defines
+
+
+@dataclasses.dataclass(frozen=True)
+class _File:
+    path: str  # as NVRTC opens it (relative to the working directory, or absolute)
+    found: Optional[int]  # index of the search folder it was found in (None: beside its includer)
+    primary: bool = False
+
+
+class _Scan:
+    """Where NVRTC's preprocessor finds each include, found as it finds them
+    (measured against NVRTC 12.9, see tests/test_nvrtc_hermetic.py):
+
+    * ``"h"``: the includer's own folder (for the source, the folder of its
+      *name*: numba names a file by its basename, so the working directory),
+      then the ``--include-path`` folders in order; the folders of the files
+      further up the include stack are not searched;
+    * ``<h>``: the ``--include-path`` folders only;
+    * ``#include_next``: the search folders after the one the includer was
+      found in; in the source itself it is an ``#include``; for a header found
+      beside its includer both readings are kept (the union is sound);
+    * an absolute name: itself.
+
+    Files in numba's own search folders (numba's headers, the CUDA toolkit's,
+    CCCL's) are the toolkit's: they are not scanned (CCCL builds include names
+    out of function-like macros), and their content is covered by the
+    versions of the packages that install them and NVRTC's.
+    """
+
+    def __init__(self, source: bytes, name: str, options: Tuple[bytes, ...], cwd: str):
+        self.source, self.name, self.options, self.cwd = source, name, options, cwd
+        self.search = [_option_value(o).decode() for o in options if _option_value(o) is not None]
+        self.toolkit = [os.path.realpath(folder) for folder in _toolkit_folders(self.search)]
+        self.probes: dict = {}
+
+    def run(self) -> Reads:
+        defines: dict = {}
+        while True:
+            records, files, seen, unresolved = set(), {}, set(), []
+            found_defines: dict = {}
+            pending = [(_File(self.name, None, primary=True), self.source)]
+            while pending:
+                file, text = pending.pop()
+                includes, definitions = _directives(text)
+                for macro, body in definitions:
+                    found_defines.setdefault(macro, set()).add(body)
+                for directive, argument in includes:
+                    spellings = self._spellings(argument, defines)
+                    if spellings is None:
+                        unresolved.append((file.path, directive, argument))
+                        continue
+                    for angled, spelled in spellings:
+                        for candidates in self._candidates(file, directive, angled, spelled):
+                            hit = self._first(candidates)
+                            records.add((self._label(file.path), directive.decode(), angled, spelled,
+                                         None if hit is None else self._label(hit.path)))
+                            if hit is None or (hit.path, hit.found) in seen:
+                                continue
+                            seen.add((hit.path, hit.found))
+                            if self._in_toolkit(hit.path):
+                                continue
+                            try:
+                                with open(self._absolute(hit.path), "rb") as handle:
+                                    content = handle.read()
+                            except OSError as exc:
+                                raise UnsupportedKernelError(
+                                    f"{self.name} includes {hit.path}, which cannot be read: {exc.strerror}") from None
+                            files[self._absolute(hit.path)] = hashlib.sha256(content).hexdigest()
+                            pending.append((hit, content))
+            if found_defines == defines:
+                break
+            defines = found_defines
+        if unresolved:
+            path, directive, argument = unresolved[0]
+            raise UnsupportedKernelError(
+                f"{path}: cannot tell which header '#{directive.decode()} {argument.decode(errors='replace')}' "
+                "reads (a macro the .cu source and its headers do not define as a \"name\" or <name>), so "
+                "the cache cannot key its NVRTC compile on it; spell the header's name out")
+        h = hashlib.sha256()
+        h.update(repr((self._portable_options(), nvrtc_identity(), _toolkit_versions())).encode())
+        for record in sorted(records, key=repr):
+            h.update(repr(record).encode() + b"\0")
+        for path, digest in sorted((self._label(path), digest) for path, digest in files.items()):
+            h.update(path.encode() + b"\0" + digest.encode() + b"\0")
+        return Reads(h.hexdigest(), tuple(sorted(self.probes.items())), tuple(sorted(files.items())))
+
+    def _spellings(self, argument: bytes, defines: dict, depth: int = 0) -> Optional[List[Tuple[bool, str]]]:
+        """The names an include's argument can stand for (a macro by every
+        definition it has: more than one is sound), or None where that cannot
+        be told."""
+        argument = argument.strip()
+        m = re.match(rb'"([^"\n]*)"\s*$', argument) or re.match(rb'<([^>\n]*)>\s*$', argument)
+        if m is not None:
+            return [(argument.startswith(b"<"), m.group(1).decode(errors="surrogateescape"))]
+        if depth > 32 or _NAME.fullmatch(argument) is None or not defines.get(argument):
+            return None
+        spellings: List[Tuple[bool, str]] = []
+        for body in defines[argument]:
+            found = None if body is None else self._spellings(body, defines, depth + 1)
+            if found is None:
+                return None
+            spellings.extend(found)
+        return spellings
+
+    def _candidates(self, file: _File, directive: bytes, angled: bool, spelled: str) -> List[List[_File]]:
+        """The places NVRTC looks for `spelled`, in order (more than one list
+        where its rule is not known exactly: every reading is kept)."""
+        if os.path.isabs(spelled):
+            return [[_File(spelled, None)]]
+        search = [_File(os.path.join(folder, spelled), i) for i, folder in enumerate(self.search)]
+        beside = [] if angled else [_File(os.path.join(os.path.dirname(file.path), spelled), None)]
+        if directive == b"include" or file.primary:
+            return [beside + search]
+        if file.found is not None:
+            return [search[file.found + 1:]]
+        here = os.path.realpath(os.path.dirname(self._absolute(file.path)))
+        readings = [search]
+        readings.extend(search[i + 1:] for i, folder in enumerate(self.search)
+                        if os.path.realpath(self._absolute(folder)) == here)
+        return readings
+
+    def _first(self, candidates: List[_File]) -> Optional[_File]:
+        for candidate in candidates:
+            path = self._absolute(candidate.path)
+            found = os.path.isfile(path)
+            self.probes[path] = found
+            if found:
+                return candidate
+        return None
+
+    def _absolute(self, path: str) -> str:
+        return os.path.join(self.cwd, path)
+
+    def _label(self, path: str) -> str:
+        """A file as the digest names it: relative to the search folder it
+        lies in (by the folder's place in numba's options), else to the
+        working directory, else its absolute path.  What a file holds is
+        hashed besides; its place in the machine is not, so that the same
+        source and headers give the same digest in every checkout, venv and
+        working directory (a disk or shared entry of another process is
+        compiled from what it hashed, and checked again, see `compile_cu`)."""
+        absolute = os.path.normpath(self._absolute(path))
+        for index, folder in enumerate(self._folders):
+            if absolute.startswith(folder + os.sep):
+                return f"<search {index}>/{os.path.relpath(absolute, folder)}"
+        cwd = os.path.normpath(self.cwd)
+        if absolute.startswith(cwd + os.sep):
+            return f"<cwd>/{os.path.relpath(absolute, cwd)}"
+        return absolute
+
+    @functools.cached_property
+    def _folders(self) -> List[str]:
+        return [os.path.normpath(self._absolute(folder)) for folder in self.search]
+
+    def _portable_options(self) -> Tuple[bytes, ...]:
+        """The options with each search folder named by its place (see `_label`)."""
+        index = iter(range(len(self.search)))
+        return tuple(f"--include-path=<search {next(index)}>".encode() if _option_value(option) is not None
+                     else option for option in self.options)
+
+    def _in_toolkit(self, path: str) -> bool:
+        real = os.path.realpath(self._absolute(path))
+        return any(real.startswith(folder + os.sep) for folder in self.toolkit)
+
+
+def _option_value(option: bytes) -> Optional[bytes]:
+    """The folder of an include-path option, or None for another option."""
+    for prefix in (b"--include-path=", b"-I"):
+        if option.startswith(prefix):
+            return option[len(prefix):]
+    return None
+
+
+def _toolkit_folders(search: List[str]) -> List[str]:
+    """The search folders numba adds of its own (all but the extra ones)."""
     from numba.cuda.core import config
 
-    paths = [] if folder is None else [folder]
-    paths.append(Path.cwd())
-    extra = getattr(config, "CUDA_NVRTC_EXTRA_SEARCH_PATHS", "") or ""
-    paths.extend(Path(p) for p in extra.split(":") if p)
-    import numba.cuda
-
-    root = Path(numba.cuda.__file__).parent
-    paths.extend([root / "include" / str(nvrtc_identity()[0][0]), root / "memory_management"])
-    return paths
+    extra = set(p for p in (getattr(config, "CUDA_NVRTC_EXTRA_SEARCH_PATHS", "") or "").split(":") if p)
+    return [folder for folder in search if folder not in extra]
 
 
-def _headers(source: bytes, folder: Optional[Path]) -> dict:
-    """Every header `source` includes, transitively, that is found on the
-    search paths: {path: content}."""
-    found, pending = {}, [(source, folder)]
-    search = _search_paths(folder)
-    while pending:
-        text, here = pending.pop()
-        for name in _INCLUDE.findall(text):
-            name = name.decode(errors="replace")
-            for base in ([here] if here else []) + search:
-                candidate = base / name
-                if candidate.is_file():
-                    key = str(candidate.resolve())
-                    if key not in found:
-                        found[key] = candidate.read_bytes()
-                        pending.append((found[key], candidate.parent))
-                    break
-    return found
+# The packages that install the toolkit's headers NVRTC reads
+_TOOLKIT_PACKAGES = ("numba-cuda", "cuda-bindings", "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-runtime-cu12",
+                     "nvidia-cuda-cccl-cu12", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime", "nvidia-cuda-cccl",
+                     "cuda-toolkit")
+
+
+@functools.lru_cache(maxsize=1)
+def _toolkit_versions() -> Tuple[Tuple[str, str], ...]:
+    from importlib import metadata
+
+    versions = []
+    for dist in _TOOLKIT_PACKAGES:
+        try:
+            versions.append((dist, metadata.version(dist)))
+        except metadata.PackageNotFoundError:
+            versions.append((dist, "absent"))
+    return tuple(versions)
+
+
+_options_memo: dict = {}
+
+
+def _nvrtc_options(cc: Optional[Tuple[int, int]], lto: bool) -> Tuple[bytes, ...]:
+    """numba-cuda's exact NVRTC options for target `cc`; for None, those that
+    decide what NVRTC reads: the same less the target and the output kind
+    (they change what the preprocessor defines, not where it looks, and the
+    scan reads every branch)."""
+    from numba.cuda.core import config
+
+    key = (cc, lto, getattr(config, "CUDA_NVRTC_EXTRA_SEARCH_PATHS", ""))
+    options = _options_memo.get(key)
+    if options is None:
+        if cc is None:
+            from numba.cuda.cudadrv import nvrtc as numba_nvrtc
+
+            everything = _nvrtc_options(min(numba_nvrtc.get_supported_ccs()), False)
+            options = tuple(o for o in everything if not o.startswith((b"-arch", b"--gpu-architecture")))
+        else:
+            options = tuple(_capture(cc, lto).options_bytes)
+        _options_memo[key] = options
+    return options
 
 
 @functools.lru_cache(maxsize=1)
@@ -210,7 +502,7 @@ def _pruned_shim(item, code: str) -> LinkInput:
     kept = {d.strip() + "\n" for d in definitions
             if (m := _DEFINED_NAME.search(d)) is not None and m.group(1) in code}
     source = prefix.strip() + "\n" + "".join(sorted(kept, key=lambda d: _DEFINED_NAME.search(d).group(1)))
-    return LinkInput(str(item.name), "cu", source.encode(), _digest("cu", source.encode(), None))
+    return LinkInput(str(item.name), "cu", source.encode(), _digest("cu", source.encode(), str(item.name)))
 
 
 def item_key(item):
@@ -249,24 +541,39 @@ def extern_link_items(extfn) -> Tuple:
 
 
 _compiled: "OrderedDict[Tuple, bytes]" = OrderedDict()
-_compiled_lock = threading.Lock()
+_compiled_lock = threading.RLock()
 _COMPILED_LIMIT = 64
 
 
 def compile_cu(link: LinkInput, cc: Tuple[int, int], lto: bool) -> bytes:
     """A .cu source compiled by NVRTC as numba-cuda compiles it (relocatable,
-    with numba's include paths), memoised by digest, target and output."""
-    key = (link.digest, tuple(cc), lto)
+    with numba's include paths), memoised by what NVRTC reads, target and
+    output.  What it reads is found again first, and again after the compile:
+    where it is not what `link.digest` hashed (a header changed, appeared or
+    went since the source was read, or during the compile), nothing is
+    returned, since the code would not be what its token says."""
+    before = _digest("cu", link.data, link.name)
+    if before != link.digest:
+        raise _changed(link)
+    key = (before, tuple(cc), lto)
     with _compiled_lock:
         if key in _compiled:
             _compiled.move_to_end(key)
             return _compiled[key]
     data = _nvrtc(link.data, link.name, cc, lto)
+    if _digest("cu", link.data, link.name) != before:
+        raise _changed(link)
     with _compiled_lock:
         _compiled[key] = data
         while len(_compiled) > _COMPILED_LIMIT:
             _compiled.popitem(last=False)
     return data
+
+
+def _changed(link: LinkInput) -> UnsupportedKernelError:
+    return UnsupportedKernelError(
+        f"{link.name}, or a header it includes, changed while the kernel that links it compiled "
+        "(a header was edited, or one appeared or went on NVRTC's search path); compile again")
 
 
 class _CapturedProgram:
@@ -276,6 +583,10 @@ class _CapturedProgram:
 
     def __init__(self, source, language, options):
         self.source, self.options = source, options
+
+    @property
+    def options_bytes(self) -> List[bytes]:
+        return list(self.options.as_bytes("nvrtc")) if hasattr(self.options, "as_bytes") else []
 
     def compile(self, target, logs=None):
         raise _Captured(self)
@@ -287,9 +598,8 @@ class _Captured(Exception):
         self.program = program
 
 
-def _nvrtc(source: bytes, name: str, cc, lto: bool) -> bytes:
-    """NVRTC's PTX (or LTO-IR) for `source`, with numba-cuda's options."""
-    from cuda.bindings import nvrtc as api
+def _capture(cc, lto: bool, source: bytes = b"", name: str = "<capture>") -> _CapturedProgram:
+    """What numba-cuda's nvrtc.compile would hand NVRTC for `source`."""
     from numba.cuda.cudadrv import nvrtc as numba_nvrtc
 
     with _compiled_lock:  # numba's module global is swapped for the capture
@@ -299,10 +609,17 @@ def _nvrtc(source: bytes, name: str, cc, lto: bool) -> bytes:
             numba_nvrtc.compile(source, name, cc, ltoir=lto)
             raise RuntimeError("numba-cuda's nvrtc.compile did not build a program")
         except _Captured as captured:
-            program = captured.program
+            return captured.program
         finally:
             numba_nvrtc.Program = saved
-    options = program.options.as_bytes("nvrtc") if hasattr(program.options, "as_bytes") else []
+
+
+def _nvrtc(source: bytes, name: str, cc, lto: bool) -> bytes:
+    """NVRTC's PTX (or LTO-IR) for `source`, with numba-cuda's options."""
+    from cuda.bindings import nvrtc as api
+
+    program = _capture(cc, lto, source, name)
+    options = program.options_bytes
     if lto and b"-dlto" not in options and b"--dlto" not in options:
         options = list(options) + [b"-dlto"]
 
