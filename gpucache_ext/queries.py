@@ -355,13 +355,13 @@ class Sources:
                 return self._remember(path, token, self.guessed) if path else None
             path.append(key)
             if stage == "typing":
-                return self._remember(path, _source_digest(entry.components), self.found)
+                return self._remember(path, source_digest(entry.components), self.found)
             # (a fatbin names its first cubin: they all come from the same code)
             upstream = "cubin" if stage == "fatbin" else STAGES[STAGES.index(stage) - 1]
             if stage == "llvm":  # llvm entries name typing's token; ptx and cubin the entry they came from
                 part = entry.components.get(upstream)
                 if part is not None and part.parts:  # (and carry its components: typed IR is not stored)
-                    return self._remember(path, _source_digest(dict(part.parts)), self.found)
+                    return self._remember(path, source_digest(dict(part.parts)), self.found)
                 before = part.digest if part is not None else ""
             else:
                 before = entry.upstream
@@ -376,7 +376,10 @@ class Sources:
         return value
 
 
-def _source_digest(components) -> str:
+def source_digest(components) -> str:
+    """The version of a definition's source that typing components give (its
+    code and what it reads, the config left out): what `Sources` tells
+    entries apart by."""
     digest = hashlib.sha256()
     for name in sorted(components):
         if name not in _NOT_SOURCE:

@@ -5,6 +5,10 @@ kernel of the cell once per combination (its *variants*), sharing what the
 stages have in common: typing and llvm once per fastmath value, ptx once per
 target and fastmath value, a cubin per register cap.  The first combination
 (each flag's first value) is the one bound; `Kernel.use` binds another.
+What a variant reports is current: after a global or a device function it
+reads changed, `Kernel.variants` and `Kernel.use` compile its stale results
+again (through the cache), and the report's variants table and the
+inspector mark rows built from an earlier state (``EARLIER``, with what changed).
 ``--sm 80,86,90`` stays what it is: the targets every variant is built for.
 ``--block 128,256,512`` names the block sizes whose occupancy the report
 shows (nothing is compiled per block size: numba picks none at compile time).

@@ -966,16 +966,43 @@ _VARIANT_COLUMNS = ("arch", "signature", "config", "registers", "spills (stored/
                     "constant", "cubin")
 
 
-def _variant_columns(rows, occupancy=None) -> Tuple[str, ...]:
+def _variant_columns(rows, occupancy=None, stale=None) -> Tuple[str, ...]:
     """The columns for `rows`: signature and config only where the rows
-    differ in them; with `occupancy`, one per block size and the best mark."""
+    differ in them; with `occupancy`, one per block size and the best mark;
+    with `stale` rows, a "state" column after the config."""
     hidden = {"signature"} if len({row.signature for row in rows}) < 2 else set()
     if len({row.variant for row in rows}) < 2:
         hidden.add("config")
     columns = tuple(column for column in _VARIANT_COLUMNS if column not in hidden)
+    if _stale_rows(rows, stale):
+        at = columns.index("registers")
+        columns = columns[:at] + ("state",) + columns[at:]
     if occupancy is None:
         return columns
     return ("best",) + columns + tuple(f"{block} threads" for block in occupancy.blocks)
+
+
+# what the "state" column says of a row built from an earlier state of its kernel's inputs
+EARLIER = "EARLIER"
+
+
+def _stale_rows(rows, stale) -> Dict[str, Tuple[str, ...]]:
+    """Of `stale` ({cubin token: what changed since it was built}), the rows' own."""
+    if not stale:
+        return {}
+    return {row.token: tuple(stale[row.token]) for row in rows if row.token in stale}
+
+
+def stale_note(rows, stale) -> str:
+    """The line under a variants table some of whose rows were built from an
+    earlier state of their kernel's inputs (`stale`: {cubin token: what
+    changed, as the cache explains a miss}); "" where none was."""
+    found = _stale_rows(rows, stale)
+    if not found:
+        return ""
+    changed = list(dict.fromkeys(reason for reasons in found.values() for reason in reasons))
+    return (f"{EARLIER}: built from an earlier state of the kernel's inputs ({'; '.join(changed)}); not what it "
+            "compiles now: a launch, kernel.use() or kernel.variants compiles it again")
 
 
 # how an occupancy cell names what limits it
@@ -1003,8 +1030,9 @@ def _variant_cells(row) -> Dict[str, str]:
             "constant": format_bytes(row.constant_bytes), "cubin": format_bytes(row.cubin_bytes)}
 
 
-def _cells(row, occupancy) -> Dict[str, str]:
+def _cells(row, occupancy, stale=None) -> Dict[str, str]:
     cells = _variant_cells(row)
+    cells["state"] = EARLIER if stale and row.token in stale else "current"
     if occupancy is not None and occupancy.dynamic_shared:  # static + per-block dynamic
         cells["shared"] += f" + {format_bytes(occupancy.dynamic_shared)} dyn"
     if occupancy is not None:
@@ -1014,36 +1042,43 @@ def _cells(row, occupancy) -> Dict[str, str]:
     return cells
 
 
-def resources_table_text(rows, occupancy=None) -> str:
+def resources_table_text(rows, occupancy=None, stale=None) -> str:
     """One line per variant (`ResourceRow`s: a kernel's targets and configs):
     arch, registers, spills, shared, local and constant memory, cubin size;
     with `occupancy` (`gpucache_ext.queries.VariantOccupancy`), each one's
     theoretical occupancy at each block size and the best per architecture
-    marked ``*``; "" without rows."""
+    marked ``*``; with `stale` ({cubin token: what changed}), a state column
+    (``EARLIER`` for those rows, built from an earlier state of the kernel's
+    inputs) and a line saying what changed (`stale_note`); "" without rows."""
     if not rows:
         return ""
-    columns = _variant_columns(rows, occupancy)
-    lines = [list(columns)] + [[_cells(row, occupancy)[c] for c in columns] for row in rows]
+    columns = _variant_columns(rows, occupancy, stale)
+    lines = [list(columns)] + [[_cells(row, occupancy, stale)[c] for c in columns] for row in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(columns))]
-    left = {"arch", "signature", "config", "best"}
-    return "\n".join("  ".join(cell.ljust(width) if column in left else cell.rjust(width)
-                               for cell, width, column in zip(line, widths, columns)).rstrip()
-                     for line in lines)
+    left = {"arch", "signature", "config", "best", "state"}
+    note = stale_note(rows, stale)
+    return "\n".join([*("  ".join(cell.ljust(width) if column in left else cell.rjust(width)
+                                  for cell, width, column in zip(line, widths, columns)).rstrip()
+                        for line in lines), *([note] if note else [])])
 
 
-def resources_table_html(rows, occupancy=None) -> str:
+def resources_table_html(rows, occupancy=None, stale=None) -> str:
     """`resources_table_text` as a table; spills are marked where there are
     any; each figure in a ``data-resource`` cell's ``data-value`` (occupancy:
-    ``data-block`` and ``data-occupancy``, 0 to 1)."""
+    ``data-block`` and ``data-occupancy``, 0 to 1); a row of `stale` (built
+    from an earlier state of the kernel's inputs) is ``data-state="earlier"``,
+    its state cell says so and names what changed, and a line under the table
+    too (`stale_note`)."""
     if not rows:
         return '<p class="gpucache-muted">No cubin is cached to measure.</p>'
-    columns = _variant_columns(rows, occupancy)
+    columns = _variant_columns(rows, occupancy, stale)
+    earlier = _stale_rows(rows, stale)
     head = "".join(f'<th scope="col">{esc(column)}</th>' for column in columns)
     values = {"registers": "registers", "shared": "shared_bytes", "local": "local_bytes",
               "constant": "constant_bytes", "cubin": "cubin_bytes"}
     body = []
     for row in rows:
-        cells = _cells(row, occupancy)
+        cells = _cells(row, occupancy, earlier)
         found = dict(zip(occupancy.blocks, occupancy.by_row.get(row.token, ()))) if occupancy else {}
         tds = [f'<th scope="row">{esc(row.arch)}</th>']
         for column in columns:
@@ -1060,16 +1095,24 @@ def resources_table_html(rows, occupancy=None) -> str:
             elif column in ("signature", "config"):
                 tds.append(f'<td class="gpucache-text{" gpucache-code" if column == "signature" else ""}">'
                            f'{esc(cells[column])}</td>')
+            elif column == "state":
+                why = "; ".join(earlier.get(row.token, ()))
+                tds.append(f'<td class="gpucache-text{" gpucache-warn" if why else ""}"'
+                           + (f' title="built from an earlier state: {esc(why)}"' if why else "")
+                           + f">{esc(cells[column])}</td>")
             elif column in values:
                 tds.append(f'<td data-resource="{values[column]}" data-value="{getattr(row, values[column])}">'
                            f'{esc(cells[column])}</td>')
             else:
                 tds.append(f'<td data-resource="spills" data-value="{row.spill_stores}/{row.spill_loads}"'
                            f'{_class("gpucache-warn" if _spilled(row) else "")}>{esc(cells[column])}</td>')
-        body.append(f'<tr data-arch="{esc(row.arch)}" data-token="{esc(row.token)}">{"".join(tds)}</tr>')
+        state = f' data-state="{"earlier" if row.token in earlier else "current"}"' if earlier else ""
+        body.append(f'<tr data-arch="{esc(row.arch)}" data-token="{esc(row.token)}"{state}>{"".join(tds)}</tr>')
+    note = stale_note(rows, earlier)
     return ('<div class="gpucache-table-scroll"><table class="gpucache-table gpucache-resource-variants">'
             "<caption>Per target and config, from the linker's log: registers and spills per thread, shared "
-            f'memory per block</caption><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+            f'memory per block</caption><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+            + (f'<p class="gpucache-warn gpucache-stale">{esc(note)}</p>' if note else ""))
 
 
 def _move_prefixes(moves) -> List[str]:
@@ -1101,15 +1144,16 @@ def resource_moves_html(moves) -> str:
     return f'<ul class="gpucache-moves">{"".join(items)}</ul>'
 
 
-def resource_variants_html(kernel: str, rows, moves, occupancy=None) -> str:
+def resource_variants_html(kernel: str, rows, moves, occupancy=None, stale=None) -> str:
     """The inspector's "resources across variants" section for one kernel:
     the table of its cubin variants (with `occupancy`, each one's at common
-    block sizes and the best per architecture) and how the figures moved."""
+    block sizes and the best per architecture; `stale` rows marked built
+    from an earlier state, see `resources_table_html`) and how the figures moved."""
     note = ("" if occupancy is None else
             f'<p class="gpucache-muted">Occupancy: the share of an SM\'s warps the variant keeps busy at '
             f'{", ".join(map(str, occupancy.blocks))} threads a block, and what limits it; theoretical (not '
             "speed); &#9733; the best per architecture (no spills, then the highest occupancy).</p>")
-    return (f'<h4>Resources across variants of {esc(kernel)}</h4>{note}{resources_table_html(rows, occupancy)}'
+    return (f'<h4>Resources across variants of {esc(kernel)}</h4>{note}{resources_table_html(rows, occupancy, stale)}'
             f"<p>How they moved between variants one config field apart:</p>{resource_moves_html(moves)}")
 
 def compare_options(rows, labels: Optional[Dict[Tuple[str, str], str]] = None) -> List[Tuple[str, str]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import math
+import sys
 from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, NamedTuple, Optional
 
 from ..results import FatbinResult, Outcome, short_signature  # noqa: F401  (re-exported)
@@ -266,13 +267,35 @@ def launch_line(result: CompileResult) -> Optional[str]:
 
 
 class VariantsTable(NamedTuple):
-    """A sweep's variants of one kernel, as the report shows them."""
+    """A sweep's variants of one kernel, as the report shows them.
+
+    A read-only view: each time it is shown, every result it lists is
+    re-checked against its kernel's inputs now, with the check a launch makes
+    (`gpucache_ext.launch.kernel.stale_reasons`, ``cache.still_current``);
+    nothing is compiled while a report is shown, so a result built from an
+    earlier state (a global or a device function changed since, also later
+    in the same cell) is marked ``EARLIER``, with what changed as the cache
+    explains a miss ("global K 2.5 -> 3.25").  A result whose kernel is
+    gone is shown as it is (nothing is left to check it against)."""
 
     title: str
     rows: list  # `gpucache_ext.queries.ResourceRow`, per variant and architecture
     occupancy: object  # `gpucache_ext.queries.VariantOccupancy`
     moves: list  # `gpucache_ext.queries.ResourceMove`, from the first variant
     results: list  # the `CompileResult`s the rows come from
+
+    def stale(self) -> Dict[str, tuple]:
+        """{cubin token: what changed} for the rows built from an earlier state, checked now."""
+        kernels = sys.modules.get("gpucache_ext.launch.kernel")  # (no Kernel exists before it is imported)
+        if kernels is None:
+            return {}
+        found = {}
+        for result in self.results:
+            reasons = kernels.stale_reasons(result)
+            if reasons:
+                for each in result.cubin_targets.values():
+                    found[each.stages["cubin"].token] = reasons
+        return found
 
 
 class CellReport:
@@ -336,8 +359,10 @@ class CellReport:
         lines = []
         for title, rows in self._per_architecture():
             lines += ["", title + ":", *("  " + line for line in resources_table_text(rows).splitlines())]
-        for title, rows, occupancy, moves, _ in self.variants:
-            lines += ["", title + ":", *("  " + line for line in resources_table_text(rows, occupancy).splitlines())]
+        for table in self.variants:
+            title, rows, occupancy, moves, _ = table
+            lines += ["", title + ":", *("  " + line for line in resources_table_text(rows, occupancy,
+                                                                                     table.stale()).splitlines())]
             moved = resource_moves_text(moves)
             if moved:
                 lines += ["  how the figures moved between variants one field apart:",
@@ -482,11 +507,12 @@ class CellReport:
 
             table += (f'<p class="gpucache-arch-title">{html.escape(title)}</p>'
                       + resources_table_html(arch_rows))
-        for title, variant_rows, occupancy, moves, _ in self.variants:
+        for variants in self.variants:
             from ..views import resource_moves_html, resources_table_html
 
+            title, variant_rows, occupancy, moves, _ = variants
             table += (f'<div class="gpucache-variants"><p class="gpucache-arch-title">{html.escape(title)}</p>'
-                      + resources_table_html(variant_rows, occupancy)
+                      + resources_table_html(variant_rows, occupancy, variants.stale())
                       + "<p>How the figures moved between variants one field apart:</p>"
                       + resource_moves_html(moves) + "</div>")
         if self.explain:

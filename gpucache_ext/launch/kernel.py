@@ -20,7 +20,10 @@ What the cache adds on top:
 - globals and device functions are re-checked at a kernel's first launch
   after `refresh_all()` (the magic calls it after every cell), so an edit in
   another cell recompiles what uses it; between refreshes launches cost no
-  lookup;
+  lookup; a sweep's other variants are re-checked the same way at the first
+  `Kernel.variants` read since a cell, and at `Kernel.use`, and compiled
+  again where stale (views that only show results, the cell's report and the
+  inspector, mark a stale one instead: `stale_reasons`);
 - without a GPU, or with ``simulate=True``, launches run on numba's CUDA
   simulator (the variant is still compiled, cached and inspectable).
 """
@@ -31,6 +34,7 @@ import contextlib
 import functools
 import math
 import threading
+import weakref
 from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from numba.cuda.codegen import CUDACodeLibrary
@@ -50,17 +54,60 @@ _generation = 0
 
 
 def refresh_all() -> None:
-    """Make every kernel re-check its inputs (globals, device functions) at its next launch."""
+    """Make every kernel re-check its inputs (globals, device functions) at its
+    next launch, and at its next `Kernel.variants` or `Kernel.use`."""
     global _generation
     _generation += 1
 
 
 class Variant(NamedTuple):
-    """One variant of a sweep (`Kernel.variants`)."""
+    """One variant of a sweep (`Kernel.variants`).  Its `results` are current:
+    `Kernel.variants` re-checks each against the kernel's inputs as a launch
+    does, and compiles again (through the cache) the ones whose inputs changed."""
 
     config: CompileConfig
     results: Dict[Tuple, CompileResult]  # by signature (argument types)
     bound: bool  # the one launches use
+
+
+# Every live Kernel (`live_kernels`), and which one compiled each live result
+# (`compiled_by`): what a view that holds only results (the cell's report, the
+# inspector) re-checks them with.  Keyed by id, each entry checked against its
+# weak reference (an id is reused once its object is gone).
+_kernels: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
+_compiled_by: Dict[int, Tuple[Any, Any]] = {}
+
+
+def _note_compiled(kernel: "Kernel", result: CompileResult) -> None:
+    key = id(result)
+
+    def gone(ref, key=key):
+        if _compiled_by.get(key, (None,))[0] is ref:
+            _compiled_by.pop(key, None)
+
+    _compiled_by[key] = (weakref.ref(result, gone), weakref.ref(kernel))
+
+
+def compiled_by(result: CompileResult) -> Optional["Kernel"]:
+    """The live `Kernel` that compiled `result` (None where none is known)."""
+    found = _compiled_by.get(id(result))
+    if found is None or found[0]() is not result:
+        return None
+    return found[1]()
+
+
+def live_kernels(cache: Optional[KernelCache] = None) -> "list[Kernel]":
+    """The Kernels alive in this process (those compiling through `cache` where given)."""
+    return [kernel for kernel in list(_kernels) if cache is None or kernel.cache is cache]
+
+
+def stale_reasons(result: CompileResult) -> Optional[Tuple[str, ...]]:
+    """Whether `result` is still what its kernel's inputs compile to now
+    (`Kernel.changed_since`): () where it is, what changed where it is not
+    ("global K 2.5 -> 3.25"), None where no live kernel compiled it (nothing
+    to check it against).  Compiles nothing."""
+    kernel = compiled_by(result)
+    return None if kernel is None else kernel.changed_since(result)
 
 
 class LaunchError(GpuCacheError):
@@ -300,10 +347,13 @@ class Kernel(CUDADispatcher):
         self._variant_results: Dict[CompileConfig, Dict[Tuple, CompileResult]] = {}
         self.blocks: Tuple[int, ...] = tuple(blocks)  # the block sizes whose occupancy the report shows
         self.dynamic_shared = dynamic_shared  # the dynamic shared memory a launch gives a block (occupancy, tune)
-        self._generation = -1  # refresh_all's count when the variants were last checked
+        self._generation = -1  # refresh_all's count when the bound variant was last checked
+        # ... and when `variants` last checked every variant (results made in this cell are of its state)
+        self._variants_generation = _generation
         self._forced = set()
         self._simulated = None
         self._lock = threading.RLock()
+        _kernels.add(self)
 
     @property
     def _link(self):
@@ -351,17 +401,90 @@ class Kernel(CUDADispatcher):
     def variants(self) -> "list[Variant]":
         """A sweep's variants (``--max-registers 32,64 --fastmath off,on``),
         the bound one first: each config and what it compiled, by signature
-        (a lazy kernel's other variants compile once `use` binds them)."""
+        (a lazy kernel's other variants compile once `use` binds them).
+
+        Every result listed is current: at the first read since a cell ran
+        (`refresh_all`) each is re-checked against the kernel's inputs as a
+        launch re-checks the bound one (``cache.still_current``), and one
+        whose inputs changed (a global, a device function) is dropped and
+        compiled again through the cache (only the stages whose inputs
+        changed compile; a `CompileError` of the new state is raised, as a
+        launch would).  Between cells a read checks nothing."""
         with self._lock:
+            self._refresh_variants()
             return [Variant(config, dict(self.results) if config == self.config
                             else dict(self._variant_results.get(config, {})), config == self.config)
                     for config in sorted(self.sweep, key=lambda c: c != self.config)]
 
+    def _refresh_variants(self) -> None:
+        """Once per cell: re-check every variant's results, compiling the stale ones again."""
+        if self._variants_generation == _generation:
+            return
+        self._recheck()  # the bound variant, as a launch checks it
+        for argtypes, result in list(self.results.items()):
+            if argtypes not in self.overloads and not self._current(argtypes, self.config, result):
+                self.add_overload(self._load(argtypes), argtypes)  # (a signature the re-check dropped)
+        for config, results in self._variant_results.items():
+            for argtypes, result in list(results.items()):
+                if not self._current(argtypes, config, result):
+                    results[argtypes] = self._compile_result(argtypes, config)
+                    if self.on_compile is not None:
+                        self.on_compile(results[argtypes])
+        self._variants_generation = _generation
+
+    def _current(self, argtypes, config: CompileConfig, result: CompileResult) -> bool:
+        return self.cache.still_current(self.py_func, argtypes, config, result, link=self._link)
+
+    def changed_since(self, result: CompileResult) -> Tuple[str, ...]:
+        """What changed in this kernel's inputs since `result` (one of its
+        compiles) was built, as the cache explains a miss ("global K 2.5 ->
+        3.25", "device function scale: code changed"); () where compiling
+        again would give `result` (the check a launch makes, whatever cells
+        ran).  Compiles nothing."""
+        if self._current(result.signature, result.config, result):
+            return ()
+        from ..queries import miss_reasons
+
+        reasons = []
+        for each in (result.per_target.values() if isinstance(result, FatbinResult) else (result,)):
+            tokens = self.cache.tokens(self.py_func, each.signature, each.config, link=self._link)
+            for stage in ("typing", "llvm"):
+                done = each.stages.get(stage)
+                if done is None or stage not in tokens or tokens[stage].hex == each.generic_tokens.get(stage):
+                    continue
+                old = dict(done.components)
+                if stage == "typing" and not old and "llvm" in each.stages:  # (not needed: llvm holds them)
+                    old = dict(getattr(each.stages["llvm"].components.get("typing"), "parts", None) or ())
+                reasons += [reason for reason in miss_reasons(stage, tokens[stage].components, old)
+                            if not reason.endswith(" input changed")]
+        return tuple(dict.fromkeys(reasons)) or ("its inputs changed",)
+
+    def typing_inputs(self, definitions=None) -> Dict[Tuple[str, Optional[str], str], Dict[str, Any]]:
+        """What typing would read now, for each signature this kernel compiled
+        (in any variant): {(qualified name, place, signature as entries show
+        it): the typing token's components}, the inputs a cached entry's source
+        is told from (`gpucache_ext.queries.Sources`); only those of
+        `definitions` ((qualified name, place) pairs) where given.  Compiles nothing."""
+        with self._lock:
+            results = [*self.results.values(), *(r for found in self._variant_results.values()
+                                                  for r in found.values())]
+        found = {}
+        for result in results:
+            key = (result.kernel, result.place, result.signature_text)
+            if key not in found and (definitions is None or key[:2] in definitions):
+                tokens = self.cache.tokens(self.py_func, result.signature, self.config, link=self._link)
+                found[key] = dict(tokens["typing"].components)
+        return found
+
     def use(self, **fields) -> "Kernel":
         """Bind the variant whose config is the bound one's with `fields`
         changed (``kernel.use(max_registers=64, fastmath=True)``): its entries
-        are in the cache, so nothing compiles.  A config no variant has is a
-        `ConfigError` listing the variants."""
+        are in the cache, so nothing compiles where nothing changed.  Binding
+        never keeps a stale result: each of the variant's results is re-checked
+        against the kernel's inputs now (as a launch checks them), and one whose
+        inputs changed since it was compiled (a global, a device function) is
+        compiled again through the cache, only the stages that changed.  A
+        config no variant has is a `ConfigError` listing the variants."""
         wanted = self.config.replace(**fields)
         chosen = next((config for config in self.sweep if config.normalised() == wanted.normalised()), None)
         if chosen is None:
@@ -371,7 +494,7 @@ class Kernel(CUDADispatcher):
         return self._bind(chosen)
 
     def _bind(self, chosen: CompileConfig) -> "Kernel":
-        """Make `chosen` (one of `sweep`) the variant launches use."""
+        """Make `chosen` (one of `sweep`) the variant launches use, with current results."""
         with self._lock:
             if chosen == self.config:
                 return self
@@ -381,9 +504,13 @@ class Kernel(CUDADispatcher):
             self._reset_overloads()
             self.results = dict(self._variant_results.pop(chosen, {}))
             self._generation = -1
+            self._variants_generation = -1  # (the next `variants` checks every variant again)
             self.disable_compile(False)
             if self.declared:
-                self.compile_declared()
+                self.compile_declared()  # (the declared signatures: loaded, so compiled again where stale)
+            for argtypes, result in list(self.results.items()):
+                if argtypes not in self.overloads and not self._current(argtypes, chosen, result):
+                    self.add_overload(self._load(argtypes), argtypes)  # (a lazy kernel's: compiled again now)
         return self
 
     def tune(self, *args, blocks=None, grid=None, runs: int = 5, warmup: int = 1, signature=None,
@@ -441,9 +568,13 @@ class Kernel(CUDADispatcher):
 
     def _compile_result(self, argtypes, config: CompileConfig, force: bool = False) -> CompileResult:
         if self.targets is not None:
-            return self.cache.compile_fatbin(self.py_func, argtypes, config, sms=self.targets, force=force,
-                                             audit=self.audit, link=self._link)
-        return self.cache.compile(self.py_func, argtypes, config, force=force, audit=self.audit, link=self._link)
+            result = self.cache.compile_fatbin(self.py_func, argtypes, config, sms=self.targets, force=force,
+                                               audit=self.audit, link=self._link)
+        else:
+            result = self.cache.compile(self.py_func, argtypes, config, force=force, audit=self.audit,
+                                        link=self._link)
+        _note_compiled(self, result)
+        return result
 
     def _recheck(self) -> None:
         """At the first launch since a cell ran: drop the variants whose inputs
@@ -864,4 +995,5 @@ def _ptx_image(result: CompileResult, cc: Tuple[int, int]):
 
 
 
-__all__ = ["Kernel", "CachedKernel", "LaunchError", "refresh_all", "gpu_available", "device_cc", "choose_image"]
+__all__ = ["Kernel", "CachedKernel", "LaunchError", "refresh_all", "gpu_available", "device_cc", "choose_image",
+           "compiled_by", "live_kernels", "stale_reasons"]

@@ -47,6 +47,7 @@ entry, what an entry built) and hands what it read to the pure renderers of
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
@@ -114,13 +115,60 @@ def variants_html(cache, kernel: str, label: Optional[str] = None, source: Optio
     definition (`kernel` a qualified name, `place` where it was defined):
     its cubin variants side by side and how their figures moved; "" where
     fewer than two are cached.  `source` (`Sources`): only the variants built
-    from that version (its code and what it reads), where there are several."""
+    from that version (its code and what it reads), where there are several.
+
+    A read-only view of cached entries: nothing is compiled to show it.  Where
+    a live kernel of this definition compiles through `cache`, each row is
+    re-checked against that kernel's inputs now (`earlier_rows`): one built
+    from an earlier state (a global, a device function changed since) is
+    marked ``EARLIER``, with what changed.  With no live kernel (another
+    process's entries, a kernel deleted) nothing tells which state is current,
+    and rows are shown unmarked."""
     rows = [row for row in resource_rows(cache, kernel) if row.place == place]
     if source is not None and any(row.source == source for row in rows):
         rows = [row for row in rows if row.source == source]
     if len(rows) < 2:
         return ""
-    return resource_variants_html(label or short_kernel(kernel), rows, resource_moves(rows), variant_occupancy(rows))
+    return resource_variants_html(label or short_kernel(kernel), rows, resource_moves(rows), variant_occupancy(rows),
+                                  earlier_rows(cache, rows))
+
+
+def earlier_rows(cache, rows) -> Dict[str, Tuple[str, ...]]:
+    """Of `rows` (`ResourceRow`s of cached cubins), those built from another
+    state of their kernel's inputs than a live kernel's now: {cubin token:
+    what changed, as the cache explains a miss ("global K 2.5 -> 3.25")}.
+    The state is the source `Sources` tells entries apart by (code, globals,
+    device functions, toolchain), compared with what the live kernels of
+    `cache` would type from now (`Kernel.typing_inputs`)."""
+    kernels = sys.modules.get("gpucache_ext.launch.kernel")  # (no Kernel exists before it is imported)
+    if kernels is None or not rows:
+        return {}
+    from ..queries import source_digest, miss_reasons
+
+    current: Dict[Tuple[str, Optional[str], str], Any] = {}
+    definitions = {(row.kernel, row.place) for row in rows}
+    for live in kernels.live_kernels(cache):
+        current.update(live.typing_inputs(definitions))
+    found = {}
+    for row in rows:
+        now = current.get((row.kernel, row.place, row.signature))
+        if now is None or row.source is None or source_digest(now) == row.source:
+            continue
+        before = _typing_components(cache, row.token)
+        reasons = () if before is None else tuple(
+            reason for reason in miss_reasons("typing", now, before) if not reason.endswith(" input changed"))
+        found[row.token] = reasons or ("its inputs changed",)
+    return found
+
+
+def _typing_components(cache, cubin_token: str) -> Optional[Dict[str, Any]]:
+    """What the typing of a cached cubin was made of (cubin -> ptx -> llvm,
+    which carries its typing's components); None where an entry is gone."""
+    entry = cache.entry("cubin", cubin_token)
+    ptx = cache.entry("ptx", entry.upstream) if entry is not None and entry.upstream else None
+    llvm = cache.entry("llvm", ptx.upstream) if ptx is not None and ptx.upstream else None
+    typing = llvm.components.get("typing") if llvm is not None else None
+    return dict(typing.parts) if typing is not None and typing.parts else None
 
 
 def snapshot(cache, history: Optional[CellHistory] = None) -> CacheSnapshot:
@@ -379,7 +427,10 @@ class Inspector(W.VBox):
         tokens = tuple(r["token"] for r in self._rows
                        if r["stage"] == "cubin" and r["kernel"] == kernel and r.get("place") == place)
         source = self._source_of.get(selected)
-        shown = (kernel, place, tokens, source) if kernel is not None and len(tokens) > 1 else None
+        # (and once per cell: a row's state is re-checked against the live kernels' inputs, see `earlier_rows`)
+        kernels = sys.modules.get("gpucache_ext.launch.kernel")
+        generation = kernels._generation if kernels is not None else None
+        shown = (kernel, place, tokens, source, generation) if kernel is not None and len(tokens) > 1 else None
         if shown != self._variants_shown or shown is None:
             self.variants_view.value = "" if shown is None else variants_html(
                 self.cache, kernel, self._labels.get(selected), source, place)
