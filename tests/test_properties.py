@@ -529,8 +529,10 @@ for _scenario in KNOWN:
         test_no_edit_sequence_gets_a_stale_artifact)
 
 
+# New random sequences at every run (no database, not derandomized): 60 of up to
+# 12 edits each, about a minute on 2 cores, so that CI stays in its 45 minutes.
 @pytest.mark.slow
-@settings(max_examples=100, **COMMON)
+@settings(max_examples=60, **COMMON)
 @given(scenario=scenarios(max_edits=12), fresh_process=st.booleans())
 def test_no_edit_sequence_gets_a_stale_artifact_many(workspace, scenario, fresh_process):
     from gpucache_ext.audit import wait_for_all
