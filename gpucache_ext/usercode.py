@@ -126,15 +126,15 @@ def _function_touches_user_code(func) -> bool:
     values = [cell_value(c) for c in closure]
     state = tuple(map(id, values))
     known = _CLASSES.get(id(func))
-    if known is not None and known[0] is func and known[1] == state:
-        return known[2]
+    if known is not None and _HELD.get(id(func)) is func and known[0] == state:
+        return known[1]
     inner = {id(func)}
     touches = False
     for value in values:
         if touches_user_code(value, 1, inner):
             touches = True
             break
-    _CLASSES[id(func)] = (func, state, touches)
+    _remember(func, state, touches)
     return touches
 
 
@@ -228,8 +228,8 @@ def _class_touches_user_code(cls) -> bool:
     numba types and templates recur across thousands of registrations."""
     state = tuple(map(id, vars(cls).values()))
     known = _CLASSES.get(id(cls))
-    if known is not None and known[0] is cls and known[1] == state:
-        return known[2]
+    if known is not None and _HELD.get(id(cls)) is cls and known[0] == state:
+        return known[1]
     # (a concrete template's `cases` are signatures of numba types: a user type there comes with a
     # user class of its own)
     seen = {id(cls)}
@@ -240,8 +240,18 @@ def _class_touches_user_code(cls) -> bool:
         if touches_user_code(value, 1, seen):
             touches = True
             break
-    _CLASSES[id(cls)] = (cls, state, touches)  # (the class kept: its id is not reused meanwhile)
+    _remember(cls, state, touches)
     return touches
 
 
-_CLASSES: Dict[int, Tuple[Any, tuple, bool]] = {}  # id -> (the class or function, its state, the answer)
+def _remember(value, state: tuple, touches: bool) -> None:
+    _HELD[id(value)] = value  # (kept: its id is not reused meanwhile)
+    _CLASSES[id(value)] = (state, touches)
+
+
+# id -> (its state, the answer) for the classes and closures walked, and id ->
+# the object itself.  Apart, so that the memo's thousands of values hold ids
+# and bools only: the garbage collector stops tracking such tuples, and a
+# memo of tracked ones would bring the user's next full collection forward.
+_CLASSES: Dict[int, Tuple[tuple, bool]] = {}
+_HELD: Dict[int, Any] = {}
