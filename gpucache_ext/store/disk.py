@@ -42,7 +42,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-from filelock import FileLock, Timeout
 
 from .codec import (FORMAT_VERSION, OK, PERSISTENT_STAGES, PREVIOUS_SECRET, BadEntry, check_stored, decode, encode,
                     header_entry)
@@ -310,7 +309,7 @@ class DiskTier(Tier):
         directory's lock, so concurrent prunes do not fight."""
         removed = freed = 0
         try:
-            with FileLock(str(self.root / ".lock"), timeout=30):
+            with _folder_lock(self.root, timeout=30):
                 files = sorted(self.scan(), key=lambda item: item[2].st_mtime)
                 total = sum(st.st_size for _, _, st in files)
                 for done, (stage, path, st) in enumerate(files, 1):
@@ -323,7 +322,7 @@ class DiskTier(Tier):
                     if progress:
                         progress(done, len(files))
                 self._clean_temporaries()
-        except (Timeout, OSError) as exc:
+        except OSError as exc:  # (filelock's Timeout is one)
             warnings.warn(f"gpucache_ext: could not prune the disk cache at {self.directory}: {exc}",
                           TierWarning, stacklevel=2)
         self._sizes = None
@@ -383,10 +382,10 @@ class DiskTier(Tier):
                 handle.write(line)
                 large = handle.tell() > _DROP_LOG_BYTES
             if large:
-                with FileLock(str(self.root / ".lock"), timeout=5):
+                with _folder_lock(self.root, timeout=5):
                     lines = self._drop_log.read_text(encoding="utf-8").splitlines(True)
                     write_atomically(self._drop_log, "".join(lines[len(lines) // 2:]).encode(), _TEMP_PREFIX)
-        except (OSError, Timeout) as exc:  # (a read-only folder: the miss says less, nothing else changes)
+        except OSError as exc:  # (a read-only folder, a lock's Timeout: the miss says less, nothing else changes)
             log.debug("could not log the dropped entry %s: %s", token[:12], exc)
 
     def _one_entry(self, stage: str, exc: OSError) -> bool:
@@ -444,6 +443,15 @@ class DiskTier(Tier):
                         temp.unlink()
                 except OSError:
                     continue
+
+
+def _folder_lock(root: Path, timeout: float):
+    """The folder's lock for what rewrites more than one file (a prune, the
+    drop log's trim); its Timeout is an OSError.  filelock is imported here,
+    not with the tier: a process that never prunes never loads it."""
+    from filelock import FileLock
+
+    return FileLock(str(root / ".lock"), timeout=timeout)
 
 
 def _is_file(item: os.DirEntry) -> bool:
