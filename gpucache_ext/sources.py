@@ -321,19 +321,32 @@ _declared: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def declare_signatures(dispatcher, signatures) -> None:
-    """Record the signatures given to a lazy ``@cuda.jit(sig, device=True)``."""
+    """Record the signatures given to a lazy ``@cuda.jit(sig, device=True)``.
+
+    As numba-cuda's decorator reads them: a signature without a return type
+    (``"(int64, int64)"``) is recorded with None, its return type inferred
+    when it is typed (`stages.DeviceProxy.compile_device`); of several that
+    take the same argument types, the first alone counts (numba compiles it,
+    then finds those arguments compiled and skips the others)."""
     from numba.cuda.core import sigutils
 
-    declared = []
+    declared = {}
     for sig in signatures:
         args, return_type = sigutils.normalize_signature(sig)
-        declared.append((tuple(args), return_type))
-    _declared[dispatcher] = tuple(declared)
+        declared.setdefault(tuple(args), return_type)
+    _declared[dispatcher] = tuple(declared.items())
+
+
+def shown_signature(args, return_type) -> str:
+    """A declared signature as written: ``(int64, int64)`` without a return type."""
+    shown = f"({', '.join(map(str, args))})"
+    return shown if return_type is None else f"{return_type}{shown}"
 
 
 def declared_signatures(dispatcher) -> Tuple[Tuple[tuple, Any], ...]:
     """The signatures a device function was declared with, as numba calls it
-    with them (arguments and result cast); () when it types per call."""
+    with them (arguments and result cast; a return type None is inferred),
+    one per argument types; () when it types per call."""
     found = _declared.get(dispatcher) if hasattr(dispatcher, "__weakref__") else None
     if found is not None:
         return found
@@ -606,7 +619,7 @@ class _Walker:
         if declared:  # the same function declared otherwise compiles otherwise
             extra["declared signatures"] = component(
                 [[[type_data(t) for t in args], type_data(ret)] for args, ret in declared],
-                "; ".join(f"{ret}({', '.join(map(str, args))})" for args, ret in declared))
+                "; ".join(shown_signature(args, ret) for args, ret in declared))
         options = {name: value for name, value in sorted(own.items()) if value not in (False, "never")}
         if options:
             extra["device options"] = component(repr(options))
