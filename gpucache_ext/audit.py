@@ -21,6 +21,17 @@ may miss a warning; in a notebook, audits run between cells.)  The pipeline's ou
 `stages.canonical_modules`); the one normalisation drops the compile times
 nvJitLink writes into its log (`artifact_parts`).
 
+An audit compares like with like: the fresh compile reads the snapshot the
+hit's lookup hashed, and what it cannot take from that snapshot (numba's
+extension tables, the toolchain, numba's settings, the size and time of the
+source files debug info names, which ptxas writes into a cubin; the
+libraries a kernel reads through their modules) it reads as it is at audit
+time.  Where that differs from what the hit's tokens hashed (a module edited
+and reloaded, a file saved, a library reinstalled since the hit), the fresh
+compile is of other inputs: the stages it affects are *not audited*, with
+the reason (`AuditOutcome.not_audited`, ``"not audited: helpers.py changed
+since the hit"``), quietly, and the entry is kept.
+
 A mismatch is a soundness bug.  It is reported loudly (`AuditWarning`, with
 the kernel, the stage, the token components and the first differing lines),
 counted in the stats, the cached entry is evicted from every tier and
@@ -43,10 +54,11 @@ import re
 import random
 import threading
 import time
+import types
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import GpuCacheWarning
 from .tokens import short_token
@@ -80,21 +92,58 @@ class Mismatch:
 
 @dataclass
 class AuditOutcome:
-    """The audit of one compile result: ``state`` is "pending", "passed",
-    "mismatch" or "failed" (the fresh compile itself raised)."""
+    """The audit of one compile result: ``state`` is "pending", "passed"
+    (every stage compared matched), "mismatch", "failed" (the fresh compile
+    itself raised), "skipped" (an array it read changed while it was copied)
+    or "not audited" (no stage could be compared like with like).
+    `not_audited` holds, per stage left uncompared, why (its inputs changed
+    since the hit); with "passed", the other stages were compared."""
 
     state: str = "pending"
     mismatches: List[Mismatch] = field(default_factory=list)
     error: str = ""
+    not_audited: Dict[str, str] = field(default_factory=dict)  # stage -> why it was not compared
+    since: float = field(default_factory=time.time)  # when the hit was served
     done: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     @property
     def mismatched(self) -> bool:
         return self.state == "mismatch"
 
+    @property
+    def audited(self) -> Tuple[str, ...]:
+        """The stages compared with a fresh compile (once done)."""
+        if self.state not in ("passed", "mismatch"):
+            return ()
+        return tuple(stage for stage in AUDITED_STAGES if stage not in self.not_audited)
+
+    def summary(self) -> str:
+        """One line: what the audit found, and what it could not audit and why."""
+        if self.state == "not audited":
+            first = [why for why in self.not_audited.values() if not why.startswith("built from ")]
+            return "not audited: " + _reasons(first or self.not_audited.values())
+        text = self.state + (f" ({self.error})" if self.error else "")
+        if self.not_audited:
+            text += "; " + "; ".join(f"{stage} not audited: {why}" for stage, why in self.not_audited.items())
+        return text
+
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Block until the audit is done; False on timeout."""
         return self.done.wait(timeout)
+
+
+@dataclass(frozen=True)
+class NotAudited:
+    """A stage of a hit that an audit could not compare like with like."""
+
+    kernel: str
+    stage: str
+    token: str
+    reason: str
+
+
+def _reasons(reasons) -> str:
+    return "; ".join(dict.fromkeys(reasons))  # (each once, in order)
 
 
 @dataclass(frozen=True)
@@ -300,6 +349,99 @@ def _lower_priority() -> None:
 
 
 UPSTREAM = {"ptx": "llvm", "cubin": "ptx"}
+DEBUG_SOURCES = "debug source files"  # (the cubin's component: see `stages.debug_source_files`)
+
+
+# ---------------------------------------------------------------------------
+# Like with like: what a fresh compile reads that the hit's snapshot does not hold
+
+
+def library_changes(identity) -> List[str]:
+    """Why a fresh compile from `identity` (a `sources.SourceIdentity`, the
+    snapshot a hit hashed) would not compile what the hit did, from the
+    libraries it reads: the snapshot binds a library module itself (numba
+    knows its functions by the module object), keyed by its version; a
+    library reinstalled (and reloaded) since has another version now.
+    Empty when every library module it binds has the version it hashed."""
+    from .libraries import library_version
+    from .tokens import component
+
+    found: List[str] = []
+    seen = set()
+
+    def visit(ident, label, plan):
+        attrs = getattr(plan, "attrs", None)  # a user module's clone: what was read through it
+        if isinstance(attrs, dict):
+            for attr, inner in attrs.items():
+                visit(ident, f"{label}.{attr}", inner)
+            return
+        module = getattr(plan, "value", None)  # a value bound as it was read
+        recorded = ident.components.get(label)
+        if not isinstance(module, types.ModuleType) or recorded is None:
+            return
+        version = library_version(module)
+        # (the component `sources` gives a library module: its name and version)
+        if version is None or component(["module", module.__name__, version]).digest != recorded.digest:
+            found.append(f"library {module.__name__} changed since the hit "
+                         f"(now {version or 'not a library'})")
+
+    def walk(ident):
+        if id(ident) in seen:
+            return
+        seen.add(id(ident))
+        for (kind, name), plan in ident.bindings.items():
+            visit(ident, f"{kind} {name}", plan)
+        for _, device in ident.devices:
+            walk(device)
+
+    walk(identity)
+    return list(dict.fromkeys(found))
+
+
+def input_changes(cached, fresh, since: float) -> Dict[str, List[str]]:
+    """Per audited stage, the inputs a fresh compile (`fresh`, a CompileResult)
+    read otherwise than the hit (`cached`) had hashed: the components of the
+    stage's token (typing's count for llvm) that differ, apart from the
+    upstream artifact's digest (the bytes, compared by the audit itself).
+    A source file debug info names is named ("helpers.py changed since the
+    hit"); `since` (when the hit was served) tells the files saved after it."""
+    changes: Dict[str, List[str]] = {}
+    for stage in AUDITED_STAGES:
+        pairs = [(name, cached.stages[stage].components.get(name), fresh.stages[stage].components.get(name))
+                 for name in sorted(set(cached.stages[stage].components) | set(fresh.stages[stage].components))
+                 if name != STAGES_BEFORE[stage]]
+        if stage == "llvm" and "typing" in cached.stages and "typing" in fresh.stages:
+            old, new = cached.stages["typing"].components, fresh.stages["typing"].components
+            pairs = [(name, old.get(name), new.get(name)) for name in sorted(set(old) | set(new))] + pairs
+        reasons = []
+        for name, old, new in pairs:
+            if (old and old.digest) == (new and new.digest):
+                continue
+            if name == DEBUG_SOURCES:
+                reasons.append(f"{_changed_files(fresh, since)} changed since the hit")
+            else:
+                reasons.append(f"{name} changed since the hit ({old.shown if old else 'none'} -> "
+                               f"{new.shown if new else 'none'})")
+        if reasons:
+            changes[stage] = reasons
+    return changes
+
+
+STAGES_BEFORE = {"llvm": "typing", "ptx": "llvm", "cubin": "ptx"}
+
+
+def _changed_files(fresh, since: float) -> str:
+    """The source files debug info names that were saved after `since` (all
+    of them where none was: one deleted, or a time set back)."""
+    from .stages import debug_source_files, source_file_stats
+
+    paths = debug_source_files(fresh.artifacts()["llvm"])
+    stats = source_file_stats(paths)
+    present = [(path, rest[1]) for path, *rest in stats if rest != ["absent"]]
+    # (a file's time comes from a coarser clock than `since`: a little slack)
+    later = [path for path, mtime in present if mtime >= int((since - 2.0) * 1e9)]
+    names = [os.path.basename(path) for path in (later or [path for path, _ in present] or paths)]
+    return ", ".join(names) if names else "a source file debug info names"
 
 
 def _reassemble(entry, find_upstream, tainted) -> Tuple[str, Optional[str]]:
@@ -327,6 +469,25 @@ def _reassemble(entry, find_upstream, tainted) -> Tuple[str, Optional[str]]:
         ("mismatch", first_difference("fatbin", entry.artifact, fresh))
 
 
+def _sources_since(entry, ptx, config, find_upstream) -> Optional[str]:
+    """Why a cubin entry whose debug info names source files cannot be linked
+    again like with like (None when it can): ptxas reads each file's size and
+    time as it links, and they are not those the entry's token hashed (or the
+    llvm entry naming the files is gone)."""
+    from .stages import debug_source_files, source_file_stats
+    from .tokens import component
+
+    llvm = find_upstream("llvm", ptx.upstream, config.cc) if ptx.upstream else None
+    if llvm is None:
+        return "    not audited: the llvm entry naming its source files is gone"
+    paths = debug_source_files(llvm.artifact)
+    # (the component the cache gives them: their stats, as `source_file_stats` reads them)
+    if component(source_file_stats(paths)).digest == entry.components[DEBUG_SOURCES].digest:
+        return None
+    names = ", ".join(os.path.basename(path) for path in paths)
+    return f"    not audited: {names or 'a source file'} changed since the entry was built"
+
+
 def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tuple[str, Optional[str]]:
     """Compile a stored ptx or cubin entry again from its upstream entry.
 
@@ -336,8 +497,9 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
     its own token hashes.  Returns (status, difference): status "match",
     "mismatch", "tainted" (its upstream token is in `tainted`: it was built
     from an entry found wrong), "skipped" (no upstream entry, one that holds
-    other bytes now, or an llvm entry, which needs the kernel's Python
-    source) or "failed".
+    other bytes now, an llvm entry, which needs the kernel's Python source,
+    or a cubin whose debug info names source files changed since it was
+    built: then with why) or "failed".
     """
     from . import stages
     from .config import CompileConfig
@@ -356,6 +518,10 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
     upstream = find_upstream(upstream_stage, entry.upstream, config.cc)
     if upstream is None or upstream.digest != keyed_on.digest:  # gone, or holds other bytes now
         return "skipped", None
+    if stage == "cubin" and DEBUG_SOURCES in entry.components:
+        unlike = _sources_since(entry, upstream, config, find_upstream)
+        if unlike is not None:  # ptxas would write other file sizes and times: not like with like
+            return "skipped", unlike
     try:
         if stage == "ptx":
             fresh = stages.run_ptx(upstream.artifact, config, entry.kernel)

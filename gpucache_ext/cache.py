@@ -40,7 +40,8 @@ from . import queries, targets, toolchain
 from .importing import lazy_module
 from .store import settings
 from .store.codec import content_digest
-from .audit import AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, first_difference, parse_audit
+from .audit import (AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, NotAudited, first_difference,
+                    input_changes, library_changes, parse_audit)
 from . import definitions
 from .config import LAYERS, STAGES, CompileConfig, Targets
 from .errors import ConfigError, SecurityWarning, UnsupportedKernelError
@@ -167,6 +168,8 @@ class KernelCache:
         self._refusals: "OrderedDict[Tuple[str, str], str]" = OrderedDict()
         self._mismatches = deque(maxlen=256)
         self._mismatch_count = 0
+        self._not_audited_list = deque(maxlen=256)  # stages of hits an audit could not compare, and why
+        self._not_audited_count = 0
         self._launch_checks = 0
         # guards the memory tiers, counters and records; never held while a
         # persistent tier is read or written, nor while a stage compiles
@@ -714,8 +717,13 @@ class KernelCache:
     def _audit(self, pyfunc, argtypes, config, result: CompileResult, link=(), identity=None) -> None:
         """Compile `result`'s inputs again from nothing (from the snapshot
         `identity` its compile hashed, so later edits are no mismatch) and
-        compare every artifact."""
+        compare every artifact that the fresh compile built from the inputs
+        the hit hashed (like with like: see `gpucache_ext.audit`)."""
         outcome = result.audit
+        gone = library_changes(identity) if identity is not None else []
+        if gone:  # (nothing to compile: the libraries it reads are not those it hashed)
+            self._not_audited(result, dict.fromkeys(AUDITED_STAGES, "; ".join(gone)))
+            return
         try:
             fresh = KernelCache(audit=False)._compile_one(pyfunc, argtypes, config, tuple(link), True, False,
                                                           "audit", identity=identity)
@@ -729,8 +737,23 @@ class KernelCache:
             warnings.warn(f"gpucache_ext audit of {result.kernel}: the fresh compile failed "
                           f"({outcome.error}) although the cache served it", AuditWarning, stacklevel=2)
             return
+        gone = library_changes(identity) if identity is not None else []  # (reloaded meanwhile)
+        if gone:
+            self._not_audited(result, dict.fromkeys(AUDITED_STAGES, "; ".join(gone)))
+            return
+        changed = input_changes(result, fresh, outcome.since)
         cached, fresh_artifacts = result.artifacts(), fresh.artifacts()
+        skipped: Dict[str, str] = {}
+        previous = None
         for stage in AUDITED_STAGES:
+            reasons = changed.get(stage, [])
+            if not reasons and previous in skipped and \
+                    first_difference(previous, cached[previous], fresh_artifacts[previous]) is not None:
+                reasons = [f"built from {previous}, which could not be audited"]  # (other input bytes)
+            previous = stage
+            if reasons:
+                skipped[stage] = "; ".join(reasons)
+                continue
             difference = first_difference(stage, cached[stage], fresh_artifacts[stage])
             if difference is None and result.stages[stage].token != fresh.stages[stage].token:
                 # the same bytes, reached through another chain of digests: a stored digest is wrong
@@ -747,6 +770,11 @@ class KernelCache:
                     result.kernel, stage, layer.token,
                     tuple(sorted((name, part.shown) for name, part in layer.components.items())),
                     difference))
+        if len(skipped) == len(AUDITED_STAGES):
+            self._not_audited(result, skipped)
+            return
+        if skipped:
+            self._not_audited(result, skipped, done=False)
         if outcome.mismatches:
             self._replace_chain(result, fresh)
             result.replace_artifacts(fresh)  # (under the result's lock: a kernel may be reading them)
@@ -757,6 +785,22 @@ class KernelCache:
                 warnings.warn(mismatch.message(), AuditWarning, stacklevel=2)
         outcome.state = "mismatch" if outcome.mismatches else "passed"
         outcome.done.set()
+
+    def _not_audited(self, result: CompileResult, reasons: Dict[str, str], done: bool = True) -> None:
+        """Record the stages of `result` an audit could not compare like with
+        like, and why (quietly: no warning, the entries stay); with `done`,
+        none could be: the audit ends "not audited"."""
+        outcome = result.audit
+        outcome.not_audited.update(reasons)
+        with self._lock:
+            self._not_audited_list.extend(NotAudited(result.kernel, stage, result.stages[stage].token, why)
+                                          for stage, why in reasons.items())
+            self._not_audited_count += len(reasons)
+        log.info("gpucache_ext audit of %s: %s", result.kernel,
+                 "; ".join(f"{stage} not audited: {why}" for stage, why in reasons.items()))
+        if done:
+            outcome.state = "not audited"
+            outcome.done.set()
 
     def _replace_chain(self, result: CompileResult, fresh: CompileResult) -> None:
         """Evict every entry `result` was served from (a wrong one anywhere in
@@ -798,6 +842,21 @@ class KernelCache:
     def audit_mismatch_count(self) -> int:
         """How many mismatches audits have found in this cache's life."""
         return self._mismatch_count
+
+    def audits_not_possible(self, since: int = 0) -> List[NotAudited]:
+        """The latest stages of hits an audit could not compare like with like
+        (at most 256), newest last, each with why ("helpers.py changed since
+        the hit"); with `since` (an earlier `audit_not_possible_count`), only
+        those recorded after it."""
+        with self._lock:
+            found = list(self._not_audited_list)
+            return found[len(found) - min(len(found), self._not_audited_count - since):] \
+                if since else found
+
+    @property
+    def audit_not_possible_count(self) -> int:
+        """How many stages of hits audits could not compare in this cache's life."""
+        return self._not_audited_count
 
     def recent_misses(self):
         """The latest misses, newest last: dicts with kernel, stage, token, reasons."""
