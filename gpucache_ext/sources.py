@@ -166,6 +166,11 @@ def _const_value(value):
         return [type(value).__name__, [_const_value(v) for v in items]]
     if value is Ellipsis:
         return ["ellipsis"]
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, (np.generic, np.ndarray)) and not value.dtype.hasobject:
+        # (generated code may hold numpy values: by their bytes, not a repr that prints every
+        # float32 NaN alike and elides the middle of a large array)
+        return ["numpy", _dtype_data(value.dtype), list(np.shape(value)), _array_content(np.asarray(value))]
     return ["repr", repr(value)]
 
 
@@ -679,6 +684,8 @@ class _Walker:
         if pyfunc is None or _file_origin(pyfunc.__code__.co_filename) is not None:
             data = ["library " + kind, getattr(pyfunc, "__module__", "?"),
                     getattr(pyfunc, "__qualname__", repr(value)), _class_version(pyfunc) or "?"]
+            if isinstance(pyfunc, pytypes.FunctionType):  # (see `_library_function_data`)
+                data.append(internal_function_digest(pyfunc))
             # the simulator runs Python: it calls the function numba would compile
             simulated = _Snapshot(pure_python(value)) if self.freeze and kind != "_Intrinsic" else None
             return data, simulated
@@ -732,8 +739,7 @@ class _Walker:
             return self._numba_function(value, ident, label)
         if isinstance(value, pytypes.FunctionType):
             if _file_origin(value.__code__.co_filename) is not None:
-                return ["library function", value.__module__, value.__qualname__,
-                        _class_version(value) or "stdlib"], None
+                return _library_function_data(value), None
             jitable = _registered_jitable(value, ident.qualname, label)
             if jitable:
                 return self._data_device(value, value, ident, label)
@@ -849,6 +855,17 @@ def _registered_jitable(func, qualname, label) -> bool:
         # holds (`extensions`), decide the call; the function is keyed as itself
         return False
     return True
+
+
+def _library_function_data(func) -> list:
+    """A library's function as a kernel reads it: its place and its library's
+    version, and its code and what its closure holds (functions there by
+    their own code and closure), since a library makes functions too: a
+    factory's closure over the caller's value (``make(2.0)``, ``make(3.0)``)
+    or code generated from a template under the library's file name share
+    the place and the version and differ in nothing else."""
+    return ["library function", func.__module__, func.__qualname__, _class_version(func) or "stdlib",
+            internal_function_digest(func)]
 
 
 def library_identity_digest(pyfunc) -> Optional[str]:
