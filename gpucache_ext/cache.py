@@ -719,6 +719,8 @@ class KernelCache:
         `identity` its compile hashed, so later edits are no mismatch) and
         compare every artifact that the fresh compile built from the inputs
         the hit hashed (like with like: see `gpucache_ext.audit`)."""
+        from .toolchain import linking
+
         outcome = result.audit
         gone = library_changes(identity) if identity is not None else []
         if gone:  # (nothing to compile: the libraries it reads are not those it hashed)
@@ -727,6 +729,10 @@ class KernelCache:
         try:
             fresh = KernelCache(audit=False)._compile_one(pyfunc, argtypes, config, tuple(link), True, False,
                                                           "audit", identity=identity)
+        except linking.LinkedSourceChanged as exc:  # what NVRTC would read now is not what the hit hashed
+            self._not_audited(result, dict.fromkeys(
+                AUDITED_STAGES, f"{exc.name}, or a header it includes, changed since the hit"))
+            return
         except SnapshotChanged as exc:  # an array it read changed since: nothing left to compare with
             outcome.state, outcome.error = "skipped", str(exc)
             outcome.done.set()

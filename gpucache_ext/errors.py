@@ -71,6 +71,12 @@ class UnsupportedKernelError(GpuCacheError):
     """The kernel uses a feature the staged pipeline cannot cache soundly."""
 
 
+class SnapshotChanged(Exception):
+    """Something a compile reads changed between being hashed and being read
+    for the compile (an array another thread wrote to, a header of a linked
+    .cu file edited): the compile starts again from a new snapshot."""
+
+
 class GpuCacheWarning(UserWarning):
     """Base class of the warnings gpucache_ext gives: what a user must see.
 

@@ -55,7 +55,7 @@ import xxhash
 
 from . import libraries
 from .toolchain import linking
-from .errors import UnsupportedKernelError
+from .errors import SnapshotChanged, UnsupportedKernelError  # noqa: F401  (SnapshotChanged: importable here too)
 from .options import device_options
 from .tokens import Component, component, digest, parts_digest
 from .usercode import DEPTH, cell_value, dunder, numba_made, numba_type, touches_user_code, user_function, user_module
@@ -185,11 +185,6 @@ _class_version = libraries.class_version
 
 # ---------------------------------------------------------------------------
 # What rebinding substitutes
-
-
-class SnapshotChanged(Exception):
-    """An array changed between being hashed and being copied for the compile
-    (another thread wrote to it): the compile starts again from a new snapshot."""
 
 
 class _Plan:

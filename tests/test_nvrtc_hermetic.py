@@ -257,3 +257,65 @@ def test_numbas_own_shim_source_has_one_digest_in_every_working_directory(tmp_pa
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert [linking.read(shim).digest for shim in shims] == [link.digest for link in first]
+
+
+LINKED = """
+    #include "v.h"
+    extern "C" __device__ int value(int* out, int x) {
+        *out = V;
+        return 0;
+    }
+"""
+
+
+def compiled_kernel(tree, cache):
+    ns = notebook_namespace()
+    run_cell(ns, CALLER.format(path=str(tree.src / "ext.cu")))
+    return cache.compile(ns["kernel"], "void(int32[:])", CompileConfig(sm=86))
+
+
+def test_a_header_edited_while_the_kernel_compiles_compiles_again_from_the_new_one(tree, monkeypatch):
+    """The header changes after the source was read and before NVRTC runs:
+    the compile starts again from the new header (as for an array written
+    while it is copied), and gives what a fresh cache gives."""
+    header = write(tree.cwd / "v.h", "#define V 151\n")
+    write(tree.src / "ext.cu", LINKED)
+    real, edited = linking._nvrtc, []
+
+    def edit_once(*args):
+        if not edited:
+            edited.append(True)
+            header.write_text("#define V 152\n")
+        return real(*args)
+
+    monkeypatch.setattr(linking, "_nvrtc", edit_once)
+    result = compiled_kernel(tree, KernelCache())
+    assert edited
+    assert result.cubin == compiled_kernel(tree, KernelCache()).cubin
+    assert linked(tree.src / "ext.cu") == fresh(tree.src / "ext.cu") == 152
+
+
+def test_an_audit_after_a_linked_header_changed_is_not_audited_and_warns_of_nothing(tree, tmp_path):
+    """A disk hit's audit compiles the snapshot the hit hashed; its .cu
+    source's header changed since: NVRTC would read another one, so there is
+    nothing to compare like with like (not a failed compile, not a mismatch)."""
+    import warnings
+
+    from gpucache_ext import AuditWarning
+
+    header = write(tree.cwd / "v.h", "#define V 161\n")
+    write(tree.src / "ext.cu", LINKED)
+    compiled_kernel(tree, KernelCache(directory=tmp_path / "disk", audit=False))
+    cache = KernelCache(directory=tmp_path / "disk")  # (a new process's: audits its first disk hits)
+    cache.hold_audits(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AuditWarning)
+        hit = compiled_kernel(tree, cache)
+        assert hit.stages["cubin"].tier == "disk"
+        header.write_text("#define V 162\n")
+        cache.hold_audits(False)
+        cache.audit_wait()
+    assert hit.audit.state == "not audited", hit.audit
+    assert "ext.cu, or a header it includes, changed since the hit" in hit.audit.summary()
+    assert cache.stats()["cubin"].audits == 0
+    assert cache.audit_not_possible_count == 3

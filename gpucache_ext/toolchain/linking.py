@@ -57,7 +57,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, List, Optional, Tuple
 
-from ..errors import UnsupportedKernelError
+from ..errors import SnapshotChanged, UnsupportedKernelError
 
 # file extension -> kind; the kinds are cuda.core ObjectCode's
 KINDS = {"cu": "cu", "ptx": "ptx", "ltoir": "ltoir", "cubin": "cubin", "fatbin": "fatbin",
@@ -570,10 +570,20 @@ def compile_cu(link: LinkInput, cc: Tuple[int, int], lto: bool) -> bytes:
     return data
 
 
-def _changed(link: LinkInput) -> UnsupportedKernelError:
-    return UnsupportedKernelError(
+class LinkedSourceChanged(SnapshotChanged, UnsupportedKernelError):
+    """What NVRTC reads for a linked .cu source is not what its digest hashed:
+    the compile starts again from a new read of it (`SnapshotChanged`); an
+    audit of a hit built from the earlier headers has nothing to compare."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(message)
+        self.name = name  # the linked source's
+
+
+def _changed(link: LinkInput) -> LinkedSourceChanged:
+    return LinkedSourceChanged(link.name,
         f"{link.name}, or a header it includes, changed while the kernel that links it compiled "
-        "(a header was edited, or one appeared or went on NVRTC's search path); compile again")
+        "(a header was edited, or one appeared or went on NVRTC's search path)")
 
 
 class _CapturedProgram:
