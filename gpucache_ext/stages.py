@@ -713,14 +713,10 @@ class DeviceProxy(CUDADispatcher):
         self.identity_digest = identity_digest
         if original is not None:  # (a user function's snapshot, which numba may inline: `_internal_uid`)
             _proxied_uids[pyfunc] = symbol_uid(identity_digest)
-        # Declared signatures ((args, return type), ...): as with numba, calls
-        # are typed against them (arguments and result cast), never per call.
+        # Declared signatures ((args, return type), ...), one per argument types
+        # (`sources.declared_signatures`): as with numba, calls are typed against
+        # them (arguments and result cast; a return type None inferred), never per call.
         self.declared = tuple(declared)
-        # argument types -> declared return type (None: inferred, as numba infers it for a
-        # signature without one); the first of several for the same arguments, as numba's
-        self._declared_returns = {}
-        for declared_args, declared_return in self.declared:
-            self._declared_returns.setdefault(tuple(declared_args), declared_return)
         self._typed = targets.VariantMemo()
         # Lowered device functions are registered in numba's (process-wide)
         # target context; unregister them when dropped, or when the proxy goes.
@@ -745,8 +741,7 @@ class DeviceProxy(CUDADispatcher):
         if not self.declared:
             return super().get_call_template(args, kws)
         pysig, args = self.fold_argument_types(args, kws)
-        # (in declared order, as numba's overloads: its choice among equally good ones follows it)
-        signatures = [self.compile_device(declared_args).signature for declared_args in self._declared_returns]
+        signatures = [self.compile_device(declared_args).signature for declared_args, _ in self.declared]
         template = nbtyping.make_concrete_template(
             f"CallTemplate({self.py_func.__name__})", key=self.py_func.__name__, signatures=signatures)
         return template, nbutils.pysignature(self.py_func), args, {}
@@ -760,8 +755,8 @@ class DeviceProxy(CUDADispatcher):
         args = tuple(args)
         typed = self._typed.get(args, config.cc)
         if typed is None:
-            declared = self._declared_returns
-            if declared and args not in declared:
+            declared = dict(self.declared)
+            if self.declared and args not in declared:
                 from .results import short_signature
 
                 raise CompileError(self.py_func.__qualname__, "typing",
