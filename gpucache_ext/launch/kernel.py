@@ -421,9 +421,7 @@ class Kernel(CUDADispatcher):
         if self._variants_generation == _generation:
             return
         self._recheck()  # the bound variant, as a launch checks it
-        for argtypes, result in list(self.results.items()):
-            if argtypes not in self.overloads and not self._current(argtypes, self.config, result):
-                self.add_overload(self._load(argtypes), argtypes)  # (a signature the re-check dropped)
+        self._reload_stale()  # (a signature the re-check dropped)
         for config, results in self._variant_results.items():
             for argtypes, result in list(results.items()):
                 if not self._current(argtypes, config, result):
@@ -508,10 +506,15 @@ class Kernel(CUDADispatcher):
             self.disable_compile(False)
             if self.declared:
                 self.compile_declared()  # (the declared signatures: loaded, so compiled again where stale)
-            for argtypes, result in list(self.results.items()):
-                if argtypes not in self.overloads and not self._current(argtypes, chosen, result):
-                    self.add_overload(self._load(argtypes), argtypes)  # (a lazy kernel's: compiled again now)
+            self._reload_stale()  # (a lazy kernel's: compiled again now)
         return self
+
+    def _reload_stale(self) -> None:
+        """Compile again, through the cache, the bound variant's results that
+        are not loaded and whose inputs changed since they were built."""
+        for argtypes, result in list(self.results.items()):
+            if argtypes not in self.overloads and not self._current(argtypes, self.config, result):
+                self.add_overload(self._load(argtypes), argtypes)
 
     def tune(self, *args, blocks=None, grid=None, runs: int = 5, warmup: int = 1, signature=None,
              force: bool = False):
