@@ -349,7 +349,22 @@ def _lower_priority() -> None:
 
 
 UPSTREAM = {"ptx": "llvm", "cubin": "ptx"}
-DEBUG_SOURCES = "debug source files"  # (the cubin's component: see `stages.debug_source_files`)
+DEBUG_SOURCES = "debug source files"  # (the cubin's component: see `source_files_component`)
+
+
+def source_files_component(paths) -> dict:
+    """The cubin's extra input where debug info names source files (see
+    `stages.debug_source_files`): their sizes and modification times, which
+    ptxas writes into the cubin ({DEBUG_SOURCES: component}, {} for none)."""
+    if not paths:
+        return {}
+    from .stages import source_file_stats
+    from .tokens import component
+
+    stats = source_file_stats(paths)
+    shown = ", ".join(f"{os.path.basename(path)} {'absent' if rest == ['absent'] else f'{rest[0]} B'}"
+                      for path, *rest in stats)
+    return {DEBUG_SOURCES: component(stats, shown)}
 
 
 # ---------------------------------------------------------------------------
@@ -364,7 +379,7 @@ def library_changes(identity) -> List[str]:
     library reinstalled (and reloaded) since has another version now.
     Empty when every library module it binds has the version it hashed."""
     from .libraries import library_version
-    from .tokens import component
+    from .sources import library_module_component
 
     found: List[str] = []
     seen = set()
@@ -380,8 +395,7 @@ def library_changes(identity) -> List[str]:
         if not isinstance(module, types.ModuleType) or recorded is None:
             return
         version = library_version(module)
-        # (the component `sources` gives a library module: its name and version)
-        if version is None or component(["module", module.__name__, version]).digest != recorded.digest:
+        if version is None or library_module_component(module.__name__, version).digest != recorded.digest:
             found.append(f"library {module.__name__} changed since the hit "
                          f"(now {version or 'not a library'})")
 
@@ -474,15 +488,14 @@ def _sources_since(entry, ptx, config, find_upstream) -> Optional[str]:
     again like with like (None when it can): ptxas reads each file's size and
     time as it links, and they are not those the entry's token hashed (or the
     llvm entry naming the files is gone)."""
-    from .stages import debug_source_files, source_file_stats
-    from .tokens import component
+    from .stages import debug_source_files
 
     llvm = find_upstream("llvm", ptx.upstream, config.cc) if ptx.upstream else None
     if llvm is None:
         return "    not audited: the llvm entry naming its source files is gone"
     paths = debug_source_files(llvm.artifact)
-    # (the component the cache gives them: their stats, as `source_file_stats` reads them)
-    if component(source_file_stats(paths)).digest == entry.components[DEBUG_SOURCES].digest:
+    now = source_files_component(paths).get(DEBUG_SOURCES)
+    if now is not None and now.digest == entry.components[DEBUG_SOURCES].digest:
         return None
     names = ", ".join(os.path.basename(path) for path in paths)
     return f"    not audited: {names or 'a source file'} changed since the entry was built"

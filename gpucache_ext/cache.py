@@ -41,7 +41,7 @@ from .importing import lazy_module
 from .store import settings
 from .store.codec import content_digest
 from .audit import (AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, NotAudited, first_difference,
-                    input_changes, library_changes, parse_audit)
+                    input_changes, library_changes, parse_audit, source_files_component)
 from . import definitions
 from .config import LAYERS, STAGES, CompileConfig, Targets
 from .errors import ConfigError, SecurityWarning, UnsupportedKernelError
@@ -722,9 +722,14 @@ class KernelCache:
         from .toolchain import linking
 
         outcome = result.audit
-        gone = library_changes(identity) if identity is not None else []
-        if gone:  # (nothing to compile: the libraries it reads are not those it hashed)
-            self._not_audited(result, dict.fromkeys(AUDITED_STAGES, "; ".join(gone)))
+
+        def libraries_changed() -> bool:  # (then nothing compiles what the hit hashed: not audited)
+            gone = library_changes(identity) if identity is not None else []
+            if gone:
+                self._not_audited(result, dict.fromkeys(AUDITED_STAGES, "; ".join(gone)))
+            return bool(gone)
+
+        if libraries_changed():
             return
         try:
             fresh = KernelCache(audit=False)._compile_one(pyfunc, argtypes, config, tuple(link), True, False,
@@ -743,9 +748,7 @@ class KernelCache:
             warnings.warn(f"gpucache_ext audit of {result.kernel}: the fresh compile failed "
                           f"({outcome.error}) although the cache served it", AuditWarning, stacklevel=2)
             return
-        gone = library_changes(identity) if identity is not None else []  # (reloaded meanwhile)
-        if gone:
-            self._not_audited(result, dict.fromkeys(AUDITED_STAGES, "; ".join(gone)))
+        if libraries_changed():  # (reloaded meanwhile)
             return
         changed = input_changes(result, fresh, outcome.since)
         cached, fresh_artifacts = result.artifacts(), fresh.artifacts()
@@ -840,9 +843,7 @@ class KernelCache:
         """The latest audit mismatches (at most 256), newest last; with `since`
         (an earlier `audit_mismatch_count`), only those found after it."""
         with self._lock:
-            found = list(self._mismatches)
-            return found[len(found) - min(len(found), self._mismatch_count - since):] \
-                if since else found
+            return _latest(self._mismatches, self._mismatch_count, since)
 
     @property
     def audit_mismatch_count(self) -> int:
@@ -855,9 +856,7 @@ class KernelCache:
         the hit"); with `since` (an earlier `audit_not_possible_count`), only
         those recorded after it."""
         with self._lock:
-            found = list(self._not_audited_list)
-            return found[len(found) - min(len(found), self._not_audited_count - since):] \
-                if since else found
+            return _latest(self._not_audited_list, self._not_audited_count, since)
 
     @property
     def audit_not_possible_count(self) -> int:
@@ -1005,15 +1004,11 @@ class KernelCache:
         return proxy
 
 
-def _source_files_component(paths) -> Dict[str, Component]:
-    """The cubin's extra input where debug info names source files (see
-    `stages.debug_source_files`): their sizes and modification times."""
-    if not paths:
-        return {}
-    stats = stages.source_file_stats(paths)
-    shown = ", ".join(f"{os.path.basename(path)} {'absent' if rest == ['absent'] else f'{rest[0]} B'}"
-                      for path, *rest in stats)
-    return {"debug source files": component(stats, shown)}
+def _latest(records, count: int, since: int) -> list:
+    """Of a bounded record (a deque of the latest, `count` ever added), those
+    added after an earlier count `since` (all that are kept for 0)."""
+    found = list(records)
+    return found[len(found) - min(len(found), count - since):] if since else found
 
 
 _ATTEMPTS = 3  # compiles of one kernel before what it reads is declared too unsteady to cache
@@ -1244,11 +1239,11 @@ class _Plan:
         cubin = None
         if until != "ptx":
             sources = stages.debug_source_files(llvm.artifact)
-            extra = _source_files_component(sources)
+            extra = source_files_component(sources)
 
             def link(*args):
                 cubin = stages.run_cubin(*args)
-                if _source_files_component(sources) != extra:  # (nvJitLink read them meanwhile)
+                if source_files_component(sources) != extra:  # (nvJitLink read them meanwhile)
                     raise SnapshotChanged(f"a source file of {self.kernel} changed while it was being linked")
                 return cubin
 

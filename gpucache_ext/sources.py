@@ -580,7 +580,7 @@ class _Walker:
         what was read."""
         version = library_version(module)
         if version is not None:
-            ident.components[label] = _library_module_component(module.__name__, version)
+            ident.components[label] = library_module_component(module.__name__, version)
             for chain in chains:
                 _check_library_chain(ident, label, path, module, chain)
             return _Snapshot(module)
@@ -983,7 +983,9 @@ def _scalar_subclass(value, ident, label) -> list:
 
 
 @functools.lru_cache(maxsize=1024)
-def _library_module_component(name: str, version: str) -> Component:
+def library_module_component(name: str, version: str) -> Component:
+    """The component of a library module a function reads (``np``, ``math``):
+    its name and version."""
     return component(["module", name, version], f"module {name}")
 
 
