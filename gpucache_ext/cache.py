@@ -54,7 +54,7 @@ from .store.signing import Keyring
 from .index import CacheIndex, find_for_target, variant_token
 from .store.tiers import Entry, MemoryTier, Tier
 from .extensions import derived_during, extensions_component
-from .sources import SnapshotChanged, identify, python_function, rebind, signature_component
+from .sources import SnapshotChanged, identify, library_reads_changed, python_function, rebind, signature_component
 from .tokens import Component, Token, component, make_token, short_token
 from .toolchain import numba_settings, toolchain_component
 
@@ -1273,7 +1273,16 @@ class _Plan:
         llvm = stages.run_llvm(typed, self.config, self.identity.link_keys)
         if numba_settings(reload=False) != self.settings:
             raise SnapshotChanged(f"numba's settings changed while {self.kernel} was being lowered")
+        self._check_library_reads("lowered")
         return llvm
+
+    def _check_library_reads(self, doing: str) -> None:
+        """numba reads a library module's attributes live as it types and
+        lowers: one replaced since they were hashed (another thread, a
+        reload) starts the compile again."""
+        changed = library_reads_changed(self.identity)
+        if changed is not None:
+            raise SnapshotChanged(f"{changed} was replaced while {self.kernel} was being {doing}")
 
     def _run_typing(self):
         proxy_for = self.cache._fresh_proxies() if self.forced else self.cache._proxy_for
@@ -1285,6 +1294,7 @@ class _Plan:
         # keep the proxies the typed IR refers to alive as long as it is cached
         typed.proxies = tuple(proxy_for(dispatcher, dev) for dispatcher, dev in self.identity.devices)
         typed.snapshot_bytes = self.identity.snapshot_bytes
+        self._check_library_reads("typed")
         return typed
 
     def _lookup(self, stage, token: Token, cutoff: bool = False, memory_only: bool = False) -> Optional["_Found"]:

@@ -309,6 +309,10 @@ class SourceIdentity:
     # (on the kernel's identity) device arrays read as globals, anywhere in the
     # walk: compiled code holds their pointers, so the result keeps them alive
     referenced: Tuple[Any, ...] = ()
+    # (on the kernel's identity) what numba reads live from library modules
+    # (their attributes, read through the module as the rebound function is
+    # given it), as the walk read them: (namespace, name, value, label)
+    library_reads: Tuple[Tuple[Any, str, Any, str], ...] = ()
 
     @property
     def digest(self) -> str:
@@ -396,6 +400,7 @@ def identify(func, with_location: bool, freeze: bool = False) -> SourceIdentity:
     walker = _Walker(with_location, freeze)
     ident = walker.function(python_function(func))
     ident.referenced = tuple(walker.referenced)
+    ident.library_reads = tuple(walker.library_reads)
     ident.links = linking.canonical(walker.links)
     ident.link_keys = frozenset(walker.link_keys)
     ident.unlinked = tuple(walker.unlinked.values())
@@ -477,6 +482,7 @@ class _Walker:
         self.with_location = with_location
         self.freeze = freeze
         self.referenced: List[Any] = []  # device arrays whose pointers compiled code holds
+        self.library_reads: List[Tuple[Any, str, Any, str]] = []  # (`SourceIdentity.library_reads`)
         self.links: List[Any] = []  # LinkInputs: what external functions link
         self.link_keys: set = set()
         self.unlinked: Dict[str, str] = {}  # external functions without link=: name -> refusal
@@ -582,7 +588,7 @@ class _Walker:
         if version is not None:
             ident.components[label] = library_module_component(module.__name__, version)
             for chain in chains:
-                _check_library_chain(ident, label, path, module, chain)
+                _check_library_chain(ident, label, path, module, chain, self.library_reads)
             return _Snapshot(module)
         if () in chains:
             raise UnsupportedKernelError(
@@ -1095,20 +1101,57 @@ def _plain_data(value, label) -> list:
     )
 
 
-def _check_library_chain(ident, label, path, module, chain):
-    """Key the plain data a library attribute chain reaches (``math.pi``,
-    ``np.e``): a library is keyed by its version, but its module attributes
-    can be reassigned at run time.  What else it reaches (functions, classes,
-    numba's stubs) is the library's own, keyed by its version."""
-    value = module
+def _check_library_chain(ident, label, path, module, chain, reads):
+    """Key what a library attribute chain reaches that its version does not
+    vouch for: plain data (``math.pi``, ``np.e``: module attributes can be
+    reassigned at run time) and a function numba compiles (``lib.f``: by its
+    code and closure, as a library function read as a global is).  Other
+    values (classes, numba's stubs) are the library's own, keyed by its
+    version.  Each step read from a namespace joins `reads`: numba reads the
+    chain again, live, as it types (`library_reads_changed`)."""
+    value, where = module, path
     for attr in chain:
-        value = getattr(value, attr, _MISSING)
+        namespace = getattr(value, "__dict__", None)
+        value, where = getattr(value, attr, _MISSING), f"{where}.{attr}"
         if value is _MISSING:
             return
+        if isinstance(namespace, (dict, pytypes.MappingProxyType)) and attr in namespace:
+            reads.append((namespace, attr, namespace[attr], where))
     if type(value) in _EXACT_SCALARS or type(value) is complex or (
             type(value) is tuple and all(type(v) in _EXACT_SCALARS for v in value)):
         ident.components[".".join((label, *chain))] = component(
             _describe(value), _short(repr(value)))
+        return
+    pyfunc = getattr(value, "py_func", None) if not isinstance(value, pytypes.FunctionType) else value
+    if isinstance(pyfunc, pytypes.FunctionType):
+        ident.components[".".join((label, *chain))] = _library_function_component(pyfunc)
+
+
+def _library_function_component(pyfunc) -> Component:
+    """`internal_function_digest` as a component; memoised for functions
+    without a closure (their code object, place and name say it all)."""
+    if pyfunc.__closure__:
+        return Component(internal_function_digest(pyfunc), f"{pyfunc.__module__}.{pyfunc.__qualname__}")
+    key = (pyfunc.__code__, pyfunc.__module__, pyfunc.__qualname__)
+    found = _LIBRARY_FUNCTIONS.get(key)
+    if found is None:
+        if len(_LIBRARY_FUNCTIONS) > 4096:
+            _LIBRARY_FUNCTIONS.clear()
+        found = _LIBRARY_FUNCTIONS[key] = Component(internal_function_digest(pyfunc), f"{key[1]}.{key[2]}")
+    return found
+
+
+_LIBRARY_FUNCTIONS: Dict[Any, Component] = {}
+
+
+def library_reads_changed(identity: SourceIdentity) -> Optional[str]:
+    """The first library attribute `identity`'s walk read that now holds
+    another object (its label), or None: numba typed from what is there now,
+    not from what was hashed, and the compile must start again."""
+    for namespace, attr, value, label in identity.library_reads:
+        if namespace.get(attr, _MISSING) is not value:
+            return label
+    return None
 
 
 def _dtype_data(dtype) -> list:
