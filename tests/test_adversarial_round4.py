@@ -10,8 +10,10 @@ equal or aliases, arrays reached through a tuple, a closure or
 ``cuda.const.array_like``, modules changed through ``setattr``, a PEP 562
 ``__getattr__`` and a reload the bytecode cache cannot see, device functions
 rebound or changed through ``__defaults__`` and ``__code__``, kernel
-factories, ``nonlocal`` rebinding, a name falling back to builtins, and two
-threads compiling after an edit.
+factories, ``nonlocal`` rebinding, a name falling back to builtins, two
+threads compiling after an edit, a library's functions swapped or reloaded
+while a kernel compiles, and the round's classes on a disk tier shared by
+two processes.
 
 Each compiles the edit sequence through one long-lived cache and must equal
 a compile of the same final state in a brand-new `KernelCache` (and, where
@@ -644,3 +646,140 @@ def test_a_register_jitable_function_generated_under_a_library_file_name():
     _, three = reading(USES_S, S=make(3.0))
     before = cache.compile(two, F64, SM86)
     check(cache, three, before=before)
+
+
+# ---------------------------------------------------------------------------
+# A library's code replaced while a kernel compiles (another thread, a
+# reload): numba reads a library module's attributes live as it types, so
+# what it reads must be what was hashed, or the compile starts again
+
+SWAPLIB = "import numba\n\n@numba.njit\ndef f(x):\n    return x * {f}\n\n@numba.njit\ndef g(x):\n    return x * {g}\n"
+USES_SWAPLIB = "import {name}\n\ndef kernel(r):\n    r[0] = {name}.f(r[0]) * 10.0 + {name}.g(r[0])\n"
+
+
+@pytest.fixture
+def swaplib(site_library, request):
+    name = "swaplib_r4_" + request.node.name.split("[")[0][-12:]
+    write_source(site_library / name / "__init__.py", SWAPLIB.format(f=2.0, g=3.0))
+    library = importlib.import_module(name)
+    _, kernel = reading(USES_SWAPLIB.format(name=name))
+    yield site_library / name / "__init__.py", library, kernel
+    sys.modules.pop(name, None)
+
+
+def test_a_librarys_functions_swapped_while_the_kernel_is_typed(swaplib, change_while_typing):
+    _, library, kernel = swaplib
+    f, g = library.f, library.g
+
+    def swap():
+        library.f, library.g = library.g, library.f
+
+    cache = KernelCache()
+    change_while_typing(swap)
+    during = cache.compile(kernel, F64, SM86)
+    assert artifacts(during) == fresh(kernel, F64, SM86)  # compiled again from what is there now
+    library.f, library.g = f, g
+    check(cache, kernel, before=during)  # and filed under it: the state before is not that entry
+    swap()
+    assert cache.compile(kernel, F64, SM86).hit
+
+
+def test_a_library_reloaded_while_the_kernel_is_typed(swaplib, change_while_typing):
+    path, library, kernel = swaplib
+    cache = KernelCache()
+
+    def reload_edited():
+        write_source(path, SWAPLIB.format(f=5.0, g=3.0))
+        importlib.reload(library)
+
+    change_while_typing(reload_edited)
+    during = cache.compile(kernel, F64, SM86)
+    assert artifacts(during) == fresh(kernel, F64, SM86)
+    write_source(path, SWAPLIB.format(f=2.0, g=3.0))
+    importlib.reload(library)
+    check(cache, kernel, before=during)
+
+
+def test_a_library_function_reassigned_between_compiles_is_keyed_by_its_code(swaplib):
+    """``lib.f = other`` in a cell: read through the module as through a global, by its code."""
+    _, library, kernel = swaplib
+    cache = KernelCache()
+    before = cache.compile(kernel, F64, SM86)
+    library.f = library.g
+    check(cache, kernel, before=before)
+
+
+# ---------------------------------------------------------------------------
+# The round's classes against a disk tier, across processes: what one process
+# filed, another reads back as it would compile it itself
+
+SWEEP_SCRIPT = r'''
+import hashlib, json, sys, types
+import numpy as np
+from numba import cuda
+from gpucache_ext import CompileConfig, KernelCache
+
+sys.path.insert(0, sys.argv[2])
+import sweeplib_r4 as lib
+
+SIG, SM86 = "void(float64[:])", CompileConfig(sm=86)
+
+
+def cell(source, **values):
+    ns = {"cuda": cuda, "np": np, "lib": lib, "__name__": "__main__", **values}
+    exec(compile(source, "<cell>", "exec", dont_inherit=True), ns)
+    return ns["kernel"]
+
+
+def kernels(state):
+    b = state == "b"
+    k = 3.0 if b else 2.0
+    template = cell(f"def kernel(r):\n    r[0] = r[0] * {k}\n")
+    lib.f = lib.make(k)  # a library attribute reassigned in memory, read through the module
+    through_module = cell("def kernel(r):\n    r[0] = lib.f(r[0])\n")
+    factory = cell("def kernel(r):\n    r[0] = S(r[0])\n", S=lib.make(k))
+    scalar = cell("def kernel(r):\n    r[0] = r[0] / X\n", X=(np.float32 if b else np.float64)(3.0))
+    signed = cell("def kernel(r):\n    r[0] = 1.0 / T[0]\n", T=(-0.0 if b else 0.0, 1.0))
+    same_bytes = np.arange(2, dtype=np.int64)
+    array = cell("def kernel(r):\n    r[0] = A[1]\n", A=same_bytes.view(np.float64) if b else same_bytes)
+    base = cell("def kernel(r):\n    r[0] = r[0] + 7.0\n")
+    code = base.__code__.replace(co_consts=tuple(k if c == 7.0 else c for c in base.__code__.co_consts))
+    rebuilt = types.FunctionType(code, base.__globals__, "kernel")
+    return {"template": template, "through module": through_module, "factory": factory, "scalar": scalar,
+            "signed zero": signed, "same bytes": array, "rebuilt code": rebuilt}
+
+
+def digest(result):
+    return hashlib.sha256(result.ptx.encode() + result.cubin).hexdigest()
+
+
+shared = KernelCache(directory=sys.argv[1])
+out = {}
+for state in sys.argv[3:]:
+    for name, kernel in kernels(state).items():
+        got = shared.compile(kernel, SIG, SM86)
+        own = KernelCache().compile(kernel, SIG, SM86)  # (memory only: this process's own compile)
+        out[f"{name} {state}"] = [got.hit, digest(got), digest(own)]
+print(json.dumps(out))
+'''
+SWEEPLIB = "import numba\n\ndef make(k):\n    @numba.njit\n    def scale(x):\n        return x * k\n" \
+           "    return scale\n\nf = make(1.0)\n"
+
+
+@pytest.mark.slow
+def test_the_rounds_classes_on_a_shared_disk_tier_agree_across_processes(tmp_path):
+    """One process compiles each case's two states into a disk folder; a new
+    process on that folder gets every state back as a hit equal to its own
+    compile, and the two states apart."""
+    site = tmp_path / "site-packages"
+    write_source(site / "sweeplib_r4.py", SWEEPLIB)
+    shared = tmp_path / "shared"
+    first = run_python(SWEEP_SCRIPT, shared, site, "a", "b", json_line=True)
+    second = run_python(SWEEP_SCRIPT, shared, site, "b", "a", json_line=True)
+    assert set(first) == set(second) and len(first) == 14
+    for case, (_, got, own) in first.items():
+        assert got == own, case
+    for case, (hit, got, own) in second.items():
+        assert hit and got == own == first[case][1], case
+    for name in {case.rsplit(" ", 1)[0] for case in first}:
+        assert first[f"{name} a"][1] != first[f"{name} b"][1], f"{name}: the two states should compile apart"
