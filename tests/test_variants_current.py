@@ -231,3 +231,24 @@ def test_the_inspectors_variants_view_marks_rows_built_from_an_earlier_state(ip)
     inspector.select("cubin", kernel.last.stages["cubin"].token)
     page = inspector.variants_view.value
     assert page.count("<tr data-arch") == 2 and "EARLIER" not in page
+
+
+def test_a_compile_made_by_reading_variants_or_by_use_says_so(ip, capsys):
+    """The one line a compile after the cell prints names what made it: a
+    `variants` read or `use()`, not a launch (none happened)."""
+    run(ip, "K = 2.5")
+    cell(ip, "--sm 86 --max-registers none,32", READS_K)
+    run(ip, "K = 3.25")
+    capsys.readouterr()
+    assert len(ip.user_ns["kern"].variants) == 2
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("gpukernel: compiled")]
+    assert len(lines) == 2 and all(" as its variants were read (" in line for line in lines), lines
+    assert "global K 2.5 -> 3.25" in lines[0], lines  # (the second built on what the first just compiled)
+    run(ip, "K = 4.5")
+    ip.user_ns["kern"].use(max_registers=32)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("gpukernel: compiled")]
+    assert lines and all(" at use(max_registers=32) (" in line for line in lines), lines
+    run(ip, "K = 5.5")
+    run(ip, "import numpy as np; out = np.ones(1, np.float32); kern[1, 1](out)")
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("gpukernel: compiled")]
+    assert lines and all(" at this launch (" in line for line in lines), lines

@@ -178,11 +178,11 @@ def run_cell(shell, cell, config, signatures, args, line="", auto=False):
     results: List[CompileResult] = []
     collecting = [True]
 
-    def collect(result):
+    def collect(result, occasion="at this launch"):
         if collecting[0]:
             results.append(result)
-        elif not args.quiet:  # compiled at a launch in a later cell: one line there, with why
-            line = launch_line(result)
+        elif not args.quiet:  # compiled after the cell (a launch, a variants read): one line there, with why
+            line = launch_line(result, occasion)
             if line is not None:
                 print(line)
 

@@ -247,10 +247,12 @@ def _kernel_name(result: CompileResult) -> str:
     return result.kernel.rsplit(".", 1)[-1]
 
 
-def launch_line(result: CompileResult) -> Optional[str]:
-    """One line for a compile a launch made after its cell ran (a device
-    function or a global changed elsewhere, or a lazy kernel met new argument
-    types): which stages compiled, how long, and why; None where every stage hit."""
+def launch_line(result: CompileResult, occasion: str = "at this launch") -> Optional[str]:
+    """One line for a compile made after its cell ran (a device function or a
+    global changed elsewhere, or a lazy kernel met new argument types), at a
+    launch or as `occasion` says ("as its variants were read", "at
+    use(max_registers=32)"): which stages compiled, how long, and why; None
+    where every stage hit."""
     if isinstance(result, FatbinResult):
         built = [f"sm_{sm} {stage}" for sm, each in sorted(result.per_target.items())
                  for stage in _built(each) if not each.stages[stage].hit]
@@ -262,7 +264,7 @@ def launch_line(result: CompileResult) -> Optional[str]:
     if not built:
         return None
     return (f"gpukernel: compiled {_kernel_name(result)} {short_signature(result.signature)} "
-            f"[{result.config.summary()}] at this launch ({', '.join(built)}; "
+            f"[{result.config.summary()}] {occasion} ({', '.join(built)}; "
             f"{format_seconds(result.seconds)}){': ' + why if why else ''}")
 
 

@@ -312,7 +312,7 @@ class Kernel(CUDADispatcher):
 
     def __init__(self, func, signatures: Sequence = (), config: Optional[CompileConfig] = None,
                  cache: Optional[KernelCache] = None, options: Optional[Dict[str, Any]] = None,
-                 simulate: bool = False, on_compile: Optional[Callable[[CompileResult], None]] = None,
+                 simulate: bool = False, on_compile: Optional[Callable[[CompileResult, str], None]] = None,
                  force: bool = False, audit: Optional[bool] = None, targets=None, pinned: Optional[bool] = None,
                  specialized: bool = False, variants: Sequence[CompileConfig] = (), blocks: Sequence[int] = (),
                  dynamic_shared: int = 0):
@@ -333,7 +333,9 @@ class Kernel(CUDADispatcher):
         self._specialized = specialized
         self.cache = cache if cache is not None else _default_cache()
         self.simulate = simulate
+        # told of each compile with what made it ("at this launch", "as its variants were read")
         self.on_compile = on_compile
+        self._occasion = threading.local()
         self.force = force  # recompile every stage at each signature's first compile
         self.audit = audit  # True: audit each compile's hits at once (see KernelCache.compile)
         self.declared = tuple(normalize_signature(sig) for sig in signatures)
@@ -393,8 +395,7 @@ class Kernel(CUDADispatcher):
                 for argtypes in self.declared:
                     if force or argtypes not in built:
                         built[argtypes] = self._compile_result(argtypes, config, force)
-                        if self.on_compile is not None:
-                            self.on_compile(built[argtypes])
+                        self._compiled(built[argtypes])
             return results
 
     @property
@@ -416,18 +417,35 @@ class Kernel(CUDADispatcher):
                             else dict(self._variant_results.get(config, {})), config == self.config)
                     for config in sorted(self.sweep, key=lambda c: c != self.config)]
 
+    def _compiled(self, result: CompileResult) -> None:
+        if self.on_compile is not None:
+            self.on_compile(result, getattr(self._occasion, "text", "at this launch"))
+
+    @contextlib.contextmanager
+    def _compiling(self, occasion: str):
+        """What compiles inside is told to `on_compile` as made `occasion`."""
+        before = getattr(self._occasion, "text", "at this launch")
+        self._occasion.text = occasion
+        try:
+            yield
+        finally:
+            self._occasion.text = before
+
     def _refresh_variants(self) -> None:
         """Once per cell: re-check every variant's results, compiling the stale ones again."""
         if self._variants_generation == _generation:
             return
+        with self._compiling("as its variants were read"):
+            self._refresh_each_variant()
+
+    def _refresh_each_variant(self) -> None:
         self._recheck()  # the bound variant, as a launch checks it
         self._reload_stale()  # (a signature the re-check dropped)
         for config, results in self._variant_results.items():
             for argtypes, result in list(results.items()):
                 if not self._current(argtypes, config, result):
                     results[argtypes] = self._compile_result(argtypes, config)
-                    if self.on_compile is not None:
-                        self.on_compile(results[argtypes])
+                    self._compiled(results[argtypes])
         self._variants_generation = _generation
 
     def _current(self, argtypes, config: CompileConfig, result: CompileResult) -> bool:
@@ -489,7 +507,8 @@ class Kernel(CUDADispatcher):
             listed = "; ".join(config.summary() for config in self.sweep)
             raise ConfigError(f"{self.__name__} has no variant {wanted.summary()}; its variants: {listed} "
                               "(compile more by listing values in the cell's flags, e.g. --max-registers 32,64)")
-        return self._bind(chosen)
+        with self._compiling(f"at use({', '.join(f'{k}={v!r}' for k, v in fields.items())})"):
+            return self._bind(chosen)
 
     def _bind(self, chosen: CompileConfig) -> "Kernel":
         """Make `chosen` (one of `sweep`) the variant launches use, with current results."""
@@ -563,8 +582,7 @@ class Kernel(CUDADispatcher):
         kernel = CachedKernel(self, result)
         with self._lock:
             self.results[argtypes] = kernel.result
-        if self.on_compile is not None:
-            self.on_compile(kernel.result)
+        self._compiled(kernel.result)
         if not self._on_simulator():
             kernel.bind()
         return kernel
