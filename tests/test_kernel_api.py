@@ -45,6 +45,24 @@ def test_forall_and_configure_launch_like_numbas(kernel):
         kernel.forall(-1)
 
 
+def test_specialize_keeps_the_whole_spec_of_its_kernel():
+    """A sweep's variants, the block sizes, the dynamic shared memory and
+    --force reach the specialization (`specialize` dropped them)."""
+    ns = notebook_namespace()
+    run_cell(ns, SOURCE)
+    base = CompileConfig(sm=80)
+    kernel = Kernel(ns["add_table"], [], base, KernelCache(), simulate=True, force=True, blocks=(128, 256),
+                    dynamic_shared=1024, variants=[base, base.replace(max_registers=32)])
+    kernel.use(max_registers=32)
+    special = kernel.specialize(*arrays())
+    assert special.spec == kernel.spec.replace(config=kernel.config)
+    assert special.config.max_registers == 32 and set(special.sweep) == set(kernel.sweep) and len(special.sweep) == 2
+    assert (special.blocks, special.dynamic_shared, special.force, special.simulate) == ((128, 256), 1024, True, True)
+    assert [v.config.max_registers for v in special.variants] == [32, None]
+    with pytest.raises(TypeError, match="not both"):
+        Kernel(ns["add_table"], [], base, spec=kernel.spec)
+
+
 def test_specialize_overloads_and_per_signature_getters(kernel):
     r, x = arrays()
     special = kernel.specialize(r, x)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
 
 
 from ..defaults import default_cache
@@ -17,6 +18,7 @@ from ..config import CompileConfig
 from ..launch.decorators import CACHED_LIBRARY_KERNELS, NUMBA_CORES, decorator_form, device_function
 from ..libraries import is_library_file, library_caller
 from ..launch.kernel import Kernel
+from ..launch.spec import KernelSpec
 from ..options import explicit_options
 from .cell_errors import as_cell_error
 from .cellcode import compile_cell, register_cell, running_cell_number, transform_body
@@ -26,14 +28,25 @@ from .report import CellReport, VariantsTable, launch_line
 # Running a cell
 
 
+@dataclass(frozen=True)
+class CellRequest:
+    """What a %%gpukernel line asks of its cell: how its kernels are built
+    (`spec`), the signatures given for kernels without one, and what the
+    cell shows."""
+
+    spec: KernelSpec
+    signatures: Tuple[str, ...] = ()
+    quiet: bool = False  # no report, and no line for compiles at later launches
+    explain: bool = False  # every stage's token components in the report
+
+
 class _CellContext:
     """What the kernels defined by one running %%gpukernel cell get: its
-    config, signatures and flags, and where their compile results go."""
+    request, and where their compile results go."""
 
-    def __init__(self, config, signatures, args, collect):
-        self.config = config
-        self.signatures = signatures
-        self.args = args
+    def __init__(self, request: CellRequest, collect):
+        self.request = request
+        self.config = request.spec.config
         self.collect = collect
         self.kernels: List[Kernel] = []
         self.devices: List[Any] = []  # the device functions the cell defined (numba dispatchers)
@@ -52,15 +65,11 @@ class _CellContext:
         """The cell's kernel of `func`; with `library` (a module of
         `CACHED_LIBRARY_KERNELS`), a library's kernel made during the cell:
         the cell's targets and numba's default flags, no sweep, not the cell's."""
-        config = self.config if library is None else CompileConfig(sm=self.config.sm)
-        kernel = Kernel(func, (sigs or self.signatures) if library is None else sigs, config, default_cache(),
-                        options, specialized=getattr(sigs, "single", False),
-                        simulate=self.args.simulate, on_compile=self.collect, force=self.args.force,
-                        audit=True if self.args.audit else None, targets=getattr(self.args, "targets", None),
-                        pinned=self.args.sm is not None or getattr(self.args, "targets", None) is not None,
-                        variants=getattr(self.args, "variants", ()) if library is None else (),
-                        blocks=getattr(self.args, "blocks", ()),
-                        dynamic_shared=getattr(self.args, "dynamic", 0))
+        spec = self.request.spec
+        if library is not None:
+            spec = spec.replace(config=CompileConfig(sm=self.config.sm), variants=())
+        kernel = Kernel(func, (sigs or self.request.signatures) if library is None else sigs, None, default_cache(),
+                        options, spec=spec, specialized=getattr(sigs, "single", False), on_compile=self.collect)
         if library is not None:
             self.library_kernels.append(kernel)
         else:
@@ -168,7 +177,7 @@ def _capture_numba_kernels(namespace, before, context: _CellContext):
                                                   explicit_options(value.targetoptions))
 
 
-def run_cell(shell, cell, config, signatures, args, line="", auto=False):
+def run_cell(shell, cell, request: CellRequest, line="", auto=False):
     """Run a %%gpukernel cell (`auto`: one ``%gpucache auto`` gave the magic's
     line, so its own lines are numbered from 1); (its report, its last value)."""
     source = transform_body(shell, cell)
@@ -181,14 +190,14 @@ def run_cell(shell, cell, config, signatures, args, line="", auto=False):
     def collect(result, occasion="at this launch"):
         if collecting[0]:
             results.append(result)
-        elif not args.quiet:  # compiled after the cell (a launch, a variants read): one line there, with why
+        elif not request.quiet:  # compiled after the cell (a launch, a variants read): one line there, with why
             line = launch_line(result, occasion)
             if line is not None:
                 print(line)
 
     namespace = shell.user_ns
     before = dict(namespace)
-    context = _CellContext(config, signatures, args, collect)
+    context = _CellContext(request, collect)
     value = None
     compiling = False
     try:
@@ -217,7 +226,7 @@ def run_cell(shell, cell, config, signatures, args, line="", auto=False):
                           else exc)
     finally:
         collecting[0] = False
-    report = CellReport(results, explain=args.explain, bound=_bound_notes(namespace, context, results),
+    report = CellReport(results, explain=request.explain, bound=_bound_notes(namespace, context, results),
                         variants=_variants_tables(context))
     return report, value
 

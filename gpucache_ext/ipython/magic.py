@@ -29,6 +29,7 @@ from traitlets import Bool, Unicode, default
 from ..defaults import default_cache
 from ..config import LAYERS, CompileConfig, Targets, supported_ccs
 from ..launch.device import cuda_simulator_on, default_sm, gpu_available
+from ..launch.spec import KernelSpec
 from ..errors import ConfigError
 from ..queries import compare_entries, find_entry, resource_moves, resource_rows, reused_note
 from ..results import FatbinResult, short_signature
@@ -201,22 +202,23 @@ class GpuCacheMagics(Magics):
         args = _parse(self.gpukernel, line)
         if not cell.strip():
             raise UsageError("%%gpukernel needs a cell of numba-cuda code below the magic line")
-        config = self._config(args)
+        spec = self._spec(args)
         signatures = self._signatures(args.sig)
-        args.quiet = args.quiet or self.quiet  # (also silences the lines of compiles at later launches)
+        quiet = args.quiet or self.quiet  # (also silences the lines of compiles at later launches)
         auto = self.session is not None and self.session.auto.wrapped(cell)  # (%gpucache auto ran it)
         if cuda_simulator_on():  # numba compiles nothing there: the cell runs as a plain cell
             from .simulated import SimulatorNote, run_simulated_cell
 
             value = run_simulated_cell(self.shell, cell, line, auto)
-            if not args.quiet:
+            if not quiet:
                 display(SimulatorNote())
             return value
-        from .cell import run_cell
+        from .cell import CellRequest, run_cell
 
         before = self.cache
         refusals = before.tier_info()  # (asks no server: what the tiers refused so far)
-        report, value = run_cell(self.shell, cell, config, signatures, args, line, auto)
+        request = CellRequest(spec, tuple(signatures), quiet=quiet, explain=args.explain)
+        report, value = run_cell(self.shell, cell, request, line, auto)
         cache = self.cache
         reported = self.session.audits_reported if self.session is not None else {}
         seen = reported.get(cache, 0)
@@ -226,40 +228,42 @@ class GpuCacheMagics(Magics):
         # the tiers' signing marks the cell's hits; what they refused during the cell gets a line
         report.tiers = cache.tier_info()
         report.refused = refusals_between(refusals if cache is before else (), report.tiers)
-        if not args.quiet or report.audit_findings or report.refused:
+        if not quiet or report.audit_findings or report.refused:
             display(report)
         return value  # the cell's last expression, as a plain cell's: Out[N], _, shown after the report
 
-    def _config(self, args) -> CompileConfig:
-        """The cell's config; ``args.targets`` becomes its `Targets` where
-        --sm lists several (or --ptx is given), else None."""
-        args.targets = None
+    def _spec(self, args) -> KernelSpec:
+        """How the cell's kernels are built: its config (a sweep's first
+        values), its `Targets` where --sm lists several (or --ptx is given),
+        the sweep's variants, and the flags."""
+        targets = None
         try:  # several values of a flag: a sweep (`gpucache_ext.sweeps`), its first values bound
             swept = {field: parse_values(field, given) for field, given in (
                 ("opt", args.opt), ("fastmath", args.fastmath), ("max_registers", args.max_registers))
                 if given is not None}
-            args.blocks = parse_values("block", args.block) if args.block is not None else ()
+            blocks = parse_values("block", args.block) if args.block is not None else ()
             dynamic = parse_values("dynamic_shared", args.dynamic_shared) if args.dynamic_shared else (0,)
             if len(dynamic) > 1:
                 raise ValueError(f"--dynamic-shared {args.dynamic_shared}: give one size (the kernel's launches "
                                  "use one)")
-            args.dynamic = dynamic[0]
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         first = {field: values[0] for field, values in swept.items()}
         try:
             sm = args.sm if args.sm is not None else self.resolved_default_sm()
             if "," in str(sm) or args.ptx is not None:
-                args.targets = Targets(sm, args.ptx)
-                sm = args.targets.sms[0]
+                targets = Targets(sm, args.ptx)
+                sm = targets.sms[0]
             config = CompileConfig(
                 sm=sm, opt=first.get("opt", 3), fastmath=first.get("fastmath", False),
                 ftz=args.ftz, prec_div=args.prec_div, prec_sqrt=args.prec_sqrt, fma=args.fma,
                 debug=args.debug, lineinfo=args.lineinfo, max_registers=first.get("max_registers"),
                 launch_bounds=_parse_launch_bounds(args.launch_bounds), lto=args.lto,
             )
-            args.variants = combinations(config, swept) if any(len(v) > 1 for v in swept.values()) else ()
-            return config
+            variants = combinations(config, swept) if any(len(v) > 1 for v in swept.values()) else ()
+            return KernelSpec(config, targets, pinned=args.sm is not None or targets is not None,
+                              variants=tuple(variants), blocks=tuple(blocks), dynamic_shared=dynamic[0],
+                              simulate=args.simulate, force=args.force, audit=True if args.audit else None)
         except ConfigError as exc:
             flag = _FLAG_OF_FIELD.get(exc.field, exc.field)
             given = getattr(args, (exc.field or "").replace("-", "_"), None)

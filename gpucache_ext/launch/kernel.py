@@ -41,12 +41,13 @@ from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.dispatcher import CUDADispatcher, _DispatcherBase, _Kernel
 
 from ..cache import CompileResult, KernelCache
-from ..config import CompileConfig, Targets
-from .device import default_sm, device_cc, gpu_available
+from ..config import CompileConfig
+from .device import device_cc, gpu_available
 from ..errors import CompileError, ConfigError, GpuCacheError, as_numba_raises
 from ..options import config_with_options
 from ..results import FatbinResult, short_signature
 from .simulator import notice_simulator, simulated_kernel
+from .spec import KernelSpec
 from ..sources import python_function
 from ..stages import normalize_signature
 
@@ -311,20 +312,24 @@ class Kernel(CUDADispatcher):
     """
 
     def __init__(self, func, signatures: Sequence = (), config: Optional[CompileConfig] = None,
-                 cache: Optional[KernelCache] = None, options: Optional[Dict[str, Any]] = None,
-                 simulate: bool = False, on_compile: Optional[Callable[[CompileResult, str], None]] = None,
-                 force: bool = False, audit: Optional[bool] = None, targets=None, pinned: Optional[bool] = None,
-                 specialized: bool = False, variants: Sequence[CompileConfig] = (), blocks: Sequence[int] = (),
-                 dynamic_shared: int = 0):
+                 cache: Optional[KernelCache] = None, options: Optional[Dict[str, Any]] = None, *,
+                 spec: Optional[KernelSpec] = None, on_compile: Optional[Callable[[CompileResult, str], None]] = None,
+                 specialized: bool = False, **settings):
+        """`spec`, or its fields as keywords (`KernelSpec.make`: ``targets``,
+        ``pinned``, ``variants``, ``blocks``, ``dynamic_shared``,
+        ``simulate``, ``force``, ``audit``) with `config`."""
+        if spec is None:
+            spec = KernelSpec.make(config, **settings)
+        elif config is not None or settings:
+            raise TypeError("Kernel: give spec= or the config and settings it holds, not both")
+        self.spec = spec
         py_func = python_function(func)
         self.options = dict(options or {})
-        self.pinned = (config is not None or targets is not None) if pinned is None else pinned
-        config = config if config is not None else CompileConfig(sm=default_sm())
-        self.config = config_with_options(config, self.options)
-        # several targets (a `Targets`, or what it takes: "80,86,90"): each
-        # signature compiles to a fatbin (`KernelCache.compile_fatbin`), and
-        # the config's sm is the lowest target
-        self.targets = targets if targets is None or isinstance(targets, Targets) else Targets(targets)
+        self.pinned = spec.pinned
+        self.config = config_with_options(spec.config, self.options)
+        # several targets (a `Targets`): each signature compiles to a fatbin
+        # (`KernelCache.compile_fatbin`), and the config's sm is the lowest target
+        self.targets = spec.targets
         if self.targets is not None:
             self.config = self.config.replace(sm=self.targets.sms[0])
         super().__init__(py_func, _target_options(self.config, self.options))
@@ -332,23 +337,23 @@ class Kernel(CUDADispatcher):
         # one signature, launched without dispatch: numba's @jit("sig") (a list is dispatched)
         self._specialized = specialized
         self.cache = cache if cache is not None else _default_cache()
-        self.simulate = simulate
+        self.simulate = spec.simulate
         # told of each compile with what made it ("at this launch", "as its variants were read")
         self.on_compile = on_compile
         self._occasion = threading.local()
-        self.force = force  # recompile every stage at each signature's first compile
-        self.audit = audit  # True: audit each compile's hits at once (see KernelCache.compile)
+        self.force = spec.force
+        self.audit = spec.audit
         self.declared = tuple(normalize_signature(sig) for sig in signatures)
         self.results: Dict[Tuple, CompileResult] = {}
         # a sweep's variants (`gpucache_ext.sweeps`): the configs compiled
         # besides the bound one (`use` binds another), each with its results
-        sweep = [config_with_options(v, self.options) for v in variants] or [self.config]
+        sweep = [config_with_options(v, self.options) for v in spec.variants] or [self.config]
         if self.targets is not None:
             sweep = [v.replace(sm=self.targets.sms[0]) for v in sweep]
         self.sweep: Tuple[CompileConfig, ...] = tuple(dict.fromkeys([self.config, *sweep]))
         self._variant_results: Dict[CompileConfig, Dict[Tuple, CompileResult]] = {}
-        self.blocks: Tuple[int, ...] = tuple(blocks)  # the block sizes whose occupancy the report shows
-        self.dynamic_shared = dynamic_shared  # the dynamic shared memory a launch gives a block (occupancy, tune)
+        self.blocks: Tuple[int, ...] = spec.blocks
+        self.dynamic_shared = spec.dynamic_shared
         self._generation = -1  # refresh_all's count when the bound variant was last checked
         # ... and when `variants` last checked every variant (results made in this cell are of its state)
         self._variants_generation = _generation
@@ -719,9 +724,10 @@ class Kernel(CUDADispatcher):
         key = (None if self._on_simulator() else device_cc(), argtypes)
         special = self.specializations.get(key)
         if special is None:
-            special = Kernel(self.py_func, [argtypes], self.config, self.cache, self.options,
-                             simulate=self.simulate, on_compile=self.on_compile, audit=self.audit,
-                             targets=self.targets, pinned=self.pinned, specialized=True)
+            # (all of this kernel's spec: its sweep, blocks and flags, bound to the variant bound now)
+            special = Kernel(self.py_func, [argtypes], None, self.cache, self.options,
+                             spec=self.spec.replace(config=self.config), on_compile=self.on_compile,
+                             specialized=True)
             special.compile_declared()
             self.specializations[key] = special
         return special
