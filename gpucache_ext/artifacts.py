@@ -5,12 +5,19 @@ targets is assembled into.
 Kept apart from `stages` (which imports numba-cuda to make them) so that
 reading them back from the disk or shared tier (`codec`, the ``gpucache``
 command) imports no numba.  `stages` re-exports them.
+
+Each artifact that persists says once what it is made of, as numba's
+``_reduce_states``/``_rebuild`` do: `state` gives its metadata (JSON) and
+payload parts (bytes, linked inputs last), `rebuild` makes it again from
+them.  The codec stores exactly that, and the next stage's content digest
+hashes exactly that (`codec.content_digest`), so the metadata's keys and the
+parts' order are part of every token: change them and every entry is rebuilt.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from .toolchain import linking
 from . import targets
@@ -34,9 +41,22 @@ class LLVMArtifact:
     # (`linking`).
     links: Tuple[linking.LinkInput, ...] = ()
 
+    stage: ClassVar[str] = "llvm"
+
     @property
     def text(self) -> str:
         return "\n\n".join(self.modules)
+
+    def state(self) -> Tuple[Dict, List[bytes]]:
+        return ({"entry_name": self.entry_name, "cooperative": self.cooperative,
+                 "target_reads": targets.reads_key(self.target_reads), "links": _links_meta(self.links)},
+                [m.encode() for m in self.modules] + _links_data(self.links))
+
+    @classmethod
+    def rebuild(cls, meta: Dict, parts: List[bytes]) -> "LLVMArtifact":
+        parts, links = _split_links(meta, parts)
+        return cls(tuple(p.decode() for p in parts), meta["entry_name"], targets.reads_from_key(meta["target_reads"]),
+                   cooperative=bool(meta.get("cooperative", False)), links=links)
 
     @property
     def nbytes(self) -> int:
@@ -53,9 +73,24 @@ class PTXArtifact:
     cooperative: bool = False  # link libcudadevrt (see LLVMArtifact)
     links: Tuple[linking.LinkInput, ...] = ()  # see LLVMArtifact
 
+    stage: ClassVar[str] = "ptx"
+
     @property
     def nbytes(self) -> int:
         return sum(len(p) for p in self.ptx) + len(self.ltoir or b"") + sum(len(x.data) for x in self.links)
+
+    def state(self) -> Tuple[Dict, List[bytes]]:
+        parts = [p.encode() for p in self.ptx] + ([self.ltoir] if self.ltoir is not None else [])
+        return ({"entry_name": self.entry_name, "ptx_count": len(self.ptx), "ltoir": self.ltoir is not None,
+                 "cooperative": self.cooperative, "links": _links_meta(self.links)},
+                parts + _links_data(self.links))
+
+    @classmethod
+    def rebuild(cls, meta: Dict, parts: List[bytes]) -> "PTXArtifact":
+        parts, links = _split_links(meta, parts)
+        count = meta["ptx_count"]
+        return cls(tuple(p.decode() for p in parts[:count]), parts[count] if meta["ltoir"] else None,
+                   meta["entry_name"], bool(meta.get("cooperative", False)), links)
 
 
 @dataclass
@@ -69,10 +104,24 @@ class CubinArtifact:
     # what the kernel's external functions link (declare_device), linked here
     links: Tuple[linking.LinkInput, ...] = ()
 
+    stage: ClassVar[str] = "cubin"
+
     @property
     def nbytes(self) -> int:
         return len(self.cubin) + len(self.info_log) + len(self.linked_ptx or "") + sum(
             len(x.data) for x in self.links)
+
+    def state(self) -> Tuple[Dict, List[bytes]]:
+        parts = [self.cubin, self.info_log.encode()] + (
+            [self.linked_ptx.encode()] if self.linked_ptx is not None else [])
+        return ({"entry_name": self.entry_name, "linked_ptx": self.linked_ptx is not None,
+                 "links": _links_meta(self.links)}, parts + _links_data(self.links))
+
+    @classmethod
+    def rebuild(cls, meta: Dict, parts: List[bytes]) -> "CubinArtifact":
+        parts, links = _split_links(meta, parts)
+        return cls(parts[0], parts[1].decode(), parts[2].decode() if meta["linked_ptx"] else None,
+                   meta["entry_name"], links)
 
 
 @dataclass(frozen=True)
@@ -101,6 +150,40 @@ class FatbinArtifact:
     members: Tuple[FatbinMember, ...]  # cubins by architecture, then the PTX
     entry_name: str
 
+    stage: ClassVar[str] = "fatbin"
+
     @property
     def nbytes(self) -> int:
         return len(self.fatbin)
+
+    def state(self) -> Tuple[Dict, List[bytes]]:
+        return ({"entry_name": self.entry_name,
+                 "members": [[m.kind, m.arch, m.token, m.digest, m.nbytes] for m in self.members]}, [self.fatbin])
+
+    @classmethod
+    def rebuild(cls, meta: Dict, parts: List[bytes]) -> "FatbinArtifact":
+        members = tuple(FatbinMember(str(kind), int(arch), str(token), str(digest), int(size))
+                        for kind, arch, token, digest, size in meta["members"])
+        return cls(parts[0], members, meta["entry_name"])
+
+
+# The artifacts that persist (typed IR does not: it is not portable), by stage
+PERSISTED = {cls.stage: cls for cls in (LLVMArtifact, PTXArtifact, CubinArtifact, FatbinArtifact)}
+
+
+def _links_meta(links) -> List[Dict]:
+    return [link.describe() for link in links]
+
+
+def _links_data(links) -> List[bytes]:
+    return [link.data for link in links]
+
+
+def _split_links(meta: Dict, parts: List[bytes]) -> Tuple[List[bytes], Tuple[linking.LinkInput, ...]]:
+    """The artifact's own parts, and the linked inputs stored after them."""
+    described = meta.get("links", [])
+    if not described:
+        return parts, ()
+    own, data = parts[:len(parts) - len(described)], parts[len(parts) - len(described):]
+    return own, tuple(linking.LinkInput(str(d["name"]), str(d["kind"]), blob, str(d["digest"]))
+                      for d, blob in zip(described, data))

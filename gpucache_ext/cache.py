@@ -39,7 +39,7 @@ from .toolchain import fatbin
 from . import queries, targets, toolchain
 from .importing import lazy_module
 from .store import settings
-from .store.codec import content_digest
+from .store.codec import PERSISTENT_STAGES, content_digest
 from .audit import (AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, NotAudited, first_difference,
                     input_changes, library_changes, parse_audit, source_files_component)
 from . import definitions
@@ -821,13 +821,9 @@ class KernelCache:
             layer = fresh.stages[stage]  # (ptx and cubin: the fresh bytes' digests make their tokens)
             if stage in artifacts:
                 artifact = artifacts[stage]
-                self._put(stage, Entry(layer.token, result.kernel, artifact, dict(layer.components),
-                                       artifact.nbytes, layer.seconds,
-                                       signature=short_signature(result.signature),
-                                       config=result.config.summary(),
-                                       reasons=("replaced after an audit mismatch",),
-                                       config_fields=result.config.fields(),
-                                       digest=content_digest(stage, artifact), upstream=upstream))
+                self._put(stage, _artifact_entry(stage, layer.token, result.kernel, artifact, layer.components,
+                                                 layer.seconds, short_signature(result.signature), result.config,
+                                                 ("replaced after an audit mismatch",), upstream, result.place))
             upstream = layer.token
 
     def audit_wait(self) -> None:
@@ -935,11 +931,9 @@ class KernelCache:
             self._explain(stage, token, kernel, plan.members if isinstance(plan, _FatbinPlan) else None)
         # an entry a tier refused (its signature) is why this stage compiled, first of all
         reasons = tuple(dict.fromkeys(r for r in refusals if r)) + reasons
-        self._put(stage, Entry(token.hex, kernel, artifact, token.components, artifact.nbytes,
-                               seconds, signature=plan.signature_text,
-                               config=plan.config.summary(), reasons=reasons,
-                               config_fields=plan.config.fields(), digest=digest, upstream=upstream,
-                               place=plan.place))
+        self._put(stage, _artifact_entry(stage, token.hex, kernel, artifact, token.components, seconds,
+                                         plan.signature_text, plan.config, reasons, upstream, plan.place,
+                                         digest=digest))
         self.index.remember(stage, token, kernel)
         with self._lock:
             self._stats[stage].compile_seconds += seconds
@@ -1012,6 +1006,19 @@ def _latest(records, count: int, since: int) -> list:
 
 
 _ATTEMPTS = 3  # compiles of one kernel before what it reads is declared too unsteady to cache
+
+
+def _artifact_entry(stage: str, token: str, kernel: str, artifact, components, seconds: float, signature: str,
+                    config: CompileConfig, reasons: tuple, upstream: str, place: Optional[str],
+                    digest: Optional[str] = None) -> Entry:
+    """The entry one stage's build is filed as: the artifact under its token,
+    with what it was built for and why (the content digest computed where
+    not given: typing has none)."""
+    if digest is None and stage in PERSISTENT_STAGES:
+        digest = content_digest(stage, artifact)
+    return Entry(token, kernel, artifact, dict(components), artifact.nbytes, seconds, signature=signature,
+                 config=config.summary(), reasons=reasons, config_fields=config.fields(), digest=digest,
+                 upstream=upstream, place=place)
 
 
 def _give_up_after(attempt: int, plan: "_Plan", exc: Exception) -> None:

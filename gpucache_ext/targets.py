@@ -40,6 +40,11 @@ def reads_key(reads: Iterable[Read]) -> List[list]:
     return sorted([op, list(operand), answer] for op, operand, answer in reads)
 
 
+def reads_from_key(key) -> TargetReads:
+    """The reads `reads_key` wrote (a stored entry's)."""
+    return frozenset((op, tuple(operand), bool(answer)) for op, operand, answer in key)
+
+
 def describe(reads: Iterable[Read]) -> str:
     """``cc>=(7, 5)`` style text, for miss explanations."""
     parts = []

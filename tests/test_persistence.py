@@ -415,3 +415,32 @@ def test_a_miss_after_a_clear_says_so_in_a_new_process_too(tmp_path):
     assert len(reasons["ptx"]) == 1 and re.fullmatch(r"entry was cleared from the disk tier \S+ ago",
                                                      reasons["ptx"][0]), reasons
     assert len(reasons["cubin"]) == 1 and reasons["cubin"][0].startswith("entry was evicted from the disk tier")
+
+
+def test_what_an_entry_persists_is_declared_once_and_round_trips(tmp_path):
+    """Every field of an `Entry` is in its stored header (`HEADER_FIELDS`) or
+    travels in its own encoding; each persisted artifact's `state` rebuilds
+    to an equal artifact; an entry read back from disk equals what was filed."""
+    import dataclasses
+
+    from gpucache_ext import artifacts
+    from gpucache_ext.store.codec import encode
+    from gpucache_ext.store.tiers import HEADER_FIELDS, Entry
+
+    own_encodings = {"artifact", "components", "nbytes", "variants"}
+    assert {f.name for f in dataclasses.fields(Entry)} == {name for name, _ in HEADER_FIELDS} | own_encodings
+    cache = KernelCache()
+    cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
+    cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86, lto=True))
+    cache.compile_fatbin(kernels.axpy, kernels.AXPY_SIG, CompileConfig(), sms=(80, 86))
+    seen = set()
+    for stage, cls in artifacts.PERSISTED.items():
+        for entry in cache._memory[stage].entries.values():
+            meta, parts = entry.artifact.state()
+            assert cls.rebuild(meta, parts) == entry.artifact
+            back = decode(encode(stage, entry), stage, entry.token)
+            assert back == dataclasses.replace(entry, components=back.components, reasons=tuple(entry.reasons))
+            assert {n: c.digest for n, c in back.components.items()} == \
+                {n: c.digest for n, c in entry.components.items()}
+            seen.add(stage)
+    assert seen == set(artifacts.PERSISTED)

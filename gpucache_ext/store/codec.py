@@ -22,9 +22,8 @@ import struct
 from typing import Dict, List, Optional, Tuple
 
 from .. import artifacts, targets
-from ..toolchain import linking
 from .signing import PREVIOUS, Keyring, Rejected
-from .tiers import Entry
+from .tiers import HEADER_FIELDS, Entry
 from ..tokens import component_from_json, component_json, make_token
 from ..toolchain import stage_toolchain
 
@@ -38,66 +37,18 @@ class BadEntry(ValueError):
     """Stored bytes that are not a valid entry for the requested key."""
 
 
-def _reads_from_json(value) -> targets.TargetReads:
-    return frozenset((op, tuple(operand), bool(answer)) for op, operand, answer in value)
-
-
 def entry_parts(stage: str, artifact) -> Tuple[Dict, List[bytes]]:
-    """(metadata, payload parts) of an artifact; linked inputs come last."""
-    if stage == "llvm":
-        return ({"entry_name": artifact.entry_name, "cooperative": artifact.cooperative,
-                 "target_reads": targets.reads_key(artifact.target_reads),
-                 "links": [link.describe() for link in artifact.links]},
-                [m.encode() for m in artifact.modules] + [link.data for link in artifact.links])
-    if stage == "ptx":
-        parts = [p.encode() for p in artifact.ptx]
-        if artifact.ltoir is not None:
-            parts.append(artifact.ltoir)
-        return {"entry_name": artifact.entry_name, "ptx_count": len(artifact.ptx),
-                "ltoir": artifact.ltoir is not None, "cooperative": artifact.cooperative,
-                "links": [link.describe() for link in artifact.links]}, \
-            parts + [link.data for link in artifact.links]
-    if stage == "cubin":
-        parts = [artifact.cubin, artifact.info_log.encode()]
-        if artifact.linked_ptx is not None:
-            parts.append(artifact.linked_ptx.encode())
-        return {"entry_name": artifact.entry_name, "linked_ptx": artifact.linked_ptx is not None,
-                "links": [link.describe() for link in artifact.links]}, \
-            parts + [link.data for link in artifact.links]
-    if stage == "fatbin":
-        return {"entry_name": artifact.entry_name,
-                "members": [[m.kind, m.arch, m.token, m.digest, m.nbytes] for m in artifact.members]}, \
-            [artifact.fatbin]
-    raise ValueError(f"stage {stage!r} is not stored outside memory")
+    """(metadata, payload parts) of an artifact, as it declares them
+    (`artifacts`: its `state`); linked inputs come last."""
+    if stage not in artifacts.PERSISTED:
+        raise ValueError(f"stage {stage!r} is not stored outside memory")
+    return artifacts.PERSISTED[stage].state(artifact)
 
 
 def _artifact(stage: str, meta: Dict, parts: List[bytes]):
-    if stage in ("llvm", "ptx", "cubin"):
-        described = meta.get("links", [])
-        parts, data = (parts[:len(parts) - len(described)], parts[len(parts) - len(described):]) \
-            if described else (parts, [])
-        links = tuple(_link(d, blob) for d, blob in zip(described, data))
-    if stage == "llvm":
-        return artifacts.LLVMArtifact(tuple(p.decode() for p in parts), meta["entry_name"],
-                                      _reads_from_json(meta["target_reads"]),
-                                      cooperative=bool(meta.get("cooperative", False)), links=links)
-    if stage == "ptx":
-        count = meta["ptx_count"]
-        ltoir = parts[count] if meta["ltoir"] else None
-        return artifacts.PTXArtifact(tuple(p.decode() for p in parts[:count]), ltoir, meta["entry_name"],
-                                     bool(meta.get("cooperative", False)), links)
-    if stage == "cubin":
-        linked = parts[2].decode() if meta["linked_ptx"] else None
-        return artifacts.CubinArtifact(parts[0], parts[1].decode(), linked, meta["entry_name"], links)
-    if stage == "fatbin":
-        members = tuple(artifacts.FatbinMember(str(kind), int(arch), str(token), str(digest), int(size))
-                        for kind, arch, token, digest, size in meta["members"])
-        return artifacts.FatbinArtifact(parts[0], members, meta["entry_name"])
-    raise BadEntry(f"unknown stage {stage!r}")
-
-
-def _link(described: Dict, data: bytes):
-    return linking.LinkInput(str(described["name"]), str(described["kind"]), data, str(described["digest"]))
+    if stage not in artifacts.PERSISTED:
+        raise BadEntry(f"unknown stage {stage!r}")
+    return artifacts.PERSISTED[stage].rebuild(meta, parts)
 
 
 def content_digest(stage: str, artifact) -> str:
@@ -123,27 +74,18 @@ def encode(stage: str, entry: Entry) -> bytes:
             raise ValueError(f"a {stage} entry needs its content digest to be stored (codec.content_digest)")
         meta, parts = entry_parts(stage, entry.artifact)
     payload = b"".join(parts)
-    header = {
+    header = {name: list(value) if name == "reasons" else value
+              for name, value in ((name, getattr(entry, name)) for name, _ in HEADER_FIELDS)}
+    header.update({
         "format": FORMAT_VERSION,
         "stage": stage,
-        "token": entry.token,
         "components": {name: component_json(c) for name, c in entry.components.items()},
-        "kernel": entry.kernel,
-        "signature": entry.signature,
-        "config": entry.config,
-        "config_fields": entry.config_fields,
-        "reasons": list(entry.reasons),
         "toolchain": stage_toolchain(stage),
-        "created": entry.created,
-        "seconds": entry.seconds,
         "marker": entry.is_marker,
-        "digest": entry.digest,
-        "upstream": entry.upstream,
-        "place": entry.place,
         "meta": meta,
         "parts": [len(p) for p in parts],
         "size": len(payload),
-    }
+    })
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     body = struct.pack(">I", len(head)) + head + payload
     return MAGIC + hashlib.sha256(body).digest() + body
@@ -197,19 +139,13 @@ def decode(data: bytes, stage: str, token: str, check_toolchain: bool = True) ->
         for length in header["parts"]:
             parts.append(payload[offset:offset + length])
             offset += length
-        meta = header["meta"]
         if header["marker"]:
-            variants = [_reads_from_json(v) for v in meta["variants"]]
-            return Entry(token, header["kernel"], None, components, 0, 0.0, header["created"],
-                         variants=variants, upstream=str(header.get("upstream") or ""), place=_place(header))
-        artifact = _artifact(stage, meta, parts)
+            return _entry(header, None, 0)
+        artifact = _artifact(stage, header["meta"], parts)
         digest = header.get("digest")
         if not isinstance(digest, str) or len(digest) != 64:
             raise BadEntry("no content digest")  # (what the next stage's token needs)
-        return Entry(token, header["kernel"], artifact, components, artifact.nbytes,
-                     float(header["seconds"]), float(header["created"]), header["signature"],
-                     header["config"], tuple(header["reasons"]), header.get("config_fields"),
-                     digest=digest, upstream=str(header.get("upstream") or ""), place=_place(header))
+        return _entry(header, artifact, artifact.nbytes)
     except BadEntry:
         raise
     except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
@@ -245,19 +181,19 @@ def header_entry(data: bytes) -> Entry:
     """An entry with its metadata only (no artifact), for listings."""
     header, _ = read_header(data)
     try:
-        components = {name: component_from_json(c) for name, c in header["components"].items()}
-        variants = ([_reads_from_json(v) for v in header["meta"]["variants"]]
-                    if header["marker"] else None)
-        return Entry(header["token"], header["kernel"], None, components, int(header["size"]),
-                     float(header["seconds"]), float(header["created"]), header["signature"],
-                     header["config"], tuple(header["reasons"]), header.get("config_fields"),
-                     variants=variants, digest=header.get("digest"), upstream=str(header.get("upstream") or ""),
-                     place=_place(header))
+        return _entry(header, None, int(header["size"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise BadEntry(f"malformed header: {exc}") from None
 
 
-def _place(header) -> Optional[str]:
-    """Where the entry's kernel was defined (None in entries written before it was recorded)."""
-    place = header.get("place")
-    return place if isinstance(place, str) and place else None
+def _entry(header: Dict, artifact, nbytes: int) -> Entry:
+    """The `Entry` a header describes (`HEADER_FIELDS`), holding `artifact`."""
+    fields = {name: header.get(name, default) for name, default in HEADER_FIELDS}
+    if fields["token"] is None or fields["kernel"] is None or fields["created"] is None:
+        raise KeyError("token, kernel or created")
+    fields.update(reasons=tuple(fields["reasons"]), created=float(fields["created"]),
+                  seconds=float(fields["seconds"]), upstream=str(fields["upstream"] or ""),
+                  place=fields["place"] if isinstance(fields["place"], str) and fields["place"] else None)
+    components = {name: component_from_json(c) for name, c in header["components"].items()}
+    variants = [targets.reads_from_key(v) for v in header["meta"]["variants"]] if header["marker"] else None
+    return Entry(artifact=artifact, components=components, nbytes=nbytes, variants=variants, **fields)

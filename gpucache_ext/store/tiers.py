@@ -57,6 +57,15 @@ class Entry:
         return self.variants is not None
 
 
+# What a stored entry's header holds of an `Entry`, each field under its own
+# name (`codec`): the artifact travels as the payload, its size with it, the
+# components and a marker's variants in their own encodings.  Fields added
+# later may be missing in entries written before them: (name, default).
+HEADER_FIELDS = (("token", None), ("kernel", None), ("signature", ""), ("config", ""), ("reasons", ()),
+                 ("config_fields", None), ("created", None), ("seconds", 0.0), ("digest", None),
+                 ("upstream", ""), ("place", None))
+
+
 class Lookup(NamedTuple):
     """What a tier answered for one token: the entry (None: a miss) and, where
     it held an entry and refused it, why (``"unsigned"``, ``"bad signature"``...)."""
