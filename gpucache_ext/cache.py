@@ -33,7 +33,7 @@ import time
 import warnings
 from collections import OrderedDict, deque
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .toolchain import fatbin
 from . import queries, targets, toolchain
@@ -314,26 +314,25 @@ class KernelCache:
         parts["toolchain"] = toolchain_component("fatbin", memo)
         token = make_token("fatbin", parts)
         start = time.perf_counter()
-        with self._flights.hold("fatbin", token.hex):  # (one assembly of a fatbin at a time)
-            if not force:
-                entry, _, tier = self._lookup("fatbin", token, primary.config.cc)
-                if entry is not None:
-                    self._count("fatbin", True, tier, entry.seconds)
-                    return StageResult("fatbin", token.hex, Outcome.HIT, tier, time.perf_counter() - start,
-                                       components=token.components, saved_seconds=entry.seconds), entry.artifact
-            toolchain.confirm("fatbin")
-            self._count("fatbin", False)
-            start = time.perf_counter()
-            artifact = fatbin.assemble(cubins, ptx_member, primary.entry_name, primary.kernel)
-            seconds = time.perf_counter() - start
-            digest = content_digest("fatbin", artifact)
-            plan = _FatbinPlan(primary.kernel, primary.signature_text, _FatbinConfig(primary.config, wanted),
-                               force, why_forced, members, primary.place)
-            # (its upstream: the first cubin, which leads back to the code it was built from)
-            token, reasons = self._store("fatbin", token, plan, artifact, seconds, targets.NO_READS, digest,
-                                         upstream=cubins[0][0].token)
-        return StageResult("fatbin", token.hex, Outcome.MISS, None, seconds, reasons,
-                           components=token.components), artifact
+
+        def find():
+            entry, _, tier = self._lookup("fatbin", token, primary.config.cc)
+            if entry is None:
+                return None
+            self._count("fatbin", True, tier, entry.seconds)
+            return StageResult("fatbin", token.hex, Outcome.HIT, tier, time.perf_counter() - start,
+                               components=token.components, saved_seconds=entry.seconds), entry.artifact
+
+        filing = _Filing(primary.kernel, primary.signature_text, _FatbinConfig(primary.config, wanted),
+                         primary.place, force, why_forced, members)
+        # (its upstream: the first cubin, which leads back to the code it was built from)
+        found, built = self._build("fatbin", token, filing,
+                                   lambda: fatbin.assemble(cubins, ptx_member, primary.entry_name, primary.kernel),
+                                   find, upstream=cubins[0][0].token)
+        if found is not None:
+            return found
+        return StageResult("fatbin", built.token.hex, Outcome.MISS, None, built.seconds, built.reasons,
+                           components=built.token.components), built.artifact
 
     def _compile_one(self, pyfunc, argtypes, config: CompileConfig, link, force, audit, why_forced,
                      until: str = "cubin", identity=None) -> CompileResult:
@@ -910,12 +909,34 @@ class KernelCache:
         Returns (entry or None, effective token, tier it came from)."""
         return find_for_target(lambda token_hex: self._find(stage, token_hex, memory_only), token, cc)
 
-    def _store(self, stage, token: Token, plan: "_Plan", artifact, seconds, reads, digest=None, upstream=""):
+    def _build(self, stage: str, token: Token, filing: "_Filing", make: Callable[[], Any],
+               find: Callable[[], Any], upstream: str = "") -> Tuple[Any, Optional["_Built"]]:
+        """Every stage's build after a miss, fatbin included, in one place:
+        in the entry's single flight, `find()` again unless forced (a thread
+        that waited for another's build of it finds it: its answer is
+        returned as (found, None)), then the toolchain check, the build, its
+        digest, and filing it: (None, `_Built`)."""
+        with self._flights.hold(stage, token.hex):
+            if not filing.forced:
+                found = find()
+                if found is not None:
+                    return found, None
+            toolchain.confirm(stage)  # the fingerprint in the tokens is that of the tools about to run
+            self._count(stage, False)
+            start = time.perf_counter()
+            artifact = make()
+            seconds = time.perf_counter() - start
+            reads = getattr(artifact, "target_reads", targets.NO_READS)
+            digest = content_digest(stage, artifact) if stage in PERSISTENT_STAGES else None
+            token, reasons = self._store(stage, token, filing, artifact, seconds, reads, digest, upstream)
+        return None, _Built(artifact, digest, token, seconds, reasons)
+
+    def _store(self, stage, token: Token, filing: "_Filing", artifact, seconds, reads, digest=None, upstream=""):
         """File a fresh artifact; returns (effective token, reasons it missed:
-        for a forced compile, the plan's `why_forced`).  The caller holds the
+        for a forced compile, the filing's `why_forced`).  The caller holds the
         entry's flight (`_Flights`): no other compile of this cache writes
         this token, or its marker, meanwhile."""
-        kernel = plan.kernel
+        kernel = filing.kernel
         with self._lock:
             refusals = [self._refusals.pop((stage, token.hex), None)]
         if reads:
@@ -927,12 +948,11 @@ class KernelCache:
             token = variant_token(token, reads)
             with self._lock:
                 refusals.append(self._refusals.pop((stage, token.hex), None))
-        reasons = (plan.why_forced,) if plan.forced else \
-            self._explain(stage, token, kernel, plan.members if isinstance(plan, _FatbinPlan) else None)
+        reasons = (filing.why_forced,) if filing.forced else self._explain(stage, token, kernel, filing.members)
         # an entry a tier refused (its signature) is why this stage compiled, first of all
         reasons = tuple(dict.fromkeys(r for r in refusals if r)) + reasons
         self._put(stage, _artifact_entry(stage, token.hex, kernel, artifact, token.components, seconds,
-                                         plan.signature_text, plan.config, reasons, upstream, plan.place,
+                                         filing.signature_text, filing.config, reasons, upstream, filing.place,
                                          digest=digest))
         self.index.remember(stage, token, kernel)
         with self._lock:
@@ -1063,17 +1083,28 @@ class _FatbinConfig(NamedTuple):
         return {**self.config.fields(), "sm": list(self.targets.sms), "ptx": self.targets.ptx}
 
 
-class _FatbinPlan(NamedTuple):
-    """The parts of a `_Plan` that filing a fatbin entry reads."""
+class _Filing(NamedTuple):
+    """What filing a stage's fresh entry records besides the artifact: what
+    it was built for, and why (a `_Plan`'s, or a fatbin's)."""
 
     kernel: str
     signature_text: str
-    config: _FatbinConfig
+    config: Any  # a CompileConfig, or a fatbin's `_FatbinConfig`
+    place: Optional[str]  # where the kernel was defined
     forced: bool
     why_forced: str
-    # member ("cubin sm_86", "PTX compute_80") -> why this compile rebuilt it (None: an entry it reused)
-    members: Mapping[str, Optional[str]]
-    place: Optional[str]  # where the kernel was defined
+    # (a fatbin) member ("cubin sm_86", "PTX compute_80") -> why this compile rebuilt it (None: reused)
+    members: Optional[Mapping[str, Optional[str]]] = None
+
+
+class _Built(NamedTuple):
+    """A stage built and filed by `KernelCache._build`."""
+
+    artifact: Any
+    digest: Optional[str]
+    token: Token  # the effective token (a per-target variant's, where the build read the target)
+    seconds: float
+    reasons: Tuple[str, ...]
 
 
 def _member_whys(per_target: Mapping[int, CompileResult], wanted: Targets) -> Dict[str, Optional[str]]:
@@ -1329,24 +1360,18 @@ class _Plan:
                                             components=token.components, saved_seconds=saved)
 
     def _compile(self, stage, generic: Token, fn, *args, upstream: str = "", cutoff: bool = False) -> "_Found":
-        """Build `stage` after a miss: one thread at a time per entry (a
-        thread that waited for another's build of it finds it, a hit)."""
-        with self.cache._flights.hold(stage, generic.hex):
-            if not self.forced:  # another thread built it while this one waited
-                found = self._lookup(stage, generic, cutoff=cutoff, memory_only=True)
-                if found is not None:
-                    return found
-            toolchain.confirm(stage)  # the fingerprint in the tokens is that of the tools about to run
-            self.cache._count(stage, False)
-            start = time.perf_counter()
-            artifact = fn(*args)
-            seconds = time.perf_counter() - start
-            reads = getattr(artifact, "target_reads", targets.NO_READS)
-            digest = content_digest(stage, artifact) if stage != "typing" else None
-            token, reasons = self.cache._store(stage, generic, self, artifact, seconds, reads, digest, upstream)
-        self.stages[stage] = StageResult(stage, token.hex, Outcome.MISS, None, seconds, reasons,
-                                         components=token.components)
-        return _Found(stage, artifact, digest, token.hex)
+        """Build `stage` after a miss, through the cache's one driver
+        (`KernelCache._build`): one thread at a time per entry, a thread that
+        waited for another's build of it finding it, a hit."""
+        filing = _Filing(self.kernel, self.signature_text, self.config, self.place, self.forced, self.why_forced)
+        found, built = self.cache._build(stage, generic, filing, lambda: fn(*args),
+                                         lambda: self._lookup(stage, generic, cutoff=cutoff, memory_only=True),
+                                         upstream=upstream)
+        if found is not None:
+            return found
+        self.stages[stage] = StageResult(stage, built.token.hex, Outcome.MISS, None, built.seconds, built.reasons,
+                                         components=built.token.components)
+        return _Found(stage, built.artifact, built.digest, built.token.hex)
 
 
 def _downstream_tokens(typing: Token, config: CompileConfig, settings, toolchains, links):
