@@ -24,7 +24,6 @@ which token components differ.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import logging
 import os
@@ -51,7 +50,8 @@ from .store.disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
 from .store.disk import OFF_VALUES, DiskTier, configured_directory, default_directory
 from .store.shared import RedisTier, UnsignedSharedTier, display_url
 from .store.signing import Keyring
-from .index import CacheIndex, find_for_target, variant_token
+from .index import CacheIndex, variant_token
+from .store.tiered import TieredStore
 from .store.tiers import Entry, MemoryTier, Tier
 from .extensions import derived_during, extensions_component
 from .sources import SnapshotChanged, identify, library_reads_changed, python_function, rebind, signature_component
@@ -81,20 +81,6 @@ class _Origin(NamedTuple):
     link: tuple
     targets: Optional[Targets]  # a fatbin's targets; None for one target's stages
 
-
-class _StageCounters:
-    __slots__ = ("hits", "misses", "not_needed", "cutoffs", "compile_seconds", "saved_seconds", "audits",
-                 "audit_mismatches")
-
-    def __init__(self):
-        self.hits = 0
-        self.misses = 0
-        self.not_needed = 0  # a later stage hit and this one's entry was gone: nothing looked up
-        self.cutoffs = 0  # hits right after the stage before rebuilt to the same bytes
-        self.compile_seconds = 0.0
-        self.saved_seconds = 0.0  # what the entries that hit took to compile
-        self.audits = 0  # artifacts compared with a fresh compile
-        self.audit_mismatches = 0
 
 
 class KernelCache:
@@ -134,27 +120,30 @@ class KernelCache:
                  audit=None, audit_background: bool = True):
         limits = _per_stage(max_entries, DEFAULT_MAX_ENTRIES, "max_entries")
         byte_limits = _per_stage(max_bytes, dict.fromkeys(LAYERS), "max_bytes")
-        self._memory = {s: MemoryTier(limits[s], byte_limits[s]) for s in LAYERS}
+        memory = {s: MemoryTier(limits[s], byte_limits[s]) for s in LAYERS}
         keyring = settings.keyring(secret, allow_unsigned)
-        self.tiers: List[Tier] = []
-        # configured tiers left out, as `tier_info` shows them
-        self._refused: List[TierInfo] = []
+        persistent: List[Tier] = []
+        refused: List[TierInfo] = []  # configured tiers left out, as `tier_info` shows them
         if directory is not None:
             directory = Path(directory).expanduser()
-            self.tiers.append(DiskTier(directory, max_disk_bytes, keyring=Keyring(keyring.secrets, True),
+            persistent.append(DiskTier(directory, max_disk_bytes, keyring=Keyring(keyring.secrets, True),
                                        private=directory == default_directory()))
         if redis_url:
             try:
-                self.tiers.append(RedisTier(redis_url, keyring, prefix=redis_prefix, ttl=redis_ttl))
+                persistent.append(RedisTier(redis_url, keyring, prefix=redis_prefix, ttl=redis_ttl))
             except UnsignedSharedTier as exc:
                 warnings.warn(str(exc), SecurityWarning, stacklevel=2)
-                self._refused.append(TierInfo(
+                refused.append(TierInfo(
                     "shared", display_url(redis_url), signed=False, used=False,
                     note="no secret (set GPUCACHE_SECRET, or GPUCACHE_SHARED_UNSIGNED=1 "
                          "to use it unsigned)"))
-        self.tiers.extend(tiers)
-        self._stats = {s: _StageCounters() for s in LAYERS}
-        self._tier_hits = {s: {} for s in LAYERS}
+        # guards the memory tiers, counters and records; never held while a
+        # persistent tier is read or written, nor while a stage compiles
+        self._lock = threading.RLock()
+        self.store = TieredStore(memory, persistent + list(tiers), refused, self._lock)
+        """The memory tiers, then the persistent ones, and what they answered."""
+        self.tiers: List[Tier] = self.store.tiers  # (the persistent tiers, in order)
+        self._memory = self.store.memory
         self._origins: "OrderedDict[str, _Origin]" = OrderedDict()  # any stage's token -> its inputs
         # the snapshots origins name, the latest held (`_hold`), with their array copies' bytes
         self._snapshots: "OrderedDict[int, Any]" = OrderedDict()
@@ -164,18 +153,13 @@ class KernelCache:
         self._notes: Dict[str, dict] = {}  # (`note`, `file_note`)
         self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
         self._misses = deque(maxlen=256)
-        # (stage, token) -> why a tier refused its entry, until the stage is compiled again
-        self._refusals: "OrderedDict[Tuple[str, str], str]" = OrderedDict()
         self._mismatches = deque(maxlen=256)
         self._mismatch_count = 0
         self._not_audited_list = deque(maxlen=256)  # stages of hits an audit could not compare, and why
         self._not_audited_count = 0
         self._launch_checks = 0
-        # guards the memory tiers, counters and records; never held while a
-        # persistent tier is read or written, nor while a stage compiles
-        self._lock = threading.RLock()
         self._flights = _Flights()  # one build at a time per (stage, token)
-        self.index = CacheIndex(self._memory, self._tiers_for, self._lock)
+        self.index = CacheIndex(self._memory, self.store.tiers_for, self._lock)
         """What the cache holds, read without changing it (`gpucache_ext.index`):
         what `explain` and the miss explanations read."""
         self._auditor = Auditor(parse_audit(audit), audit_background)
@@ -316,10 +300,10 @@ class KernelCache:
         start = time.perf_counter()
 
         def find():
-            entry, _, tier = self._lookup("fatbin", token, primary.config.cc)
+            entry, _, tier = self.store.lookup("fatbin", token, primary.config.cc)
             if entry is None:
                 return None
-            self._count("fatbin", True, tier, entry.seconds)
+            self.store.count("fatbin", True, tier, entry.seconds)
             return StageResult("fatbin", token.hex, Outcome.HIT, tier, time.perf_counter() - start,
                                components=token.components, saved_seconds=entry.seconds), entry.artifact
 
@@ -519,63 +503,21 @@ class KernelCache:
         `gpucache_ext.audit`), and per tier (`TierStats`, ``tiers[name]``):
         hits, saved seconds, entries, bytes (and ``corrupt``, ``rejected`` for
         persistent tiers).  Reading a shared tier's numbers asks its server."""
-        with self._lock:  # the counters and memory figures at one moment
-            counted = {}
-            for stage in LAYERS:
-                memory, counters = self._memory[stage], self._stats[stage]
-                hits = dict(self._tier_hits[stage])
-                counted[stage] = (hits, StageStats(
-                    hits=counters.hits, misses=counters.misses, not_needed=counters.not_needed,
-                    cutoffs=counters.cutoffs,
-                    entries=memory.artifact_count(), bytes=memory.bytes, evictions=memory.evictions,
-                    compile_seconds=round(counters.compile_seconds, 6),
-                    saved_seconds=round(counters.saved_seconds, 6), audits=counters.audits,
-                    audit_mismatches=counters.audit_mismatches, tiers={}))
+        stage_stats = self.store.stage_stats()
+        with self._lock:
             launch_checks = self._launch_checks
-        result = {}
-        for stage, (hits, stage_stats) in counted.items():
-            tiers = {"memory": TierStats(hits.get("memory", (0, 0.0))[0],
-                                         round(hits.get("memory", (0, 0.0))[1], 6), stage_stats.entries,
-                                         stage_stats.bytes)}
-            for tier in self._tiers_for(stage):  # (what each tier holds: a shared one asks its server)
-                count, saved = hits.get(tier.name, (0, 0.0))
-                held = tier.stats(stage)
-                tiers[tier.name] = TierStats(count, round(saved, 6), int(held["entries"]),
-                                             int(held["bytes"]), held.get("corrupt"), held.get("rejected"),
-                                             held.get("rejected_by"), held.get("previous_secret"),
-                                             held.get("unwritable"))
-            result[stage] = dataclasses.replace(stage_stats, tiers=tiers)
-        return CacheStats(result, launch_checks, tuple(self.tier_info()))
+        return CacheStats(stage_stats, launch_checks, tuple(self.tier_info()))
 
     def tier_info(self) -> List[TierInfo]:
         """Each persistent tier (and each configured one left out): where it
         is, whether its entries are signed, and what it refused, by reason.
         Asks no server anything."""
-        found = []
-        for tier in self.tiers:
-            signed = tier.signed
-            rejected: Dict[str, int] = {}
-            for counter in getattr(tier, "rejected", {}).values():
-                for reason, count in counter.items():
-                    rejected[reason] = rejected.get(reason, 0) + count
-            notes = []
-            if tier.name == "shared" and not signed:
-                notes.append("whoever can write to the server can change these kernels "
-                             "(GPUCACHE_SHARED_UNSIGNED); set GPUCACHE_SECRET (the same for everyone "
-                             "who shares it) to sign its entries")
-            if getattr(tier, "exposed", None):
-                notes.append(f"other users can write here ({tier.exposed}); set GPUCACHE_SECRET to sign "
-                             "its entries, or make the folder yours alone (chmod 700)")
-            found.append(TierInfo(tier.name, tier.location, signed, True,
-                                  "; ".join(notes), rejected,
-                                  int(sum(getattr(tier, "previous", {}).values()))))
-        return found + list(self._refused)
+        return self.store.tier_info()
 
     def lookups(self) -> Dict[str, Tuple[int, int, int]]:
         """Per stage (hits, misses, not needed) so far: the counters alone,
         without asking any tier what it holds (cheap, for per-cell history)."""
-        with self._lock:
-            return {stage: (c.hits, c.misses, c.not_needed) for stage, c in self._stats.items()}
+        return self.store.lookups()
 
     def entries(self, stage: Optional[str] = None, kernel: Optional[str] = None) -> List[EntryInfo]:
         """What is cached: one `EntryInfo` per artifact (markers excluded), newest first:
@@ -584,21 +526,7 @@ class KernelCache:
         time), reasons (why it was built).
         Filter by `stage` and by `kernel` (a qualified name or its last part).
         """
-        wanted = LAYERS if stage is None else (_check_stage(stage),)
-        rows: Dict[Tuple[str, str], Dict[str, Any]] = {}
-        for s in wanted:
-            with self._lock:
-                sources = [("memory", list(self._memory[s].entries.values()))]
-            sources += [(tier.name, tier.entries(s)) for tier in self._tiers_for(s)]
-            for tier_name, entries in sources:
-                for entry in entries:
-                    if entry.is_marker or not _kernel_matches(entry.kernel, kernel):
-                        continue
-                    row = rows.setdefault((s, entry.token), _entry_row(s, entry))
-                    if tier_name not in row["tiers"]:
-                        row["tiers"].append(tier_name)
-        infos = [EntryInfo(**{**row, "tiers": tuple(row["tiers"])}) for row in rows.values()]
-        return sorted(infos, key=lambda info: info.created, reverse=True)
+        return self.store.entries(LAYERS if stage is None else (_check_stage(stage),), kernel)
 
     def entry(self, stage: str, token: str) -> Optional[Entry]:
         """The entry (with its artifact and token components) for one token,
@@ -608,15 +536,7 @@ class KernelCache:
     def evict(self, stage: str, token: str) -> bool:
         """Remove one entry from every tier; True if it was anywhere (and then
         it counts as an eviction in `stats`)."""
-        stage = _check_stage(stage)
-        with self._lock:
-            found = self._memory[stage].delete(token)
-        for tier in self._tiers_for(stage):
-            found = tier.delete(stage, token) or found
-        if found:
-            with self._lock:
-                self._memory[stage].evictions += 1
-        return found
+        return self.store.evict(_check_stage(stage), token)
 
     def recompile(self, token: str) -> CompileResult:
         """Compile again, from scratch, exactly the inputs that produced
@@ -681,15 +601,7 @@ class KernelCache:
         """The names of this cache's tiers, "memory" first, in its order;
         with `tiers` (a name or names), those of them, or a ValueError naming
         the tiers it has."""
-        known = ("memory",) + tuple(dict.fromkeys(tier.name for tier in self.tiers))
-        if tiers is None:
-            return known
-        given = (tiers,) if isinstance(tiers, str) else tuple(tiers)
-        unknown = [name for name in given if name not in known]
-        if unknown:
-            raise ValueError(f"tiers={tiers!r} is invalid: this cache has no {', '.join(map(repr, unknown))} "
-                             f"tier; its tiers are {', '.join(known)}")
-        return tuple(name for name in known if name in given)
+        return self.store.tier_names(tiers)
 
     def clear(self, stage: Optional[str] = None, *, tiers: Optional[Sequence[str]] = None) -> None:
         """Drop the entries of one stage, or of all stages, in every tier (counters are kept).
@@ -700,15 +612,8 @@ class KernelCache:
         stages_to_clear = LAYERS if stage is None else (_check_stage(stage),)
         if tiers is not None:
             tiers = self.tier_names(tiers)
-        memory = tiers is None or "memory" in tiers
-        for s in stages_to_clear:
-            if memory:
-                with self._lock:
-                    self._memory[s].clear()
-            for tier in self._tiers_for(s):
-                if tiers is None or tier.name in tiers:
-                    tier.clear(s)
-        if stage is None and memory:
+        self.store.clear(stages_to_clear, tiers)
+        if stage is None and (tiers is None or "memory" in tiers):
             with self._lock:
                 self._proxies.clear()
 
@@ -768,10 +673,7 @@ class KernelCache:
                 difference = (f"    filed under {short_token(result.stages[stage].token)}; a fresh compile "
                               f"files it under {short_token(fresh.stages[stage].token)} (the digests its "
                               "token is made of differ)")
-            with self._lock:
-                self._stats[stage].audits += 1
-                if difference is not None:
-                    self._stats[stage].audit_mismatches += 1
+            self.store.audited(stage, difference is not None)
             if difference is not None:
                 layer = result.stages[stage]
                 outcome.mismatches.append(Mismatch(
@@ -820,7 +722,7 @@ class KernelCache:
             layer = fresh.stages[stage]  # (ptx and cubin: the fresh bytes' digests make their tokens)
             if stage in artifacts:
                 artifact = artifacts[stage]
-                self._put(stage, _artifact_entry(stage, layer.token, result.kernel, artifact, layer.components,
+                self.store.put(stage, _artifact_entry(stage, layer.token, result.kernel, artifact, layer.components,
                                                  layer.seconds, short_signature(result.signature), result.config,
                                                  ("replaced after an audit mismatch",), upstream, result.place))
             upstream = layer.token
@@ -863,52 +765,7 @@ class KernelCache:
         with self._lock:
             return list(self._misses)
 
-    # -- tiers -------------------------------------------------------------
-    def _tiers_for(self, stage):
-        return [tier for tier in self.tiers if stage in tier.stages]
-
-    def _find(self, stage, token_hex, memory_only=False) -> Tuple[Optional[Entry], Optional[str]]:
-        """Search memory, then (unless `memory_only`) each persistent tier; a
-        lower hit fills the tiers above.  A tier that held the entry and
-        refused it (its signature) says why, which the compile that follows
-        reports first."""
-        with self._lock:
-            entry = self._memory[stage].get(token_hex)
-        if entry is not None or memory_only:
-            return entry, "memory" if entry is not None else None
-        above = []
-        for tier in self._tiers_for(stage):  # (no lock held: a tier may be a server)
-            found = tier.lookup(stage, token_hex)
-            if found.refused is not None:
-                with self._lock:
-                    self._refusals[(stage, token_hex)] = f"{tier.name} entry refused: {found.refused}"
-                    while len(self._refusals) > 256:
-                        self._refusals.popitem(last=False)
-            if found.entry is not None:
-                with self._lock:
-                    self._memory[stage].put(found.entry)
-                for upper in above:
-                    upper.put(stage, found.entry)
-                return found.entry, tier.name
-            above.append(tier)
-        return None, None
-
-    def _put(self, stage, entry: Entry):
-        with self._lock:
-            self._memory[stage].put(entry)
-        for tier in self._tiers_for(stage):
-            tier.put(stage, entry)
-
     # -- internals used by _Plan --------------------------------------------
-    def _lookup(self, stage: str, token: Token, cc,
-                memory_only: bool = False) -> Tuple[Optional[Entry], Token, Optional[str]]:
-        """Find `token`, or the variant of it that holds for target `cc`; a hit
-        in a lower tier fills the tiers above.  `memory_only`: what another
-        thread of this process just built is there.
-
-        Returns (entry or None, effective token, tier it came from)."""
-        return find_for_target(lambda token_hex: self._find(stage, token_hex, memory_only), token, cc)
-
     def _build(self, stage: str, token: Token, filing: "_Filing", make: Callable[[], Any],
                find: Callable[[], Any], upstream: str = "") -> Tuple[Any, Optional["_Built"]]:
         """Every stage's build after a miss, fatbin included, in one place:
@@ -922,7 +779,7 @@ class KernelCache:
                 if found is not None:
                     return found, None
             toolchain.confirm(stage)  # the fingerprint in the tokens is that of the tools about to run
-            self._count(stage, False)
+            self.store.count(stage, False)
             start = time.perf_counter()
             artifact = make()
             seconds = time.perf_counter() - start
@@ -937,39 +794,24 @@ class KernelCache:
         entry's flight (`_Flights`): no other compile of this cache writes
         this token, or its marker, meanwhile."""
         kernel = filing.kernel
-        with self._lock:
-            refusals = [self._refusals.pop((stage, token.hex), None)]
+        refusals = [self.store.take_refusal(stage, token.hex)]
         if reads:
             marker, _ = self.index.find(stage, token.hex)
             variants = list(marker.variants) if marker is not None and marker.is_marker else []
             if reads not in variants:
                 variants.append(reads)
-            self._put(stage, Entry(token.hex, kernel, None, token.components, 0, 0.0, variants=variants))
+            self.store.put(stage, Entry(token.hex, kernel, None, token.components, 0, 0.0, variants=variants))
             token = variant_token(token, reads)
-            with self._lock:
-                refusals.append(self._refusals.pop((stage, token.hex), None))
+            refusals.append(self.store.take_refusal(stage, token.hex))
         reasons = (filing.why_forced,) if filing.forced else self._explain(stage, token, kernel, filing.members)
         # an entry a tier refused (its signature) is why this stage compiled, first of all
         reasons = tuple(dict.fromkeys(r for r in refusals if r)) + reasons
-        self._put(stage, _artifact_entry(stage, token.hex, kernel, artifact, token.components, seconds,
+        self.store.put(stage, _artifact_entry(stage, token.hex, kernel, artifact, token.components, seconds,
                                          filing.signature_text, filing.config, reasons, upstream, filing.place,
                                          digest=digest))
         self.index.remember(stage, token, kernel)
-        with self._lock:
-            self._stats[stage].compile_seconds += seconds
+        self.store.compiled(stage, seconds)
         return token, reasons
-
-    def _count(self, stage, hit, tier=None, saved=0.0, cutoff=False):
-        with self._lock:
-            if hit:
-                self._stats[stage].hits += 1
-                self._stats[stage].cutoffs += cutoff
-                self._stats[stage].saved_seconds += saved
-                if tier is not None:
-                    count, total = self._tier_hits[stage].get(tier, (0, 0.0))
-                    self._tier_hits[stage][tier] = (count + 1, total + saved)
-            else:
-                self._stats[stage].misses += 1
 
     def _explain(self, stage, token: Token, kernel, members=None) -> Tuple[str, ...]:
         """Why `stage` missed (see `queries.explain_miss`); kept among the recent misses."""
@@ -1140,18 +982,6 @@ def _link_items(func, link) -> tuple:
     if isinstance(link, (str, bytes)) or not isinstance(link, (list, tuple, set, frozenset)):
         link = (link,)
     return tuple(link)
-
-
-def _kernel_matches(qualname: str, wanted: Optional[str]) -> bool:
-    return wanted is None or qualname == wanted or qualname.rsplit(".", 1)[-1] == wanted
-
-
-def _entry_row(stage, entry: Entry) -> Dict[str, Any]:
-    return {"stage": stage, "token": entry.token, "kernel": entry.kernel,
-            "signature": entry.signature, "config": entry.config,
-            "config_fields": dict(entry.config_fields or {}), "tiers": [],
-            "bytes": entry.nbytes, "created": entry.created, "seconds": entry.seconds,
-            "reasons": tuple(entry.reasons), "place": entry.place}
 
 
 def _per_stage(value, default, name):
@@ -1337,10 +1167,10 @@ class _Plan:
 
     def _lookup(self, stage, token: Token, cutoff: bool = False, memory_only: bool = False) -> Optional["_Found"]:
         start = time.perf_counter()
-        entry, token, tier = self.cache._lookup(stage, token, self.config.cc, memory_only)
+        entry, token, tier = self.cache.store.lookup(stage, token, self.config.cc, memory_only)
         if entry is None:
             return None
-        self.cache._count(stage, True, tier, entry.seconds, cutoff=cutoff)
+        self.cache.store.count(stage, True, tier, entry.seconds, cutoff=cutoff)
         self.stages[stage] = StageResult(stage, token.hex, Outcome.HIT, tier, time.perf_counter() - start,
                                          components=token.components, saved_seconds=entry.seconds,
                                          cutoff=cutoff)
@@ -1348,14 +1178,13 @@ class _Plan:
 
     def _peek_typing(self):
         """Report typing when a later stage hit: a hit if still cached, else not needed."""
-        entry, token, tier = self.cache._lookup("typing", self.tokens["typing"], self.config.cc)
+        entry, token, tier = self.cache.store.lookup("typing", self.tokens["typing"], self.config.cc)
         if entry is not None:
             outcome, saved = Outcome.HIT, entry.seconds
-            self.cache._count("typing", True, tier, saved)
+            self.cache.store.count("typing", True, tier, saved)
         else:
             outcome, tier, saved = Outcome.NOT_NEEDED, None, 0.0
-            with self.cache._lock:
-                self.cache._stats["typing"].not_needed += 1
+            self.cache.store.not_needed("typing")
         self.stages["typing"] = StageResult("typing", token.hex, outcome, tier, 0.0,
                                             components=token.components, saved_seconds=saved)
 

@@ -4,6 +4,7 @@
 `codec` (entries as bytes: no pickle, nothing executable), `disk` (a folder,
 across processes), `shared` (a Redis server, across machines), `signing`
 (HMAC-SHA256 over every stored entry), `settings` (the ``GPUCACHE_*``
-variables they read) and `fsutil` (atomic file writes).  Imports nothing of
+variables they read), `fsutil` (atomic file writes) and `tiered` (one
+cache's tiers in order, and the counters of what they answered).  Imports nothing of
 the compile pipeline above it (`cache`, `stages`) nor of launching.
 """

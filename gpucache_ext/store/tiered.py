@@ -1,0 +1,259 @@
+"""The tiers of one cache, in order, and what they answered.
+
+A `TieredStore` owns a memory tier per stage, then the persistent tiers
+(disk, shared, any others) searched after it, and the counters of what was
+looked up: hits per stage and per tier, misses, cutoffs, what compiling the
+misses took, and the entries a tier held and refused (its signature), which
+the compile that follows reports first.  A hit in a lower tier fills the
+tiers above it.  The cache (`gpucache_ext.cache.KernelCache`) builds and
+files entries; this is where they are kept and found.
+
+Its lock is the cache's: it guards the memory tiers and the counters, and is
+never held while a persistent tier is read or written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..config import LAYERS
+from ..index import find_for_target
+from ..results import EntryInfo, StageStats, TierInfo, TierStats
+from ..tokens import Token
+from .tiers import Entry, MemoryTier, Tier
+
+
+class StageCounters:
+    """What one stage's lookups and builds came to so far."""
+
+    __slots__ = ("hits", "misses", "not_needed", "cutoffs", "compile_seconds", "saved_seconds", "audits",
+                 "audit_mismatches")
+
+    def __init__(self):
+        self.hits = 0
+        self.misses = 0
+        self.not_needed = 0  # a later stage hit and this one's entry was gone: nothing looked up
+        self.cutoffs = 0  # hits right after the stage before rebuilt to the same bytes
+        self.compile_seconds = 0.0
+        self.saved_seconds = 0.0  # what the entries that hit took to compile
+        self.audits = 0  # artifacts compared with a fresh compile
+        self.audit_mismatches = 0
+
+
+class TieredStore:
+    """`memory` (stage -> `MemoryTier`), then `tiers` in order; `refused`:
+    configured tiers left out, as `tier_info` shows them."""
+
+    def __init__(self, memory: Mapping[str, MemoryTier], tiers: Sequence[Tier], refused: Sequence[TierInfo],
+                 lock):
+        self.memory = dict(memory)
+        self.tiers: List[Tier] = list(tiers)
+        self.refused = list(refused)
+        self.lock = lock
+        self.counters = {s: StageCounters() for s in LAYERS}
+        self.tier_hits: Dict[str, Dict[str, Tuple[int, float]]] = {s: {} for s in LAYERS}
+        # (stage, token) -> why a tier refused its entry, until the stage is compiled again
+        self._refusals: "OrderedDict[Tuple[str, str], str]" = OrderedDict()
+
+    # -- finding and filing ---------------------------------------------------
+    def tiers_for(self, stage: str) -> List[Tier]:
+        return [tier for tier in self.tiers if stage in tier.stages]
+
+    def find(self, stage: str, token_hex: str, memory_only: bool = False) -> Tuple[Optional[Entry], Optional[str]]:
+        """Search memory, then (unless `memory_only`) each persistent tier; a
+        lower hit fills the tiers above.  A tier that held the entry and
+        refused it (its signature) says why (`take_refusal`)."""
+        with self.lock:
+            entry = self.memory[stage].get(token_hex)
+        if entry is not None or memory_only:
+            return entry, "memory" if entry is not None else None
+        above = []
+        for tier in self.tiers_for(stage):  # (no lock held: a tier may be a server)
+            found = tier.lookup(stage, token_hex)
+            if found.refused is not None:
+                with self.lock:
+                    self._refusals[(stage, token_hex)] = f"{tier.name} entry refused: {found.refused}"
+                    while len(self._refusals) > 256:
+                        self._refusals.popitem(last=False)
+            if found.entry is not None:
+                with self.lock:
+                    self.memory[stage].put(found.entry)
+                for upper in above:
+                    upper.put(stage, found.entry)
+                return found.entry, tier.name
+            above.append(tier)
+        return None, None
+
+    def lookup(self, stage: str, token: Token, cc, memory_only: bool = False
+               ) -> Tuple[Optional[Entry], Token, Optional[str]]:
+        """Find `token`, or the variant of it that holds for target `cc`
+        (`index.find_for_target`).  `memory_only`: what another thread of
+        this process just built is there.  Returns (entry or None, effective
+        token, tier it came from)."""
+        return find_for_target(lambda token_hex: self.find(stage, token_hex, memory_only), token, cc)
+
+    def put(self, stage: str, entry: Entry) -> None:
+        with self.lock:
+            self.memory[stage].put(entry)
+        for tier in self.tiers_for(stage):
+            tier.put(stage, entry)
+
+    def take_refusal(self, stage: str, token_hex: str) -> Optional[str]:
+        """Why a tier refused the entry under this token (once), or None."""
+        with self.lock:
+            return self._refusals.pop((stage, token_hex), None)
+
+    def evict(self, stage: str, token: str) -> bool:
+        """Remove one entry from every tier; True if it was anywhere (then it
+        counts as an eviction)."""
+        with self.lock:
+            found = self.memory[stage].delete(token)
+        for tier in self.tiers_for(stage):
+            found = tier.delete(stage, token) or found
+        if found:
+            with self.lock:
+                self.memory[stage].evictions += 1
+        return found
+
+    def clear(self, stages: Sequence[str], tiers: Optional[Sequence[str]] = None) -> None:
+        """Drop the entries of `stages` in every tier, or in those named `tiers`."""
+        for stage in stages:
+            if tiers is None or "memory" in tiers:
+                with self.lock:
+                    self.memory[stage].clear()
+            for tier in self.tiers_for(stage):
+                if tiers is None or tier.name in tiers:
+                    tier.clear(stage)
+
+    # -- counting -------------------------------------------------------------
+    def count(self, stage: str, hit: bool, tier: Optional[str] = None, saved: float = 0.0,
+              cutoff: bool = False) -> None:
+        with self.lock:
+            counters = self.counters[stage]
+            if hit:
+                counters.hits += 1
+                counters.cutoffs += cutoff
+                counters.saved_seconds += saved
+                if tier is not None:
+                    count, total = self.tier_hits[stage].get(tier, (0, 0.0))
+                    self.tier_hits[stage][tier] = (count + 1, total + saved)
+            else:
+                counters.misses += 1
+
+    def not_needed(self, stage: str) -> None:
+        with self.lock:
+            self.counters[stage].not_needed += 1
+
+    def compiled(self, stage: str, seconds: float) -> None:
+        with self.lock:
+            self.counters[stage].compile_seconds += seconds
+
+    def audited(self, stage: str, mismatch: bool) -> None:
+        with self.lock:
+            self.counters[stage].audits += 1
+            if mismatch:
+                self.counters[stage].audit_mismatches += 1
+
+    # -- what it holds ----------------------------------------------------------
+    def stage_stats(self) -> Dict[str, StageStats]:
+        """Per stage: its counters and, per tier, hits, saved seconds, entries
+        and bytes (reading a shared tier's numbers asks its server)."""
+        with self.lock:  # the counters and memory figures at one moment
+            counted = {}
+            for stage in LAYERS:
+                memory, counters = self.memory[stage], self.counters[stage]
+                counted[stage] = (dict(self.tier_hits[stage]), StageStats(
+                    hits=counters.hits, misses=counters.misses, not_needed=counters.not_needed,
+                    cutoffs=counters.cutoffs,
+                    entries=memory.artifact_count(), bytes=memory.bytes, evictions=memory.evictions,
+                    compile_seconds=round(counters.compile_seconds, 6),
+                    saved_seconds=round(counters.saved_seconds, 6), audits=counters.audits,
+                    audit_mismatches=counters.audit_mismatches, tiers={}))
+        result = {}
+        for stage, (hits, stage_stats) in counted.items():
+            tiers = {"memory": TierStats(hits.get("memory", (0, 0.0))[0],
+                                         round(hits.get("memory", (0, 0.0))[1], 6), stage_stats.entries,
+                                         stage_stats.bytes)}
+            for tier in self.tiers_for(stage):
+                count, saved = hits.get(tier.name, (0, 0.0))
+                held = tier.stats(stage)
+                tiers[tier.name] = TierStats(count, round(saved, 6), int(held["entries"]),
+                                             int(held["bytes"]), held.get("corrupt"), held.get("rejected"),
+                                             held.get("rejected_by"), held.get("previous_secret"),
+                                             held.get("unwritable"))
+            result[stage] = dataclasses.replace(stage_stats, tiers=tiers)
+        return result
+
+    def lookups(self) -> Dict[str, Tuple[int, int, int]]:
+        with self.lock:
+            return {stage: (c.hits, c.misses, c.not_needed) for stage, c in self.counters.items()}
+
+    def tier_info(self) -> List[TierInfo]:
+        """Each persistent tier (and each configured one left out): where it
+        is, whether its entries are signed, and what it refused, by reason.
+        Asks no server anything."""
+        found = []
+        for tier in self.tiers:
+            signed = tier.signed
+            rejected: Dict[str, int] = {}
+            for counter in getattr(tier, "rejected", {}).values():
+                for reason, count in counter.items():
+                    rejected[reason] = rejected.get(reason, 0) + count
+            notes = []
+            if tier.name == "shared" and not signed:
+                notes.append("whoever can write to the server can change these kernels "
+                             "(GPUCACHE_SHARED_UNSIGNED); set GPUCACHE_SECRET (the same for everyone "
+                             "who shares it) to sign its entries")
+            if getattr(tier, "exposed", None):
+                notes.append(f"other users can write here ({tier.exposed}); set GPUCACHE_SECRET to sign "
+                             "its entries, or make the folder yours alone (chmod 700)")
+            found.append(TierInfo(tier.name, tier.location, signed, True,
+                                  "; ".join(notes), rejected,
+                                  int(sum(getattr(tier, "previous", {}).values()))))
+        return found + list(self.refused)
+
+    def tier_names(self, tiers=None) -> Tuple[str, ...]:
+        """The names of the tiers, "memory" first, in order; with `tiers` (a
+        name or names), those of them, or a ValueError naming the tiers there are."""
+        known = ("memory",) + tuple(dict.fromkeys(tier.name for tier in self.tiers))
+        if tiers is None:
+            return known
+        given = (tiers,) if isinstance(tiers, str) else tuple(tiers)
+        unknown = [name for name in given if name not in known]
+        if unknown:
+            raise ValueError(f"tiers={tiers!r} is invalid: this cache has no {', '.join(map(repr, unknown))} "
+                             f"tier; its tiers are {', '.join(known)}")
+        return tuple(name for name in known if name in given)
+
+    def entries(self, stages: Sequence[str], kernel: Optional[str] = None) -> List[EntryInfo]:
+        """One `EntryInfo` per artifact of `stages` (markers excluded), newest
+        first, with the tiers holding it; of `kernel` alone where given (a
+        qualified name or its last part)."""
+        rows: Dict[Tuple[str, str], Dict[str, Any]] = {}
+        for stage in stages:
+            with self.lock:
+                sources = [("memory", list(self.memory[stage].entries.values()))]
+            sources += [(tier.name, tier.entries(stage)) for tier in self.tiers_for(stage)]
+            for tier_name, entries in sources:
+                for entry in entries:
+                    if entry.is_marker or not _kernel_matches(entry.kernel, kernel):
+                        continue
+                    row = rows.setdefault((stage, entry.token), _entry_row(stage, entry))
+                    if tier_name not in row["tiers"]:
+                        row["tiers"].append(tier_name)
+        infos = [EntryInfo(**{**row, "tiers": tuple(row["tiers"])}) for row in rows.values()]
+        return sorted(infos, key=lambda info: info.created, reverse=True)
+
+
+def _kernel_matches(qualname: str, wanted: Optional[str]) -> bool:
+    return wanted is None or qualname == wanted or qualname.rsplit(".", 1)[-1] == wanted
+
+
+def _entry_row(stage, entry: Entry) -> Dict[str, Any]:
+    return {"stage": stage, "token": entry.token, "kernel": entry.kernel,
+            "signature": entry.signature, "config": entry.config,
+            "config_fields": dict(entry.config_fields or {}), "tiers": [],
+            "bytes": entry.nbytes, "created": entry.created, "seconds": entry.seconds,
+            "reasons": tuple(entry.reasons), "place": entry.place}
