@@ -24,7 +24,6 @@ which token components differ.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import os
 import threading
@@ -51,6 +50,7 @@ from .store.disk import OFF_VALUES, DiskTier, configured_directory, default_dire
 from .store.shared import RedisTier, UnsignedSharedTier, display_url
 from .store.signing import Keyring
 from .index import CacheIndex, variant_token
+from .provenance import Origin, Provenance
 from .store.tiered import TieredStore
 from .store.tiers import Entry, MemoryTier, Tier
 from .extensions import derived_during, extensions_component
@@ -65,21 +65,6 @@ stages = lazy_module("gpucache_ext.stages")
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_ENTRIES = {"typing": 256, "llvm": 512, "ptx": 1024, "cubin": 1024, "fatbin": 256}
-_HISTORY_LIMIT = 4096  # entries whose inputs `recompile` remembers
-# the snapshots `recompile` rebuilds from are held for the latest compiles
-# only: at most this many, holding at most this many bytes of array copies
-_SNAPSHOT_LIMIT = 256
-_SNAPSHOT_BYTES = 256 << 20
-
-
-class _Origin(NamedTuple):
-    """The inputs of the compile that produced an entry, as it hashed them."""
-
-    snapshot: int  # its `SourceIdentity` (what `rebind` compiles) in `KernelCache._snapshots`, while held
-    argtypes: tuple
-    config: CompileConfig
-    link: tuple
-    targets: Optional[Targets]  # a fatbin's targets; None for one target's stages
 
 
 
@@ -144,12 +129,6 @@ class KernelCache:
         """The memory tiers, then the persistent ones, and what they answered."""
         self.tiers: List[Tier] = self.store.tiers  # (the persistent tiers, in order)
         self._memory = self.store.memory
-        self._origins: "OrderedDict[str, _Origin]" = OrderedDict()  # any stage's token -> its inputs
-        # the snapshots origins name, the latest held (`_hold`), with their array copies' bytes
-        self._snapshots: "OrderedDict[int, Any]" = OrderedDict()
-        self._snapshot_keys: Dict[int, int] = {}  # id of a held snapshot -> its key
-        self._snapshot_bytes = 0
-        self._snapshot_count = itertools.count()
         self._notes: Dict[str, dict] = {}  # (`note`, `file_note`)
         self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
         self._misses = deque(maxlen=256)
@@ -159,6 +138,8 @@ class KernelCache:
         self._not_audited_count = 0
         self._launch_checks = 0
         self._flights = _Flights()  # one build at a time per (stage, token)
+        self.provenance = Provenance(self._lock)
+        """The inputs each entry was built from, for `recompile`."""
         self.index = CacheIndex(self._memory, self.store.tiers_for, self._lock)
         """What the cache holds, read without changing it (`gpucache_ext.index`):
         what `explain` and the miss explanations read."""
@@ -278,10 +259,9 @@ class KernelCache:
                               generic_tokens=primary.generic_tokens, place=primary.place, targets=wanted,
                               per_target=per_target,
                               fatbin_stage=layer, _fatbin=artifact, ptx_note=note)
-        with self._lock:
-            first_origin = self._origins.get(primary.stages["cubin"].token)
-        self._remember((layer,), _Origin(first_origin.snapshot if first_origin else -1, argtypes, config,
-                                         tuple(link), wanted))
+        first_origin = self.provenance.origin(primary.stages["cubin"].token)
+        self.provenance.remember((layer.token,), Origin(first_origin.snapshot if first_origin else -1, argtypes,
+                                                        config, tuple(link), wanted))
         return result
 
     def _fatbin_layer(self, primary: CompileResult, wanted: Targets, cubins, ptx_member, force, why_forced,
@@ -406,36 +386,9 @@ class KernelCache:
             identity = plan.identity
             self._auditor.submit(lambda: self._audit(pyfunc, argtypes, config, result, link, identity),
                                  background=False if audit else None)
-        self._remember(result.stages.values(), _Origin(self._hold(plan.identity), argtypes, config, tuple(link),
-                                                       None))
+        self.provenance.remember((layer.token for layer in result.stages.values()),
+                                 Origin(self.provenance.hold(plan.identity), argtypes, config, tuple(link), None))
         return result
-
-    def _hold(self, identity) -> int:
-        """Hold `identity` among the latest snapshots (at most `_SNAPSHOT_LIMIT`,
-        `_SNAPSHOT_BYTES` of array copies: the oldest are let go); its key."""
-        with self._lock:
-            key = self._snapshot_keys.get(id(identity))
-            if key is not None:  # (held already: a recompile's targets share one)
-                self._snapshots.move_to_end(key)
-                return key
-            key = next(self._snapshot_count)
-            self._snapshots[key] = identity
-            self._snapshot_keys[id(identity)] = key
-            self._snapshot_bytes += identity.snapshot_bytes
-            while len(self._snapshots) > _SNAPSHOT_LIMIT or self._snapshot_bytes > _SNAPSHOT_BYTES:
-                _, gone = self._snapshots.popitem(last=False)
-                del self._snapshot_keys[id(gone)]
-                self._snapshot_bytes -= gone.snapshot_bytes
-            return key
-
-    def _remember(self, layers, origin: _Origin) -> None:
-        """Record the inputs `layers` were built from, for `recompile`."""
-        with self._lock:
-            for layer in layers:
-                self._origins[layer.token] = origin
-                self._origins.move_to_end(layer.token)
-            while len(self._origins) > _HISTORY_LIMIT:
-                self._origins.popitem(last=False)
 
     def tokens(self, func, sig, config: Optional[CompileConfig] = None, *, link=None) -> Dict[str, Token]:
         """Each stage's token for these inputs, computed without compiling:
@@ -545,12 +498,7 @@ class KernelCache:
         signature, config and link, even where they have changed since.
         Its entries are replaced.  Raises KeyError (`recompile_problem` says
         the same beforehand) where this process does not hold those inputs."""
-        problem = self.recompile_problem(token)
-        if problem is not None:
-            raise KeyError(problem)
-        with self._lock:
-            origin = self._origins[token]
-            identity = self._snapshots[origin.snapshot]
+        origin, identity = self.provenance.inputs(token)
         why = "recompiled on request"
         if origin.targets is not None:  # a fatbin: every target again, then the fatbin
             return self.compile_fatbin(identity.pyfunc, origin.argtypes, origin.config, sms=origin.targets,
@@ -584,18 +532,7 @@ class KernelCache:
     def recompile_problem(self, token: str) -> Optional[str]:
         """Why `recompile(token)` cannot rebuild that entry's own inputs, or
         None where it can."""
-        with self._lock:
-            origin = self._origins.get(token)
-            held = origin is not None and origin.snapshot in self._snapshots
-        if origin is None:
-            return (f"{short_token(token)} was not compiled by this process (another process, or this one "
-                    "before a restart, made it): its inputs are not held here to rebuild it exactly; run "
-                    "its cell again to compile the current state")
-        if not held:
-            return (f"the inputs of {short_token(token)} were let go (this process holds those of its latest "
-                    f"{_SNAPSHOT_LIMIT} compiles): it cannot be rebuilt exactly; run its cell again to "
-                    "compile the current state")
-        return None
+        return self.provenance.problem(token)
 
     def tier_names(self, tiers=None) -> Tuple[str, ...]:
         """The names of this cache's tiers, "memory" first, in its order;

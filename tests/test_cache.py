@@ -407,9 +407,9 @@ def test_recompile_rebuilds_the_entrys_own_inputs_not_the_current_state():
 
 
 def test_recompile_says_when_the_inputs_were_let_go(monkeypatch):
-    from gpucache_ext import cache as cache_module
+    from gpucache_ext import provenance
 
-    monkeypatch.setattr(cache_module, "_SNAPSHOT_LIMIT", 1)
+    monkeypatch.setattr(provenance, "SNAPSHOT_LIMIT", 1)
     cache = KernelCache()
     first = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
     latest = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
