@@ -1,4 +1,4 @@
-"""Every change gpucache_ext makes to numba-cuda itself, declared in one place.
+"""Every change gpucache_ext makes to numba-cuda's state, declared in one place.
 
 gpucache_ext compiles with numba-cuda's own pipeline.  In a few places that
 pipeline reads process-wide state that would make the same inputs give
@@ -11,28 +11,40 @@ own compiles run numba's code unchanged.
 `PATCHES` says, for each, what is replaced, numba's signature when it was
 checked, and why.  `install` applies them once (a second call changes
 nothing), with the replacements `gpucache_ext.stages` makes from numba's
-originals; `original` gives numba's function back.  When numba-cuda is
-upgraded, ``tests/test_numba_compat.py`` fails on any patched function whose
-signature changed: read the new numba code before changing `CHECKED_AGAINST`.
+originals (`gpucache_ext.stages.install_patches`, on the first compile:
+importing gpucache_ext changes nothing of numba's); `original` gives numba's
+function back.
 
-Temporary swaps, made only while something runs and undone after, are not
-patches of numba's code and live where they are used: a ``%%gpukernel`` cell
-stands in for ``numba.cuda.jit`` (`gpucache_ext.ipython.cell`), the simulator
-gives ``numba.cuda``'s memory API its own objects without a GPU
-(`gpucache_ext.launch.simulator.simulate_memory`), the NVRTC program numba builds
-is captured (`gpucache_ext.toolchain.linking`), and ``CUDA_ENABLE_NRT`` is off during a
-compile (`gpucache_ext.stages`).
+Other attributes of numba-cuda are given a value of ours only while
+something runs, and numba's own back after: `SWAPS` declares each, with the
+context manager (or function) here that makes it.  A ``%%gpukernel`` cell
+stands in for ``numba.cuda.jit`` (`jit_replaced`), a compile turns
+``CUDA_ENABLE_NRT`` off (`nrt_off`), names shared arrays (`smem_ids_named`)
+and numbers what it makes afresh (`numbered_afresh`), the NVRTC program numba
+builds is captured (`nvrtc_program_captured`), and the simulator gives
+``numba.cuda``'s memory API its own objects without a GPU
+(`simulator_memory_api`).  `SETTINGS` declares the one value set for the
+process: the libdevice bytes pinned (`pin_libdevice`).  No other module of
+gpucache_ext assigns to numba's or llvmlite's state (a test reads them all).
+
+When numba-cuda is upgraded, ``tests/test_numba_compat.py`` fails on any
+patched function whose signature changed and on any swapped attribute that is
+gone: read the new numba code before changing `CHECKED_AGAINST`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
+import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Callable, Dict, Mapping, Optional
 
-__all__ = ["CHECKED_AGAINST", "PATCHES", "Patch", "install", "installed", "original", "numba_signature"]
+__all__ = ["CHECKED_AGAINST", "PATCHES", "Patch", "install", "installed", "original", "numba_signature",
+           "SWAPS", "SETTINGS", "Swap", "MEMORY_API", "jit_replaced", "nrt_off", "smem_ids_named",
+           "numbered_afresh", "nvrtc_program_captured", "simulator_memory_api", "pin_libdevice"]
 
 CHECKED_AGAINST = {"numba-cuda": "0.30.4", "numba": "0.68.1"}
 
@@ -150,3 +162,197 @@ def original(target: str):
         owner, attribute = _owner(target)
         patch = next(p for p in PATCHES if p.target == target)
         return _unwrap(inspect.getattr_static(owner, attribute), patch.kind)
+
+
+# ---------------------------------------------------------------------------
+# Values of ours numba holds for a while
+
+
+@dataclass(frozen=True)
+class Swap:
+    """One attribute of numba-cuda given a value of ours (``module:owner.attribute``,
+    the owner an object reached from the module), the function here that
+    assigns it (the only code that does), and why."""
+
+    target: str
+    by: str
+    why: str
+
+
+# numba.cuda's memory and stream API, which needs a GPU; the simulator has its
+# own.  (numba-cuda 0.30.4 has no ``numba.cuda.auto_device``: there is nothing to swap.)
+MEMORY_API = ("to_device", "device_array", "device_array_like", "pinned_array",
+              "pinned_array_like", "mapped_array", "managed_array", "pinned",
+              "stream", "default_stream", "legacy_default_stream", "per_thread_default_stream",
+              "external_stream", "event", "synchronize",
+              "reduce", "Reduce")  # cuda.reduce launches numba's own kernels
+
+_IR_UTILS = "numba.cuda.core.ir_utils"
+
+SWAPS = (
+    Swap("numba.cuda:jit", "jit_replaced",
+         "while a %%gpukernel cell runs, numba.cuda.jit is the cell's stand-in, which makes kernels "
+         "with the cell's flags (gpucache_ext.ipython.cell.CellJit); numba.cuda.decorators.jit stays "
+         "numba's: its own wrappers call it"),
+    Swap("numba.cuda.core.config:CUDA_ENABLE_NRT", "nrt_off",
+         "with NRT on numba adds reference counting to every kernel; the pipeline compiles without it "
+         "(compiling is refused while it is on: stages.check_numba_runtime), so it is off during a compile"),
+    Swap("numba.cuda.cudaimpl:_get_unique_smem_id", "smem_ids_named",
+         "numba names each cuda.shared.array from a process-wide counter; during a lowering, after the "
+         "function being lowered (stages._stable_shared_memory_names)"),
+    Swap(f"{_IR_UTILS}:_unique_var_count", "numbered_afresh",
+         "the variables numba makes are numbered from a process-wide counter: from 0 in each typing "
+         "and lowering of ours"),
+    Swap(f"{_IR_UTILS}:_the_max_label._value", "numbered_afresh",
+         "the block labels of code numba inlines are numbered from a process-wide counter: from 0 in "
+         "each typing and lowering of ours"),
+    Swap("numba.cuda.descriptor:cuda_target.target_context.cached_internal_func", "numbered_afresh",
+         "numba's helper cache is keyed without the compile's flags or target: one per lowering config "
+         "during a compile of ours (stages._subroutine_cache)"),
+    Swap("numba.cuda.cudadrv.nvrtc:Program", "nvrtc_program_captured",
+         "numba's nvrtc.compile builds a cuda.core Program, which asks the driver before it returns PTX: "
+         "a stand-in takes numba's exact NVRTC options instead (toolchain.linking._CapturedProgram)"),
+    *(Swap(f"numba.cuda:{name}", "simulator_memory_api",
+           "without a GPU numba.cuda's memory API is the simulator's, so that cells written for a GPU run "
+           "on the simulator as written (gpucache_ext.launch.simulator.simulate_memory)")
+      for name in MEMORY_API),
+)
+
+SETTINGS = (
+    Swap("numba.cuda.cudadrv.nvvm:LibDevice._cache_", "pin_libdevice",
+         "numba means LibDevice._cache_ as a process-wide cache, but sets it on the instance, so every "
+         "compile reads the file again: the bytes the toolchain hashed are pinned there for the process "
+         "(until toolchain.forget), so that a file replaced later cannot be linked under their digest"),
+)
+
+
+_NO_DEFAULT = object()
+
+
+@contextlib.contextmanager
+def _swapped(owner, attribute: str, value, default=_NO_DEFAULT):
+    """`owner.attribute` is `value` inside the block, what it was after
+    (`default`: what it was where numba has no such attribute)."""
+    saved = getattr(owner, attribute) if default is _NO_DEFAULT else getattr(owner, attribute, default)
+    setattr(owner, attribute, value)
+    try:
+        yield
+    finally:
+        setattr(owner, attribute, saved)
+
+
+def jit_replaced(jit):
+    """``numba.cuda.jit`` is `jit` inside the block, numba's own after."""
+    import numba.cuda
+
+    return _swapped(numba.cuda, "jit", jit)
+
+
+def nrt_off():
+    """numba's ``CUDA_ENABLE_NRT`` is False inside the block, as it was after."""
+    from numba.cuda.core import config
+
+    return _swapped(config, "CUDA_ENABLE_NRT", False, default=False)
+
+
+def smem_ids_named(name: Callable[[str], str]):
+    """numba names each shared array ``name(prefix)`` inside the block (numba's
+    ``cudaimpl._get_unique_smem_id``), from its own counter after."""
+    from numba.cuda import cudaimpl
+
+    return _swapped(cudaimpl, "_get_unique_smem_id", name)
+
+
+def nvrtc_program_captured(program_class):
+    """numba's nvrtc module builds `program_class` in place of cuda.core's
+    Program inside the block.  A module global: the caller holds a lock, so
+    that one capture runs at a time."""
+    from numba.cuda.cudadrv import nvrtc
+
+    return _swapped(nvrtc, "Program", program_class)
+
+
+_numbering_depth = 0  # blocks under way (nested: device functions); under numba's compiler lock
+_numbering_high = [0, 0]  # the highest variable and label numbers any of them reached
+
+
+@contextlib.contextmanager
+def numbered_afresh(helper_cache: dict):
+    """Inside the block, numba numbers what it makes as if this were the
+    process's first compile, and keeps its helpers in `helper_cache`.
+
+    numba numbers the variables it makes (``$20pred.305``,
+    numba/cuda/core/ir_utils.py:33-40 ``mk_unique_var``) and the block labels
+    of code it inlines (ir_utils.py:43-72 ``_the_max_label``, LLVM's
+    ``B<label>``) from counters that live as long as the process, and the
+    numbers reach the output.  Here both start at 0.  A nested block gives
+    the outer its counters back as they were (so the outer's numbering does
+    not depend on whether a device function was typed before); after the
+    outermost, numba's counters go on from the highest number reached, so
+    numba's own later compiles never reuse one of ours.  numba's helper cache
+    (numba/cuda/core/base.py:913-946 ``cached_internal_func``) is `helper_cache`
+    inside the block, numba's own after.  Runs under numba's compiler lock
+    (the counters are process-wide).
+    """
+    global _numbering_depth
+    from numba.cuda.core import ir_utils
+    from numba.cuda.descriptor import cuda_target
+
+    context = cuda_target.target_context
+    saved = (ir_utils._unique_var_count, ir_utils._the_max_label._value, context.cached_internal_func)
+    ir_utils._unique_var_count = ir_utils._the_max_label._value = 0
+    context.cached_internal_func = helper_cache
+    _numbering_depth += 1
+    try:
+        yield
+    finally:
+        _numbering_depth -= 1
+        _numbering_high[0] = max(_numbering_high[0], ir_utils._unique_var_count)
+        _numbering_high[1] = max(_numbering_high[1], ir_utils._the_max_label._value)
+        ir_utils._unique_var_count, ir_utils._the_max_label._value = saved[:2]
+        if not _numbering_depth:
+            ir_utils._unique_var_count = max(saved[0], _numbering_high[0])
+            ir_utils._the_max_label._value = max(saved[1], _numbering_high[1])
+        context.cached_internal_func = saved[2]
+
+
+_memory_api_saved: Dict[str, Any] = {}  # name -> numba's own, while the simulator's is in place
+
+
+def simulator_memory_api(enable: bool, replacement_for: Optional[Callable[[str], Any]] = None) -> None:
+    """Give each name of ``numba.cuda``'s `MEMORY_API` ``replacement_for(name)``
+    (a name it gives None is left alone), or numba's own back (`enable` False,
+    no `replacement_for`).  Enabling again while enabled changes nothing."""
+    import numba.cuda
+
+    if enable and not _memory_api_saved:
+        for name in MEMORY_API:
+            if not hasattr(numba.cuda, name):
+                continue
+            replacement = replacement_for(name)
+            if replacement is not None:
+                _memory_api_saved[name] = getattr(numba.cuda, name)
+                setattr(numba.cuda, name, replacement)
+    elif not enable:
+        for name, numba_own in _memory_api_saved.items():
+            setattr(numba.cuda, name, numba_own)
+        _memory_api_saved.clear()
+
+
+def pin_libdevice(data: Optional[bytes]) -> None:
+    """numba's ``LibDevice`` hands out `data` as libdevice from now on (None:
+    it reads the file again; where numba's nvvm is not imported, nothing was
+    pinned and nothing is imported)."""
+    if data is None:
+        nvvm = sys.modules.get("numba.cuda.cudadrv.nvvm")
+        if nvvm is None:
+            return
+    else:
+        from numba.cuda.cudadrv import nvvm
+    nvvm.LibDevice._cache_ = data
+
+
+def swap_target_exists(swap: Swap) -> bool:
+    """Whether numba (as installed) still has the attribute `swap` assigns."""
+    owner, attribute = _owner(swap.target)
+    return hasattr(owner, attribute)

@@ -45,7 +45,9 @@ from typing import Any, Dict, Optional, Tuple
 
 from numba.cuda import types as nbtypes
 from numba.cuda import typing as nbtyping
-from numba.cuda import cudaimpl
+# (numba's lowering implementations load with the pipeline: a numba-cuda that cannot load
+# them fails at this import, which says its cause)
+from numba.cuda import cudaimpl  # noqa: F401
 from numba.cuda import utils as nbutils
 from numba.cuda.compiler import (
     CUDACompiler,
@@ -53,7 +55,6 @@ from numba.cuda.compiler import (
     DefaultPassBuilder,
     kernel_fixup,
 )
-from numba.cuda.core import config as nbconfig
 from numba.cuda.core.base import OverloadSelector
 from numba.cuda.core import ir as nbir
 from numba.cuda.core import sigutils
@@ -156,14 +157,12 @@ def _lowering_flags(config: CompileConfig) -> _TrackedFlags:
 @contextlib.contextmanager
 def _numba_compiling():
     """numba's global compiler lock (safe against Ctrl-C: `locks`), the CUDA
-    target, and NRT forced off."""
-    with compiler_lock(), nbutils.numba_target_override():
-        saved = getattr(nbconfig, "CUDA_ENABLE_NRT", False)
-        nbconfig.CUDA_ENABLE_NRT = False
-        try:
-            yield
-        finally:
-            nbconfig.CUDA_ENABLE_NRT = saved
+    target, and NRT forced off (`numba_compat.nrt_off`).  Every run of
+    numba's pipeline (typing, lowering) is inside it: the first installs the
+    patches (`install_patches`)."""
+    install_patches()
+    with compiler_lock(), nbutils.numba_target_override(), numba_compat.nrt_off():
+        yield
 
 
 # ---------------------------------------------------------------------------
@@ -358,20 +357,12 @@ def _stable_shared_memory_names(uid):
     compile and process.  Nested lowerings (device functions) get their own.
     """
     counter = itertools.count(1)
-    saved = cudaimpl._get_unique_smem_id
-    cudaimpl._get_unique_smem_id = lambda prefix: f"{prefix}_{uid}_{next(counter)}"
-    try:
+    with numba_compat.smem_ids_named(lambda prefix: f"{prefix}_{uid}_{next(counter)}"):
         yield
-    finally:
-        cudaimpl._get_unique_smem_id = saved
 
 
 # ---------------------------------------------------------------------------
 # numba's process-wide numbering
-
-
-_numbering_depth = 0  # typings and lowerings under way (nested: device functions); under numba's lock
-_numbering_high = [0, 0]  # the highest variable and label numbers any of them reached
 
 
 @contextlib.contextmanager
@@ -381,41 +372,17 @@ def _numbered_afresh():
     numba numbers what it makes from counters that live as long as the
     process, and the numbers reach the output, so a kernel's NVVM IR followed
     what the process had compiled before (with ``literal_unroll``, two compiles
-    in a row differ): the variables it makes (``$20pred.305``,
-    numba/cuda/core/ir_utils.py:33-40 ``mk_unique_var``), the block labels of
-    code it inlines (ir_utils.py:43-72 ``_the_max_label``, LLVM's ``B<label>``),
-    and the functions it compiles or inlines on its own (numbered by content
-    here, see `gpucache_ext.numba_compat`).  And its helper cache
-    (numba/cuda/core/base.py:913-946 ``cached_internal_func``, keyed without
-    the compile's flags or target) handed a kernel a helper lowered for
-    another: here it is one per lowering config (`_subroutine_cache`).
-
-    Here both counters start at 0.  A nested one gives the outer its
-    counters back as they were (so the outer's numbering does not depend on
-    whether a device function was typed before); after the outermost,
-    numba's counters go on from the highest number reached, so numba's own
-    later compiles never reuse one of ours.  Runs under numba's compiler
-    lock (the counters are process-wide).
+    in a row differ): the variables it makes and the block labels of code it
+    inlines start from 0 here (`numba_compat.numbered_afresh`), and the
+    functions it compiles or inlines on its own are numbered by content
+    (`numba_compat.PATCHES`).  And its helper cache (numba/cuda/core/base.py:913-946
+    ``cached_internal_func``, keyed without the compile's flags or target)
+    handed a kernel a helper lowered for another: here it is one per
+    lowering config (`_subroutine_cache`).  Runs under numba's compiler lock
+    (the counters are process-wide).
     """
-    global _numbering_depth
-    from numba.cuda.core import ir_utils
-
-    context = cuda_target.target_context
-    saved = (ir_utils._unique_var_count, ir_utils._the_max_label._value, context.cached_internal_func)
-    ir_utils._unique_var_count = ir_utils._the_max_label._value = 0
-    context.cached_internal_func = _subroutine_cache(_active.config)
-    _numbering_depth += 1
-    try:
+    with numba_compat.numbered_afresh(_subroutine_cache(_active.config)):
         yield
-    finally:
-        _numbering_depth -= 1
-        _numbering_high[0] = max(_numbering_high[0], ir_utils._unique_var_count)
-        _numbering_high[1] = max(_numbering_high[1], ir_utils._the_max_label._value)
-        ir_utils._unique_var_count, ir_utils._the_max_label._value = saved[:2]
-        if not _numbering_depth:
-            ir_utils._unique_var_count = max(saved[0], _numbering_high[0])
-            ir_utils._the_max_label._value = max(saved[1], _numbering_high[1])
-        context.cached_internal_func = saved[2]
 
 
 _subroutine_caches: Dict[Any, dict] = {}  # (lowering key, target) -> numba's helper cache for them
@@ -1141,17 +1108,29 @@ def _normalize_signature(sig) -> Tuple[Any, ...]:
 
 
 _DISPATCHER = "numba.cuda.dispatcher:CUDADispatcher"
-numba_compat.install({
-    f"{_DISPATCHER}.get_call_template": _routed("get_call_template"),
-    f"{_DISPATCHER}.compile_device": _routed("compile_device"),
-    f"{_DISPATCHER}.get_overload": _routed("get_overload"),
-    f"{_DISPATCHER}.__repr__": _dispatcher_repr,
-    "numba.cuda.lowering:get_func_def_lineno": _hashed_def_line,
-    "numba.cuda.core.bytecode:FunctionIdentity.from_function": _numbered_by_content,
-    "numba.cuda.types:Record.mangling_args": _record_mangling,
-    "numba.cuda.core.base:BaseContext.insert_const_bytes": _stable_const_bytes,
-    "numba.cuda.core.base:BaseContext._compile_subroutine_no_cache": _fresh_subroutine,
-    "numba.cuda.core.base:BaseContext.compile_subroutine": _replayed_subroutine,
-    "numba.cuda.core.inline_closurecall:InlineWorker.run_untyped_passes": _afresh_inside,
-    "numba.cuda.core.inline_closurecall:InlineWorker.inline_ir": _inlined_by_content,
-})
+_patches_installed = False  # (numba_compat.install is idempotent too: this keeps each compile's check cheap)
+
+
+def install_patches() -> None:
+    """Apply `numba_compat.PATCHES`, with this module's replacements, if not
+    applied yet.  The first compile does (`_numba_compiling`), so that
+    importing gpucache_ext changes nothing of numba's; each replacement acts
+    only inside a compile of ours anyway."""
+    global _patches_installed
+    if _patches_installed:
+        return
+    numba_compat.install({
+        f"{_DISPATCHER}.get_call_template": _routed("get_call_template"),
+        f"{_DISPATCHER}.compile_device": _routed("compile_device"),
+        f"{_DISPATCHER}.get_overload": _routed("get_overload"),
+        f"{_DISPATCHER}.__repr__": _dispatcher_repr,
+        "numba.cuda.lowering:get_func_def_lineno": _hashed_def_line,
+        "numba.cuda.core.bytecode:FunctionIdentity.from_function": _numbered_by_content,
+        "numba.cuda.types:Record.mangling_args": _record_mangling,
+        "numba.cuda.core.base:BaseContext.insert_const_bytes": _stable_const_bytes,
+        "numba.cuda.core.base:BaseContext._compile_subroutine_no_cache": _fresh_subroutine,
+        "numba.cuda.core.base:BaseContext.compile_subroutine": _replayed_subroutine,
+        "numba.cuda.core.inline_closurecall:InlineWorker.run_untyped_passes": _afresh_inside,
+        "numba.cuda.core.inline_closurecall:InlineWorker.inline_ir": _inlined_by_content,
+    })
+    _patches_installed = True

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 
+from .. import numba_compat
 from ..defaults import default_cache
 from ..cache import CompileResult
 from ..errors import CompileError
@@ -143,24 +144,19 @@ JIT = CellJit()
 def _jit_standing_in(namespace, context: _CellContext):
     """numba.cuda.jit, and the namespace's names for numba's jit, are `JIT`
     while the block runs; `JIT` makes kernels for `context`."""
-    import numba.cuda
-
-    # (numba.cuda.decorators.jit stays numba's: its own wrappers call it.)
     real = _real_jit()
     aliases = [name for name, value in namespace.items() if value is real]
-    saved = numba.cuda.jit
-    numba.cuda.jit = JIT
-    for name in aliases:
-        namespace[name] = JIT
-    JIT.active = context
-    try:
-        yield
-    finally:
-        JIT.active = None
-        numba.cuda.jit = saved
+    with numba_compat.jit_replaced(JIT):  # (numba.cuda.decorators.jit stays numba's: `numba_compat.SWAPS`)
         for name in aliases:
-            if namespace.get(name) is JIT:
-                namespace[name] = real
+            namespace[name] = JIT
+        JIT.active = context
+        try:
+            yield
+        finally:
+            JIT.active = None
+            for name in aliases:
+                if namespace.get(name) is JIT:
+                    namespace[name] = real
 
 
 def _capture_numba_kernels(namespace, before, context: _CellContext):

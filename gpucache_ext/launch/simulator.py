@@ -118,10 +118,11 @@ import operator
 import sys
 import threading
 import types as pytypes
-from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import numba_compat
 from ..errors import UnsupportedKernelError
 
 log = logging.getLogger(__name__)
@@ -672,14 +673,6 @@ def _fits(number: float, target: np.dtype) -> bool:
 
 # -- running a kernel on the simulator ---------------------------------------------
 
-# numba.cuda's memory and stream API, which needs a GPU; the simulator has its own.
-_MEMORY_API = ("to_device", "device_array", "device_array_like", "pinned_array",
-               "pinned_array_like", "mapped_array", "managed_array", "pinned", "auto_device",
-               "stream", "default_stream", "legacy_default_stream", "per_thread_default_stream",
-               "external_stream", "event", "synchronize",
-               "reduce", "Reduce")  # cuda.reduce launches numba's own kernels
-_saved_memory_api: Dict[str, Any] = {}
-
 
 @functools.lru_cache(maxsize=1)
 def _simulated_array_class():
@@ -719,21 +712,16 @@ def simulate_memory(enable: bool = True) -> None:
     ``device_array``, ``stream``, ``synchronize``...) the simulator's objects,
     or numba's own back (`enable` False).  The magic does this when there is
     no GPU, so that cells written for a GPU run on the simulator as written:
-    kernels launched there accept the simulator's arrays.
+    kernels launched there accept the simulator's arrays (the names:
+    `numba_compat.MEMORY_API`).
     """
-    import numba.cuda
     from numba.cuda import simulator
 
-    if enable and not _saved_memory_api:
-        for name in _MEMORY_API:
-            replacement = getattr(simulator, name, None) or getattr(simulator.devicearray, name, None)
-            if replacement is not None and hasattr(numba.cuda, name):
-                _saved_memory_api[name] = getattr(numba.cuda, name)
-                setattr(numba.cuda, name, _with_interface(replacement))
-    elif not enable:
-        for name, original in _saved_memory_api.items():
-            setattr(numba.cuda, name, original)
-        _saved_memory_api.clear()
+    def replacement_for(name):
+        replacement = getattr(simulator, name, None) or getattr(simulator.devicearray, name, None)
+        return None if replacement is None else _with_interface(replacement)
+
+    numba_compat.simulator_memory_api(enable, replacement_for)
 
 
 _notice_shown = False

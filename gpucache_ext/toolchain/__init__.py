@@ -45,6 +45,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
+from .. import numba_compat
 from ..errors import GpuCacheError
 from ..store.signing import Keyring
 from ..tokens import Component, component
@@ -131,10 +132,8 @@ def _probe_libdevice() -> str:
     from numba.cuda.cudadrv import nvvm
 
     data = nvvm.LibDevice().get()
-    # numba means LibDevice._cache_ as a process-wide cache, but sets it on the
-    # instance, so every compile reads the file again: pin the bytes hashed
-    # here, so that a file replaced later cannot be linked under this digest.
-    nvvm.LibDevice._cache_ = data
+    # (pinned: every compile links the bytes hashed here, `numba_compat.SETTINGS`)
+    numba_compat.pin_libdevice(data)
     return hashlib.sha256(data).hexdigest()
 
 
@@ -469,9 +468,7 @@ def forget() -> None:
     _environment.cache_clear()
     _cudadevrt_location.cache_clear()
     cudadevrt.cache_clear()
-    nvvm = sys.modules.get("numba.cuda.cudadrv.nvvm")
-    if nvvm is not None:
-        nvvm.LibDevice._cache_ = None
+    numba_compat.pin_libdevice(None)
 
 
 def supported_archs(directory=None) -> Tuple[Tuple[int, int], ...]:

@@ -57,6 +57,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, List, Optional, Tuple
 
+from .. import numba_compat
 from ..errors import SnapshotChanged, UnsupportedKernelError
 
 # file extension -> kind; the kinds are cuda.core ObjectCode's
@@ -612,16 +613,13 @@ def _capture(cc, lto: bool, source: bytes = b"", name: str = "<capture>") -> _Ca
     """What numba-cuda's nvrtc.compile would hand NVRTC for `source`."""
     from numba.cuda.cudadrv import nvrtc as numba_nvrtc
 
-    with _compiled_lock:  # numba's module global is swapped for the capture
-        saved = numba_nvrtc.Program
-        numba_nvrtc.Program = _CapturedProgram
+    # (numba's module global is swapped for the capture: one at a time)
+    with _compiled_lock, numba_compat.nvrtc_program_captured(_CapturedProgram):
         try:
             numba_nvrtc.compile(source, name, cc, ltoir=lto)
             raise RuntimeError("numba-cuda's nvrtc.compile did not build a program")
         except _Captured as captured:
             return captured.program
-        finally:
-            numba_nvrtc.Program = saved
 
 
 def _nvrtc(source: bytes, name: str, cc, lto: bool) -> bytes:
