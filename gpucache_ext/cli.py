@@ -57,7 +57,7 @@ from .store.signing import (BAD_SIGNATURE, CURRENT, NOT_SIGNED, OTHER_SECRET, PR
                       Rejected, strip)
 from .config import summary_fields
 from .units import format_age, format_bytes
-from .tokens import find_token, short_token
+from .tokens import find_token, short_name, short_token
 from .toolchain import stage_toolchain
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ def _rows(tier: DiskTier, stages, kernel=None, older=None, newer=None, progress=
             continue
         if header.get("marker"):
             continue
-        short = header["kernel"].rsplit(".", 1)[-1]
+        short = short_name(header["kernel"])
         if kernel and kernel not in (header["kernel"], short):
             continue
         age = now - float(header["created"])
@@ -625,7 +625,7 @@ def _refuse_typing(tier: DiskTier, prefix: str) -> None:
     if not built:
         return
     header = min(built, key=lambda h: bool(h.get("marker")))  # an llvm entry with code, where there is one
-    name = header["kernel"].rsplit(".", 1)[-1]
+    name = short_name(header["kernel"])
     raise CommandError(
         f"{prefix} is the token of a typing entry ({header['kernel']} {header['signature']}): typing makes "
         "numba's typed IR, kept in memory only: it is not code, and there is nothing of it to export.  "

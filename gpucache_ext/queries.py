@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, 
 from .config import FOLLOW_FASTMATH, STAGES, CompileConfig
 from .results import EntryInfo, Outcome, parse_resources, short_signature
 from .toolchain.sass import DiffRow, SassUnavailable, SideBySide, disassembly, side_by_side, side_by_side_text
-from .tokens import Component, explain_difference, find_token, make_token, short_token
+from .tokens import Component, explain_difference, find_token, make_token, short_name, short_token
 from .store.tiers import DROPPED
 from .units import format_age, format_bytes
 
@@ -162,7 +162,7 @@ def explain_miss(index: "CacheIndex", stage: str, kernel: str, components: Mappi
     """Why `stage` of `kernel` misses with these token components: how they
     differ from the nearest entry's (see `nearest`) in `index` (a cache's
     `KernelCache.index`); `members` as `miss_reasons`."""
-    short = kernel.rsplit(".", 1)[-1]
+    short = short_name(kernel)
     dropped = index.dropped(stage, make_token(stage, {k: v for k, v in components.items() if k != "stage"}).hex)
     if dropped is not None:  # this very entry was dropped: that is why (also after a restart)
         tier, why, when = dropped

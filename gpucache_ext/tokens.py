@@ -17,7 +17,7 @@ import json
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 # Bump when the meaning of any token component changes.  3: ptx and cubin
 # tokens hash the upstream artifact's digest, not the upstream token (early
@@ -119,6 +119,11 @@ SHORT_TOKEN_DIGITS = 12
 def short_token(hex_digest: str) -> str:
     """A token (or an entry file's name) as people see it: its first 12 hex digits."""
     return hex_digest[:SHORT_TOKEN_DIGITS]
+
+
+def short_name(qualname: Optional[str]) -> str:
+    """A kernel as people name it: its qualified name's last part (``axpy`` of ``__main__.axpy``)."""
+    return (qualname or "").rsplit(".", 1)[-1]
 
 
 def find_token(given: str, candidates: Iterable[Tuple[str, str, Any]], where: str = "") -> Tuple[str, Any]:

@@ -28,7 +28,7 @@ from .config import FIELD_STAGES, FOLLOW_FASTMATH, KEYED_ON_BYTES, LAYERS, STAGE
 from .units import format_age, format_bytes, format_seconds
 from .results import parse_resources, short_signature
 from .store.signing import REASONS
-from .tokens import short_token
+from .tokens import short_name, short_token
 
 log = logging.getLogger(__name__)
 
@@ -179,8 +179,7 @@ def _rate(hits: int, misses: int) -> str:
 
 
 
-def short_kernel(qualname: str) -> str:
-    return (qualname or "").rsplit(".", 1)[-1]
+short_kernel = short_name
 
 
 def _fit(text: str, width: int) -> str:

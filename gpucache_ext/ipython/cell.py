@@ -21,6 +21,7 @@ from ..libraries import is_library_file, library_caller
 from ..launch.kernel import Kernel
 from ..launch.spec import KernelSpec
 from ..options import explicit_options
+from ..tokens import short_name
 from .cell_errors import as_cell_error
 from .cellcode import compile_cell, register_cell, running_cell_number, transform_body
 from .report import CellReport, VariantsTable, launch_line
@@ -267,7 +268,7 @@ def _bound_notes(namespace, context: _CellContext, results) -> List[str]:
             notes.append(f"{name}: a CUDA ufunc, its kernels compile at its first call, per argument types")
     for module in dict.fromkeys(context.numba_compiled):
         notes.append(f"kernels made by {module}: compiled by numba-cuda itself, as without the magic (not cached)")
-    compiled = {result.kernel.rsplit(".", 1)[-1] for result in results}
+    compiled = {short_name(result.kernel) for result in results}
     for dispatcher in context.devices:
         name = dispatcher.py_func.__name__
         users = sorted(bound for bound, value in namespace.items()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, NamedTuple, Opt
 
 from ..results import FatbinResult, Outcome, short_signature  # noqa: F401  (re-exported)
 from ..config import FOLLOW_FASTMATH, LAYERS, STAGES, summary_fields
-from ..tokens import short_token
+from ..tokens import short_name, short_token
 from ..units import format_seconds
 
 if TYPE_CHECKING:  # annotations only: cache imports numba-cuda, which the gpucache command must not
@@ -244,7 +244,7 @@ def _audit_cell(result: CompileResult) -> str:
 
 
 def _kernel_name(result: CompileResult) -> str:
-    return result.kernel.rsplit(".", 1)[-1]
+    return short_name(result.kernel)
 
 
 def launch_line(result: CompileResult, occasion: str = "at this launch") -> Optional[str]:

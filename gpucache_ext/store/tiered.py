@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..config import LAYERS
 from ..index import find_for_target
 from ..results import EntryInfo, StageStats, TierInfo, TierStats
-from ..tokens import Token
+from ..tokens import Token, short_name
 from .tiers import Entry, MemoryTier, Tier
 
 
@@ -248,7 +248,7 @@ class TieredStore:
 
 
 def _kernel_matches(qualname: str, wanted: Optional[str]) -> bool:
-    return wanted is None or qualname == wanted or qualname.rsplit(".", 1)[-1] == wanted
+    return wanted is None or qualname == wanted or short_name(qualname) == wanted
 
 
 def _entry_row(stage, entry: Entry) -> Dict[str, Any]:

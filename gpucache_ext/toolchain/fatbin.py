@@ -16,6 +16,7 @@ from typing import Optional, Sequence, Tuple
 
 from ..artifacts import FatbinArtifact, FatbinMember
 from ..errors import CompileError
+from ..tokens import short_name
 
 # nvFatbin's options (nvFatbinCreate): the defaults, named here because the
 # stage's token hashes them.
@@ -56,7 +57,7 @@ def assemble(cubins: Sequence[Tuple[FatbinMember, bytes]], ptx: Optional[Tuple[F
     from cuda.bindings import nvfatbin
 
     ordered = sorted(cubins, key=lambda item: item[0].arch)
-    short = kernel.rsplit(".", 1)[-1]
+    short = short_name(kernel)
     handle = None
     try:
         handle = nvfatbin.create(list(OPTIONS), len(OPTIONS))
