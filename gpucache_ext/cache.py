@@ -23,7 +23,6 @@ which token components differ.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -39,8 +38,7 @@ from .importing import lazy_module
 from .store import settings
 from .store.codec import PERSISTENT_STAGES, content_digest
 from .audit import (AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, NotAudited, first_difference,
-                    input_changes, library_changes, parse_audit, source_files_component)
-from . import definitions
+                    input_changes, library_changes, parse_audit)
 from .config import LAYERS, STAGES, CompileConfig, Targets
 from .errors import ConfigError, SecurityWarning, UnsupportedKernelError
 from .results import (CacheStats, CompileResult, EntryInfo, FatbinResult, LayerResult, Outcome,  # noqa: F401
@@ -50,13 +48,14 @@ from .store.disk import OFF_VALUES, DiskTier, configured_directory, default_dire
 from .store.shared import RedisTier, UnsignedSharedTier, display_url
 from .store.signing import Keyring
 from .index import CacheIndex, variant_token
+from .pipeline import Built, CompilePlan, Filing, Flights
 from .provenance import Origin, Provenance
 from .store.tiered import TieredStore
 from .store.tiers import Entry, MemoryTier, Tier
-from .extensions import derived_during, extensions_component
-from .sources import SnapshotChanged, identify, library_reads_changed, python_function, rebind, signature_component
+from .extensions import derived_during
+from .sources import SnapshotChanged, python_function, rebind
 from .tokens import Component, Token, component, make_token, short_token
-from .toolchain import numba_settings, toolchain_component
+from .toolchain import toolchain_component
 
 # numba-cuda's compiler, imported by the first compile: the cache opens, lists and reports
 # without it (under numba's CUDA simulator numba-cuda's compiler cannot be imported at all)
@@ -137,7 +136,7 @@ class KernelCache:
         self._not_audited_list = deque(maxlen=256)  # stages of hits an audit could not compare, and why
         self._not_audited_count = 0
         self._launch_checks = 0
-        self._flights = _Flights()  # one build at a time per (stage, token)
+        self._flights = Flights()  # one build at a time per (stage, token)
         self.provenance = Provenance(self._lock)
         """The inputs each entry was built from, for `recompile`."""
         self.index = CacheIndex(self._memory, self.store.tiers_for, self._lock)
@@ -287,7 +286,7 @@ class KernelCache:
             return StageResult("fatbin", token.hex, Outcome.HIT, tier, time.perf_counter() - start,
                                components=token.components, saved_seconds=entry.seconds), entry.artifact
 
-        filing = _Filing(primary.kernel, primary.signature_text, _FatbinConfig(primary.config, wanted),
+        filing = Filing(primary.kernel, primary.signature_text, _FatbinConfig(primary.config, wanted),
                          primary.place, force, why_forced, members)
         # (its upstream: the first cubin, which leads back to the code it was built from)
         found, built = self._build("fatbin", token, filing,
@@ -306,7 +305,8 @@ class KernelCache:
         self._auditor.busy(True)
         try:
             for attempt in range(_ATTEMPTS):
-                plan = _Plan(self, pyfunc, argtypes, config, link, why_forced, identity)  # (reloads numba's settings)
+                # (a plan reloads numba's settings)
+                plan = CompilePlan(self, pyfunc, argtypes, config, link, why_forced, identity)
                 try:
                     with derived_during():  # (what numba registers meanwhile follows from what was hashed)
                         result = plan.run(force, until)
@@ -338,7 +338,7 @@ class KernelCache:
 
     def _compile_each_target(self, pyfunc, argtypes, config: CompileConfig, link, force, audit, why_forced,
                              targets_until, identity=None) -> Dict[int, CompileResult]:
-        plans = {sm: _Plan(self, pyfunc, argtypes, config.replace(sm=sm), link, why_forced, identity)
+        plans = {sm: CompilePlan(self, pyfunc, argtypes, config.replace(sm=sm), link, why_forced, identity)
                  for sm in targets_until}
         stages.check_numba_runtime()
         fronts = {}
@@ -374,7 +374,7 @@ class KernelCache:
                 found[sm] = self._finish(plans[sm], result, force, audited)
         return found
 
-    def _finish(self, plan: "_Plan", result: CompileResult, force, audit) -> CompileResult:
+    def _finish(self, plan: "CompilePlan", result: CompileResult, force, audit) -> CompileResult:
         """What follows a compile: what it keeps alive, its audit, and where its tokens came from."""
         pyfunc, argtypes, config, link = plan.pyfunc, plan.argtypes, plan.config, plan.link
         result.referenced = plan.identity.referenced
@@ -441,10 +441,10 @@ class KernelCache:
         with derived_during():
             return plan.typed().artifact
 
-    def _plan(self, func, sig, config, link) -> "_Plan":
+    def _plan(self, func, sig, config, link) -> "CompilePlan":
         """The plan (tokens) of these inputs, for the queries that compile nothing."""
         config = CompileConfig() if config is None else config
-        return _Plan(self, python_function(func), stages.normalize_signature(sig), config,
+        return CompilePlan(self, python_function(func), stages.normalize_signature(sig), config,
                      _link_items(func, link))
 
     def stats(self) -> CacheStats:
@@ -702,14 +702,14 @@ class KernelCache:
         with self._lock:
             return list(self._misses)
 
-    # -- internals used by _Plan --------------------------------------------
-    def _build(self, stage: str, token: Token, filing: "_Filing", make: Callable[[], Any],
-               find: Callable[[], Any], upstream: str = "") -> Tuple[Any, Optional["_Built"]]:
+    # -- internals used by CompilePlan --------------------------------------------
+    def _build(self, stage: str, token: Token, filing: "Filing", make: Callable[[], Any],
+               find: Callable[[], Any], upstream: str = "") -> Tuple[Any, Optional["Built"]]:
         """Every stage's build after a miss, fatbin included, in one place:
         in the entry's single flight, `find()` again unless forced (a thread
         that waited for another's build of it finds it: its answer is
         returned as (found, None)), then the toolchain check, the build, its
-        digest, and filing it: (None, `_Built`)."""
+        digest, and filing it: (None, `Built`)."""
         with self._flights.hold(stage, token.hex):
             if not filing.forced:
                 found = find()
@@ -723,12 +723,12 @@ class KernelCache:
             reads = getattr(artifact, "target_reads", targets.NO_READS)
             digest = content_digest(stage, artifact) if stage in PERSISTENT_STAGES else None
             token, reasons = self._store(stage, token, filing, artifact, seconds, reads, digest, upstream)
-        return None, _Built(artifact, digest, token, seconds, reasons)
+        return None, Built(artifact, digest, token, seconds, reasons)
 
-    def _store(self, stage, token: Token, filing: "_Filing", artifact, seconds, reads, digest=None, upstream=""):
+    def _store(self, stage, token: Token, filing: "Filing", artifact, seconds, reads, digest=None, upstream=""):
         """File a fresh artifact; returns (effective token, reasons it missed:
         for a forced compile, the filing's `why_forced`).  The caller holds the
-        entry's flight (`_Flights`): no other compile of this cache writes
+        entry's flight (`Flights`): no other compile of this cache writes
         this token, or its marker, meanwhile."""
         kernel = filing.kernel
         refusals = [self.store.take_refusal(stage, token.hex)]
@@ -820,7 +820,7 @@ def _artifact_entry(stage: str, token: str, kernel: str, artifact, components, s
                  upstream=upstream, place=place)
 
 
-def _give_up_after(attempt: int, plan: "_Plan", exc: Exception) -> None:
+def _give_up_after(attempt: int, plan: "CompilePlan", exc: Exception) -> None:
     """Raise once the last attempt failed: what the kernel reads keeps changing."""
     if attempt + 1 < _ATTEMPTS:
         return
@@ -837,7 +837,7 @@ def _proxy_key(dispatcher, identity) -> tuple:
     return id(dispatcher), identity.digest
 
 
-def _generic_hexes(plan: "_Plan", result: CompileResult) -> Dict[str, str]:
+def _generic_hexes(plan: "CompilePlan", result: CompileResult) -> Dict[str, str]:
     """`plan`'s generic tokens of the stages `result` went through (a PTX-only target: up to ptx)."""
     return {stage: token.hex for stage, token in plan.tokens.items() if stage in result.stages}
 
@@ -860,30 +860,6 @@ class _FatbinConfig(NamedTuple):
 
     def fields(self) -> dict:
         return {**self.config.fields(), "sm": list(self.targets.sms), "ptx": self.targets.ptx}
-
-
-class _Filing(NamedTuple):
-    """What filing a stage's fresh entry records besides the artifact: what
-    it was built for, and why (a `_Plan`'s, or a fatbin's)."""
-
-    kernel: str
-    signature_text: str
-    config: Any  # a CompileConfig, or a fatbin's `_FatbinConfig`
-    place: Optional[str]  # where the kernel was defined
-    forced: bool
-    why_forced: str
-    # (a fatbin) member ("cubin sm_86", "PTX compute_80") -> why this compile rebuilt it (None: reused)
-    members: Optional[Mapping[str, Optional[str]]] = None
-
-
-class _Built(NamedTuple):
-    """A stage built and filed by `KernelCache._build`."""
-
-    artifact: Any
-    digest: Optional[str]
-    token: Token  # the effective token (a per-target variant's, where the build read the target)
-    seconds: float
-    reasons: Tuple[str, ...]
 
 
 def _member_whys(per_target: Mapping[int, CompileResult], wanted: Targets) -> Dict[str, Optional[str]]:
@@ -940,280 +916,3 @@ def _check_stage(stage):
     if stage not in LAYERS:
         raise ValueError(f"unknown stage {stage!r}; use one of {list(LAYERS)}")
     return stage
-
-
-class _Plan:
-    """One compile: the tokens, the lookups, and the stages that must run."""
-
-    def __init__(self, cache: KernelCache, pyfunc, argtypes, config: CompileConfig, link=(),
-                 why_forced: str = "forced recompile", identity=None):
-        self.cache = cache
-        self.pyfunc = pyfunc
-        self.argtypes = argtypes
-        self.config = config
-        # what the kernel reads, read once (an audit gives the snapshot of the compile it checks)
-        self.identity = identity if identity is not None else \
-            identify(pyfunc, with_location=config.debug or config.lineinfo)
-        if self.identity.unlinked and not link:
-            raise UnsupportedKernelError(self.identity.unlinked[0])
-        if link and identity is None:  # the kernel's own link= code joins what its external functions link
-            from .toolchain import linking
-
-            origin = f"{self.identity.qualname} (link=): "
-            self.identity.links = linking.canonical(
-                list(self.identity.links) + [linking.read(item, origin) for item in link])
-        self.link = link
-        self.kernel = self.identity.qualname
-        self.place = definitions.place_of(self.identity.code)  # (with kernel: its definition)
-        self.signature_text = short_signature(argtypes)
-        self.forced = False
-        self.why_forced = why_forced  # what a forced compile's entries say of why they were built
-        self.parts: Dict[str, Dict[str, Component]] = {}  # each stage's token components
-        self.tokens = self._tokens()
-        self.stages: Dict[str, StageResult] = {}
-
-    def _tokens(self) -> Dict[str, Token]:
-        config = self.config
-        # the toolchain's fingerprint is remembered in the disk tier's folder
-        memo = next((tier.directory for tier in self.cache.tiers if isinstance(tier, DiskTier)), None)
-        self.extensions = extensions_component()  # numba's extension tables, where user code registered
-        typing = make_token("typing", {
-            **self.identity.components,
-            **({"numba extensions": self.extensions} if self.extensions is not None else {}),
-            "signature": signature_component(self.argtypes, self.signature_text[1:-1]),
-            "toolchain": toolchain_component("typing"),
-        })
-        settings = self.settings = numba_settings()
-        toolchains = {stage: toolchain_component(stage, memo) for stage in STAGES[1:]}
-        links = tuple((link.digest, link.name) for link in self.identity.links)
-        # what the later stages' tokens are made of besides typing's: the same
-        # inputs give the same tokens (memoised: an exact repeat rebuilds none)
-        key = (typing.hex, config, tuple(settings.items()), links,
-               tuple(part.digest for part in toolchains.values()))
-        tokens, self.parts = _memoised(_DOWNSTREAM_TOKENS, key, lambda: _downstream_tokens(
-            typing, config, settings, toolchains, links))
-        return {"typing": typing, **tokens}
-
-    def content_token(self, stage: str, upstream_digest: str, extra: Optional[Mapping[str, Component]] = None
-                      ) -> Token:
-        """The token ptx and cubin entries are filed under: the stage's inputs,
-        with the upstream artifact's digest in place of the upstream token."""
-        key = (stage, self.tokens[stage].hex, upstream_digest,
-               tuple((name, part.digest) for name, part in (extra or {}).items()))
-
-        def make():
-            parts = dict(self.parts[stage])
-            parts[STAGES[STAGES.index(stage) - 1]] = Component(upstream_digest,
-                                                                f"output {short_token(upstream_digest)}")
-            parts.update(extra or {})
-            return make_token(stage, parts)
-
-        return _memoised(_CONTENT_TOKENS, key, make)
-
-    def run(self, force=False, until: str = "cubin") -> CompileResult:
-        """llvm is looked up by its token; ptx and cubin by their content
-        tokens, which need the digest of the artifact before them: found
-        (stored with its entry) or built.  A stage rebuilt to the same bytes
-        as before thus leaves the stages after it hits (early cutoff).
-        ``until="ptx"`` stops after ptx (a fatbin's PTX-only target): the
-        result has no cubin."""
-        return self.back(self.front(force), until)
-
-    def front(self, force=False) -> "_Found":
-        """typing and llvm: the llvm artifact, found or built."""
-        self.forced = force
-        llvm = None if force else self._lookup("llvm", self.tokens["llvm"])
-        if llvm is None:
-            typed = None if force else self._lookup("typing", self.tokens["typing"])
-            if typed is None:
-                typed = self._compile("typing", self.tokens["typing"], self._run_typing)
-            llvm = self._compile("llvm", self.tokens["llvm"], self._lower, typed.artifact)
-        else:
-            self._peek_typing()
-        return llvm
-
-    def typed(self) -> "_Found":
-        """The typing stage alone: found, or built and stored."""
-        self.forced = False
-        found = self._lookup("typing", self.tokens["typing"])
-        return found if found is not None else self._compile("typing", self.tokens["typing"], self._run_typing)
-
-    def back(self, llvm: "_Found", until: str = "cubin") -> CompileResult:
-        """ptx and cubin (or ptx alone) from `front`'s llvm artifact."""
-        ptx = self._downstream("ptx", llvm, stages.run_ptx, self.config, self.kernel)
-        cubin = None
-        if until != "ptx":
-            sources = stages.debug_source_files(llvm.artifact)
-            extra = source_files_component(sources)
-
-            def link(*args):
-                cubin = stages.run_cubin(*args)
-                if source_files_component(sources) != extra:  # (nvJitLink read them meanwhile)
-                    raise SnapshotChanged(f"a source file of {self.kernel} changed while it was being linked")
-                return cubin
-
-            cubin = self._downstream("cubin", ptx, link, self.config, self.kernel, self.identity.links, extra=extra)
-        built = STAGES[:STAGES.index(until) + 1]
-        return CompileResult(self.kernel, self.argtypes, self.config,
-                             {s: self.stages[s] for s in built},
-                             llvm.artifact, ptx.artifact, cubin.artifact if cubin is not None else None,
-                             generic_tokens={s: t.hex for s, t in self.tokens.items() if s in built},
-                             place=self.place)
-
-    def _downstream(self, stage, upstream: "_Found", fn, *args, extra=None) -> "_Found":
-        """Look up `stage` by the content token of `upstream`'s artifact (and
-        `extra` components), else build it."""
-        token = self.content_token(stage, upstream.digest, extra)
-        rebuilt = self.stages[upstream.stage].outcome is Outcome.MISS
-        found = None if self.forced else self._lookup(stage, token, cutoff=rebuilt)
-        if found is None:
-            found = self._compile(stage, token, fn, upstream.artifact, *args, upstream=upstream.token,
-                                  cutoff=rebuilt)
-        return found
-
-    def _lower(self, typed):
-        """The llvm stage, lowered with the numba settings its token hashed:
-        numba reads them from its config module as it lowers, where another
-        thread may have set one meanwhile (then the compile starts again)."""
-        llvm = stages.run_llvm(typed, self.config, self.identity.link_keys)
-        if numba_settings(reload=False) != self.settings:
-            raise SnapshotChanged(f"numba's settings changed while {self.kernel} was being lowered")
-        self._check_library_reads("lowered")
-        return llvm
-
-    def _check_library_reads(self, doing: str) -> None:
-        """numba reads a library module's attributes live as it types and
-        lowers: one replaced since they were hashed (another thread, a
-        reload) starts the compile again."""
-        changed = library_reads_changed(self.identity)
-        if changed is not None:
-            raise SnapshotChanged(f"{changed} was replaced while {self.kernel} was being {doing}")
-
-    def _run_typing(self):
-        proxy_for = self.cache._fresh_proxies() if self.forced else self.cache._proxy_for
-        pyfunc = rebind(self.identity, proxy_for)
-        typed = stages.run_typing(pyfunc, self.argtypes, self.config, kernel=True,
-                                  uid=stages.symbol_uid(self.identity.digest), qualname=self.kernel,
-                                  fresh=self.forced, debug_filename=self.identity.debug_filename,
-                                  def_line=self.identity.def_line)
-        # keep the proxies the typed IR refers to alive as long as it is cached
-        typed.proxies = tuple(proxy_for(dispatcher, dev) for dispatcher, dev in self.identity.devices)
-        typed.snapshot_bytes = self.identity.snapshot_bytes
-        self._check_library_reads("typed")
-        return typed
-
-    def _lookup(self, stage, token: Token, cutoff: bool = False, memory_only: bool = False) -> Optional["_Found"]:
-        start = time.perf_counter()
-        entry, token, tier = self.cache.store.lookup(stage, token, self.config.cc, memory_only)
-        if entry is None:
-            return None
-        self.cache.store.count(stage, True, tier, entry.seconds, cutoff=cutoff)
-        self.stages[stage] = StageResult(stage, token.hex, Outcome.HIT, tier, time.perf_counter() - start,
-                                         components=token.components, saved_seconds=entry.seconds,
-                                         cutoff=cutoff)
-        return _Found(stage, entry.artifact, entry.digest, token.hex)
-
-    def _peek_typing(self):
-        """Report typing when a later stage hit: a hit if still cached, else not needed."""
-        entry, token, tier = self.cache.store.lookup("typing", self.tokens["typing"], self.config.cc)
-        if entry is not None:
-            outcome, saved = Outcome.HIT, entry.seconds
-            self.cache.store.count("typing", True, tier, saved)
-        else:
-            outcome, tier, saved = Outcome.NOT_NEEDED, None, 0.0
-            self.cache.store.not_needed("typing")
-        self.stages["typing"] = StageResult("typing", token.hex, outcome, tier, 0.0,
-                                            components=token.components, saved_seconds=saved)
-
-    def _compile(self, stage, generic: Token, fn, *args, upstream: str = "", cutoff: bool = False) -> "_Found":
-        """Build `stage` after a miss, through the cache's one driver
-        (`KernelCache._build`): one thread at a time per entry, a thread that
-        waited for another's build of it finding it, a hit."""
-        filing = _Filing(self.kernel, self.signature_text, self.config, self.place, self.forced, self.why_forced)
-        found, built = self.cache._build(stage, generic, filing, lambda: fn(*args),
-                                         lambda: self._lookup(stage, generic, cutoff=cutoff, memory_only=True),
-                                         upstream=upstream)
-        if found is not None:
-            return found
-        self.stages[stage] = StageResult(stage, built.token.hex, Outcome.MISS, None, built.seconds, built.reasons,
-                                         components=built.token.components)
-        return _Found(stage, built.artifact, built.digest, built.token.hex)
-
-
-def _downstream_tokens(typing: Token, config: CompileConfig, settings, toolchains, links):
-    """The llvm, ptx and cubin tokens chained on `typing`, and each one's components."""
-    tokens, all_parts = {}, {}
-    upstream = typing
-    for stage in STAGES[1:]:
-        parts = {name: component(value) for name, value in config.stage_fields(stage).items()}
-        # (llvm: with typing's own components, which only llvm entries take to disk)
-        parts[upstream.stage] = Component(upstream.hex, upstream.short,
-                                          tuple(sorted(upstream.components.items())) if stage == "llvm" else ())
-        parts["toolchain"] = toolchains[stage]
-        if stage == "llvm":
-            parts["numba settings"] = component(dict(settings))
-        if stage == "cubin" and links:
-            # what external functions link keys the cubin alone (see linking)
-            parts["linked code"] = component([digest for digest, _ in links], ", ".join(name for _, name in links))
-        all_parts[stage] = parts
-        tokens[stage] = upstream = make_token(stage, parts)
-    return tokens, all_parts
-
-
-# (pure functions of their keys, shared by every cache: bounded, oldest dropped first)
-_DOWNSTREAM_TOKENS: Dict[tuple, tuple] = {}
-_CONTENT_TOKENS: Dict[tuple, Token] = {}
-
-
-def _memoised(memo: dict, key, make, limit: int = 4096):
-    """memo[key], made by `make()` when missing; the oldest entry goes when full."""
-    found = memo.get(key)
-    if found is None:
-        if len(memo) >= limit:
-            memo.pop(next(iter(memo)))
-        found = memo[key] = make()
-    return found
-
-
-class _Flights:
-    """Single flight: one build at a time of each (stage, token) in a cache.
-
-    Threads compiling overlapping kernels and configs at once build each
-    entry once: the first to miss builds it, the others wait for that entry
-    alone (not for the cache), then find it.  Locks exist only while some
-    thread holds or waits for them."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._held: Dict[Tuple[str, str], List] = {}  # key -> [lock, threads holding or waiting]
-
-    @contextlib.contextmanager
-    def hold(self, stage: str, token: str):
-        key = (stage, token)
-        with self._lock:
-            held = self._held.get(key)
-            if held is None:
-                held = self._held[key] = [threading.Lock(), 0]
-            held[1] += 1
-        try:
-            with held[0]:
-                yield
-        finally:
-            with self._lock:
-                held[1] -= 1
-                if not held[1]:
-                    del self._held[key]
-
-    def __len__(self) -> int:
-        """Entries being built or waited for now."""
-        with self._lock:
-            return len(self._held)
-
-
-class _Found(NamedTuple):
-    """A stage's artifact in one compile, found or built: what the next stage needs."""
-
-    stage: str
-    artifact: Any
-    digest: Optional[str]  # of its canonical bytes (None for typing)
-    token: str  # the token it is filed under

@@ -126,17 +126,17 @@ def change_while_typing(monkeypatch):
     """Make `change()` run after the next compile hashed what the kernel
     reads and before it is typed: what another thread writing at that
     moment would do."""
-    from gpucache_ext import cache as cache_module
+    from gpucache_ext.pipeline import CompilePlan
 
     pending = []
-    original = cache_module._Plan._run_typing
+    original = CompilePlan._run_typing
 
     def run_typing(plan):
         while pending:
             pending.pop(0)()
         return original(plan)
 
-    monkeypatch.setattr(cache_module._Plan, "_run_typing", run_typing)
+    monkeypatch.setattr(CompilePlan, "_run_typing", run_typing)
     return pending.append
 
 
