@@ -57,11 +57,15 @@ import time
 import types
 import warnings
 import weakref
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
-from .errors import GpuCacheWarning
+from .errors import GpuCacheWarning, SnapshotChanged
 from .tokens import short_token
+
+if TYPE_CHECKING:
+    from .results import CompileResult
 
 AUDITED_STAGES = ("llvm", "ptx", "cubin")  # typed IR has no bytes to compare
 log = logging.getLogger(__name__)
@@ -328,6 +332,149 @@ class Auditor:
 
 
 _auditors: "weakref.WeakSet[Auditor]" = weakref.WeakSet()
+
+
+class CacheAudits:
+    """A cache's audits of its own hits: when one is wanted (`Auditor`), the
+    audit itself (a fresh compile of the snapshot the hit hashed, compared
+    like with like), and what they found.  `compile_fresh(pyfunc, argtypes,
+    config, link, identity)` compiles in a new cache without audits;
+    `replace(result, fresh)` evicts the chain a mismatched hit came from and
+    files the fresh artifacts; `audited(stage, mismatch)` counts one
+    comparison.  `lock` is the cache's."""
+
+    def __init__(self, auditor: Auditor, lock, compile_fresh, replace, audited):
+        self.auditor = auditor
+        self._lock = lock
+        self._compile_fresh = compile_fresh
+        self._replace = replace
+        self._audited = audited
+        self._mismatches: "deque[Mismatch]" = deque(maxlen=256)
+        self.mismatch_count = 0
+        self._not_audited: "deque[NotAudited]" = deque(maxlen=256)  # stages of hits it could not compare, and why
+        self.not_audited_count = 0
+
+    def consider(self, result, pyfunc, argtypes, config, link, identity, *, forced: bool, asked,
+                 kernel: str) -> None:
+        """Audit `result` (a compile whose stages hit) where the policy or
+        `asked` (the compile's ``audit=``) wants it: before returning when
+        asked, else as the auditor runs its jobs."""
+        hits = [layer for layer in result.stages.values() if layer.hit]
+        persisted = any(layer.tier not in (None, "memory") for layer in hits)
+        if not forced and asked is not False and hits \
+                and self.auditor.wants(forced=bool(asked), kernel=kernel, persisted=persisted):
+            result.audit = AuditOutcome()
+            self.auditor.submit(lambda: self.audit(pyfunc, argtypes, config, result, link, identity),
+                                background=False if asked else None)
+
+    def mismatches(self, since: int = 0) -> List[Mismatch]:
+        with self._lock:
+            return _latest(self._mismatches, self.mismatch_count, since)
+
+    def not_possible(self, since: int = 0) -> List[NotAudited]:
+        with self._lock:
+            return _latest(self._not_audited, self.not_audited_count, since)
+
+    def audit(self, pyfunc, argtypes, config, result: CompileResult, link=(), identity=None) -> None:
+        """Compile `result`'s inputs again from nothing (from the snapshot
+        `identity` its compile hashed, so later edits are no mismatch) and
+        compare every artifact that the fresh compile built from the inputs
+        the hit hashed (like with like: see `gpucache_ext.audit`)."""
+        from .toolchain import linking
+
+        outcome = result.audit
+
+        def libraries_changed() -> bool:  # (then nothing compiles what the hit hashed: not audited)
+            gone = library_changes(identity) if identity is not None else []
+            if gone:
+                self.not_audited(result, dict.fromkeys(AUDITED_STAGES, "; ".join(gone)))
+            return bool(gone)
+
+        if libraries_changed():
+            return
+        try:
+            fresh = self._compile_fresh(pyfunc, argtypes, config, tuple(link), identity)
+        except linking.LinkedSourceChanged as exc:  # what NVRTC would read now is not what the hit hashed
+            self.not_audited(result, dict.fromkeys(
+                AUDITED_STAGES, f"{exc.name}, or a header it includes, changed since the hit"))
+            return
+        except SnapshotChanged as exc:  # an array it read changed since: nothing left to compare with
+            outcome.state, outcome.error = "skipped", str(exc)
+            outcome.done.set()
+            return
+        except Exception as exc:
+            outcome.state, outcome.error = "failed", f"{type(exc).__name__}: {exc}"
+            outcome.done.set()
+            warnings.warn(f"gpucache_ext audit of {result.kernel}: the fresh compile failed "
+                          f"({outcome.error}) although the cache served it", AuditWarning, stacklevel=2)
+            return
+        if libraries_changed():  # (reloaded meanwhile)
+            return
+        changed = input_changes(result, fresh, outcome.since)
+        cached, fresh_artifacts = result.artifacts(), fresh.artifacts()
+        skipped: Dict[str, str] = {}
+        previous = None
+        for stage in AUDITED_STAGES:
+            reasons = changed.get(stage, [])
+            if not reasons and previous in skipped and \
+                    first_difference(previous, cached[previous], fresh_artifacts[previous]) is not None:
+                reasons = [f"built from {previous}, which could not be audited"]  # (other input bytes)
+            previous = stage
+            if reasons:
+                skipped[stage] = "; ".join(reasons)
+                continue
+            difference = first_difference(stage, cached[stage], fresh_artifacts[stage])
+            if difference is None and result.stages[stage].token != fresh.stages[stage].token:
+                # the same bytes, reached through another chain of digests: a stored digest is wrong
+                difference = (f"    filed under {short_token(result.stages[stage].token)}; a fresh compile "
+                              f"files it under {short_token(fresh.stages[stage].token)} (the digests its "
+                              "token is made of differ)")
+            self._audited(stage, difference is not None)
+            if difference is not None:
+                layer = result.stages[stage]
+                outcome.mismatches.append(Mismatch(
+                    result.kernel, stage, layer.token,
+                    tuple(sorted((name, part.shown) for name, part in layer.components.items())),
+                    difference))
+        if len(skipped) == len(AUDITED_STAGES):
+            self.not_audited(result, skipped)
+            return
+        if skipped:
+            self.not_audited(result, skipped, done=False)
+        if outcome.mismatches:
+            self._replace(result, fresh)
+            result.replace_artifacts(fresh)  # (under the result's lock: a kernel may be reading them)
+            with self._lock:
+                self._mismatches.extend(outcome.mismatches)
+                self.mismatch_count += len(outcome.mismatches)
+            for mismatch in outcome.mismatches:
+                warnings.warn(mismatch.message(), AuditWarning, stacklevel=2)
+        outcome.state = "mismatch" if outcome.mismatches else "passed"
+        outcome.done.set()
+
+    def not_audited(self, result: CompileResult, reasons: Dict[str, str], done: bool = True) -> None:
+        """Record the stages of `result` an audit could not compare like with
+        like, and why (quietly: no warning, the entries stay); with `done`,
+        none could be: the audit ends "not audited"."""
+        outcome = result.audit
+        outcome.not_audited.update(reasons)
+        with self._lock:
+            self._not_audited.extend(NotAudited(result.kernel, stage, result.stages[stage].token, why)
+                                          for stage, why in reasons.items())
+            self.not_audited_count += len(reasons)
+        log.info("gpucache_ext audit of %s: %s", result.kernel,
+                 "; ".join(f"{stage} not audited: {why}" for stage, why in reasons.items()))
+        if done:
+            outcome.state = "not audited"
+            outcome.done.set()
+
+
+
+def _latest(records, count: int, since: int) -> list:
+    """Of a bounded record (a deque of the latest, `count` ever added), those
+    added after an earlier count `since` (all that are kept for 0)."""
+    found = list(records)
+    return found[len(found) - min(len(found), count - since):] if since else found
 
 
 def wait_for_all() -> None:

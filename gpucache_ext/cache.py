@@ -37,8 +37,7 @@ from . import queries, targets, toolchain
 from .importing import lazy_module
 from .store import settings
 from .store.codec import PERSISTENT_STAGES, content_digest
-from .audit import (AUDITED_STAGES, AuditOutcome, Auditor, AuditWarning, Mismatch, NotAudited, first_difference,
-                    input_changes, library_changes, parse_audit)
+from .audit import (Auditor, CacheAudits, Mismatch, NotAudited, parse_audit)
 from .config import LAYERS, STAGES, CompileConfig, Targets
 from .errors import ConfigError, SecurityWarning, UnsupportedKernelError
 from .results import (CacheStats, CompileResult, EntryInfo, FatbinResult, LayerResult, Outcome,  # noqa: F401
@@ -131,10 +130,6 @@ class KernelCache:
         self._notes: Dict[str, dict] = {}  # (`note`, `file_note`)
         self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
         self._misses = deque(maxlen=256)
-        self._mismatches = deque(maxlen=256)
-        self._mismatch_count = 0
-        self._not_audited_list = deque(maxlen=256)  # stages of hits an audit could not compare, and why
-        self._not_audited_count = 0
         self._launch_checks = 0
         self._flights = Flights()  # one build at a time per (stage, token)
         self.provenance = Provenance(self._lock)
@@ -142,7 +137,10 @@ class KernelCache:
         self.index = CacheIndex(self._memory, self.store.tiers_for, self._lock)
         """What the cache holds, read without changing it (`gpucache_ext.index`):
         what `explain` and the miss explanations read."""
-        self._auditor = Auditor(parse_audit(audit), audit_background)
+        self.audits = CacheAudits(Auditor(parse_audit(audit), audit_background), self._lock, _compile_fresh,
+                                  self._replace_chain, self.store.audited)
+        """This cache's audits of its own hits, and what they found."""
+        self._auditor = self.audits.auditor
 
     @classmethod
     def from_environment(cls, directory=None, redis_url=None, **kwargs) -> "KernelCache":
@@ -378,14 +376,8 @@ class KernelCache:
         """What follows a compile: what it keeps alive, its audit, and where its tokens came from."""
         pyfunc, argtypes, config, link = plan.pyfunc, plan.argtypes, plan.config, plan.link
         result.referenced = plan.identity.referenced
-        hits = [layer for layer in result.stages.values() if layer.hit]
-        persisted = any(layer.tier not in (None, "memory") for layer in hits)
-        if not force and audit is not False and hits \
-                and self._auditor.wants(forced=bool(audit), kernel=plan.kernel, persisted=persisted):
-            result.audit = AuditOutcome()
-            identity = plan.identity
-            self._auditor.submit(lambda: self._audit(pyfunc, argtypes, config, result, link, identity),
-                                 background=False if audit else None)
+        self.audits.consider(result, pyfunc, argtypes, config, link, plan.identity, forced=force, asked=audit,
+                             kernel=plan.kernel)
         self.provenance.remember((layer.token for layer in result.stages.values()),
                                  Origin(self.provenance.hold(plan.identity), argtypes, config, tuple(link), None))
         return result
@@ -555,100 +547,6 @@ class KernelCache:
                 self._proxies.clear()
 
     # -- audit -------------------------------------------------------------
-    def _audit(self, pyfunc, argtypes, config, result: CompileResult, link=(), identity=None) -> None:
-        """Compile `result`'s inputs again from nothing (from the snapshot
-        `identity` its compile hashed, so later edits are no mismatch) and
-        compare every artifact that the fresh compile built from the inputs
-        the hit hashed (like with like: see `gpucache_ext.audit`)."""
-        from .toolchain import linking
-
-        outcome = result.audit
-
-        def libraries_changed() -> bool:  # (then nothing compiles what the hit hashed: not audited)
-            gone = library_changes(identity) if identity is not None else []
-            if gone:
-                self._not_audited(result, dict.fromkeys(AUDITED_STAGES, "; ".join(gone)))
-            return bool(gone)
-
-        if libraries_changed():
-            return
-        try:
-            fresh = KernelCache(audit=False)._compile_one(pyfunc, argtypes, config, tuple(link), True, False,
-                                                          "audit", identity=identity)
-        except linking.LinkedSourceChanged as exc:  # what NVRTC would read now is not what the hit hashed
-            self._not_audited(result, dict.fromkeys(
-                AUDITED_STAGES, f"{exc.name}, or a header it includes, changed since the hit"))
-            return
-        except SnapshotChanged as exc:  # an array it read changed since: nothing left to compare with
-            outcome.state, outcome.error = "skipped", str(exc)
-            outcome.done.set()
-            return
-        except Exception as exc:
-            outcome.state, outcome.error = "failed", f"{type(exc).__name__}: {exc}"
-            outcome.done.set()
-            warnings.warn(f"gpucache_ext audit of {result.kernel}: the fresh compile failed "
-                          f"({outcome.error}) although the cache served it", AuditWarning, stacklevel=2)
-            return
-        if libraries_changed():  # (reloaded meanwhile)
-            return
-        changed = input_changes(result, fresh, outcome.since)
-        cached, fresh_artifacts = result.artifacts(), fresh.artifacts()
-        skipped: Dict[str, str] = {}
-        previous = None
-        for stage in AUDITED_STAGES:
-            reasons = changed.get(stage, [])
-            if not reasons and previous in skipped and \
-                    first_difference(previous, cached[previous], fresh_artifacts[previous]) is not None:
-                reasons = [f"built from {previous}, which could not be audited"]  # (other input bytes)
-            previous = stage
-            if reasons:
-                skipped[stage] = "; ".join(reasons)
-                continue
-            difference = first_difference(stage, cached[stage], fresh_artifacts[stage])
-            if difference is None and result.stages[stage].token != fresh.stages[stage].token:
-                # the same bytes, reached through another chain of digests: a stored digest is wrong
-                difference = (f"    filed under {short_token(result.stages[stage].token)}; a fresh compile "
-                              f"files it under {short_token(fresh.stages[stage].token)} (the digests its "
-                              "token is made of differ)")
-            self.store.audited(stage, difference is not None)
-            if difference is not None:
-                layer = result.stages[stage]
-                outcome.mismatches.append(Mismatch(
-                    result.kernel, stage, layer.token,
-                    tuple(sorted((name, part.shown) for name, part in layer.components.items())),
-                    difference))
-        if len(skipped) == len(AUDITED_STAGES):
-            self._not_audited(result, skipped)
-            return
-        if skipped:
-            self._not_audited(result, skipped, done=False)
-        if outcome.mismatches:
-            self._replace_chain(result, fresh)
-            result.replace_artifacts(fresh)  # (under the result's lock: a kernel may be reading them)
-            with self._lock:
-                self._mismatches.extend(outcome.mismatches)
-                self._mismatch_count += len(outcome.mismatches)
-            for mismatch in outcome.mismatches:
-                warnings.warn(mismatch.message(), AuditWarning, stacklevel=2)
-        outcome.state = "mismatch" if outcome.mismatches else "passed"
-        outcome.done.set()
-
-    def _not_audited(self, result: CompileResult, reasons: Dict[str, str], done: bool = True) -> None:
-        """Record the stages of `result` an audit could not compare like with
-        like, and why (quietly: no warning, the entries stay); with `done`,
-        none could be: the audit ends "not audited"."""
-        outcome = result.audit
-        outcome.not_audited.update(reasons)
-        with self._lock:
-            self._not_audited_list.extend(NotAudited(result.kernel, stage, result.stages[stage].token, why)
-                                          for stage, why in reasons.items())
-            self._not_audited_count += len(reasons)
-        log.info("gpucache_ext audit of %s: %s", result.kernel,
-                 "; ".join(f"{stage} not audited: {why}" for stage, why in reasons.items()))
-        if done:
-            outcome.state = "not audited"
-            outcome.done.set()
-
     def _replace_chain(self, result: CompileResult, fresh: CompileResult) -> None:
         """Evict every entry `result` was served from (a wrong one anywhere in
         the chain taints what follows) and file the fresh artifacts instead."""
@@ -676,26 +574,24 @@ class KernelCache:
     def audit_mismatches(self, since: int = 0) -> List[Mismatch]:
         """The latest audit mismatches (at most 256), newest last; with `since`
         (an earlier `audit_mismatch_count`), only those found after it."""
-        with self._lock:
-            return _latest(self._mismatches, self._mismatch_count, since)
+        return self.audits.mismatches(since)
 
     @property
     def audit_mismatch_count(self) -> int:
         """How many mismatches audits have found in this cache's life."""
-        return self._mismatch_count
+        return self.audits.mismatch_count
 
     def audits_not_possible(self, since: int = 0) -> List[NotAudited]:
         """The latest stages of hits an audit could not compare like with like
         (at most 256), newest last, each with why ("helpers.py changed since
         the hit"); with `since` (an earlier `audit_not_possible_count`), only
         those recorded after it."""
-        with self._lock:
-            return _latest(self._not_audited_list, self._not_audited_count, since)
+        return self.audits.not_possible(since)
 
     @property
     def audit_not_possible_count(self) -> int:
         """How many stages of hits audits could not compare in this cache's life."""
-        return self._not_audited_count
+        return self.audits.not_audited_count
 
     def recent_misses(self):
         """The latest misses, newest last: dicts with kernel, stage, token, reasons."""
@@ -797,11 +693,10 @@ class KernelCache:
         return proxy
 
 
-def _latest(records, count: int, since: int) -> list:
-    """Of a bounded record (a deque of the latest, `count` ever added), those
-    added after an earlier count `since` (all that are kept for 0)."""
-    found = list(records)
-    return found[len(found) - min(len(found), count - since):] if since else found
+def _compile_fresh(pyfunc, argtypes, config, link, identity) -> CompileResult:
+    """An audit's compile: `identity`'s snapshot, every stage built afresh in a new cache without audits."""
+    return KernelCache(audit=False)._compile_one(pyfunc, argtypes, config, link, True, False, "audit",
+                                                  identity=identity)
 
 
 _ATTEMPTS = 3  # compiles of one kernel before what it reads is declared too unsteady to cache
