@@ -1128,20 +1128,45 @@ def _check_library_chain(ident, label, path, module, chain, reads):
 
 
 def _library_function_component(pyfunc) -> Component:
-    """`internal_function_digest` as a component; memoised for functions
-    without a closure (their code object, place and name say it all)."""
-    if pyfunc.__closure__:
-        return Component(internal_function_digest(pyfunc), f"{pyfunc.__module__}.{pyfunc.__qualname__}")
-    key = (pyfunc.__code__, pyfunc.__module__, pyfunc.__qualname__)
+    """`internal_function_digest` as a component; memoised by the code
+    object, place and name, and by what a closure holds where that is
+    functions without a closure of their own (by their code) and exact
+    scalars (a library's decorated stubs: ``cuda.shared.array``); other
+    closures are described again each time."""
+    held = []
+    for cell in pyfunc.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            value = None
+        if isinstance(value, pytypes.FunctionType) and value.__closure__ is None:
+            held.append((id(value), id(value.__code__)))
+        elif type(value) in _EXACT_SCALARS and type(value) is not float:
+            held.append((type(value), value))
+        else:
+            return Component(internal_function_digest(pyfunc), f"{pyfunc.__module__}.{pyfunc.__qualname__}")
+    key = (pyfunc.__code__, pyfunc.__module__, pyfunc.__qualname__, tuple(held))
     found = _LIBRARY_FUNCTIONS.get(key)
-    if found is None:
+    if found is None or any(a is not b for a, b in zip(found[1], _cell_values(pyfunc))):
         if len(_LIBRARY_FUNCTIONS) > 4096:
             _LIBRARY_FUNCTIONS.clear()
-        found = _LIBRARY_FUNCTIONS[key] = Component(internal_function_digest(pyfunc), f"{key[1]}.{key[2]}")
-    return found
+        found = _LIBRARY_FUNCTIONS[key] = (
+            Component(internal_function_digest(pyfunc), f"{key[1]}.{key[2]}"), _cell_values(pyfunc))
+    return found[0]
 
 
-_LIBRARY_FUNCTIONS: Dict[Any, Component] = {}
+def _cell_values(pyfunc) -> tuple:
+    """What a function's closure cells hold (held by the memo, so the ids its key names stay theirs)."""
+    values = []
+    for cell in pyfunc.__closure__ or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:
+            values.append(None)
+    return tuple(values)
+
+
+_LIBRARY_FUNCTIONS: Dict[Any, Tuple[Component, tuple]] = {}
 
 
 def library_reads_changed(identity: SourceIdentity) -> Optional[str]:

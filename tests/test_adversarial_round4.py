@@ -783,3 +783,37 @@ def test_the_rounds_classes_on_a_shared_disk_tier_agree_across_processes(tmp_pat
         assert hit and got == own == first[case][1], case
     for name in {case.rsplit(" ", 1)[0] for case in first}:
         assert first[f"{name} a"][1] != first[f"{name} b"][1], f"{name}: the two states should compile apart"
+
+
+
+WRAPPED = ("def helper(x):\n    return x * 2.0\n\n"
+           "def wrap(function, n):\n    def f(x):\n        return function(x) + n\n    return f\n\n"
+           "f = wrap(helper, 1)\n")
+
+
+def test_a_library_functions_key_follows_its_closure_past_the_memo(site_library):
+    """`lib.f` read through its module is keyed by its code and closure, and
+    that key is memoised: the function its closure holds given other code,
+    or the closure's int, must each give another key (the memo keys on them)."""
+    from gpucache_ext.sources import identify
+
+    name = "wrapped_r4"
+    write_source(site_library / name / "__init__.py", WRAPPED)
+    library = importlib.import_module(name)
+    try:
+        _, kernel = reading(f"import {name}\n\ndef kernel(r):\n    r[0] = {name}.f(r[0])\n")
+
+        def key():
+            return identify(kernel, False).components[f"global {name}.f"].digest
+
+        first = key()
+        assert key() == first  # (memoised: the same)
+        original = library.helper.__code__
+        library.helper.__code__ = (lambda x: x * 3.0).__code__
+        assert key() != first
+        library.helper.__code__ = original
+        assert key() == first
+        library.f = library.wrap(library.helper, 2)
+        assert key() != first
+    finally:
+        sys.modules.pop(name, None)
