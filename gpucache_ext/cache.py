@@ -19,6 +19,13 @@ built from.
 
 Each miss is explained against the nearest earlier entry of the same kernel:
 which token components differ.
+
+`KernelCache` is the facade over the parts that do this: its `TieredStore`
+(`store`: the tiers and their counters), its `CacheIndex` (`index`: what
+they hold), its `Pipeline` (`pipeline`: the stages and the one driver every
+compile goes through), and the observers of each compile's result, its
+`CacheAudits` (`audits`) and `Provenance` (`provenance`, what `recompile`
+rebuilds from).
 """
 
 from __future__ import annotations
@@ -26,35 +33,26 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
-import warnings
-from collections import OrderedDict, deque
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .toolchain import fatbin
-from . import queries, targets, toolchain
+from . import queries
+from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
+from .config import LAYERS, CompileConfig, Targets
+from .extensions import derived_during
 from .importing import lazy_module
-from .store import settings
-from .store.codec import PERSISTENT_STAGES, content_digest
-from .audit import (Auditor, CacheAudits, Mismatch, NotAudited, parse_audit)
-from .config import LAYERS, STAGES, CompileConfig, Targets
-from .errors import ConfigError, SecurityWarning, UnsupportedKernelError
+from .index import CacheIndex
+from .pipeline import CompilePlan, CompileRequest, Pipeline
+from .provenance import Provenance
+from .proxies import DeviceProxies
 from .results import (CacheStats, CompileResult, EntryInfo, FatbinResult, LayerResult, Outcome,  # noqa: F401
                       StageResult, StageStats, TierInfo, TierStats, parse_resources, short_signature)
+from .sources import python_function
+from .store import settings
 from .store.disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
-from .store.disk import OFF_VALUES, DiskTier, configured_directory, default_directory
-from .store.shared import RedisTier, UnsignedSharedTier, display_url
-from .store.signing import Keyring
-from .index import CacheIndex, variant_token
-from .pipeline import Built, CompilePlan, Filing, Flights
-from .provenance import Origin, Provenance
+from .store.disk import OFF_VALUES, configured_directory
 from .store.tiered import TieredStore
-from .store.tiers import Entry, MemoryTier, Tier
-from .extensions import derived_during
-from .sources import SnapshotChanged, python_function, rebind
-from .tokens import Component, Token, component, make_token, short_token
-from .toolchain import toolchain_component
+from .store.tiers import Entry, Tier
+from .tokens import Token
 
 # numba-cuda's compiler, imported by the first compile: the cache opens, lists and reports
 # without it (under numba's CUDA simulator numba-cuda's compiler cannot be imported at all)
@@ -101,46 +99,35 @@ class KernelCache:
                  secret: settings.SecretArgument = None, allow_unsigned: Optional[bool] = None,
                  redis_prefix: Optional[str] = None, redis_ttl=None, tiers: Sequence[Tier] = (),
                  audit=None, audit_background: bool = True):
-        limits = _per_stage(max_entries, DEFAULT_MAX_ENTRIES, "max_entries")
-        byte_limits = _per_stage(max_bytes, dict.fromkeys(LAYERS), "max_bytes")
-        memory = {s: MemoryTier(limits[s], byte_limits[s]) for s in LAYERS}
-        keyring = settings.keyring(secret, allow_unsigned)
-        persistent: List[Tier] = []
-        refused: List[TierInfo] = []  # configured tiers left out, as `tier_info` shows them
-        if directory is not None:
-            directory = Path(directory).expanduser()
-            persistent.append(DiskTier(directory, max_disk_bytes, keyring=Keyring(keyring.secrets, True),
-                                       private=directory == default_directory()))
-        if redis_url:
-            try:
-                persistent.append(RedisTier(redis_url, keyring, prefix=redis_prefix, ttl=redis_ttl))
-            except UnsignedSharedTier as exc:
-                warnings.warn(str(exc), SecurityWarning, stacklevel=2)
-                refused.append(TierInfo(
-                    "shared", display_url(redis_url), signed=False, used=False,
-                    note="no secret (set GPUCACHE_SECRET, or GPUCACHE_SHARED_UNSIGNED=1 "
-                         "to use it unsigned)"))
         # guards the memory tiers, counters and records; never held while a
         # persistent tier is read or written, nor while a stage compiles
         self._lock = threading.RLock()
-        self.store = TieredStore(memory, persistent + list(tiers), refused, self._lock)
+        self.store = TieredStore.configured(
+            _per_stage(max_entries, DEFAULT_MAX_ENTRIES, "max_entries"),
+            _per_stage(max_bytes, dict.fromkeys(LAYERS), "max_bytes"), self._lock, directory=directory,
+            max_disk_bytes=max_disk_bytes, redis_url=redis_url, keyring=settings.keyring(secret, allow_unsigned),
+            redis_prefix=redis_prefix, redis_ttl=redis_ttl, tiers=tiers)
         """The memory tiers, then the persistent ones, and what they answered."""
         self.tiers: List[Tier] = self.store.tiers  # (the persistent tiers, in order)
         self._memory = self.store.memory
         self._notes: Dict[str, dict] = {}  # (`note`, `file_note`)
-        self._proxies: "OrderedDict[str, stages.DeviceProxy]" = OrderedDict()
-        self._misses = deque(maxlen=256)
         self._launch_checks = 0
-        self._flights = Flights()  # one build at a time per (stage, token)
         self.provenance = Provenance(self._lock)
         """The inputs each entry was built from, for `recompile`."""
         self.index = CacheIndex(self._memory, self.store.tiers_for, self._lock)
         """What the cache holds, read without changing it (`gpucache_ext.index`):
         what `explain` and the miss explanations read."""
+        self.pipeline = Pipeline(self.store, self.index, self._lock,
+                                 DeviceProxies(self._lock, lambda: 4 * self._memory["typing"].max_entries),
+                                 busy=lambda busy: self._auditor.busy(busy))
+        """The stages and the one driver every compile goes through (`gpucache_ext.pipeline`)."""
         self.audits = CacheAudits(Auditor(parse_audit(audit), audit_background), self._lock, _compile_fresh,
-                                  self._replace_chain, self.store.audited)
+                                  self.pipeline.replace_chain, self.store.audited)
         """This cache's audits of its own hits, and what they found."""
         self._auditor = self.audits.auditor
+        self._flights = self.pipeline.flights
+        # what follows each compile observes its result: the audit of its hits, then its provenance
+        self.pipeline.observers += [self._consider_audit, self.provenance.observe]
 
     @classmethod
     def from_environment(cls, directory=None, redis_url=None, **kwargs) -> "KernelCache":
@@ -188,10 +175,8 @@ class KernelCache:
         entry replaced.  ``audit``: True audits this compile before returning
         (if a stage hit), False never, None as the cache's ``audit`` setting says.
         """
-        config = _check_config(config)
-        pyfunc = python_function(func)
-        return self._compile_one(pyfunc, stages.normalize_signature(sig), config, _link_items(func, link),
-                                 force, audit, _why_forced)
+        return self.pipeline.run(self._request(func, sig, _check_config(config), link, force=force, audit=audit,
+                                               why_forced=_why_forced))
 
     def compile_fatbin(self, func, sig, config: Optional[CompileConfig] = None, *, sms, ptx=None,
                        force: bool = False, audit: Optional[bool] = None, link=None,
@@ -204,7 +189,7 @@ class KernelCache:
         target (``config.sm`` is not read), so typing and llvm are shared
         wherever lowering did not read the target, there is one ptx per
         virtual and one cubin per real architecture, all cached as a single
-        `compile` would cache them.  The fatbin layer is keyed by its
+        `compile` would cache them.  The fatbin stage is keyed by its
         members' bytes by architecture (their SHA-256), nvFatbin's options and
         version: adding a target builds that target's ptx and cubin and the
         fatbin, and the order of `sms` does not matter.  `sms` may also be a
@@ -220,167 +205,9 @@ class KernelCache:
             wanted = sms
         else:
             wanted = Targets(sms, ptx)
-        pyfunc = python_function(func)
-        argtypes = stages.normalize_signature(sig)
-        link = _link_items(func, link)
-        # the lowest target first (typing and llvm, which the others then find), then the others at once
-        first = wanted.sms[0]
-        per_target = {first: self._compile_one(pyfunc, argtypes, config.replace(sm=first), link, force, audit,
-                                               _why_forced, identity=_identity)}
-        per_target.update(self._compile_targets(
-            pyfunc, argtypes, config, link, force, audit, _why_forced,
-            {sm: "cubin" if sm in wanted.sms else "ptx" for sm in wanted.builds if sm != first}, _identity))
-        per_target = dict(sorted(per_target.items()))
-        primary = per_target[wanted.sms[0]]
-        ptx_member, note = None, ""
-        if wanted.ptx is not None:
-            source = per_target[wanted.ptx]
-            problem = fatbin.ptx_problem(source._ptx, primary._cubin.links)
-            if problem is None:
-                layer = source.stages["ptx"]
-                image = fatbin.image("ptx", source._ptx)
-                ptx_member = (fatbin.member("ptx", wanted.ptx, layer.token, image), image.decode())
-            elif wanted.explicit_ptx:
-                raise ConfigError(f"ptx={wanted.ptx}: the PTX of {primary.kernel} cannot go into a fatbin "
-                                  f"for the driver to compile alone: {problem}; leave it out (ptx='none')",
-                                  field="ptx")
-            else:
-                note = problem
-        cubins = [(fatbin.member("cubin", sm, per_target[sm].stages["cubin"].token, per_target[sm].cubin),
-                   per_target[sm].cubin) for sm in wanted.sms]
-        layer, artifact = self._fatbin_layer(primary, wanted, cubins, ptx_member, force, _why_forced,
-                                             _member_whys(per_target, wanted))
-        result = FatbinResult(primary.kernel, primary.signature, primary.config,
-                              {**primary.stages, "fatbin": layer}, primary._llvm, primary._ptx, primary._cubin,
-                              audit=primary.audit, referenced=primary.referenced,
-                              generic_tokens=primary.generic_tokens, place=primary.place, targets=wanted,
-                              per_target=per_target,
-                              fatbin_stage=layer, _fatbin=artifact, ptx_note=note)
-        first_origin = self.provenance.origin(primary.stages["cubin"].token)
-        self.provenance.remember((layer.token,), Origin(first_origin.snapshot if first_origin else -1, argtypes,
-                                                        config, tuple(link), wanted))
-        return result
-
-    def _fatbin_layer(self, primary: CompileResult, wanted: Targets, cubins, ptx_member, force, why_forced,
-                      members):
-        """The fatbin stage: look its token up, else assemble and store it
-        (`members`: why this compile built each member, `_member_whys`)."""
-        memo = next((tier.directory for tier in self.tiers if isinstance(tier, DiskTier)), None)
-        # each member by the bytes nvFatbin is given (not its entry's digest, which
-        # covers the link log too: its timings differ from one build to the next)
-        parts = {f"{member.kind} {member.name}": Component(member.digest, f"bytes {short_token(member.digest)}")
-                 for member, _ in cubins + ([ptx_member] if ptx_member is not None else [])}
-        parts["kernel"] = component(primary.kernel)
-        parts["options"] = component(list(fatbin.OPTIONS), " ".join(fatbin.OPTIONS) or "(defaults)")
-        parts["toolchain"] = toolchain_component("fatbin", memo)
-        token = make_token("fatbin", parts)
-        start = time.perf_counter()
-
-        def find():
-            entry, _, tier = self.store.lookup("fatbin", token, primary.config.cc)
-            if entry is None:
-                return None
-            self.store.count("fatbin", True, tier, entry.seconds)
-            return StageResult("fatbin", token.hex, Outcome.HIT, tier, time.perf_counter() - start,
-                               components=token.components, saved_seconds=entry.seconds), entry.artifact
-
-        filing = Filing(primary.kernel, primary.signature_text, _FatbinConfig(primary.config, wanted),
-                         primary.place, force, why_forced, members)
-        # (its upstream: the first cubin, which leads back to the code it was built from)
-        found, built = self._build("fatbin", token, filing,
-                                   lambda: fatbin.assemble(cubins, ptx_member, primary.entry_name, primary.kernel),
-                                   find, upstream=cubins[0][0].token)
-        if found is not None:
-            return found
-        return StageResult("fatbin", built.token.hex, Outcome.MISS, None, built.seconds, built.reasons,
-                           components=built.token.components), built.artifact
-
-    def _compile_one(self, pyfunc, argtypes, config: CompileConfig, link, force, audit, why_forced,
-                     until: str = "cubin", identity=None) -> CompileResult:
-        """One target's four stages (`identity`: compile that snapshot, not
-        `pyfunc` as it is now: an audit)."""
-        stages.check_numba_runtime()
-        self._auditor.busy(True)
-        try:
-            for attempt in range(_ATTEMPTS):
-                # (a plan reloads numba's settings)
-                plan = CompilePlan(self, pyfunc, argtypes, config, link, why_forced, identity)
-                try:
-                    with derived_during():  # (what numba registers meanwhile follows from what was hashed)
-                        result = plan.run(force, until)
-                    break
-                # a library was replaced since its fingerprint was read, or an array
-                # changed between its hash and its copy: hash and compile again
-                except (toolchain.ToolchainChanged, SnapshotChanged) as exc:
-                    if identity is not None and isinstance(exc, SnapshotChanged):
-                        raise
-                    _give_up_after(attempt, plan, exc)
-        finally:
-            self._auditor.busy(False)
-        return self._finish(plan, result, force, audit)
-
-    def _compile_targets(self, pyfunc, argtypes, config: CompileConfig, link, force, audit, why_forced,
-                         targets_until, identity=None) -> Dict[int, CompileResult]:
-        """`_compile_one` for several targets ({sm: "cubin" or "ptx"}): tokens,
-        typing and llvm one target after another in this thread (they read
-        numba's settings and the function's globals, and targets may share
-        their entries), then ptx and cubin in threads where there are cores to
-        spare (libNVVM and nvJitLink compile in parallel; every tier and
-        counter is behind the cache's lock)."""
-        self._auditor.busy(True)
-        try:
-            return self._compile_each_target(pyfunc, argtypes, config, link, force, audit, why_forced, targets_until,
-                                             identity)
-        finally:
-            self._auditor.busy(False)
-
-    def _compile_each_target(self, pyfunc, argtypes, config: CompileConfig, link, force, audit, why_forced,
-                             targets_until, identity=None) -> Dict[int, CompileResult]:
-        plans = {sm: CompilePlan(self, pyfunc, argtypes, config.replace(sm=sm), link, why_forced, identity)
-                 for sm in targets_until}
-        stages.check_numba_runtime()
-        fronts = {}
-        with derived_during():
-            for sm, plan in plans.items():  # llvm one target after another: targets may share it
-                try:
-                    fronts[sm] = plan.front(force)
-                except (toolchain.ToolchainChanged, SnapshotChanged):
-                    pass  # (compiled again below, one at a time)
-        workers = min(len(fronts), os.cpu_count() or 1)
-
-        def run(sm):
-            try:
-                return plans[sm].back(fronts[sm], targets_until[sm])
-            except (toolchain.ToolchainChanged, SnapshotChanged):
-                return None
-
-        if workers > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(workers, thread_name_prefix="gpucache-target") as pool:
-                ran = dict(zip(fronts, pool.map(run, fronts)))
-        else:
-            ran = {sm: run(sm) for sm in fronts}
-        ran.update({sm: None for sm in plans if sm not in fronts})
-        found = {}
-        for sm, result in ran.items():
-            audited = False if targets_until[sm] == "ptx" else audit
-            if result is None:
-                found[sm] = self._compile_one(pyfunc, argtypes, config.replace(sm=sm), link, force, audited,
-                                              why_forced, targets_until[sm], identity)
-            else:
-                found[sm] = self._finish(plans[sm], result, force, audited)
-        return found
-
-    def _finish(self, plan: "CompilePlan", result: CompileResult, force, audit) -> CompileResult:
-        """What follows a compile: what it keeps alive, its audit, and where its tokens came from."""
-        pyfunc, argtypes, config, link = plan.pyfunc, plan.argtypes, plan.config, plan.link
-        result.referenced = plan.identity.referenced
-        self.audits.consider(result, pyfunc, argtypes, config, link, plan.identity, forced=force, asked=audit,
-                             kernel=plan.kernel)
-        self.provenance.remember((layer.token for layer in result.stages.values()),
-                                 Origin(self.provenance.hold(plan.identity), argtypes, config, tuple(link), None))
-        return result
+        request = self._request(func, sig, config, link, force=force, audit=audit, why_forced=_why_forced,
+                                identity=_identity)
+        return self.pipeline.run_fatbin(request, wanted)
 
     def tokens(self, func, sig, config: Optional[CompileConfig] = None, *, link=None) -> Dict[str, Token]:
         """Each stage's token for these inputs, computed without compiling:
@@ -435,9 +262,12 @@ class KernelCache:
 
     def _plan(self, func, sig, config, link) -> "CompilePlan":
         """The plan (tokens) of these inputs, for the queries that compile nothing."""
-        config = CompileConfig() if config is None else config
-        return CompilePlan(self, python_function(func), stages.normalize_signature(sig), config,
-                     _link_items(func, link))
+        return self.pipeline.plan(self._request(func, sig, CompileConfig() if config is None else config, link))
+
+    @staticmethod
+    def _request(func, sig, config: CompileConfig, link, **options) -> CompileRequest:
+        return CompileRequest(python_function(func), stages.normalize_signature(sig), config,
+                              _link_items(func, link), **options)
 
     def stats(self) -> CacheStats:
         """Per stage (`StageStats`): hits, misses, not needed (typing, when a
@@ -495,8 +325,8 @@ class KernelCache:
         if origin.targets is not None:  # a fatbin: every target again, then the fatbin
             return self.compile_fatbin(identity.pyfunc, origin.argtypes, origin.config, sms=origin.targets,
                                        force=True, link=origin.link, _why_forced=why, _identity=identity)
-        return self._compile_one(identity.pyfunc, origin.argtypes, origin.config, origin.link, True,
-                                 None, why, identity=identity)
+        return self.pipeline.run(CompileRequest(identity.pyfunc, origin.argtypes, origin.config, origin.link,
+                                                force=True, why_forced=why, identity=identity))
 
     def note(self, key: str) -> Optional[dict]:
         """The note filed under `key` (`file_note`): this process's, else the
@@ -543,24 +373,14 @@ class KernelCache:
             tiers = self.tier_names(tiers)
         self.store.clear(stages_to_clear, tiers)
         if stage is None and (tiers is None or "memory" in tiers):
-            with self._lock:
-                self._proxies.clear()
+            self.pipeline.proxies.clear()
 
     # -- audit -------------------------------------------------------------
-    def _replace_chain(self, result: CompileResult, fresh: CompileResult) -> None:
-        """Evict every entry `result` was served from (a wrong one anywhere in
-        the chain taints what follows) and file the fresh artifacts instead."""
-        artifacts = fresh.artifacts()
-        upstream = ""
-        for stage in STAGES:
-            self.evict(stage, result.stages[stage].token)
-            layer = fresh.stages[stage]  # (ptx and cubin: the fresh bytes' digests make their tokens)
-            if stage in artifacts:
-                artifact = artifacts[stage]
-                self.store.put(stage, _artifact_entry(stage, layer.token, result.kernel, artifact, layer.components,
-                                                 layer.seconds, short_signature(result.signature), result.config,
-                                                 ("replaced after an audit mismatch",), upstream, result.place))
-            upstream = layer.token
+    def _consider_audit(self, request: CompileRequest, identity, result: CompileResult) -> None:
+        """Audit a compile whose stages hit, where the policy or its ``audit=`` wants it."""
+        if not isinstance(result, FatbinResult):  # (its targets were considered one by one)
+            self.audits.consider(result, request.pyfunc, request.argtypes, request.config, request.link,
+                                 identity, forced=request.force, asked=request.audit, kernel=result.kernel)
 
     def audit_wait(self) -> None:
         """Block until every audit submitted so far is done."""
@@ -596,140 +416,13 @@ class KernelCache:
     def recent_misses(self):
         """The latest misses, newest last: dicts with kernel, stage, token, reasons."""
         with self._lock:
-            return list(self._misses)
-
-    # -- internals used by CompilePlan --------------------------------------------
-    def _build(self, stage: str, token: Token, filing: "Filing", make: Callable[[], Any],
-               find: Callable[[], Any], upstream: str = "") -> Tuple[Any, Optional["Built"]]:
-        """Every stage's build after a miss, fatbin included, in one place:
-        in the entry's single flight, `find()` again unless forced (a thread
-        that waited for another's build of it finds it: its answer is
-        returned as (found, None)), then the toolchain check, the build, its
-        digest, and filing it: (None, `Built`)."""
-        with self._flights.hold(stage, token.hex):
-            if not filing.forced:
-                found = find()
-                if found is not None:
-                    return found, None
-            toolchain.confirm(stage)  # the fingerprint in the tokens is that of the tools about to run
-            self.store.count(stage, False)
-            start = time.perf_counter()
-            artifact = make()
-            seconds = time.perf_counter() - start
-            reads = getattr(artifact, "target_reads", targets.NO_READS)
-            digest = content_digest(stage, artifact) if stage in PERSISTENT_STAGES else None
-            token, reasons = self._store(stage, token, filing, artifact, seconds, reads, digest, upstream)
-        return None, Built(artifact, digest, token, seconds, reasons)
-
-    def _store(self, stage, token: Token, filing: "Filing", artifact, seconds, reads, digest=None, upstream=""):
-        """File a fresh artifact; returns (effective token, reasons it missed:
-        for a forced compile, the filing's `why_forced`).  The caller holds the
-        entry's flight (`Flights`): no other compile of this cache writes
-        this token, or its marker, meanwhile."""
-        kernel = filing.kernel
-        refusals = [self.store.take_refusal(stage, token.hex)]
-        if reads:
-            marker, _ = self.index.find(stage, token.hex)
-            variants = list(marker.variants) if marker is not None and marker.is_marker else []
-            if reads not in variants:
-                variants.append(reads)
-            self.store.put(stage, Entry(token.hex, kernel, None, token.components, 0, 0.0, variants=variants))
-            token = variant_token(token, reads)
-            refusals.append(self.store.take_refusal(stage, token.hex))
-        reasons = (filing.why_forced,) if filing.forced else self._explain(stage, token, kernel, filing.members)
-        # an entry a tier refused (its signature) is why this stage compiled, first of all
-        reasons = tuple(dict.fromkeys(r for r in refusals if r)) + reasons
-        self.store.put(stage, _artifact_entry(stage, token.hex, kernel, artifact, token.components, seconds,
-                                         filing.signature_text, filing.config, reasons, upstream, filing.place,
-                                         digest=digest))
-        self.index.remember(stage, token, kernel)
-        self.store.compiled(stage, seconds)
-        return token, reasons
-
-    def _explain(self, stage, token: Token, kernel, members=None) -> Tuple[str, ...]:
-        """Why `stage` missed (see `queries.explain_miss`); kept among the recent misses."""
-        reasons = queries.explain_miss(self.index, stage, kernel, token.components, members)
-        with self._lock:
-            self._misses.append({"kernel": kernel, "stage": stage, "token": token.hex,
-                                 "reasons": reasons, "time": time.time()})
-        return reasons
-
-    def _proxy_for(self, dispatcher, identity):
-        """The device proxy for this device function object and identity (made
-        once, then reused).  A proxy belongs to one function object: two of
-        one digest (module twins) never share what either typed from its own
-        snapshot.  The proxy holds its dispatcher, so the id stays its own."""
-        key = _proxy_key(dispatcher, identity)
-        with self._lock:
-            proxy = self._proxies.get(key)
-            if proxy is None or proxy.original is not dispatcher:
-                proxy = self._new_proxy(dispatcher, identity, self._proxy_for)
-            self._proxies.move_to_end(key)
-            return proxy
-
-    def _fresh_proxies(self):
-        """A proxy factory that makes new proxies (once per device function), for
-        forced compiles: nothing typed or lowered before is reused."""
-        made = {}
-
-        def proxy_for(dispatcher, identity):
-            key = _proxy_key(dispatcher, identity)
-            with self._lock:
-                if key not in made:
-                    made[key] = self._new_proxy(dispatcher, identity, proxy_for)
-                return made[key]
-
-        return proxy_for
-
-    def _new_proxy(self, dispatcher, identity, proxy_for):
-        proxy = stages.DeviceProxy(dispatcher, rebind(identity, proxy_for), identity.digest, identity.declared,
-                                   options=identity.options, debug_filename=identity.debug_filename,
-                                   def_line=identity.def_line)
-        key = _proxy_key(dispatcher, identity)
-        self._proxies[key] = proxy
-        self._proxies.move_to_end(key)
-        while len(self._proxies) > 4 * self._memory["typing"].max_entries:
-            self._proxies.popitem(last=False)
-        return proxy
-
+            return list(self.pipeline.misses)
 
 def _compile_fresh(pyfunc, argtypes, config, link, identity) -> CompileResult:
     """An audit's compile: `identity`'s snapshot, every stage built afresh in a new cache without audits."""
-    return KernelCache(audit=False)._compile_one(pyfunc, argtypes, config, link, True, False, "audit",
-                                                  identity=identity)
-
-
-_ATTEMPTS = 3  # compiles of one kernel before what it reads is declared too unsteady to cache
-
-
-def _artifact_entry(stage: str, token: str, kernel: str, artifact, components, seconds: float, signature: str,
-                    config: CompileConfig, reasons: tuple, upstream: str, place: Optional[str],
-                    digest: Optional[str] = None) -> Entry:
-    """The entry one stage's build is filed as: the artifact under its token,
-    with what it was built for and why (the content digest computed where
-    not given: typing has none)."""
-    if digest is None and stage in PERSISTENT_STAGES:
-        digest = content_digest(stage, artifact)
-    return Entry(token, kernel, artifact, dict(components), artifact.nbytes, seconds, signature=signature,
-                 config=config.summary(), reasons=reasons, config_fields=config.fields(), digest=digest,
-                 upstream=upstream, place=place)
-
-
-def _give_up_after(attempt: int, plan: "CompilePlan", exc: Exception) -> None:
-    """Raise once the last attempt failed: what the kernel reads keeps changing."""
-    if attempt + 1 < _ATTEMPTS:
-        return
-    if isinstance(exc, SnapshotChanged):
-        raise UnsupportedKernelError(
-            f"{plan.kernel}: {exc} ({_ATTEMPTS} times); stop writing to it while the cell compiles, or "
-            "pass it to the kernel as an argument") from exc
-    raise exc
-
-
-def _proxy_key(dispatcher, identity) -> tuple:
-    """A device proxy's key: the function object (held by the proxy, so its id
-    stays its own while the proxy is kept) and the identity it was made from."""
-    return id(dispatcher), identity.digest
+    return KernelCache(audit=False).pipeline.run(CompileRequest(pyfunc, argtypes, config, link, force=True,
+                                                                audit=False, why_forced="audit",
+                                                                identity=identity))
 
 
 def _generic_hexes(plan: "CompilePlan", result: CompileResult) -> Dict[str, str]:
@@ -742,45 +435,6 @@ def _check_config(config) -> CompileConfig:
     if not isinstance(config, CompileConfig):
         raise TypeError(f"config must be a CompileConfig, got {type(config).__name__}")
     return config
-
-
-class _FatbinConfig(NamedTuple):
-    """What a fatbin entry records of its config: the targets in place of ``sm``."""
-
-    config: CompileConfig
-    targets: Targets
-
-    def summary(self) -> str:
-        return self.targets.describe(self.config)
-
-    def fields(self) -> dict:
-        return {**self.config.fields(), "sm": list(self.targets.sms), "ptx": self.targets.ptx}
-
-
-def _member_whys(per_target: Mapping[int, CompileResult], wanted: Targets) -> Dict[str, Optional[str]]:
-    """Why each member of a fatbin was built by this compile, in the words
-    of the first stage that missed for its target (where that stage only
-    says its input changed, the first target's typing or llvm says why);
-    None for a member whose entry was there already."""
-    def own(result):
-        for stage in STAGES:
-            layer = result.stages.get(stage)
-            if layer is not None and layer.outcome is Outcome.MISS:
-                # (another target's entry was nearest: "sm 86 -> 80" says nothing of the member)
-                told = [r for r in layer.reasons if not r.endswith(" input changed") and not r.startswith("sm ")]
-                if told:
-                    return "; ".join(told)
-        return None
-
-    first = own(per_target[wanted.sms[0]])
-    whys: Dict[str, Optional[str]] = {}
-    for sm in wanted.sms:
-        built = per_target[sm].stages["cubin"].outcome is Outcome.MISS
-        whys[f"cubin sm_{sm}"] = (own(per_target[sm]) or first or "") if built else None
-    if wanted.ptx is not None:
-        built = per_target[wanted.ptx].stages["ptx"].outcome is Outcome.MISS
-        whys[f"PTX compute_{wanted.ptx}"] = (own(per_target[wanted.ptx]) or first or "") if built else None
-    return whys
 
 
 def _link_items(func, link) -> tuple:

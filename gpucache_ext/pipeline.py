@@ -1,40 +1,113 @@
-"""One compile's way through the stages: its tokens, its lookups, and the
-stages it must build.
+"""The one pipeline every compile goes through: stages, requests, and the driver.
 
-A `CompilePlan` is made per compile from the kernel's snapshot (its
-`SourceIdentity`): it computes every stage's token, looks llvm up first and
-works back to typing only where llvm missed, then looks ptx and cubin up by
-the content digest of the artifact before them (early cutoff), and builds
-what missed through its cache's one build driver (`KernelCache._build`:
-single flight, the toolchain check, the digest, filing).  `Flights` is that
-single flight.  The tokens of the stages after typing are memoised: an exact
-repeat computes none.
+A compile is asked for as one `CompileRequest`.  `Pipeline.run` makes a
+`CompilePlan` of it (every stage's token, from the kernel's snapshot, its
+`SourceIdentity`), which looks llvm up first and works back to typing only
+where llvm missed, then looks ptx and cubin up by the content digest of the
+artifact before them (early cutoff).  `Pipeline.run_fatbin` does so for each
+target and assembles the fatbin stage from their cubins and PTX.
+
+Every stage, typing to fatbin, is a `Stage` (the table `STAGE_TABLE`: its
+name, the stage it is built from, the config fields its token reads, whether
+its entries persist, how it builds), and every one is looked up, built and
+filed by one driver, `Pipeline.obtain`: lookup -> single flight (`Flights`)
+-> the toolchain check -> build -> digest -> filing, with the miss explained.
+What follows a compile (the audit of its hits, the provenance `recompile`
+needs) observes its results (`Pipeline.observers`) rather than living here.
+The tokens of the stages after typing are memoised: an exact repeat computes none.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from collections import deque
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from . import definitions
+from . import definitions, queries, targets, toolchain
 from .audit import source_files_component
-from .config import STAGES, CompileConfig
-from .errors import UnsupportedKernelError
-from .extensions import extensions_component
+from .config import FIELD_STAGES, KEYED_ON_BYTES, LAYERS, STAGES, CompileConfig, Targets
+from .errors import ConfigError, UnsupportedKernelError
+from .extensions import derived_during, extensions_component
 from .importing import lazy_module
-from .results import CompileResult, Outcome, StageResult, short_signature
+from .index import CacheIndex, variant_token
+from .results import CompileResult, FatbinResult, Outcome, StageResult, short_signature
 from .sources import SnapshotChanged, identify, library_reads_changed, rebind, signature_component
+from .store.codec import PERSISTENT_STAGES, content_digest
 from .store.disk import DiskTier
+from .store.tiered import TieredStore
+from .store.tiers import Entry
 from .tokens import Component, Token, component, make_token, short_token
-from .toolchain import numba_settings, toolchain_component
+from .toolchain import fatbin, numba_settings, toolchain_component
 
-if TYPE_CHECKING:
-    from .cache import KernelCache
-
-# numba-cuda's compiler, imported by the first compile (see `gpucache_ext.cache`)
+# numba-cuda's compiler, imported by the first compile: the cache opens, lists and reports
+# without it (under numba's CUDA simulator numba-cuda's compiler cannot be imported at all)
 stages = lazy_module("gpucache_ext.stages")
+
+_ATTEMPTS = 3  # compiles of one kernel before what it reads is declared too unsteady to cache
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileRequest:
+    """One compile, as it was asked for: passed on whole."""
+
+    pyfunc: Callable
+    argtypes: tuple
+    config: CompileConfig
+    link: tuple = ()  # code the cubin links besides the kernel's (see `KernelCache.compile`)
+    force: bool = False  # every stage built again, its entry replaced
+    audit: Optional[bool] = None  # True: audit before returning; False: never; None: as the cache says
+    why_forced: str = "forced recompile"  # what a forced compile's entries say of why they were built
+    identity: Any = None  # a `SourceIdentity`: compile this snapshot, not `pyfunc` as it is now
+    until: str = "cubin"  # "ptx": stop after ptx (a fatbin's PTX-only target)
+
+    def at(self, sm: int, until: str = "cubin", audit: Optional[bool] = None) -> "CompileRequest":
+        """The same request for one target."""
+        return dataclasses.replace(self, config=self.config.replace(sm=sm), until=until,
+                                   audit=self.audit if audit is None else audit)
+
+
+class Stage(NamedTuple):
+    """One stage, as the driver sees it.
+
+    ``build(job, upstream)`` makes its artifact from the artifact of the
+    stage before it (`upstream`; None for typing and fatbin, which build from
+    what their job holds); the artifact declares what it persists
+    (`state()`/`rebuild()`, see `gpucache_ext.artifacts`)."""
+
+    name: str
+    upstream: Optional[str]  # the stage it is built from (fatbin: several targets' cubins and a PTX)
+    fields: Tuple[str, ...]  # the config fields its token reads (`FIELD_STAGES`)
+    persisted: bool  # held by the persistent tiers (typing's typed IR lives in memory only)
+    keyed_on_bytes: bool  # its token hashes the upstream artifact's digest, not its token (early cutoff)
+    build: Callable[[Any, Any], Any]
+
+    def digest(self, artifact) -> Optional[str]:
+        """The digest of the artifact's canonical bytes (None where it does not persist)."""
+        return content_digest(self.name, artifact) if self.persisted else None
+
+    def toolchain(self, memo=None) -> Component:
+        """What its token hashes of the tools it runs (`toolchain_component`)."""
+        return toolchain_component(self.name, memo)
+
+
+def _stage(name: str, upstream: Optional[str], build: Callable[[Any, Any], Any]) -> Stage:
+    return Stage(name, upstream, tuple(field for field, read in FIELD_STAGES.items() if name in read),
+                 name in PERSISTENT_STAGES, name in KEYED_ON_BYTES, build)
+
+
+STAGE_TABLE: Dict[str, Stage] = {stage.name: stage for stage in (
+    _stage("typing", None, lambda plan, _: plan.type_kernel()),
+    _stage("llvm", "typing", lambda plan, typed: plan.lower(typed)),
+    _stage("ptx", "llvm", lambda plan, llvm: stages.run_ptx(llvm, plan.config, plan.kernel)),
+    _stage("cubin", "ptx", lambda plan, ptx: plan.link_cubin(ptx)),
+    _stage("fatbin", "cubin", lambda job, _: fatbin.assemble(job.cubins, job.ptx_member, job.entry_name,
+                                                              job.kernel)),
+)}
+assert tuple(STAGE_TABLE) == LAYERS
 
 
 class Filing(NamedTuple):
@@ -43,7 +116,7 @@ class Filing(NamedTuple):
 
     kernel: str
     signature_text: str
-    config: Any  # a CompileConfig, or a fatbin's `_FatbinConfig`
+    config: Any  # a CompileConfig, or a fatbin's `FatbinConfig`
     place: Optional[str]  # where the kernel was defined
     forced: bool
     why_forced: str
@@ -51,59 +124,299 @@ class Filing(NamedTuple):
     members: Optional[Mapping[str, Optional[str]]] = None
 
 
-class Built(NamedTuple):
-    """A stage built and filed by `KernelCache._build`."""
+class Found(NamedTuple):
+    """A stage's artifact in one compile, found or built: what the next stage needs."""
 
+    stage: str
     artifact: Any
-    digest: Optional[str]
-    token: Token  # the effective token (a per-target variant's, where the build read the target)
-    seconds: float
-    reasons: Tuple[str, ...]
+    digest: Optional[str]  # of its canonical bytes (None for typing)
+    token: str  # the token it is filed under
+
+
+class Pipeline:
+    """One cache's compiles: the plans it runs, and the one driver
+    (`obtain`) every stage of every plan is found or built through.
+
+    `store` holds the tiers, `index` what they hold, `proxies` the device
+    proxies typing calls through; `busy(True/False)` brackets each compile
+    (the auditor waits meanwhile); `observers` are called with each
+    finished compile (request, the snapshot it hashed, its result)."""
+
+    def __init__(self, store: TieredStore, index: CacheIndex, lock, proxies, busy: Callable[[bool], None]):
+        self.store = store
+        self.index = index
+        self._lock = lock
+        self.proxies = proxies
+        self._busy = busy
+        self.flights = Flights()  # one build at a time per (stage, token)
+        self.observers: List[Callable[[CompileRequest, Any, CompileResult], None]] = []
+        self.misses: deque = deque(maxlen=256)  # the latest misses, why each compiled
+
+    @property
+    def memo(self):
+        """Where the toolchain's fingerprint is remembered: the disk tier's folder, if any."""
+        return next((tier.directory for tier in self.store.tiers if isinstance(tier, DiskTier)), None)
+
+    # -- compiles -------------------------------------------------------------
+    def plan(self, request: CompileRequest) -> "CompilePlan":
+        """The tokens of `request`, computed from its snapshot, nothing looked up."""
+        return CompilePlan(self, request)
+
+    def run(self, request: CompileRequest) -> CompileResult:
+        """One target's four stages (or up to ``request.until``)."""
+        stages.check_numba_runtime()
+        self._busy(True)
+        try:
+            for attempt in range(_ATTEMPTS):
+                plan = CompilePlan(self, request)  # (a plan reloads numba's settings)
+                try:
+                    with derived_during():  # (what numba registers meanwhile follows from what was hashed)
+                        result = plan.run()
+                    break
+                # a library was replaced since its fingerprint was read, or an array
+                # changed between its hash and its copy: hash and compile again
+                except (toolchain.ToolchainChanged, SnapshotChanged) as exc:
+                    if request.identity is not None and isinstance(exc, SnapshotChanged):
+                        raise
+                    _give_up_after(attempt, plan, exc)
+        finally:
+            self._busy(False)
+        return self._finish(request, plan, result)
+
+    def run_targets(self, request: CompileRequest, targets_until: Mapping[int, str]) -> Dict[int, CompileResult]:
+        """`run` for several targets ({sm: "cubin" or "ptx"}): tokens, typing
+        and llvm one target after another in this thread (they read numba's
+        settings and the function's globals, and targets may share their
+        entries), then ptx and cubin in threads where there are cores to
+        spare (libNVVM and nvJitLink compile in parallel; every tier and
+        counter is behind the cache's lock)."""
+        self._busy(True)
+        try:
+            return self._run_each_target(request, targets_until)
+        finally:
+            self._busy(False)
+
+    def _run_each_target(self, request: CompileRequest, targets_until: Mapping[int, str]):
+        requests = {sm: request.at(sm, until, audit=False if until == "ptx" else None)
+                    for sm, until in targets_until.items()}
+        plans = {sm: CompilePlan(self, each) for sm, each in requests.items()}
+        stages.check_numba_runtime()
+        fronts = {}
+        with derived_during():
+            for sm, plan in plans.items():  # llvm one target after another: targets may share it
+                try:
+                    fronts[sm] = plan.front()
+                except (toolchain.ToolchainChanged, SnapshotChanged):
+                    pass  # (compiled again below, one at a time)
+        workers = min(len(fronts), os.cpu_count() or 1)
+
+        def back(sm):
+            try:
+                return plans[sm].back(fronts[sm])
+            except (toolchain.ToolchainChanged, SnapshotChanged):
+                return None
+
+        if workers > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(workers, thread_name_prefix="gpucache-target") as pool:
+                ran = dict(zip(fronts, pool.map(back, fronts)))
+        else:
+            ran = {sm: back(sm) for sm in fronts}
+        ran.update({sm: None for sm in plans if sm not in fronts})
+        return {sm: self.run(requests[sm]) if result is None else self._finish(requests[sm], plans[sm], result)
+                for sm, result in ran.items()}
+
+    def run_fatbin(self, request: CompileRequest, wanted: Targets) -> FatbinResult:
+        """Every target of `wanted` (the lowest first: typing and llvm, which
+        the others then find; then the others at once), then the fatbin
+        stage, keyed by its members' bytes (see `KernelCache.compile_fatbin`)."""
+        first = wanted.sms[0]
+        per_target = {first: self.run(request.at(first))}
+        per_target.update(self.run_targets(
+            request, {sm: "cubin" if sm in wanted.sms else "ptx" for sm in wanted.builds if sm != first}))
+        job = FatbinJob(self, request, wanted, dict(sorted(per_target.items())))
+        result = job.run()
+        for observe in self.observers:
+            observe(request, request.identity, result)
+        return result
+
+    def _finish(self, request: CompileRequest, plan: "CompilePlan", result: CompileResult) -> CompileResult:
+        """What follows a compile: what it keeps alive, then its observers (audit, provenance)."""
+        result.referenced = plan.identity.referenced
+        for observe in self.observers:
+            observe(request, plan.identity, result)
+        return result
+
+    # -- the driver -----------------------------------------------------------
+    def lookup(self, stage: str, job, token: Token, cutoff: bool = False, memory_only: bool = False
+               ) -> Optional[Found]:
+        """`stage`'s entry under `token` (or its variant for the job's target),
+        counted as a hit and recorded in ``job.stages``; None where no tier has it."""
+        start = time.perf_counter()
+        entry, token, tier = self.store.lookup(stage, token, job.cc, memory_only)
+        if entry is None:
+            return None
+        self.store.count(stage, True, tier, entry.seconds, cutoff=cutoff)
+        job.stages[stage] = StageResult(stage, token.hex, Outcome.HIT, tier, time.perf_counter() - start,
+                                        components=token.components, saved_seconds=entry.seconds,
+                                        cutoff=cutoff)
+        return Found(stage, entry.artifact, entry.digest, token.hex)
+
+    def obtain(self, stage: str, job, token: Token, upstream: Optional[Found] = None, *, cutoff: bool = False,
+               looked_up: bool = False, built_from: str = "") -> Found:
+        """Every stage of every compile, fatbin included, found or built in
+        one place: the lookup (unless forced, or `looked_up` already), then in
+        the entry's single flight a second look (a thread that waited for
+        another's build of it finds it, a hit), the toolchain check, the
+        build from `upstream`'s artifact, its digest, and filing it, the miss
+        explained.  `built_from`: the token of the entry it is built from,
+        which its entry names."""
+        forced = job.forced
+        if not (forced or looked_up):
+            found = self.lookup(stage, job, token, cutoff)
+            if found is not None:
+                return found
+        definition = STAGE_TABLE[stage]
+        with self.flights.hold(stage, token.hex):
+            if not forced:
+                found = self.lookup(stage, job, token, cutoff, memory_only=True)
+                if found is not None:
+                    return found
+            toolchain.confirm(stage)  # the fingerprint in the tokens is that of the tools about to run
+            self.store.count(stage, False)
+            start = time.perf_counter()
+            artifact = definition.build(job, upstream.artifact if upstream is not None else None)
+            seconds = time.perf_counter() - start
+            digest = definition.digest(artifact)
+            token, reasons = self._file(stage, token, job.filing(), artifact, seconds,
+                                        getattr(artifact, "target_reads", targets.NO_READS), digest, built_from)
+        job.stages[stage] = StageResult(stage, token.hex, Outcome.MISS, None, seconds, reasons,
+                                        components=token.components)
+        return Found(stage, artifact, digest, token.hex)
+
+    def _file(self, stage, token: Token, filing: Filing, artifact, seconds, reads, digest, upstream):
+        """File a fresh artifact; returns (effective token, reasons it missed:
+        for a forced compile, the filing's `why_forced`).  The caller holds the
+        entry's flight: no other compile of this cache writes this token, or
+        its marker, meanwhile."""
+        kernel = filing.kernel
+        refusals = [self.store.take_refusal(stage, token.hex)]
+        if reads:
+            marker, _ = self.index.find(stage, token.hex)
+            variants = list(marker.variants) if marker is not None and marker.is_marker else []
+            if reads not in variants:
+                variants.append(reads)
+            self.store.put(stage, Entry(token.hex, kernel, None, token.components, 0, 0.0, variants=variants))
+            token = variant_token(token, reads)
+            refusals.append(self.store.take_refusal(stage, token.hex))
+        reasons = (filing.why_forced,) if filing.forced else self._explain(stage, token, kernel, filing.members)
+        # an entry a tier refused (its signature) is why this stage compiled, first of all
+        reasons = tuple(dict.fromkeys(r for r in refusals if r)) + reasons
+        self.store.put(stage, artifact_entry(stage, token.hex, kernel, artifact, token.components, seconds,
+                                             filing.signature_text, filing.config, reasons, upstream, filing.place,
+                                             digest=digest))
+        self.index.remember(stage, token, kernel)
+        self.store.compiled(stage, seconds)
+        return token, reasons
+
+    def _explain(self, stage, token: Token, kernel, members=None) -> Tuple[str, ...]:
+        """Why `stage` missed (see `queries.explain_miss`); kept among the recent misses."""
+        reasons = queries.explain_miss(self.index, stage, kernel, token.components, members)
+        with self._lock:
+            self.misses.append({"kernel": kernel, "stage": stage, "token": token.hex,
+                                "reasons": reasons, "time": time.time()})
+        return reasons
+
+    def replace_chain(self, result: CompileResult, fresh: CompileResult) -> None:
+        """Evict every entry `result` was served from (a wrong one anywhere in
+        the chain taints what follows) and file the fresh artifacts instead
+        (an audit's answer to a mismatch)."""
+        artifacts = fresh.artifacts()
+        upstream = ""
+        for stage in STAGES:
+            self.store.evict(stage, result.stages[stage].token)
+            built = fresh.stages[stage]  # (ptx and cubin: the fresh bytes' digests make their tokens)
+            if stage in artifacts:
+                self.store.put(stage, artifact_entry(
+                    stage, built.token, result.kernel, artifacts[stage], built.components, built.seconds,
+                    short_signature(result.signature), result.config, ("replaced after an audit mismatch",),
+                    upstream, result.place))
+            upstream = built.token
+
+
+def artifact_entry(stage: str, token: str, kernel: str, artifact, components, seconds: float, signature: str,
+                   config, reasons: tuple, upstream: str, place: Optional[str],
+                   digest: Optional[str] = None) -> Entry:
+    """The entry one stage's build is filed as: the artifact under its token,
+    with what it was built for and why (the content digest computed where
+    not given: typing has none)."""
+    if digest is None:
+        digest = STAGE_TABLE[stage].digest(artifact)
+    return Entry(token, kernel, artifact, dict(components), artifact.nbytes, seconds, signature=signature,
+                 config=config.summary(), reasons=reasons, config_fields=config.fields(), digest=digest,
+                 upstream=upstream, place=place)
+
+
+def _give_up_after(attempt: int, plan: "CompilePlan", exc: Exception) -> None:
+    """Raise once the last attempt failed: what the kernel reads keeps changing."""
+    if attempt + 1 < _ATTEMPTS:
+        return
+    if isinstance(exc, SnapshotChanged):
+        raise UnsupportedKernelError(
+            f"{plan.kernel}: {exc} ({_ATTEMPTS} times); stop writing to it while the cell compiles, or "
+            "pass it to the kernel as an argument") from exc
+    raise exc
 
 
 class CompilePlan:
-    """One compile: the tokens, the lookups, and the stages that must run."""
+    """One compile of one target: the tokens, the lookups, and the stages that must run."""
 
-    def __init__(self, cache: KernelCache, pyfunc, argtypes, config: CompileConfig, link=(),
-                 why_forced: str = "forced recompile", identity=None):
-        self.cache = cache
-        self.pyfunc = pyfunc
-        self.argtypes = argtypes
-        self.config = config
+    def __init__(self, pipeline: Pipeline, request: CompileRequest):
+        self.pipeline = pipeline
+        self.request = request
+        self.pyfunc, self.argtypes, self.config = request.pyfunc, request.argtypes, request.config
+        self.link = request.link
+        self.forced = request.force
+        identity = request.identity
         # what the kernel reads, read once (an audit gives the snapshot of the compile it checks)
         self.identity = identity if identity is not None else \
-            identify(pyfunc, with_location=config.debug or config.lineinfo)
-        if self.identity.unlinked and not link:
+            identify(self.pyfunc, with_location=self.config.debug or self.config.lineinfo)
+        if self.identity.unlinked and not self.link:
             raise UnsupportedKernelError(self.identity.unlinked[0])
-        if link and identity is None:  # the kernel's own link= code joins what its external functions link
+        if self.link and identity is None:  # the kernel's own link= code joins what its external functions link
             from .toolchain import linking
 
             origin = f"{self.identity.qualname} (link=): "
             self.identity.links = linking.canonical(
-                list(self.identity.links) + [linking.read(item, origin) for item in link])
-        self.link = link
+                list(self.identity.links) + [linking.read(item, origin) for item in self.link])
         self.kernel = self.identity.qualname
         self.place = definitions.place_of(self.identity.code)  # (with kernel: its definition)
-        self.signature_text = short_signature(argtypes)
-        self.forced = False
-        self.why_forced = why_forced  # what a forced compile's entries say of why they were built
+        self.signature_text = short_signature(self.argtypes)
         self.parts: Dict[str, Dict[str, Component]] = {}  # each stage's token components
         self.tokens = self._tokens()
         self.stages: Dict[str, StageResult] = {}
 
+    @property
+    def cc(self):
+        return self.config.cc
+
+    def filing(self) -> Filing:
+        return Filing(self.kernel, self.signature_text, self.config, self.place, self.forced,
+                      self.request.why_forced)
+
     def _tokens(self) -> Dict[str, Token]:
         config = self.config
-        # the toolchain's fingerprint is remembered in the disk tier's folder
-        memo = next((tier.directory for tier in self.cache.tiers if isinstance(tier, DiskTier)), None)
+        memo = self.pipeline.memo
         self.extensions = extensions_component()  # numba's extension tables, where user code registered
         typing = make_token("typing", {
             **self.identity.components,
             **({"numba extensions": self.extensions} if self.extensions is not None else {}),
             "signature": signature_component(self.argtypes, self.signature_text[1:-1]),
-            "toolchain": toolchain_component("typing"),
+            "toolchain": STAGE_TABLE["typing"].toolchain(),
         })
         settings = self.settings = numba_settings()
-        toolchains = {stage: toolchain_component(stage, memo) for stage in STAGES[1:]}
+        toolchains = {stage: STAGE_TABLE[stage].toolchain(memo) for stage in STAGES[1:]}
         links = tuple((link.digest, link.name) for link in self.identity.links)
         # what the later stages' tokens are made of besides typing's: the same
         # inputs give the same tokens (memoised: an exact repeat rebuilds none)
@@ -122,56 +435,45 @@ class CompilePlan:
 
         def make():
             parts = dict(self.parts[stage])
-            parts[STAGES[STAGES.index(stage) - 1]] = Component(upstream_digest,
-                                                                f"output {short_token(upstream_digest)}")
+            parts[STAGE_TABLE[stage].upstream] = Component(upstream_digest, f"output {short_token(upstream_digest)}")
             parts.update(extra or {})
             return make_token(stage, parts)
 
         return _memoised(_CONTENT_TOKENS, key, make)
 
-    def run(self, force=False, until: str = "cubin") -> CompileResult:
+    def run(self) -> CompileResult:
         """llvm is looked up by its token; ptx and cubin by their content
         tokens, which need the digest of the artifact before them: found
         (stored with its entry) or built.  A stage rebuilt to the same bytes
         as before thus leaves the stages after it hits (early cutoff).
         ``until="ptx"`` stops after ptx (a fatbin's PTX-only target): the
         result has no cubin."""
-        return self.back(self.front(force), until)
+        return self.back(self.front())
 
-    def front(self, force=False) -> "Found":
+    def front(self) -> Found:
         """typing and llvm: the llvm artifact, found or built."""
-        self.forced = force
-        llvm = None if force else self._lookup("llvm", self.tokens["llvm"])
+        obtain = self.pipeline.obtain
+        llvm = None if self.forced else self.pipeline.lookup("llvm", self, self.tokens["llvm"])
         if llvm is None:
-            typed = None if force else self._lookup("typing", self.tokens["typing"])
-            if typed is None:
-                typed = self._compile("typing", self.tokens["typing"], self._run_typing)
-            llvm = self._compile("llvm", self.tokens["llvm"], self._lower, typed.artifact)
+            typed = obtain("typing", self, self.tokens["typing"])
+            llvm = obtain("llvm", self, self.tokens["llvm"], typed, looked_up=True)
         else:
             self._peek_typing()
         return llvm
 
-    def typed(self) -> "Found":
+    def typed(self) -> Found:
         """The typing stage alone: found, or built and stored."""
-        self.forced = False
-        found = self._lookup("typing", self.tokens["typing"])
-        return found if found is not None else self._compile("typing", self.tokens["typing"], self._run_typing)
+        return self.pipeline.obtain("typing", self, self.tokens["typing"])
 
-    def back(self, llvm: "Found", until: str = "cubin") -> CompileResult:
+    def back(self, llvm: Found) -> CompileResult:
         """ptx and cubin (or ptx alone) from `front`'s llvm artifact."""
-        ptx = self._downstream("ptx", llvm, stages.run_ptx, self.config, self.kernel)
+        until = self.request.until
+        ptx = self._downstream("ptx", llvm)
         cubin = None
         if until != "ptx":
-            sources = stages.debug_source_files(llvm.artifact)
-            extra = source_files_component(sources)
-
-            def link(*args):
-                cubin = stages.run_cubin(*args)
-                if source_files_component(sources) != extra:  # (nvJitLink read them meanwhile)
-                    raise SnapshotChanged(f"a source file of {self.kernel} changed while it was being linked")
-                return cubin
-
-            cubin = self._downstream("cubin", ptx, link, self.config, self.kernel, self.identity.links, extra=extra)
+            self._sources = stages.debug_source_files(llvm.artifact)
+            self._sources_part = source_files_component(self._sources)
+            cubin = self._downstream("cubin", ptx, extra=self._sources_part)
         built = STAGES[:STAGES.index(until) + 1]
         return CompileResult(self.kernel, self.argtypes, self.config,
                              {s: self.stages[s] for s in built},
@@ -179,37 +481,18 @@ class CompilePlan:
                              generic_tokens={s: t.hex for s, t in self.tokens.items() if s in built},
                              place=self.place)
 
-    def _downstream(self, stage, upstream: "Found", fn, *args, extra=None) -> "Found":
-        """Look up `stage` by the content token of `upstream`'s artifact (and
-        `extra` components), else build it."""
+    def _downstream(self, stage, upstream: Found, extra=None) -> Found:
+        """`stage`, looked up by the content token of `upstream`'s artifact (and
+        `extra` components), else built."""
         token = self.content_token(stage, upstream.digest, extra)
         rebuilt = self.stages[upstream.stage].outcome is Outcome.MISS
-        found = None if self.forced else self._lookup(stage, token, cutoff=rebuilt)
-        if found is None:
-            found = self._compile(stage, token, fn, upstream.artifact, *args, upstream=upstream.token,
-                                  cutoff=rebuilt)
-        return found
+        return self.pipeline.obtain(stage, self, token, upstream, cutoff=rebuilt, built_from=upstream.token)
 
-    def _lower(self, typed):
-        """The llvm stage, lowered with the numba settings its token hashed:
-        numba reads them from its config module as it lowers, where another
-        thread may have set one meanwhile (then the compile starts again)."""
-        llvm = stages.run_llvm(typed, self.config, self.identity.link_keys)
-        if numba_settings(reload=False) != self.settings:
-            raise SnapshotChanged(f"numba's settings changed while {self.kernel} was being lowered")
-        self._check_library_reads("lowered")
-        return llvm
-
-    def _check_library_reads(self, doing: str) -> None:
-        """numba reads a library module's attributes live as it types and
-        lowers: one replaced since they were hashed (another thread, a
-        reload) starts the compile again."""
-        changed = library_reads_changed(self.identity)
-        if changed is not None:
-            raise SnapshotChanged(f"{changed} was replaced while {self.kernel} was being {doing}")
-
-    def _run_typing(self):
-        proxy_for = self.cache._fresh_proxies() if self.forced else self.cache._proxy_for
+    # -- the builds (`STAGE_TABLE`) -----------------------------------------------
+    def type_kernel(self):
+        """The typing stage, typed from the snapshot through device proxies."""
+        proxies = self.pipeline.proxies
+        proxy_for = proxies.fresh() if self.forced else proxies.get
         pyfunc = rebind(self.identity, proxy_for)
         typed = stages.run_typing(pyfunc, self.argtypes, self.config, kernel=True,
                                   uid=stages.symbol_uid(self.identity.digest), qualname=self.kernel,
@@ -221,42 +504,140 @@ class CompilePlan:
         self._check_library_reads("typed")
         return typed
 
-    def _lookup(self, stage, token: Token, cutoff: bool = False, memory_only: bool = False) -> Optional["Found"]:
-        start = time.perf_counter()
-        entry, token, tier = self.cache.store.lookup(stage, token, self.config.cc, memory_only)
-        if entry is None:
-            return None
-        self.cache.store.count(stage, True, tier, entry.seconds, cutoff=cutoff)
-        self.stages[stage] = StageResult(stage, token.hex, Outcome.HIT, tier, time.perf_counter() - start,
-                                         components=token.components, saved_seconds=entry.seconds,
-                                         cutoff=cutoff)
-        return Found(stage, entry.artifact, entry.digest, token.hex)
+    def lower(self, typed):
+        """The llvm stage, lowered with the numba settings its token hashed:
+        numba reads them from its config module as it lowers, where another
+        thread may have set one meanwhile (then the compile starts again)."""
+        llvm = stages.run_llvm(typed, self.config, self.identity.link_keys)
+        if numba_settings(reload=False) != self.settings:
+            raise SnapshotChanged(f"numba's settings changed while {self.kernel} was being lowered")
+        self._check_library_reads("lowered")
+        return llvm
+
+    def link_cubin(self, ptx):
+        """The cubin stage; the source files a lineinfo cubin names are hashed
+        in its token, and must not change while nvJitLink reads them."""
+        cubin = stages.run_cubin(ptx, self.config, self.kernel, self.identity.links)
+        if source_files_component(self._sources) != self._sources_part:
+            raise SnapshotChanged(f"a source file of {self.kernel} changed while it was being linked")
+        return cubin
+
+    def _check_library_reads(self, doing: str) -> None:
+        """numba reads a library module's attributes live as it types and
+        lowers: one replaced since they were hashed (another thread, a
+        reload) starts the compile again."""
+        changed = library_reads_changed(self.identity)
+        if changed is not None:
+            raise SnapshotChanged(f"{changed} was replaced while {self.kernel} was being {doing}")
 
     def _peek_typing(self):
         """Report typing when a later stage hit: a hit if still cached, else not needed."""
-        entry, token, tier = self.cache.store.lookup("typing", self.tokens["typing"], self.config.cc)
+        store = self.pipeline.store
+        entry, token, tier = store.lookup("typing", self.tokens["typing"], self.config.cc)
         if entry is not None:
             outcome, saved = Outcome.HIT, entry.seconds
-            self.cache.store.count("typing", True, tier, saved)
+            store.count("typing", True, tier, saved)
         else:
             outcome, tier, saved = Outcome.NOT_NEEDED, None, 0.0
-            self.cache.store.not_needed("typing")
+            store.not_needed("typing")
         self.stages["typing"] = StageResult("typing", token.hex, outcome, tier, 0.0,
                                             components=token.components, saved_seconds=saved)
 
-    def _compile(self, stage, generic: Token, fn, *args, upstream: str = "", cutoff: bool = False) -> "Found":
-        """Build `stage` after a miss, through the cache's one driver
-        (`KernelCache._build`): one thread at a time per entry, a thread that
-        waited for another's build of it finding it, a hit."""
-        filing = Filing(self.kernel, self.signature_text, self.config, self.place, self.forced, self.why_forced)
-        found, built = self.cache._build(stage, generic, filing, lambda: fn(*args),
-                                         lambda: self._lookup(stage, generic, cutoff=cutoff, memory_only=True),
-                                         upstream=upstream)
-        if found is not None:
-            return found
-        self.stages[stage] = StageResult(stage, built.token.hex, Outcome.MISS, None, built.seconds, built.reasons,
-                                         components=built.token.components)
-        return Found(stage, built.artifact, built.digest, built.token.hex)
+
+class FatbinConfig(NamedTuple):
+    """What a fatbin entry records of its config: the targets in place of ``sm``."""
+
+    config: CompileConfig
+    targets: Targets
+
+    def summary(self) -> str:
+        return self.targets.describe(self.config)
+
+    def fields(self) -> dict:
+        return {**self.config.fields(), "sm": list(self.targets.sms), "ptx": self.targets.ptx}
+
+
+class FatbinJob:
+    """The fatbin stage of one compile: its members, from every target's
+    result, and its token, of their bytes."""
+
+    def __init__(self, pipeline: Pipeline, request: CompileRequest, wanted: Targets,
+                 per_target: Dict[int, CompileResult]):
+        self.pipeline, self.request, self.wanted, self.per_target = pipeline, request, wanted, per_target
+        self.primary = primary = per_target[wanted.sms[0]]
+        self.kernel, self.entry_name, self.cc = primary.kernel, primary.entry_name, primary.config.cc
+        self.forced = request.force
+        self.stages: Dict[str, StageResult] = {}
+        self.ptx_member, self.ptx_note = None, ""
+        if wanted.ptx is not None:
+            source = per_target[wanted.ptx]
+            problem = fatbin.ptx_problem(source._ptx, primary._cubin.links)
+            if problem is None:
+                image = fatbin.image("ptx", source._ptx)
+                self.ptx_member = (fatbin.member("ptx", wanted.ptx, source.stages["ptx"].token, image),
+                                   image.decode())
+            elif wanted.explicit_ptx:
+                raise ConfigError(f"ptx={wanted.ptx}: the PTX of {primary.kernel} cannot go into a fatbin "
+                                  f"for the driver to compile alone: {problem}; leave it out (ptx='none')",
+                                  field="ptx")
+            else:
+                self.ptx_note = problem
+        self.cubins = [(fatbin.member("cubin", sm, per_target[sm].stages["cubin"].token, per_target[sm].cubin),
+                        per_target[sm].cubin) for sm in wanted.sms]
+
+    def filing(self) -> Filing:
+        primary = self.primary
+        return Filing(self.kernel, primary.signature_text, FatbinConfig(primary.config, self.wanted),
+                      primary.place, self.forced, self.request.why_forced, _member_whys(self.per_target, self.wanted))
+
+    def token(self) -> Token:
+        # each member by the bytes nvFatbin is given (not its entry's digest, which
+        # covers the link log too: its timings differ from one build to the next)
+        members = self.cubins + ([self.ptx_member] if self.ptx_member is not None else [])
+        parts = {f"{member.kind} {member.name}": Component(member.digest, f"bytes {short_token(member.digest)}")
+                 for member, _ in members}
+        parts["kernel"] = component(self.kernel)
+        parts["options"] = component(list(fatbin.OPTIONS), " ".join(fatbin.OPTIONS) or "(defaults)")
+        parts["toolchain"] = STAGE_TABLE["fatbin"].toolchain(self.pipeline.memo)
+        return make_token("fatbin", parts)
+
+    def run(self) -> FatbinResult:
+        """The fatbin stage, found or assembled (its entry names the first
+        cubin's, which leads back to the code it was built from)."""
+        found = self.pipeline.obtain("fatbin", self, self.token(), built_from=self.cubins[0][0].token)
+        primary, stage = self.primary, self.stages["fatbin"]
+        return FatbinResult(primary.kernel, primary.signature, primary.config,
+                            {**primary.stages, "fatbin": stage}, primary._llvm, primary._ptx, primary._cubin,
+                            audit=primary.audit, referenced=primary.referenced,
+                            generic_tokens=primary.generic_tokens, place=primary.place, targets=self.wanted,
+                            per_target=self.per_target, fatbin_stage=stage, _fatbin=found.artifact,
+                            ptx_note=self.ptx_note)
+
+
+def _member_whys(per_target: Mapping[int, CompileResult], wanted: Targets) -> Dict[str, Optional[str]]:
+    """Why each member of a fatbin was built by this compile, in the words
+    of the first stage that missed for its target (where that stage only
+    says its input changed, the first target's typing or llvm says why);
+    None for a member whose entry was there already."""
+    def own(result):
+        for stage in STAGES:
+            built = result.stages.get(stage)
+            if built is not None and built.outcome is Outcome.MISS:
+                # (another target's entry was nearest: "sm 86 -> 80" says nothing of the member)
+                told = [r for r in built.reasons if not r.endswith(" input changed") and not r.startswith("sm ")]
+                if told:
+                    return "; ".join(told)
+        return None
+
+    first = own(per_target[wanted.sms[0]])
+    whys: Dict[str, Optional[str]] = {}
+    for sm in wanted.sms:
+        built = per_target[sm].stages["cubin"].outcome is Outcome.MISS
+        whys[f"cubin sm_{sm}"] = (own(per_target[sm]) or first or "") if built else None
+    if wanted.ptx is not None:
+        built = per_target[wanted.ptx].stages["ptx"].outcome is Outcome.MISS
+        whys[f"PTX compute_{wanted.ptx}"] = (own(per_target[wanted.ptx]) or first or "") if built else None
+    return whys
 
 
 def _downstream_tokens(typing: Token, config: CompileConfig, settings, toolchains, links):
@@ -329,10 +710,3 @@ class Flights:
             return len(self._held)
 
 
-class Found(NamedTuple):
-    """A stage's artifact in one compile, found or built: what the next stage needs."""
-
-    stage: str
-    artifact: Any
-    digest: Optional[str]  # of its canonical bytes (None for typing)
-    token: str  # the token it is filed under

@@ -69,6 +69,19 @@ class Provenance:
             while len(self._origins) > HISTORY_LIMIT:
                 self._origins.popitem(last=False)
 
+    def observe(self, request, identity, result) -> None:
+        """Record a finished compile's inputs (a `Pipeline` observer): each
+        stage's token for one target's; a fatbin's token with its targets,
+        naming the snapshot its first target's compile holds."""
+        if getattr(result, "fatbin_stage", None) is not None:
+            first = self.origin(result.stages["cubin"].token)
+            self.remember((result.fatbin_stage.token,), Origin(
+                first.snapshot if first else -1, request.argtypes, request.config, tuple(request.link),
+                result.targets))
+        else:
+            self.remember((stage.token for stage in result.stages.values()),
+                          Origin(self.hold(identity), request.argtypes, request.config, tuple(request.link), None))
+
     def origin(self, token: str) -> Optional[Origin]:
         with self._lock:
             return self._origins.get(token)

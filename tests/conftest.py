@@ -129,14 +129,14 @@ def change_while_typing(monkeypatch):
     from gpucache_ext.pipeline import CompilePlan
 
     pending = []
-    original = CompilePlan._run_typing
+    original = CompilePlan.type_kernel
 
     def run_typing(plan):
         while pending:
             pending.pop(0)()
         return original(plan)
 
-    monkeypatch.setattr(CompilePlan, "_run_typing", run_typing)
+    monkeypatch.setattr(CompilePlan, "type_kernel", run_typing)
     return pending.append
 
 

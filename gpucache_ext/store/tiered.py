@@ -15,13 +15,19 @@ never held while a persistent tier is read or written.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import LAYERS
+from ..errors import SecurityWarning
 from ..index import find_for_target
 from ..results import EntryInfo, StageStats, TierInfo, TierStats
 from ..tokens import Token, short_name
+from .disk import DiskTier, default_directory
+from .shared import RedisTier, UnsignedSharedTier, display_url
+from .signing import Keyring
 from .tiers import Entry, MemoryTier, Tier
 
 
@@ -56,6 +62,32 @@ class TieredStore:
         self.tier_hits: Dict[str, Dict[str, Tuple[int, float]]] = {s: {} for s in LAYERS}
         # (stage, token) -> why a tier refused its entry, until the stage is compiled again
         self._refusals: "OrderedDict[Tuple[str, str], str]" = OrderedDict()
+
+    @classmethod
+    def configured(cls, max_entries: Mapping[str, int], max_bytes: Mapping[str, Optional[int]], lock, *,
+                   directory=None, max_disk_bytes: Optional[int], redis_url: Optional[str], keyring,
+                   redis_prefix: Optional[str], redis_ttl, tiers: Sequence[Tier] = ()) -> "TieredStore":
+        """The tiers `KernelCache`'s arguments ask for: a memory tier per stage
+        (bounded per stage), a disk tier in `directory`, a shared Redis tier at
+        `redis_url` (left out, with a `SecurityWarning`, where `keyring` lets
+        it be unsigned), then `tiers`."""
+        memory = {stage: MemoryTier(max_entries[stage], max_bytes[stage]) for stage in LAYERS}
+        persistent: List[Tier] = []
+        refused: List[TierInfo] = []  # configured tiers left out, as `tier_info` shows them
+        if directory is not None:
+            directory = Path(directory).expanduser()
+            persistent.append(DiskTier(directory, max_disk_bytes, keyring=Keyring(keyring.secrets, True),
+                                       private=directory == default_directory()))
+        if redis_url:
+            try:
+                persistent.append(RedisTier(redis_url, keyring, prefix=redis_prefix, ttl=redis_ttl))
+            except UnsignedSharedTier as exc:
+                warnings.warn(str(exc), SecurityWarning, stacklevel=3)
+                refused.append(TierInfo(
+                    "shared", display_url(redis_url), signed=False, used=False,
+                    note="no secret (set GPUCACHE_SECRET, or GPUCACHE_SHARED_UNSIGNED=1 "
+                         "to use it unsigned)"))
+        return cls(memory, persistent + list(tiers), refused, lock)
 
     # -- finding and filing ---------------------------------------------------
     def tiers_for(self, stage: str) -> List[Tier]:
