@@ -34,6 +34,7 @@ from .errors import ConfigError, UnsupportedKernelError
 from .extensions import derived_during, extensions_component
 from .importing import lazy_module
 from .index import CacheIndex, variant_token
+from .reasons import Reason
 from .results import CompileResult, FatbinResult, Outcome, StageResult, short_signature
 from .sources import SnapshotChanged, identify, library_reads_changed, rebind, signature_component
 from .store.codec import PERSISTENT_STAGES, content_digest
@@ -310,9 +311,9 @@ class Pipeline:
             self.store.put(stage, Entry(token.hex, kernel, None, token.components, 0, 0.0, variants=variants))
             token = variant_token(token, reads)
             refusals.append(self.store.take_refusal(stage, token.hex))
-        reasons = (filing.why_forced,) if filing.forced else self._explain(stage, token, kernel, filing.members)
+        reasons = (Reason(filing.why_forced),) if filing.forced else self._explain(stage, token, kernel, filing.members)
         # an entry a tier refused (its signature) is why this stage compiled, first of all
-        reasons = tuple(dict.fromkeys(r for r in refusals if r)) + reasons
+        reasons = tuple(dict.fromkeys(Reason(r) for r in refusals if r)) + reasons
         self.store.put(stage, artifact_entry(stage, token.hex, kernel, artifact, token.components, seconds,
                                              filing.signature_text, filing.config, reasons, upstream, filing.place,
                                              digest=digest))
@@ -320,7 +321,7 @@ class Pipeline:
         self.store.compiled(stage, seconds)
         return token, reasons
 
-    def _explain(self, stage, token: Token, kernel, members=None) -> Tuple[str, ...]:
+    def _explain(self, stage, token: Token, kernel, members=None) -> Tuple[Reason, ...]:
         """Why `stage` missed (see `queries.explain_miss`); kept among the recent misses."""
         reasons = queries.explain_miss(self.index, stage, kernel, token.components, members)
         with self._lock:
@@ -624,7 +625,7 @@ def _member_whys(per_target: Mapping[int, CompileResult], wanted: Targets) -> Di
             built = result.stages.get(stage)
             if built is not None and built.outcome is Outcome.MISS:
                 # (another target's entry was nearest: "sm 86 -> 80" says nothing of the member)
-                told = [r for r in built.reasons if not r.endswith(" input changed") and not r.startswith("sm ")]
+                told = [r for r in map(Reason.of, built.reasons) if not r.is_upstream and r.component != "sm"]
                 if told:
                     return "; ".join(told)
         return None

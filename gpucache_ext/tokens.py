@@ -17,7 +17,9 @@ import json
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+
+from .reasons import Reason
 
 # Bump when the meaning of any token component changes.  3: ptx and cubin
 # tokens hash the upstream artifact's digest, not the upstream token (early
@@ -182,37 +184,25 @@ def extend_token(token: Token, extra: Mapping[str, Component]) -> Token:
 
 def explain_difference(
     wanted: Mapping[str, Component], nearest: Mapping[str, Component]
-) -> Tuple[str, ...]:
-    """Human-readable reasons, one per component that differs."""
+) -> Tuple[Reason, ...]:
+    """Why `wanted` differs from `nearest`: one `Reason` per component that
+    differs, and for a device function one per input of it that differs."""
     reasons = []
     for name in sorted(set(wanted) | set(nearest)):
         new, old = wanted.get(name), nearest.get(name)
         if new is not None and old is not None and new.digest == old.digest:
             continue
         if old is None:
-            reasons.append(f"{name} added ({new.shown})")
+            reasons.append(Reason.added(name, new.shown))
         elif new is None:
-            reasons.append(f"{name} removed (was {old.shown})")
+            reasons.append(Reason.removed(name, old.shown))
         elif new.shown != old.shown:
-            reasons.append(f"{name} {old.shown} -> {new.shown}")
+            reasons.append(Reason.changed(name, old.shown, new.shown))
         elif new.parts and old.parts and name.startswith("device function "):
-            reasons.extend(_inside(name[len("device function "):],
-                                   explain_difference(dict(new.parts), dict(old.parts))))
+            label = name[len("device function "):]
+            inner = explain_difference(dict(new.parts), dict(old.parts))
+            reasons.extend([reason.inside(label) for reason in inner]
+                           or [Reason.changed(name)])
         else:
-            reasons.append(f"{name} changed")
+            reasons.append(Reason.changed(name))
     return tuple(reasons)
-
-
-def _inside(label: str, reasons: Tuple[str, ...]) -> List[str]:
-    """What changed inside device function `label`, named from outside: what
-    it reads "(read by activate)", what a function it calls reads "(read by
-    inner, called by activate)", its own code "device function activate: code changed"."""
-    named = []
-    for reason in reasons:
-        if reason.endswith(")") and " (read by " in reason:
-            named.append(f"{reason[:-1]}, called by {label})")
-        elif reason.startswith(("global ", "closure ")):
-            named.append(f"{reason} (read by {label})")
-        else:
-            named.append(f"device function {label}: {reason}")
-    return named or [f"device function {label} changed"]

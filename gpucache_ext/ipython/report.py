@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, NamedTuple, Opt
 from ..results import FatbinResult, Outcome, short_signature  # noqa: F401  (re-exported)
 from ..config import FOLLOW_FASTMATH, LAYERS, STAGES, summary_fields
 from ..tokens import short_name, short_token
+from ..reasons import Reason
 from ..units import format_seconds
 
 if TYPE_CHECKING:  # annotations only: cache imports numba-cuda, which the gpucache command must not
@@ -195,7 +196,7 @@ def _built(result: CompileResult) -> List[str]:
 
 def _own(reasons: Iterable[str]) -> List[str]:
     """Reasons less "llvm input changed" and the like (what the stage before already says)."""
-    return [r for r in reasons if not (r.endswith(" input changed") and r.split(" ", 1)[0] in STAGES)]
+    return [r for r in map(Reason.of, reasons) if not r.is_upstream]
 
 
 def cutoff_text(result: CompileResult) -> List[str]:
@@ -213,12 +214,12 @@ def why_text(result: CompileResult) -> str:
     were reused: "ptx rebuilt (opt 3 -> 2), same bytes: cubin reused"."""
     said, parts = set(), []
     reasons = {stage: result.stages[stage].reasons for stage in _built(result) if not result.stages[stage].hit}
-    fastmath = any(r.startswith("fastmath ") for found in reasons.values() for r in found)
+    fastmath = any(Reason.of(r).component == "fastmath" for found in reasons.values() for r in found)
     same_bytes = cut_off(result)
     for stage, found in reasons.items():
         new = []
         for reason in _own(found):
-            field = reason.split(" ", 1)[0]
+            field = reason.component
             if fastmath and field in FOLLOW_FASTMATH and getattr(result.config, field, None) is None:
                 continue
             if reason not in said:

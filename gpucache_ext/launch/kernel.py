@@ -477,7 +477,7 @@ class Kernel(CUDADispatcher):
                 if stage == "typing" and not old and "llvm" in each.stages:  # (not needed: llvm holds them)
                     old = dict(getattr(each.stages["llvm"].components.get("typing"), "parts", None) or ())
                 reasons += [reason for reason in miss_reasons(stage, tokens[stage].components, old)
-                            if not reason.endswith(" input changed")]
+                            if not reason.is_upstream]
         return tuple(dict.fromkeys(reasons)) or ("its inputs changed",)
 
     def typing_inputs(self, definitions=None) -> Dict[Tuple[str, Optional[str], str], Dict[str, Any]]:

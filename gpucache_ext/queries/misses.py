@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optio
 
 from ..config import STAGES, CompileConfig
 from ..results import EntryInfo, Outcome, parse_resources
+from ..reasons import ADDED, CHANGED, REMOVED, Reason
 from ..tokens import Component, explain_difference, make_token, short_name
 from ..store.tiers import DROPPED
 from ..units import format_age
@@ -45,7 +46,7 @@ def differing(mine: Mapping[str, Component], theirs: Mapping[str, Component]) ->
 
 def miss_reasons(stage: str, wanted: Mapping[str, Component],
                  old: Mapping[str, Component], members: Optional[Mapping[str, Optional[str]]] = None
-                 ) -> Tuple[str, ...]:
+                 ) -> Tuple[Reason, ...]:
     """Why `wanted` missed where `old` was cached: one reason per differing
     component; a changed upstream token reads "typing input changed".
     `members` (a fatbin's): member ("cubin sm_86", "PTX compute_80") -> why
@@ -54,16 +55,15 @@ def miss_reasons(stage: str, wanted: Mapping[str, Component],
         return _fatbin_reasons(wanted, old, members or {})
     reasons = []
     for reason in explain_difference(wanted, old):
-        name = reason.split(" ", 1)[0]
-        if name in STAGES and name != stage:
-            reasons.append(f"{name} input changed")
+        if reason.component in STAGES and reason.component != stage:
+            reasons.append(Reason.upstream(reason.component))
         else:
             reasons.append(reason)
     return tuple(reasons)
 
 
 def _fatbin_reasons(wanted: Mapping[str, Component], old: Mapping[str, Component],
-                    whys: Mapping[str, Optional[str]]) -> Tuple[str, ...]:
+                    whys: Mapping[str, Optional[str]]) -> Tuple[Reason, ...]:
     """Why a fatbin missed, by member, naming only the members that changed:
     "sm_75 added", "PTX compute_80 -> compute_75", "cubin sm_86 rebuilt:
     global ALPHA 1.5 -> 3.0 (read by activate)" (`whys`: why each member was
@@ -71,8 +71,8 @@ def _fatbin_reasons(wanted: Mapping[str, Component], old: Mapping[str, Component
     def changed(member):
         why = whys.get(member, "")
         if why is None:
-            return f"{member} changed (an entry built earlier, reused)"
-        return f"{member} rebuilt: {why}" if why else f"{member} rebuilt to other bytes"
+            return Reason(f"{member} changed (an entry built earlier, reused)", CHANGED, member)
+        return Reason(f"{member} rebuilt: {why}" if why else f"{member} rebuilt to other bytes", CHANGED, member)
 
     def members(parts, kind):
         return {name.split(" ", 1)[1]: part for name, part in parts.items() if name.startswith(kind + " ")}
@@ -81,14 +81,14 @@ def _fatbin_reasons(wanted: Mapping[str, Component], old: Mapping[str, Component
     new, before = members(wanted, "cubin"), members(old, "cubin")
     added, removed = [a for a in new if a not in before], [a for a in before if a not in new]
     if added:
-        reasons.append(f"{', '.join(added)} added")
+        reasons.append(Reason(f"{', '.join(added)} added", ADDED, "cubin"))
     if removed:
-        reasons.append(f"{', '.join(removed)} removed")
+        reasons.append(Reason(f"{', '.join(removed)} removed", REMOVED, "cubin"))
     reasons += [changed(f"cubin {arch}") for arch in new
                 if arch in before and new[arch].digest != before[arch].digest]
     new_ptx, old_ptx = members(wanted, "ptx"), members(old, "ptx")
     if set(new_ptx) != set(old_ptx):
-        reasons.append(f"PTX {', '.join(old_ptx) or 'none'} -> {', '.join(new_ptx) or 'none'}")
+        reasons.append(Reason.changed("PTX", ", ".join(old_ptx) or "none", ", ".join(new_ptx) or "none"))
     else:
         reasons += [changed(f"PTX {arch}") for arch in new_ptx
                     if new_ptx[arch].digest != old_ptx[arch].digest]
@@ -143,7 +143,7 @@ def _distance(mine: Mapping[str, Component], theirs: Mapping[str, Component], na
 
 
 def explain_miss(index: "CacheIndex", stage: str, kernel: str, components: Mapping[str, Component],
-                 members: Optional[Mapping[str, Optional[str]]] = None) -> Tuple[str, ...]:
+                 members: Optional[Mapping[str, Optional[str]]] = None) -> Tuple[Reason, ...]:
     """Why `stage` of `kernel` misses with these token components: how they
     differ from the nearest entry's (see `nearest`) in `index` (a cache's
     `KernelCache.index`); `members` as `miss_reasons`."""
@@ -151,7 +151,8 @@ def explain_miss(index: "CacheIndex", stage: str, kernel: str, components: Mappi
     dropped = index.dropped(stage, make_token(stage, {k: v for k, v in components.items() if k != "stage"}).hex)
     if dropped is not None:  # this very entry was dropped: that is why (also after a restart)
         tier, why, when = dropped
-        return (f"entry was {DROPPED[why]} from the {tier} tier {format_age(max(0.0, time.time() - when))} ago",)
+        ago = format_age(max(0.0, time.time() - when))
+        return (Reason(f"entry was {DROPPED[why]} from the {tier} tier {ago} ago"),)
     found = nearest(_candidates(index, stage, kernel), components)
     if found is None:
         if stage == "typing" and any(True for _ in _candidates(index, "llvm", kernel)):
@@ -161,10 +162,10 @@ def explain_miss(index: "CacheIndex", stage: str, kernel: str, components: Mappi
                              for token, parts in _candidates(index, "llvm", kernel)
                              if "typing" in parts and parts["typing"].parts), components)
             reasons = miss_reasons(stage, components, found[1]) if found is not None else ()
-            return reasons or (f"first typing of {short} in this process (typed IR is not kept on disk)",)
-        return (f"first compile of {short}",)
+            return reasons or (Reason(f"first typing of {short} in this process (typed IR is not kept on disk)"),)
+        return (Reason(f"first compile of {short}"),)
     reasons = miss_reasons(stage, components, found[1], members)
-    return reasons or ("entry was evicted or cleared",)
+    return reasons or (Reason("entry was evicted or cleared"),)
 
 
 def nearest_entry(cache: "KernelCache", stage: str, token: str) -> Tuple[Optional["Entry"], List[str]]:
@@ -277,7 +278,7 @@ def predict(index: "CacheIndex", plan, kernel: str) -> Explanation:
             outcomes[stage] = Outcome.MISS
             parts = {name: part for name, part in plan.parts[stage].items() if name != upstream}
             found = explain_miss(index, stage, kernel, make_token(stage, parts).components)
-            if found == (f"{upstream} input changed",):
+            if len(found) == 1 and found[0].is_upstream and found[0].component == upstream:
                 reused_if[stage] = upstream
                 found += (reused_note(upstream),)
             reasons[stage] = found
@@ -289,9 +290,9 @@ def predict(index: "CacheIndex", plan, kernel: str) -> Explanation:
     return Explanation({s: reasons[s] for s in STAGES}, {s: outcomes[s] for s in STAGES}, reused_if)
 
 
-def reused_note(upstream: str) -> str:
+def reused_note(upstream: str) -> Reason:
     """How a stage found again if `upstream` rebuilds to the same bytes says so."""
-    return f"reused if {upstream} rebuilds to the same bytes"
+    return Reason(f"reused if {upstream} rebuilds to the same bytes")
 
 
 # What source each entry was built from (telling apart kernels of one name)

@@ -25,6 +25,7 @@ from .. import artifacts, targets
 from .signing import PREVIOUS, Keyring, Rejected
 from .tiers import HEADER_FIELDS, Entry
 from ..tokens import component_from_json, component_json, make_token
+from ..reasons import Reason
 from ..toolchain import stage_toolchain
 
 MAGIC = b"GPUCACHE"
@@ -191,7 +192,7 @@ def _entry(header: Dict, artifact, nbytes: int) -> Entry:
     fields = {name: header.get(name, default) for name, default in HEADER_FIELDS}
     if fields["token"] is None or fields["kernel"] is None or fields["created"] is None:
         raise KeyError("token, kernel or created")
-    fields.update(reasons=tuple(fields["reasons"]), created=float(fields["created"]),
+    fields.update(reasons=tuple(map(Reason.of, fields["reasons"])), created=float(fields["created"]),
                   seconds=float(fields["seconds"]), upstream=str(fields["upstream"] or ""),
                   place=fields["place"] if isinstance(fields["place"], str) and fields["place"] else None)
     components = {name: component_from_json(c) for name, c in header["components"].items()}

@@ -156,7 +156,7 @@ def earlier_rows(cache, rows) -> Dict[str, Tuple[str, ...]]:
             continue
         before = _typing_components(cache, row.token)
         reasons = () if before is None else tuple(
-            reason for reason in miss_reasons("typing", now, before) if not reason.endswith(" input changed"))
+            reason for reason in miss_reasons("typing", now, before) if not reason.is_upstream)
         found[row.token] = reasons or ("its inputs changed",)
     return found
 
