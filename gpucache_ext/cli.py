@@ -336,7 +336,7 @@ def cmd_ls(tier, args, out):
     if not rows:
         out("no entries")
         return 0
-    from .views import kernel_labels
+    from .views.entries import kernel_labels
 
     configs = [summary_fields(r["config"]) for r in rows]
     # as wide as the widest config up to _CONFIG_WIDTH, and never narrower than a field

@@ -412,7 +412,7 @@ def explain_kernel(kernel: "Kernel") -> str:
             if not misses:
                 lines.append(f"  {shown}: every stage hits")
             lines += [f"  {shown}: {line}" for line in predicted_misses(misses, predicted.reused_if)]
-    from ..views import resource_moves_text
+    from ..views.variants import resource_moves_text
 
     moves = resource_moves_text(kernel_moves(kernel))
     if moves:

@@ -327,7 +327,7 @@ class CellReport:
         """The tiers whose hits are marked unsigned, with what to know and do about them."""
         if not self.tiers:
             return {}
-        from ..views import tier_rows
+        from ..views.security import tier_rows
 
         return {row["tier"]: row["note"] for row in tier_rows(self.tiers) if row["shown"] == "UNSIGNED"}
 
@@ -339,7 +339,7 @@ class CellReport:
                     if done.outcome is Outcome.HIT}
         lines = [f"{tier} tier is unsigned: {note}" for tier, note in unsigned.items() if tier in hit_from]
         if self.refused:
-            from ..views import entries_phrase, refusals_text
+            from ..views.security import entries_phrase, refusals_text
 
             lines.append("refused in this cell (not used): " + "; ".join(
                 f"{entries_phrase(sum(reasons.values()))} of the {tier} tier, {refusals_text(reasons)}"
@@ -357,7 +357,7 @@ class CellReport:
                        [ResourceRow.from_result(each) for each in result.cubin_targets.values()])
 
     def _architectures_text(self) -> List[str]:
-        from ..views import resource_moves_text, resources_table_text
+        from ..views.variants import resource_moves_text, resources_table_text
 
         lines = []
         for title, rows in self._per_architecture():
@@ -506,12 +506,12 @@ class CellReport:
                  f'<table class="gpucache-report"><thead><tr>{head}</tr></thead>'
                  f'<tbody>{"".join(body)}</tbody></table></div>')
         for title, arch_rows in self._per_architecture():
-            from ..views import resources_table_html
+            from ..views.variants import resources_table_html
 
             table += (f'<p class="gpucache-arch-title">{html.escape(title)}</p>'
                       + resources_table_html(arch_rows))
         for variants in self.variants:
-            from ..views import resource_moves_html, resources_table_html
+            from ..views.variants import resource_moves_html, resources_table_html
 
             title, variant_rows, occupancy, moves, _ = variants
             table += (f'<div class="gpucache-variants"><p class="gpucache-arch-title">{html.escape(title)}</p>'

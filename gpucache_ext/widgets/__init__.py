@@ -6,7 +6,8 @@ reads the cache and shows it through the pure renderers of `gpucache_ext.views`.
 """
 
 from .inspector import Inspector, sass_cache, entry_detail, inspector, sass_of, snapshot, stats_view  # noqa: F401
-from ..views import CacheSnapshot, EntryDetail, StatsView  # noqa: F401
+from ..views.entry import EntryDetail  # noqa: F401
+from ..views.snapshot import CacheSnapshot, StatsView  # noqa: F401
 
 __all__ = ["inspector", "Inspector", "CacheSnapshot", "StatsView", "EntryDetail", "entry_detail", "snapshot",
            "stats_view"]

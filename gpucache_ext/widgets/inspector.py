@@ -61,10 +61,16 @@ from ..units import format_seconds
 from ..toolchain.sass import Sass, SassUnavailable, disassembly
 from ..history import CellHistory
 from ..tokens import short_token
-from ..views import (ENTRY_COLUMNS, MAX_LIST_ROWS, STYLE, CacheSnapshot, EntryDetail, StatsView, entry_line,
-                     entry_widths, esc, short_kernel, chart_svg, compare_options, comparison_html,
-                     comparison_note_html, entries_phrase, entry_cells, entry_html, kernel_labels,
-                     resource_variants_html, saved_seconds, storage_summary, summary_html, tier_security_html)
+from ..views.chart import chart_svg
+from ..views.compare import compare_options, comparison_html, comparison_note_html
+from ..views.entries import ENTRY_COLUMNS, MAX_LIST_ROWS, entry_cells, entry_line, entry_widths, kernel_labels
+from ..views.entry import EntryDetail, entry_html
+from ..views.markup import esc, short_kernel
+from ..views.security import entries_phrase, tier_security_html
+from ..views.snapshot import CacheSnapshot, StatsView
+from ..views.style import STYLE
+from ..views.summary import saved_seconds, storage_summary, summary_html
+from ..views.variants import resource_variants_html
 
 sass_cache: "OrderedDict[str, Tuple[Optional[Sass], Optional[str]]]" = OrderedDict()
 

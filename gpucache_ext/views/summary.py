@@ -1,0 +1,163 @@
+"""The per-stage and per-tier summary (hits, misses, cut-offs, entries,
+bytes, time spent and saved, audits), as rows, text and an HTML table."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..config import KEYED_ON_BYTES, LAYERS, STAGES
+from ..units import format_bytes, format_seconds
+from .markup import esc
+
+
+def _rate(hits: int, misses: int) -> str:
+    total = hits + misses
+    return f"{100.0 * hits / total:.0f}%" if total else "-"
+
+
+def layers_used(stats) -> Tuple[str, ...]:
+    """The layers the summary shows: the four stages, and the fatbin layer
+    once something looked it up or it holds entries (in any tier)."""
+    fatbin = stats.get("fatbin", {})
+    used = fatbin and (fatbin.get("hits", 0) or fatbin.get("misses", 0) or any(
+        t.get("entries", 0) for t in fatbin.get("tiers", {}).values()))
+    return LAYERS if used else STAGES
+
+
+def saved_seconds(stats) -> Dict[str, Dict[str, float]]:
+    """Compile time saved by hits, per stage and tier: ``{stage: {"total": s, tier: s}}``."""
+    result = {}
+    for stage in LAYERS:
+        values = stats.get(stage, {})
+        per_tier = {name: float(t.get("saved_seconds", 0.0)) for name, t in values.get("tiers", {}).items()}
+        result[stage] = {"total": float(values.get("saved_seconds", 0.0)), **per_tier}
+    return result
+
+
+_SUMMARY_COLUMNS = (
+    ("hits", "hits"), ("misses", "misses"), ("hit_rate", "hit rate"), ("cutoffs", "cut off"),
+    ("entries", "entries"), ("bytes", "bytes"), ("evictions", "evictions"),
+    ("compile_seconds", "compile time spent"), ("saved_seconds", "compile time saved"), ("audits", "audited"),
+    ("audit_mismatches", "audit mismatches"),
+)
+
+
+def _cell(stage: str, field: str, value: Any, shown: str, tier: Optional[str] = None,
+          cls: str = "") -> str:
+    attrs = f' data-stage="{esc(stage)}" data-field="{field}" data-value="{esc(value)}"'
+    if tier is not None:
+        attrs += f' data-tier="{esc(tier)}"'
+    if cls:
+        attrs += f' class="{cls}"'
+    return f"<td{attrs}>{esc(shown)}</td>"
+
+
+def storage_summary(stats) -> str:
+    """What every tier holds, all stages together: "12.3 KiB in memory, 45.6 KiB on disk"."""
+    parts = []
+    for name in stats.tier_names():  # (KernelCache.stats always lists the memory tier)
+        held = sum(int(stats.get(s, {}).get("tiers", {}).get(name, {}).get("bytes", 0)) for s in LAYERS)
+        where = {"memory": "in memory", "disk": "on disk"}.get(name, f"in the {name} tier")
+        parts.append(f"{format_bytes(held)} {where}")
+    return ", ".join(parts)
+
+
+def summary_rows(stats, saved) -> List[Dict[str, Any]]:
+    """One dict per stage (then per tier, then a total): the numbers the summary shows."""
+    rows = []
+    tiers = stats.tier_names()
+    totals = dict.fromkeys(("hits", "misses", "cutoffs", "entries", "bytes", "evictions", "audits",
+                            "audit_mismatches"), 0)
+    totals.update(compile_seconds=0.0, saved_seconds=0.0)
+    for stage in layers_used(stats):
+        s = stats.get(stage, {})
+        row = {"stage": stage, "tier": None, "hits": int(s.get("hits", 0)),
+               "misses": int(s.get("misses", 0)), "entries": int(s.get("entries", 0)),
+               "bytes": int(s.get("bytes", 0)), "evictions": int(s.get("evictions", 0)),
+               "compile_seconds": float(s.get("compile_seconds", 0.0)),
+               "saved_seconds": float(saved.get(stage, {}).get("total", 0.0)),
+               "audits": int(s.get("audits", 0)), "audit_mismatches": int(s.get("audit_mismatches", 0))}
+        row["hit_rate"] = _rate(row["hits"], row["misses"])
+        cutoffs = int(s.get("cutoffs", 0) or 0)
+        row["cutoffs"] = cutoffs if stage in KEYED_ON_BYTES or cutoffs else None
+        rows.append(row)
+        for key in totals:
+            totals[key] += row[key] or 0
+        lookups = row["hits"] + row["misses"]
+        for name in tiers:
+            t = s.get("tiers", {}).get(name)
+            if t is None:
+                continue
+            hits = int(t.get("hits", 0))
+            rows.append({"stage": stage, "tier": name, "hits": hits, "misses": None,
+                         "hit_rate": f"{100.0 * hits / lookups:.0f}%" if lookups else "-", "cutoffs": None,
+                         "entries": int(t.get("entries", 0)), "bytes": int(t.get("bytes", 0)),
+                         "evictions": None, "compile_seconds": None,
+                         "saved_seconds": float(saved.get(stage, {}).get(name, 0.0)),
+                         "audits": None, "audit_mismatches": None})
+    total = {"stage": "all", "tier": None, **totals}
+    total["hit_rate"] = _rate(total["hits"], total["misses"])
+    rows.append(total)
+    return rows
+
+
+def _shown(field: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if field == "bytes":
+        return format_bytes(value)
+    if field in ("compile_seconds", "saved_seconds"):
+        return format_seconds(value)
+    return str(value)
+
+
+def summary_html(stats, saved) -> str:
+    head = "<th scope=\"col\">stage</th>" + "".join(
+        f"<th scope=\"col\">{esc(title)}</th>" for _, title in _SUMMARY_COLUMNS)
+    body = []
+    for row in summary_rows(stats, saved):
+        stage, tier = row["stage"], row["tier"]
+        if tier is None:
+            cls = "gpucache-total" if stage == "all" else "gpucache-stage"
+            title = "all stages" if stage == "all" else stage
+        else:
+            cls, title = "gpucache-tier", f"\u21b3 {tier}"
+        cells = []
+        for field, _ in _SUMMARY_COLUMNS:
+            value = row[field]
+            if value is None:
+                cells.append("<td></td>")
+                continue
+            mark = ""
+            if field in ("misses", "audit_mismatches") and value and tier is None:
+                mark = "gpucache-miss"
+            elif field in ("hits", "cutoffs") and value and tier is None:
+                mark = "gpucache-hit"
+            cells.append(_cell(stage, field, value, _shown(field, value), tier, mark))
+        tier_attr = f' data-tier="{esc(tier)}"' if tier else ""
+        body.append(f'<tr class="{cls}" data-stage="{esc(stage)}"{tier_attr}>'
+                    f'<th scope="row">{esc(title)}</th>{"".join(cells)}</tr>')
+    caption = ("Per stage: lookups that hit and missed, the hits cut off (ptx and cubin found because "
+               "the stage before was rebuilt to the same bytes: the cell report's \u201chit (same "
+               "bytes)\u201d), what is cached in memory, compile time spent (misses) and saved (hits), "
+               "and artifacts audited against a fresh compile (mismatches are soundness bugs); the "
+               "indented rows give each tier's hits, entries, bytes and saved time.")
+    return (f'<table class="gpucache-table gpucache-summary-table"><caption>{caption}</caption>'
+            f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+
+
+def summary_text(stats, saved) -> str:
+    columns = ["stage"] + [title for _, title in _SUMMARY_COLUMNS]
+    lines = []
+    for row in summary_rows(stats, saved):
+        title = row["stage"] if row["tier"] is None else f"  {row['tier']}"
+        if row["stage"] == "all":
+            title = "all"
+        lines.append([title] + [_shown(f, row[f]) for f, _ in _SUMMARY_COLUMNS])
+    widths = [max(len(columns[i]), *(len(line[i]) for line in lines)) for i in range(len(columns))]
+
+    def fmt(cells):
+        return "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])
+                         for i, c in enumerate(cells)).rstrip()
+
+    return "\n".join([fmt(columns)] + [fmt(line) for line in lines])
