@@ -410,7 +410,7 @@ def test_ls_shows_every_config_field_whole(variants, gpucache_cli):
 
 
 def test_ls_wraps_a_config_between_fields_never_inside_one():
-    from gpucache_ext.cli import _CONFIG_WIDTH, _wrap_fields
+    from gpucache_ext.cli.listing import _CONFIG_WIDTH, _wrap_fields
     from gpucache_ext.config import summary_fields as _config_fields
 
     summary = CompileConfig(sm=86, opt=1, fastmath=True, ftz=False, lineinfo=True, max_registers=64,
