@@ -129,6 +129,17 @@ class KernelCache:
         # what follows each compile observes its result: the audit of its hits, then its provenance
         self.pipeline.observers += [self._consider_audit, self.provenance.observe]
 
+    @property
+    def places(self):
+        """Where this cache's kernels are defined (`gpucache_ext.definitions.Places`):
+        as set, else the current IPython session's (its cells and files), else
+        files alone."""
+        return self.pipeline.places
+
+    @places.setter
+    def places(self, places) -> None:
+        self.pipeline.own_places = places
+
     @classmethod
     def from_environment(cls, directory=None, redis_url=None, **kwargs) -> "KernelCache":
         """A cache configured by the environment (the magic's default cache).

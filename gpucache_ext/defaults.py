@@ -2,18 +2,23 @@
 
 Modules that need the default cache (kernels, ``gpucache_ext.jit``, the magic,
 the widgets) import it from here, never from the package's ``__init__``; this
-module imports nothing of IPython: a session registers how to find itself
-(`register_session_lookup`) when the extension's session module is imported.
+module imports nothing of IPython: a loaded extension's session attaches
+itself (`gpucache_ext.sessions.attach_session`) and detaches when it is
+unloaded, so the core holds the session as a value and asks the IPython
+layer nothing.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict
+
+from .sessions import attach_session, current_session, detach_session, places
 
 if TYPE_CHECKING:
     from .cache import KernelCache
 
-__all__ = ["default_cache", "configure_default_cache", "current_session", "register_session_lookup"]
+__all__ = ["default_cache", "configure_default_cache", "current_session", "attach_session", "detach_session",
+           "places"]
 
 # The cache of plain Python code (no IPython session): made on first use.
 # A loaded extension's session keeps its own (see `gpucache_ext.ipython.session`).
@@ -55,17 +60,3 @@ def configure_default_cache(directory=None, redis_url=None, audit=None) -> None:
     session = current_session()
     if session is not None:
         session.configure_cache(**_default_settings)
-
-
-_session_lookup: Optional[Callable[[], Any]] = None
-
-
-def register_session_lookup(lookup: Callable[[], Any]) -> None:
-    """How to find the running IPython's session (`gpucache_ext.ipython.session.current`)."""
-    global _session_lookup
-    _session_lookup = lookup
-
-
-def current_session():
-    """The loaded extension's session in the running IPython, else None."""
-    return _session_lookup() if _session_lookup is not None else None

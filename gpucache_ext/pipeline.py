@@ -27,7 +27,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from . import definitions, queries, targets, toolchain
+from . import definitions, queries, sessions, targets, toolchain
 from .audit import source_files_component
 from .config import FIELD_STAGES, KEYED_ON_BYTES, LAYERS, STAGES, CompileConfig, Targets
 from .errors import ConfigError, UnsupportedKernelError
@@ -152,6 +152,13 @@ class Pipeline:
         self.flights = Flights()  # one build at a time per (stage, token)
         self.observers: List[Callable[[CompileRequest, Any, CompileResult], None]] = []
         self.misses: deque = deque(maxlen=256)  # the latest misses, why each compiled
+        self.own_places: Optional[definitions.Places] = None  # (`places`)
+
+    @property
+    def places(self) -> "definitions.Places":
+        """Where code is defined (`gpucache_ext.definitions.Places`): the cache's
+        own if it was given some, else the current session's, else files alone."""
+        return self.own_places if self.own_places is not None else sessions.places()
 
     @property
     def memo(self):
@@ -392,7 +399,7 @@ class CompilePlan:
             self.identity.links = linking.canonical(
                 list(self.identity.links) + [linking.read(item, origin) for item in self.link])
         self.kernel = self.identity.qualname
-        self.place = definitions.place_of(self.identity.code)  # (with kernel: its definition)
+        self.place = pipeline.places.of(self.identity.code)  # (with kernel: its definition)
         self.signature_text = short_signature(self.argtypes)
         self.parts: Dict[str, Dict[str, Component]] = {}  # each stage's token components
         self.tokens = self._tokens()

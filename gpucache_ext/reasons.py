@@ -16,6 +16,7 @@ tier written by an older version (or any plain string).
 
 from __future__ import annotations
 
+import re
 from typing import Tuple
 
 __all__ = ["Reason", "ADDED", "REMOVED", "CHANGED", "UPSTREAM", "NOTE"]
@@ -27,6 +28,7 @@ UPSTREAM = "upstream"  # the stage before this one gave another artifact ("llvm 
 NOTE = "note"  # anything else: a first compile, an entry dropped, a forced rebuild, a refusal
 
 _STAGES = ("typing", "llvm", "ptx", "cubin")
+_ONE_WORD_CHANGE = re.compile(r"\w+ \S+ -> \S+\Z")
 
 
 class Reason(str):
@@ -85,16 +87,14 @@ class Reason(str):
     def of(cls, text: str) -> "Reason":
         """`text` as a `Reason`: itself where it is one; else what its words
         say, for the forms that are unambiguous: "llvm input changed", a
-        config field's "opt 3 -> 0"; anything else is a `NOTE`."""
+        one-word component's "opt 3 -> 0"; anything else is a `NOTE`."""
         if isinstance(text, Reason):
             return text
         text = str(text)
         head, _, rest = text.partition(" ")
         if rest == "input changed" and head in _STAGES:
             return cls(text, UPSTREAM, head)
-        from .config import CompileConfig
-
-        if head in CompileConfig.__dataclass_fields__ and " -> " in rest:
+        if _ONE_WORD_CHANGE.match(text):  # a one-word component's values: a config field's, "sm 86 -> 80"
             return cls(text, CHANGED, head)
         return cls(text)
 

@@ -108,3 +108,53 @@ def test_a_fatbins_member_reasons_name_members():
     assert [(r.kind, str(r)) for r in reasons] == [(ADDED, "sm_86 added"), (REMOVED, "sm_75 removed")]
     whole = Component(parts_digest({"code": component("a")}), "device function", ())
     assert miss_reasons("typing", {"device function f": whole}, {})[0].kind == ADDED
+
+
+# ---------------------------------------------------------------------------
+# Places as data, held by the cache and the session (issue 33)
+
+
+def test_a_place_is_its_stored_words_and_knows_its_kind(tmp_path):
+    from gpucache_ext.definitions import FILES, Place
+
+    path = tmp_path / "kernels.py"
+    path.write_text("x = 1\n")
+    place = Place.file(str(path))
+    assert place == f"file:{path.resolve()}" and (place.kind, place.where) == ("file", str(path.resolve()))
+    assert pickle.loads(pickle.dumps(place)).kind == "file"
+    cell = Place.of("cell:1a2b3c4d5e")
+    assert (cell.kind, cell.where) == ("cell", "1a2b3c4d5e")
+    assert FILES.describe(cell) == "cell 1a2b3c4d" and FILES.describe(place) == "kernels.py"
+    assert FILES.describe("odd:words") == "odd:words" and FILES.explain(None) == "an unknown place"
+    assert Place.of("file:/a:b/k.py").where == "/a:b/k.py"  # (a colon in the path)
+
+
+def test_a_cache_asks_its_own_places_else_files_alone(tmp_path):
+    from gpucache_ext.definitions import FILES, Places
+
+    cache = KernelCache()
+    assert cache.places is FILES  # (no IPython session here)
+    _, kernel = reading(READ_K, K=1.0)
+    assert cache.compile(kernel, SIG, BASE).place is None  # a "<cell>" code name: no file, no cell
+    asked = []
+    cache.places = Places(lambda name: asked.append(name) or ("cellid42", 7), {"cellid42": 7}.get)
+    result = cache.compile(kernel, SIG, BASE.replace(opt=2))
+    assert result.place == "cell:cellid42" and result.place.kind == "cell" and asked == ["<cell>"]
+    assert cache.places.describe(result.place) == "In[7]"
+    assert KernelCache().places is FILES  # (one cache's places are its own)
+
+
+def test_the_session_attaches_its_places_while_loaded(ip):
+    import gpucache_ext
+    from gpucache_ext import sessions
+    from gpucache_ext.definitions import FILES
+
+    session = gpucache_ext.current_session()
+    assert session is not None and sessions.places() is session.places
+    assert gpucache_ext.default_cache().places is session.places
+    ip.run_line_magic("unload_ext", "gpucache_ext")
+    try:
+        assert gpucache_ext.current_session() is None and sessions.places() is FILES
+    finally:
+        ip.run_line_magic("load_ext", "gpucache_ext")
+    assert gpucache_ext.current_session() is not None

@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional
 
 import IPython
 
-from .. import defaults, definitions
+from .. import definitions, sessions
 from ..history import CellHistory  # noqa: F401  (its home is history; importable here too)
 from .auto import AutoCells
 from .magic import GpuCacheMagics
@@ -75,6 +75,8 @@ class Session:
         # execution count, and each id's latest count (`gpucache_ext.definitions`)
         self._cell_ids: Dict[int, Optional[str]] = {}
         self._numbers: Dict[str, int] = {}
+        self.places = definitions.Places(self.cell_of, self._numbers.get)
+        """Where kernels are defined: this shell's cells (by id) and files."""
 
     # -- the default cache ------------------------------------------------------
     @property
@@ -129,7 +131,7 @@ class Session:
         if check_cell_syntax not in self.shell.input_transformers_post:  # syntax errors as a plain cell's
             self.shell.input_transformers_post.append(check_cell_syntax)
         self.shell.input_transformers_cleanup.append(self.auto)  # (it is off until %gpucache auto)
-        definitions.set_cell_resolver(self.cell_of, self._numbers.get)  # where kernels are defined
+        sessions.attach_session(self)  # the default cache, and where kernels are defined (`places`)
         if cuda_simulator_on():  # numba's own simulator: cells run as plain cells (see `simulated`)
             return
         from ..launch.simulator import simulate_memory
@@ -148,7 +150,7 @@ class Session:
 
             uninstall_launch_errors(self.shell)
             simulate_memory(False)
-        definitions.set_cell_resolver(None, None)
+        sessions.detach_session(self)
         with contextlib.suppress(ValueError):
             self.shell.events.unregister("pre_run_cell", self.pre_run_cell)
         with contextlib.suppress(ValueError):
@@ -286,5 +288,3 @@ def unload(shell):
     if session is not None:
         session.unload()
 
-
-defaults.register_session_lookup(current)

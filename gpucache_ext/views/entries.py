@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import definitions
+from .. import sessions
 from ..units import format_age, format_bytes
 from .markup import esc, fit, short_kernel
 
@@ -32,7 +32,7 @@ def _distinct_tail(qualname: str, others) -> str:
     return qualname
 
 
-def kernel_labels(rows) -> Dict[Tuple[str, str], str]:
+def kernel_labels(rows, places=None) -> Dict[Tuple[str, str], str]:
     """The entries list's kernel column, per row's (stage, token): the
     kernel's definition.
 
@@ -40,10 +40,12 @@ def kernel_labels(rows) -> Dict[Tuple[str, str], str]:
     shortest tail of their qualified names that differs (``a.axpy``,
     ``b.axpy``), and where one qualified name was defined in two places
     (``axpy`` in two cells: the magic names both ``__main__.axpy``) by ``@``
-    and where (`gpucache_ext.definitions.describe`): ``axpy@In[5]``,
+    and where (`places.describe`, `gpucache_ext.definitions.Places`; default:
+    the current session's): ``axpy@In[5]``,
     ``axpy@cell 1a2b3c4d`` (a cell not run since the restart),
     ``axpy@kernels.py``.  A definition's versions (edits to it or to what it
     calls or reads, signatures, configs) all keep its one label."""
+    where = places if places is not None else sessions.places()
     qualnames: Dict[str, set] = {}
     places: Dict[str, set] = {}
     for row in rows:
@@ -55,7 +57,7 @@ def kernel_labels(rows) -> Dict[Tuple[str, str], str]:
         same = qualnames[short_kernel(kernel)]
         name = short_kernel(kernel) if len(same) == 1 else _distinct_tail(kernel, same)
         if len(places[kernel]) > 1:
-            name += "@" + definitions.describe(row.get("place"))
+            name += "@" + where.describe(row.get("place"))
         labels[(row["stage"], row["token"])] = name
     return labels
 

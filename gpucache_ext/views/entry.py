@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from .. import definitions
+from .. import sessions
 from ..config import FIELD_STAGES, FOLLOW_FASTMATH, STAGES, CompileConfig
 from ..results import parse_resources, short_signature
 from ..tokens import short_token
@@ -234,8 +234,10 @@ class EntryDetail:
     sass_label: Optional[str] = None  # "SASS sm_86 (nvdisasm 13.5)"
 
 
-def entry_html(detail: Optional[EntryDetail], now: float) -> str:
-    """Everything about one entry, as HTML (None: the entry is gone)."""
+def entry_html(detail: Optional[EntryDetail], now: float, places=None) -> str:
+    """Everything about one entry, as HTML (None: the entry is gone); `places`
+    (`gpucache_ext.definitions.Places`, default: the current session's) says
+    where its kernel was defined."""
     if detail is None:
         return '<p class="gpucache-muted">That entry is no longer cached.</p>'
     stage, entry = detail.stage, detail.entry
@@ -246,7 +248,7 @@ def entry_html(detail: Optional[EntryDetail], now: float) -> str:
             f'in {esc(format_seconds(entry.seconds))}')
     if detail.kernel_label and "@" in detail.kernel_label:  # (one of several definitions of its name)
         meta += (f"; this {esc(short_kernel(entry.kernel))} is the one defined in "
-                 f"{esc(definitions.explain(entry.place))}")
+                 f"{esc((places if places is not None else sessions.places()).explain(entry.place))}")
     return "".join([
         f'<div class="gpucache-entry" data-stage="{esc(stage)}" data-token="{esc(token)}">',
         f'<h4>{esc(detail.kernel_label or short_kernel(entry.kernel))} <span class="gpucache-code">'
