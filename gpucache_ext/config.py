@@ -118,9 +118,8 @@ def _sm_error(value, why):
     error = ConfigError(
         f"sm={value!r} is invalid ({why}); use one of "
         f"{_format_ccs(supported_ccs())}, written as 86, '8.6', 'sm_86' or (8, 6)",
-        field="sm",
+        field="sm", value=value, why=why,  # (the magic says it in its own words: --sm 86)
     )
-    error.value, error.why = value, why  # (the magic says it in its own words: --sm 86)
     return error
 
 
@@ -334,9 +333,8 @@ class Targets:
             try:
                 chosen = parse_sm(ptx)
             except ConfigError as exc:
-                error = ConfigError(str(exc).replace("sm=", "ptx=", 1) + ", or none for no PTX", field="ptx")
-                error.value, error.why = ptx, getattr(exc, "why", None)
-                raise error from None
+                raise ConfigError(str(exc).replace("sm=", "ptx=", 1) + ", or none for no PTX", field="ptx",
+                                  value=ptx, why=exc.why) from None
             if chosen > ordered[0]:
                 raise ConfigError(
                     f"ptx={ptx!r} is invalid: compute_{chosen} is above the lowest cubin target "

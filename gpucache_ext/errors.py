@@ -13,12 +13,15 @@ class GpuCacheError(Exception):
 class ConfigError(GpuCacheError, ValueError):
     """A `CompileConfig` field was given a value it does not accept.
 
-    ``field`` names the field (``"sm"``, ``"max_registers"``...).
+    ``field`` names the field (``"sm"``, ``"max_registers"``...); for a
+    target, ``value`` is the one refused and ``why`` why, in words the magic
+    puts after its own flag ("sm_37 is not a target this toolkit builds");
+    both None otherwise.
     """
 
-    def __init__(self, message, field=None):
+    def __init__(self, message, field=None, *, value=None, why=None):
         super().__init__(message)
-        self.field = field
+        self.field, self.value, self.why = field, value, why
 
 
 class CompileError(GpuCacheError):

@@ -124,7 +124,7 @@ def _fatbin_of(tier: DiskTier, wanted: str) -> Path:
 
 def _file_name(row, stage: str) -> str:
     """A file name for the artifact of `row`'s entry, for examples: axpy.cubin."""
-    return f"{row['kernel'].rsplit('.', 1)[-1]}.{_ENDINGS[stage]}"
+    return f"{short_name(row['kernel'])}.{_ENDINGS[stage]}"
 
 
 def _refuse_typing(tier: DiskTier, prefix: str) -> None:
@@ -167,4 +167,4 @@ def _per_target(tier: DiskTier, stage: str, token: str, entry) -> str:
                 f"target you want, then export its entry (gpucache ls --kernel {entry.kernel} --stage {stage})")
     listed = "; ".join(f"{variant.short} ({describe(reads)})" for variant, reads in held)
     return (f"{what}: {listed}.  Export the one for your target by its token, e.g. gpucache export "
-            f"{held[0][0].short} {entry.kernel.rsplit('.', 1)[-1]}.{_ENDINGS[stage]}")
+            f"{held[0][0].short} {short_name(entry.kernel)}.{_ENDINGS[stage]}")

@@ -270,7 +270,7 @@ class GpuCacheMagics(Magics):
             if exc.field == "sm" and args.sm is None:
                 raise UsageError(f"default target {sm!r} (GpuCacheMagics.default_sm or "
                                  f"GPUCACHE_SM): {exc}") from None
-            if exc.field in ("sm", "ptx") and getattr(exc, "why", None):  # the values as a flag takes them
+            if exc.field in ("sm", "ptx") and exc.why:  # the values as a flag takes them
                 which = "" if str(exc.value) == str(given) else f"sm {exc.value}: "
                 targets = ", ".join(str(major * 10 + minor) for major, minor in supported_ccs())
                 written = "--sm 86 or --sm sm_86; several targets: --sm 80,86,90" if exc.field == "sm" \

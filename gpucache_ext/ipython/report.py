@@ -373,7 +373,7 @@ class CellReport:
         return lines
 
     def _findings_text(self) -> List[str]:
-        return [f"audit: the cached {m.stage} of {m.kernel.rsplit('.', 1)[-1]} (token {short_token(m.token)}) "
+        return [f"audit: the cached {m.stage} of {short_name(m.kernel)} (token {short_token(m.token)}) "
                 "differed from a fresh compile; it was evicted and the fresh code is in use"
                 for m in self.audit_findings]
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from ..results import EntryInfo
 from ..toolchain.sass import DiffRow, SassUnavailable, SideBySide, disassembly, side_by_side, side_by_side_text
-from ..tokens import find_token, short_token
+from ..tokens import find_token, short_name, short_token
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..cache import KernelCache
@@ -59,7 +59,7 @@ class ComparedEntry:
     @property
     def label(self) -> str:
         """"axpy [sm_86 fastmath=True] 3f2a1c0b9e (SASS sm_86 (nvdisasm 13.5))"."""
-        return f"{self.kernel.rsplit('.', 1)[-1]} [{self.config}] {short_token(self.token)} ({self.listing})"
+        return f"{short_name(self.kernel)} [{self.config}] {short_token(self.token)} ({self.listing})"
 
 
 @dataclass(frozen=True)
