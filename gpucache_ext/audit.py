@@ -526,7 +526,7 @@ def library_changes(identity) -> List[str]:
     library reinstalled (and reloaded) since has another version now.
     Empty when every library module it binds has the version it hashed."""
     from .libraries import library_version
-    from .sources import library_module_component
+    from .sources.library import library_module_component
 
     found: List[str] = []
     seen = set()

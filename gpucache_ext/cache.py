@@ -46,7 +46,7 @@ from .provenance import Provenance
 from .proxies import DeviceProxies
 from .results import (CacheStats, CompileResult, EntryInfo, FatbinResult, LayerResult, Outcome,  # noqa: F401
                       StageResult, StageStats, TierInfo, TierStats, parse_resources, short_signature)
-from .sources import python_function
+from .sources.functions import python_function
 from .store import settings
 from .store.disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
 from .store.disk import OFF_VALUES, configured_directory

@@ -38,7 +38,7 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import UnsupportedKernelError
-from .sources import describe_registration as describe
+from .sources.describe import describe_registration as describe
 from .tokens import Component, digest
 from .usercode import touches_user_code
 

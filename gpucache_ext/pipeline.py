@@ -30,13 +30,16 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tup
 from . import definitions, queries, sessions, targets, toolchain
 from .audit import source_files_component
 from .config import FIELD_STAGES, KEYED_ON_BYTES, LAYERS, STAGES, CompileConfig, Targets
-from .errors import ConfigError, UnsupportedKernelError
+from .errors import ConfigError, SnapshotChanged, UnsupportedKernelError
 from .extensions import derived_during, extensions_component
 from .importing import lazy_module
 from .index import CacheIndex, variant_token
 from .reasons import Reason
 from .results import CompileResult, FatbinResult, Outcome, StageResult, short_signature
-from .sources import SnapshotChanged, identify, library_reads_changed, rebind, signature_component
+from .sources.describe import signature_component
+from .sources.library import library_reads_changed
+from .sources.snapshot import rebind
+from .sources.walk import identify
 from .store.codec import PERSISTENT_STAGES, content_digest
 from .store.disk import DiskTier
 from .store.tiered import TieredStore

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from typing import Callable
 
 from .importing import lazy_module
-from .sources import rebind
+from .sources.snapshot import rebind
 
 # numba-cuda's compiler, imported by the first compile (see `gpucache_ext.cache`)
 stages = lazy_module("gpucache_ext.stages")

@@ -39,7 +39,7 @@ compile and process, whatever the history, hash seed or address layout
 outside a compile of ours or from an object with no content to number by:
 
 * a helper whose closure holds a value with no process-independent
-  description (`sources._describe` falls back to identity), or one that
+  description (`sources.describe.describe_value` falls back to identity), or one that
   describes like another without being equal to it (`stages._internal_uid`);
 * an ``@overload(inline="always")`` implementation whose IR numba's own
   compile made and kept first: its variables made by ``mk_unique_var`` keep

@@ -437,11 +437,11 @@ def test_the_def_line_numba_parses_from_the_source_text_is_keyed(user_package):
 def test_a_hit_hashes_a_global_array_without_copying_it(monkeypatch):
     """Arrays are copied for a compile only: a hit hashes the array as it is
     (XXH3-128, see bench/bench_global_arrays.py), and an edit is still seen."""
-    from gpucache_ext import sources
+    from gpucache_ext.sources import snapshot
 
     copies = []
-    original = sources._snapshot_array
-    monkeypatch.setattr(sources, "_snapshot_array", lambda *a: copies.append(1) or original(*a))
+    original = snapshot._snapshot_array
+    monkeypatch.setattr(snapshot, "_snapshot_array", lambda *a: copies.append(1) or original(*a))
     cache = KernelCache()
     ns, kernel = reading("def kernel(r):\n    r[0] = A[1]\n", A=np.arange(1024, dtype=np.float64))
     before = cache.compile(kernel, F64, SM80)

@@ -113,7 +113,7 @@ def device_function(func: Callable, sigs, options, what: str):
     kernel's target, not for the current GPU."""
     from numba.cuda.decorators import jit as numba_jit
 
-    from ..sources import declare_signatures
+    from ..sources.functions import declare_signatures
 
     check_options(options, what)
     dispatcher = numba_jit(device=True, **options)(func)

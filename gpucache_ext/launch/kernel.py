@@ -48,7 +48,7 @@ from ..options import config_with_options
 from ..results import FatbinResult, short_signature
 from .simulator import notice_simulator, simulated_kernel
 from .spec import KernelSpec
-from ..sources import python_function
+from ..sources.functions import python_function
 from ..stages import normalize_signature
 
 _generation = 0

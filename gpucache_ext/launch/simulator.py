@@ -678,7 +678,7 @@ def _fits(number: float, target: np.dtype) -> bool:
 def _simulated_array_class():
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-    from ..sources import host_array_interface
+    from ..sources.snapshot import host_array_interface
 
     class SimulatedDeviceArray(FakeCUDAArray):
         """The simulator's device array, with the CUDA Array Interface a real
@@ -746,7 +746,9 @@ def simulated_kernel(pyfunc, config: "CompileConfig", extensions=()):
     every launch)."""
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
-    from ..sources import declared_signatures, identify, rebind
+    from ..sources.functions import declared_signatures
+    from ..sources.snapshot import rebind
+    from ..sources.walk import identify
 
     def simulated(identity):
         return narrow_math(rebind(identity, twin))
