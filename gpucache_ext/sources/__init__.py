@@ -38,7 +38,9 @@ and numpy contents, exactly), `code` (what bytecode reads, and its digest),
 `snapshot` (`SourceIdentity`, the bindings and `rebind`), `functions`
 (dispatchers, declared signatures), `describe` (numba types, classes,
 registrations, closures numba compiles), `library` (library modules and
-functions), `walk` (`identify`).
+functions), `walk` (`identify`).  The one way back: a user class is
+described by its functions' identities, which `describe` asks of the walk
+through `describe.function_digest` (set by `walk`).
 """
 
 from .code import CodeReads, code_reads
@@ -50,9 +52,8 @@ from .snapshot import SourceIdentity, host_array_interface, rebind
 from .walk import identify
 
 __all__ = [
-    "CodeReads", "SourceIdentity", "code_reads",
-    "declare_signatures", "declared_signatures", "def_line", "describe_class", "describe_registration",
-    "host_array_interface", "identify", "internal_function_digest", "is_device_dispatcher",
-    "library_identity_digest", "library_module_component", "library_reads_changed", "pure_python",
-    "python_function", "rebind", "shown_signature", "signature_component", "type_data",
+    "CodeReads", "SourceIdentity", "code_reads", "declare_signatures", "declared_signatures", "def_line",
+    "describe_class", "describe_registration", "host_array_interface", "identify", "internal_function_digest",
+    "is_device_dispatcher", "library_identity_digest", "library_module_component", "library_reads_changed",
+    "pure_python", "python_function", "rebind", "shown_signature", "signature_component", "type_data",
 ]

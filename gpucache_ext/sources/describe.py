@@ -23,122 +23,6 @@ from .code import code_digest
 from .values import EXACT_SCALARS, SCALAR_BASES, dtype_data, is_numba_type, short
 
 
-def value_key(value):
-    """A key telling apart every plain value whose component can be memoised
-    (exact scalars, by type and bits; numba types whose key holds no class),
-    None for any other value."""
-    kind = type(value)
-    if kind is float:
-        return (float, struct.pack(">d", value))
-    if kind in EXACT_SCALARS:
-        return (kind, value)
-    if is_numba_type(value) and value in _TYPE_DATA:
-        return ("numba type", value)
-    return None
-
-
-def internal_function_digest(pyfunc, depth: int = 0) -> str:
-    """A digest of a function numba compiles or inlines on its own inside a
-    compile (a library helper such as ``int_power``, a closure it inlines, the
-    branch table ``literal_unroll`` generates): its place, its code and what
-    its closure holds, functions there by their own digest.  numba numbers
-    such functions from a process-wide counter and puts the number in symbol
-    and variable names; `stages` numbers them from this digest instead, so
-    the names are the same in every process.  A closure value with no
-    process-independent description is told apart by identity (`describe_value`):
-    unique, but not the same in another process."""
-
-    def describe(value):
-        # (a dispatcher by its Python function, an @intrinsic by its definition)
-        inner = getattr(value, "py_func", None) or getattr(value, "_defn", None) or value
-        if isinstance(inner, pytypes.FunctionType) and depth < 4:
-            return ["function", internal_function_digest(inner, depth + 1)]
-        return describe_value(value)
-
-    return digest(["numba-compiled function", pyfunc.__module__, pyfunc.__qualname__,
-                   code_digest(pyfunc.__code__, False), described_cells(pyfunc, describe)])
-
-
-def described_cells(pyfunc, describe=None) -> list:
-    """What a function's closure cells hold, each described ("empty" for an empty cell)."""
-    described = []
-    for cell in pyfunc.__closure__ or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:
-            described.append("empty")
-        else:
-            described.append((describe or describe_value)(value))
-    return described
-
-
-def describe_value(value):
-    """A process-independent description of a value a library closure holds
-    (numbers, strings, numba types, functions and classes by name)."""
-    if type(value) in EXACT_SCALARS:
-        return [type(value).__name__, value]
-    if isinstance(value, enum.Enum):
-        return ["enum member", type(value).__module__, type(value).__qualname__, value.name,
-                describe_value(value.value)]
-    if type(value) is complex:
-        return ["complex", value.real, value.imag]
-    if type(value) in (tuple, list):
-        return [type(value).__name__, [describe_value(v) for v in value]]
-    if isinstance(value, dict):
-        return ["dict", sorted([repr(k), describe_value(v)] for k, v in value.items())]
-    pyfunc = getattr(value, "py_func", value)
-    if isinstance(pyfunc, (pytypes.FunctionType, type, pytypes.BuiltinFunctionType)):
-        return ["named", getattr(pyfunc, "__module__", None), getattr(pyfunc, "__qualname__", None)]
-    if is_numba_type(value):
-        return ["numba type", type_data(value)]
-    if type(value).__name__ == "FFI" and type(value).__module__.startswith("cffi"):
-        # numba types every cffi FFI object alike (types.ffi: only
-        # ffi.from_buffer), whatever it declares
-        from numba.cuda.typing import cffi_utils
-
-        if cffi_utils.is_ffi_instance(value):
-            return ["cffi FFI object"]
-    described = _described_library_value(value)
-    if described is not None:
-        return described
-    # Anything else is told apart by identity within this process only.
-    return ["object", type(value).__qualname__, id(value)]
-
-
-def _described_library_value(value):
-    """Values numba's own helpers hold in their closures, exactly (None for
-    others): numpy scalars (``FLT_MAX / 4`` in cmath's ``acos``) by dtype and
-    bytes, external functions (the fp16 shims' ``declare_device``) by name and
-    signature, which is all their caller's code names of them, intrinsics by
-    their definition."""
-    import numpy as np
-    from numba.cuda.compiler import ExternFunction
-
-    if isinstance(value, np.generic):
-        return ["numpy scalar", value.dtype.str, value.tobytes().hex()]
-    if isinstance(value, ExternFunction):
-        return ["external function", value.name, str(value.sig)]
-    if type(value).__name__ == "_Intrinsic" and isinstance(getattr(value, "_defn", None), pytypes.FunctionType):
-        # made per call by numba's helpers (carray's): by its definition's content
-        return ["intrinsic", internal_function_digest(value._defn)]
-    return None
-
-
-def scalar_subclass(value, ident, label) -> list:
-    """An instance of a subclass of int, float, complex, str or bytes that is
-    not an enum: a library's by its class and exact base value; a user
-    class's is refused (its own methods may change what numba reads)."""
-    cls = type(value)
-    base = next(b for b in SCALAR_BASES if isinstance(value, b))
-    if class_version(cls) is None:
-        raise UnsupportedKernelError(
-            f"{ident.qualname} reads {label}, an instance of {cls.__qualname__} (a subclass of "
-            f"{base.__name__} defined in user code): the cache cannot tell what its methods change "
-            f"in what numba reads; pass {base.__name__}({label.split()[-1]}) instead, or an enum")
-    exact = complex(value.real, value.imag) if base is complex else base.__new__(base, value)
-    return ["library scalar", class_data(cls), describe_value(exact)]
-
-
 def type_data(nbtype) -> list:
     """A numba type by its complete key, process-independent: the type's
     class and every part of its key (classes by what numba reads of them, so
@@ -155,6 +39,20 @@ def type_data(nbtype) -> list:
 
 
 _TYPE_DATA: Dict[Any, list] = {}
+
+
+def value_key(value):
+    """A key telling apart every plain value whose component can be memoised
+    (exact scalars, by type and bits; numba types whose key holds no class),
+    None for any other value."""
+    kind = type(value)
+    if kind is float:
+        return (float, struct.pack(">d", value))
+    if kind in EXACT_SCALARS:
+        return (kind, value)
+    if is_numba_type(value) and value in _TYPE_DATA:
+        return ("numba type", value)
+    return None
 
 
 def signature_component(argtypes, shown: str) -> Component:
@@ -237,6 +135,108 @@ def _plain_data(value, label) -> list:
         f"{label} holds a {type(value).__qualname__}; class attributes the cache can track are "
         "numbers, strings, tuples, enum members and numpy scalars"
     )
+
+
+def scalar_subclass(value, ident, label) -> list:
+    """An instance of a subclass of int, float, complex, str or bytes that is
+    not an enum: a library's by its class and exact base value; a user
+    class's is refused (its own methods may change what numba reads)."""
+    cls = type(value)
+    base = next(b for b in SCALAR_BASES if isinstance(value, b))
+    if class_version(cls) is None:
+        raise UnsupportedKernelError(
+            f"{ident.qualname} reads {label}, an instance of {cls.__qualname__} (a subclass of "
+            f"{base.__name__} defined in user code): the cache cannot tell what its methods change "
+            f"in what numba reads; pass {base.__name__}({label.split()[-1]}) instead, or an enum")
+    exact = complex(value.real, value.imag) if base is complex else base.__new__(base, value)
+    return ["library scalar", class_data(cls), describe_value(exact)]
+
+
+def describe_value(value):
+    """A process-independent description of a value a library closure holds
+    (numbers, strings, numba types, functions and classes by name)."""
+    if type(value) in EXACT_SCALARS:
+        return [type(value).__name__, value]
+    if isinstance(value, enum.Enum):
+        return ["enum member", type(value).__module__, type(value).__qualname__, value.name,
+                describe_value(value.value)]
+    if type(value) is complex:
+        return ["complex", value.real, value.imag]
+    if type(value) in (tuple, list):
+        return [type(value).__name__, [describe_value(v) for v in value]]
+    if isinstance(value, dict):
+        return ["dict", sorted([repr(k), describe_value(v)] for k, v in value.items())]
+    pyfunc = getattr(value, "py_func", value)
+    if isinstance(pyfunc, (pytypes.FunctionType, type, pytypes.BuiltinFunctionType)):
+        return ["named", getattr(pyfunc, "__module__", None), getattr(pyfunc, "__qualname__", None)]
+    if is_numba_type(value):
+        return ["numba type", type_data(value)]
+    if type(value).__name__ == "FFI" and type(value).__module__.startswith("cffi"):
+        # numba types every cffi FFI object alike (types.ffi: only
+        # ffi.from_buffer), whatever it declares
+        from numba.cuda.typing import cffi_utils
+
+        if cffi_utils.is_ffi_instance(value):
+            return ["cffi FFI object"]
+    described = _described_library_value(value)
+    if described is not None:
+        return described
+    # Anything else is told apart by identity within this process only.
+    return ["object", type(value).__qualname__, id(value)]
+
+
+def _described_library_value(value):
+    """Values numba's own helpers hold in their closures, exactly (None for
+    others): numpy scalars (``FLT_MAX / 4`` in cmath's ``acos``) by dtype and
+    bytes, external functions (the fp16 shims' ``declare_device``) by name and
+    signature, which is all their caller's code names of them, intrinsics by
+    their definition."""
+    import numpy as np
+    from numba.cuda.compiler import ExternFunction
+
+    if isinstance(value, np.generic):
+        return ["numpy scalar", value.dtype.str, value.tobytes().hex()]
+    if isinstance(value, ExternFunction):
+        return ["external function", value.name, str(value.sig)]
+    if type(value).__name__ == "_Intrinsic" and isinstance(getattr(value, "_defn", None), pytypes.FunctionType):
+        # made per call by numba's helpers (carray's): by its definition's content
+        return ["intrinsic", internal_function_digest(value._defn)]
+    return None
+
+
+def internal_function_digest(pyfunc, depth: int = 0) -> str:
+    """A digest of a function numba compiles or inlines on its own inside a
+    compile (a library helper such as ``int_power``, a closure it inlines, the
+    branch table ``literal_unroll`` generates): its place, its code and what
+    its closure holds, functions there by their own digest.  numba numbers
+    such functions from a process-wide counter and puts the number in symbol
+    and variable names; `stages` numbers them from this digest instead, so
+    the names are the same in every process.  A closure value with no
+    process-independent description is told apart by identity (`describe_value`):
+    unique, but not the same in another process."""
+
+    def describe(value):
+        # (a dispatcher by its Python function, an @intrinsic by its definition)
+        inner = getattr(value, "py_func", None) or getattr(value, "_defn", None) or value
+        if isinstance(inner, pytypes.FunctionType) and depth < 4:
+            return ["function", internal_function_digest(inner, depth + 1)]
+        return describe_value(value)
+
+    return digest(["numba-compiled function", pyfunc.__module__, pyfunc.__qualname__,
+                   code_digest(pyfunc.__code__, False), described_cells(pyfunc, describe)])
+
+
+def described_cells(pyfunc, describe=None) -> list:
+    """What a function's closure cells hold, each described ("empty" for an empty cell)."""
+    described = []
+    for cell in pyfunc.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            described.append("empty")
+        else:
+            described.append((describe or describe_value)(value))
+    return described
 
 
 # ---------------------------------------------------------------------------
