@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time, `__getattr__` belo
     from .audit import AuditWarning
     from .cache import KernelCache
     from .launch.decorators import jit
-    from .launch.kernel import Kernel, LaunchError
+    from .launch.compiled import LaunchError
+    from .launch.kernel import Kernel
     from .results import (CacheStats, CompileResult, EntryInfo, LayerResult, Outcome, StageResult, StageStats,
                           TierStats)
 
@@ -38,7 +39,7 @@ _LAZY = {
     "KernelCache": "cache",
     "CompileResult": "results", "StageResult": "results", "LayerResult": "results", "Outcome": "results",
     "CacheStats": "results", "StageStats": "results", "TierStats": "results", "EntryInfo": "results",
-    "Kernel": "launch.kernel", "LaunchError": "launch.kernel", "jit": "launch.decorators",
+    "Kernel": "launch.kernel", "LaunchError": "launch.compiled", "jit": "launch.decorators",
     "AuditWarning": "audit",
 }
 # Modules that moved into subpackages (the store, the toolchain, launching):

@@ -274,7 +274,7 @@ class VariantsTable(NamedTuple):
 
     A read-only view: each time it is shown, every result it lists is
     re-checked against its kernel's inputs now, with the check a launch makes
-    (`gpucache_ext.launch.kernel.stale_reasons`, ``cache.still_current``);
+    (`gpucache_ext.launch.registry.stale_reasons`, ``cache.still_current``);
     nothing is compiled while a report is shown, so a result built from an
     earlier state (a global or a device function changed since, also later
     in the same cell) is marked ``EARLIER``, with what changed as the cache
@@ -289,12 +289,12 @@ class VariantsTable(NamedTuple):
 
     def stale(self) -> Dict[str, tuple]:
         """{cubin token: what changed} for the rows built from an earlier state, checked now."""
-        kernels = sys.modules.get("gpucache_ext.launch.kernel")  # (no Kernel exists before it is imported)
-        if kernels is None:
+        registry = sys.modules.get("gpucache_ext.launch.registry")  # (no Kernel exists before it is imported)
+        if registry is None:
             return {}
         found = {}
         for result in self.results:
-            reasons = kernels.stale_reasons(result)
+            reasons = registry.stale_reasons(result)
             if reasons:
                 for each in result.cubin_targets.values():
                     found[each.stages["cubin"].token] = reasons

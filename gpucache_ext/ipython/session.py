@@ -208,7 +208,7 @@ class Session:
         if self._cache is not None:
             self._cache.hold_audits(False)
         if not cuda_simulator_on():  # (under numba's simulator no Kernel exists)
-            from ..launch.kernel import refresh_all
+            from ..launch.registry import refresh_all
 
             refresh_all()
         info = getattr(result, "info", None)

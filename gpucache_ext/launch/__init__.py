@@ -1,7 +1,10 @@
 """Launching what the cache compiled, as numba-cuda launches.
 
 `kernel` (`Kernel`: a numba-cuda ``CUDADispatcher`` whose variants come from
-the cache), `decorators` (``gpucache_ext.jit`` for plain Python files),
+the cache), with its parts `compiled` (a variant as numba holds it, and the
+image a GPU loads), `variants` (a sweep's variants, `use`, `tune`),
+`inspection` (numba's ``inspect_*``) and `registry` (the live kernels,
+`refresh_all`); `decorators` (``gpucache_ext.jit`` for plain Python files),
 `device` (the GPU's target, or the default one), `spec` (`KernelSpec`: what
 a kernel is built with, as one record) and `simulator` (launches on numba's
 CUDA simulator where there is no GPU).

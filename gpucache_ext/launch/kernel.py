@@ -26,6 +26,11 @@ What the cache adds on top:
   inspector, mark a stale one instead: `stale_reasons`);
 - without a GPU, or with ``simulate=True``, launches run on numba's CUDA
   simulator (the variant is still compiled, cached and inspectable).
+
+Its parts elsewhere: `compiled` (a variant as numba holds it, the image a GPU
+loads), `variants` (a sweep's variants, `use`, `tune`), `inspection` (numba's
+``inspect_*`` and the last compile's artifacts), `registry` (the live
+kernels, and `refresh_all`).
 """
 
 from __future__ import annotations
@@ -34,213 +39,25 @@ import contextlib
 import functools
 import math
 import threading
-import weakref
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from numba.cuda.codegen import CUDACodeLibrary
-from numba.cuda.dispatcher import CUDADispatcher, _DispatcherBase, _Kernel
+from numba.cuda.dispatcher import CUDADispatcher
 
+from . import registry
 from ..cache import CompileResult, KernelCache
 from ..config import CompileConfig
+from .compiled import CachedKernel, LaunchError, choose_image, runs_on
 from .device import device_cc, gpu_available
-from ..errors import CompileError, ConfigError, GpuCacheError, as_numba_raises
+from ..errors import CompileError, ConfigError, as_numba_raises
+from .inspection import KernelInspection
 from ..options import config_with_options
-from ..results import FatbinResult, short_signature
+from .registry import compiled_by, live_kernels, refresh_all, stale_reasons
+from ..results import short_signature
 from .simulator import notice_simulator, simulated_kernel
 from .spec import KernelSpec
 from ..sources.functions import python_function
 from ..stages import normalize_signature
-
-_generation = 0
-
-
-def refresh_all() -> None:
-    """Make every kernel re-check its inputs (globals, device functions) at its
-    next launch, and at its next `Kernel.variants` or `Kernel.use`."""
-    global _generation
-    _generation += 1
-
-
-class Variant(NamedTuple):
-    """One variant of a sweep (`Kernel.variants`).  Its `results` are current:
-    `Kernel.variants` re-checks each against the kernel's inputs as a launch
-    does, and compiles again (through the cache) the ones whose inputs changed."""
-
-    config: CompileConfig
-    results: Dict[Tuple, CompileResult]  # by signature (argument types)
-    bound: bool  # the one launches use
-
-
-# Every live Kernel (`live_kernels`), and which one compiled each live result
-# (`compiled_by`): what a view that holds only results (the cell's report, the
-# inspector) re-checks them with.  Keyed by id, each entry checked against its
-# weak reference (an id is reused once its object is gone).
-_kernels: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
-_compiled_by: Dict[int, Tuple[Any, Any]] = {}
-
-
-def _note_compiled(kernel: "Kernel", result: CompileResult) -> None:
-    key = id(result)
-
-    def gone(ref, key=key):
-        if _compiled_by.get(key, (None,))[0] is ref:
-            _compiled_by.pop(key, None)
-
-    _compiled_by[key] = (weakref.ref(result, gone), weakref.ref(kernel))
-
-
-def compiled_by(result: CompileResult) -> Optional["Kernel"]:
-    """The live `Kernel` that compiled `result` (None where none is known)."""
-    found = _compiled_by.get(id(result))
-    if found is None or found[0]() is not result:
-        return None
-    return found[1]()
-
-
-def live_kernels(cache: Optional[KernelCache] = None) -> "list[Kernel]":
-    """The Kernels alive in this process (those compiling through `cache` where given)."""
-    return [kernel for kernel in list(_kernels) if cache is None or kernel.cache is cache]
-
-
-def stale_reasons(result: CompileResult) -> Optional[Tuple[str, ...]]:
-    """Whether `result` is still what its kernel's inputs compile to now
-    (`Kernel.changed_since`): () where it is, what changed where it is not
-    ("global K 2.5 -> 3.25"), None where no live kernel compiled it (nothing
-    to check it against).  Compiles nothing."""
-    kernel = compiled_by(result)
-    return None if kernel is None else kernel.changed_since(result)
-
-
-class LaunchError(GpuCacheError):
-    """A kernel cannot be launched as asked (no matching signature, wrong target)."""
-
-
-class CachedKernel(_Kernel):
-    """One compiled variant, as numba's dispatcher holds it (``overloads[sig]``,
-    numba's ``_Kernel``): built from a `CompileResult` instead of compiled by
-    numba.  It answers the result's attributes too (``.ptx``, ``.cubin``,
-    ``.resources``, ``.stages``...), and its resource figures come from the
-    compile where no GPU has loaded it."""
-
-    def __init__(self, owner: "Kernel", result: CompileResult):  # numba's compiling __init__ is not called
-        from numba.cuda import types as nbtypes
-        from numba.cuda import typing as nbtyping
-
-        # the fields numba's own cache-loading path (_Kernel._rebuild) sets
-        self.entry_point = None
-        self.objectmode = False
-        self.cooperative = result.cooperative
-        self.entry_name = result.entry_name
-        self.signature = nbtyping.signature(nbtypes.void, *result.signature)
-        self._type_annotation = None
-        self._codelibrary = CachedCodeLibrary(owner, result)
-        self.debug = result.config.debug
-        self.lineinfo = result.config.lineinfo
-        self.call_helper = result.call_helper
-        self.extensions = list(owner.options.get("extensions") or ())
-        carveout = owner.options.get("shared_memory_carveout")
-        self.shared_memory_carveout = None if carveout is None else self._parse_carveout(carveout)
-        self.launch_config_sensitive = False
-        self.result = result
-
-    @property
-    def audit_mismatched(self) -> bool:
-        """Whether an audit found the cached artifacts wrong (the result then holds fresh ones)."""
-        audit = self.result.audit
-        return audit is not None and audit.mismatched
-
-    def _figure(self, attribute: str, name: str) -> int:
-        """The driver's figure once a GPU has loaded the kernel, else the compile's."""
-        if self._codelibrary.loaded:
-            return getattr(self._codelibrary.get_cufunc().attrs, attribute)
-        return self.result.resources[name]
-
-    regs_per_thread = property(lambda self: self._figure("regs", "registers"),
-                               doc="Registers per thread (nvJitLink's report, or the driver's).")
-    shared_mem_per_block = property(lambda self: self._figure("shared", "shared_bytes"),
-                                    doc="Static shared memory per block, in bytes.")
-    local_mem_per_thread = property(lambda self: self._figure("local", "local_bytes"),
-                                    doc="Local memory per thread, in bytes.")
-    const_mem_size = property(lambda self: self._figure("const", "user_constant_bytes"),
-                              doc="User constant memory in bytes (kernel parameters not counted).")
-
-    @property
-    def max_threads_per_block(self) -> int:
-        """The most threads a block can have: the driver decides when it loads the kernel."""
-        if not self._codelibrary.loaded:
-            raise LaunchError(
-                f"{self.result.kernel.rsplit('.', 1)[-1]}.get_max_threads_per_block() needs a GPU (the driver "
-                "computes it when the kernel is loaded); registers and memory use are in .resources")
-        return self._codelibrary.get_cufunc().attrs.maxthreads
-
-    def max_cooperative_grid_blocks(self, blockdim, dynsmemsize=0) -> int:
-        """The most blocks a cooperative (grid-synchronised) launch can have:
-        the driver's figure on a GPU (numba's own query); 1 on the simulator,
-        as numba's simulator says (it cannot synchronise blocks)."""
-        if self._codelibrary._owner._on_simulator():
-            return 1
-        return super().max_cooperative_grid_blocks(blockdim, dynsmemsize)
-
-    def inspect_llvm(self) -> str:
-        return self.result.llvm_ir
-
-    def inspect_asm(self, cc=None) -> str:
-        return self.result.ptx
-
-    def __repr__(self):
-        return f"<compiled {self.result.kernel.rsplit('.', 1)[-1]}{self.result.signature_text}>"
-
-
-# The CompileResult's attributes a variant answers too (a FatbinResult's where
-# it is one).  Properties, not __getattr__: a class with __getattr__ makes
-# every attribute read slower, and numba reads many at every launch.
-_RESULT_ATTRIBUTES = (
-    "ptx", "cubin", "cubins", "llvm_ir", "ltoir", "link_log", "links", "resources", "resources_by_arch",
-    "stages", "layers", "hit", "every_stage", "config", "kernel", "signature_text", "explain", "artifacts",
-    "audit", "referenced", "generic_tokens", "seconds", "saved_seconds",
-    "fatbin", "fatbin_stage", "members", "per_target", "ptx_note", "targets")
-
-
-def _forwarded(name: str) -> property:
-    return property(lambda self: getattr(self.result, name), doc=f"The CompileResult's {name}.")
-
-
-for _name in _RESULT_ATTRIBUTES:
-    setattr(CachedKernel, _name, _forwarded(_name))
-
-
-class CachedCodeLibrary(CUDACodeLibrary):
-    """numba's code library for one cached variant: the image numba loads on a
-    device is the one `Kernel.image_for` chooses for that device's
-    architecture, made once per architecture (numba loads it once per device)."""
-
-    def __init__(self, owner: "Kernel", result: CompileResult):
-        from numba.cuda.descriptor import cuda_target
-
-        super().__init__(cuda_target.target_context.codegen(), result.kernel, entry_name=result.entry_name,
-                         max_registers=result.config.max_registers)
-        self._owner = owner
-        self._result = result
-        self.use_cooperative = result.cooperative
-        self._finalized = True
-
-    @property
-    def loaded(self) -> bool:
-        """Whether a GPU has loaded this variant."""
-        return bool(self._cufunc_cache)
-
-    def get_cubin(self, cc=None):
-        cc = self._ensure_cc(cc)
-        image = self._cubin_cache.get(cc)
-        if image is None:
-            image = self._cubin_cache[cc] = self._owner.image_for(self._result, tuple(cc[:2]))
-        return image
-
-    def get_llvm_str(self):
-        return self._result.llvm_ir
-
-    def get_asm_str(self, cc=None):
-        return self._result.ptx
+from .variants import KernelVariants
 
 
 class _CacheSource:
@@ -284,7 +101,6 @@ _NUMBA_ONLY = {
 }
 
 
-
 @contextlib.contextmanager
 def _raised_as_numba():
     """A compile that a launch needs and that fails raises what numba raises
@@ -298,7 +114,7 @@ def _raised_as_numba():
         raise shown from exc
 
 
-class Kernel(CUDADispatcher):
+class Kernel(KernelInspection, KernelVariants, CUDADispatcher):
     """A numba-cuda dispatcher whose variants come from a `KernelCache`.
 
     `config` and `targets` say what to build (`targets`: several, as a
@@ -356,11 +172,11 @@ class Kernel(CUDADispatcher):
         self.dynamic_shared = spec.dynamic_shared
         self._generation = -1  # refresh_all's count when the bound variant was last checked
         # ... and when `variants` last checked every variant (results made in this cell are of its state)
-        self._variants_generation = _generation
+        self._variants_generation = registry.generation
         self._forced = set()
         self._simulated = None
         self._lock = threading.RLock()
-        _kernels.add(self)
+        registry.add_kernel(self)
 
     @property
     def _link(self):
@@ -403,25 +219,6 @@ class Kernel(CUDADispatcher):
                         self._compiled(built[argtypes])
             return results
 
-    @property
-    def variants(self) -> "list[Variant]":
-        """A sweep's variants (``--max-registers 32,64 --fastmath off,on``),
-        the bound one first: each config and what it compiled, by signature
-        (a lazy kernel's other variants compile once `use` binds them).
-
-        Every result listed is current: at the first read since a cell ran
-        (`refresh_all`) each is re-checked against the kernel's inputs as a
-        launch re-checks the bound one (``cache.still_current``), and one
-        whose inputs changed (a global, a device function) is dropped and
-        compiled again through the cache (only the stages whose inputs
-        changed compile; a `CompileError` of the new state is raised, as a
-        launch would).  Between cells a read checks nothing."""
-        with self._lock:
-            self._refresh_variants()
-            return [Variant(config, dict(self.results) if config == self.config
-                            else dict(self._variant_results.get(config, {})), config == self.config)
-                    for config in sorted(self.sweep, key=lambda c: c != self.config)]
-
     def _compiled(self, result: CompileResult) -> None:
         if self.on_compile is not None:
             self.on_compile(result, getattr(self._occasion, "text", "at this launch"))
@@ -435,85 +232,6 @@ class Kernel(CUDADispatcher):
             yield
         finally:
             self._occasion.text = before
-
-    def _refresh_variants(self) -> None:
-        """Once per cell: re-check every variant's results, compiling the stale ones again."""
-        if self._variants_generation == _generation:
-            return
-        with self._compiling("as its variants were read"):
-            self._refresh_each_variant()
-
-    def _refresh_each_variant(self) -> None:
-        self._recheck()  # the bound variant, as a launch checks it
-        self._reload_stale()  # (a signature the re-check dropped)
-        for config, results in self._variant_results.items():
-            for argtypes, result in list(results.items()):
-                if not self._current(argtypes, config, result):
-                    results[argtypes] = self._compile_result(argtypes, config)
-                    self._compiled(results[argtypes])
-        self._variants_generation = _generation
-
-    def _current(self, argtypes, config: CompileConfig, result: CompileResult) -> bool:
-        return self.cache.still_current(self.py_func, argtypes, config, result, link=self._link)
-
-    def changed_since(self, result: CompileResult) -> Tuple[str, ...]:
-        """What changed in this kernel's inputs since `result` (one of its
-        compiles) was built, as the cache explains a miss ("global K 2.5 ->
-        3.25", "device function scale: code changed"); () where compiling
-        again would give `result` (the check a launch makes, whatever cells
-        ran).  Compiles nothing."""
-        if self._current(result.signature, result.config, result):
-            return ()
-        from ..queries import miss_reasons
-
-        reasons = []
-        for each in (result.per_target.values() if isinstance(result, FatbinResult) else (result,)):
-            tokens = self.cache.tokens(self.py_func, each.signature, each.config, link=self._link)
-            for stage in ("typing", "llvm"):
-                done = each.stages.get(stage)
-                if done is None or stage not in tokens or tokens[stage].hex == each.generic_tokens.get(stage):
-                    continue
-                old = dict(done.components)
-                if stage == "typing" and not old and "llvm" in each.stages:  # (not needed: llvm holds them)
-                    old = dict(getattr(each.stages["llvm"].components.get("typing"), "parts", None) or ())
-                reasons += [reason for reason in miss_reasons(stage, tokens[stage].components, old)
-                            if not reason.is_upstream]
-        return tuple(dict.fromkeys(reasons)) or ("its inputs changed",)
-
-    def typing_inputs(self, definitions=None) -> Dict[Tuple[str, Optional[str], str], Dict[str, Any]]:
-        """What typing would read now, for each signature this kernel compiled
-        (in any variant): {(qualified name, place, signature as entries show
-        it): the typing token's components}, the inputs a cached entry's source
-        is told from (`gpucache_ext.queries.Sources`); only those of
-        `definitions` ((qualified name, place) pairs) where given.  Compiles nothing."""
-        with self._lock:
-            results = [*self.results.values(), *(r for found in self._variant_results.values()
-                                                  for r in found.values())]
-        found = {}
-        for result in results:
-            key = (result.kernel, result.place, result.signature_text)
-            if key not in found and (definitions is None or key[:2] in definitions):
-                tokens = self.cache.tokens(self.py_func, result.signature, self.config, link=self._link)
-                found[key] = dict(tokens["typing"].components)
-        return found
-
-    def use(self, **fields) -> "Kernel":
-        """Bind the variant whose config is the bound one's with `fields`
-        changed (``kernel.use(max_registers=64, fastmath=True)``): its entries
-        are in the cache, so nothing compiles where nothing changed.  Binding
-        never keeps a stale result: each of the variant's results is re-checked
-        against the kernel's inputs now (as a launch checks them), and one whose
-        inputs changed since it was compiled (a global, a device function) is
-        compiled again through the cache, only the stages that changed.  A
-        config no variant has is a `ConfigError` listing the variants."""
-        wanted = self.config.replace(**fields)
-        chosen = next((config for config in self.sweep if config.normalised() == wanted.normalised()), None)
-        if chosen is None:
-            listed = "; ".join(config.summary() for config in self.sweep)
-            raise ConfigError(f"{self.__name__} has no variant {wanted.summary()}; its variants: {listed} "
-                              "(compile more by listing values in the cell's flags, e.g. --max-registers 32,64)")
-        with self._compiling(f"at use({', '.join(f'{k}={v!r}' for k, v in fields.items())})"):
-            return self._bind(chosen)
 
     def _bind(self, chosen: CompileConfig) -> "Kernel":
         """Make `chosen` (one of `sweep`) the variant launches use, with current results."""
@@ -532,46 +250,6 @@ class Kernel(CUDADispatcher):
                 self.compile_declared()  # (the declared signatures: loaded, so compiled again where stale)
             self._reload_stale()  # (a lazy kernel's: compiled again now)
         return self
-
-    def _reload_stale(self) -> None:
-        """Compile again, through the cache, the bound variant's results that
-        are not loaded and whose inputs changed since they were built."""
-        for argtypes, result in list(self.results.items()):
-            if argtypes not in self.overloads and not self._current(argtypes, self.config, result):
-                self.add_overload(self._load(argtypes), argtypes)
-
-    def tune(self, *args, blocks=None, grid=None, runs: int = 5, warmup: int = 1, signature=None,
-             force: bool = False):
-        """Choose the variant and block size for these arguments, and bind it.
-
-        Every variant of the sweep (``--max-registers 32,64 --fastmath off,on``)
-        at every size of `blocks` (default: the cell's ``--block``, else 128 to
-        1024; a tuple for 2D blocks); `grid`: the grid, or a function of the
-        block size (default: enough blocks to cover the largest array
-        argument once).  On a GPU each pair is launched on `args` and timed
-        with CUDA events (`warmup` launches, then the median of `runs`); the
-        fastest is bound and filed in the cache for this device, these
-        argument types and shapes and these variants' cubins, so a new
-        process reuses it (`force`: time again).  Pass device arrays: host
-        arrays are copied at every launch, and the copies are timed too.
-        Without a GPU nothing is timed: the variants are ranked by
-        theoretical occupancy, which is not speed, and the result says so.
-        Returns a `gpucache_ext.launch.tuning.TuneResult`."""
-        from .tuning import tune
-
-        return tune(self, args, blocks=blocks, grid=grid, runs=runs, warmup=warmup, signature=signature,
-                    force=force)
-
-    def _tuning_signature(self, args, signature) -> Tuple:
-        """The argument types `tune` compiles the variants for."""
-        if signature is not None:
-            return normalize_signature(signature)
-        if len(self.declared) == 1:
-            return self.declared[0]
-        if self.declared:
-            raise LaunchError(f"{self.__name__} has {len(self.declared)} signatures; give the one to tune for: "
-                              f"{self.__name__}.tune(..., signature={short_signature(self.declared[0])!r})")
-        return tuple(self.typeof_pyval(arg) for arg in args)
 
     def _load(self, argtypes) -> CachedKernel:
         """numba asks its cache for a variant (`_CacheSource`): compile it
@@ -599,14 +277,14 @@ class Kernel(CUDADispatcher):
         else:
             result = self.cache.compile(self.py_func, argtypes, config, force=force, audit=self.audit,
                                         link=self._link)
-        _note_compiled(self, result)
+        registry.note_compiled(self, result)
         return result
 
     def _recheck(self) -> None:
         """At the first launch since a cell ran: drop the variants whose inputs
         changed (numba compiles them again, through the cache, when they are
         next needed) and compile the declared signatures."""
-        if self._generation == _generation:
+        if self._generation == registry.generation:
             return
         with self._lock:
             # (an audit that found a mismatch gave the result a fresh cubin: load that)
@@ -620,7 +298,7 @@ class Kernel(CUDADispatcher):
                         self.add_overload(self._load(argtypes), argtypes)
                 self.disable_compile()
             # (last: a declared signature that failed to compile is tried again at the next launch)
-            self._generation = _generation
+            self._generation = registry.generation
 
     def _drop(self, stale) -> None:
         """Take variants out of numba's dispatch table (numba has no way to
@@ -683,7 +361,7 @@ class Kernel(CUDADispatcher):
 
     def call(self, args, launch_config):
         """numba's launch, after re-checking the variants at the first launch since a cell ran."""
-        if self._generation != _generation:
+        if self._generation != registry.generation:
             self._recheck()
         if self._specialized and len(args) != len(self.declared[0]):
             self._wrong_count(args)
@@ -776,173 +454,12 @@ class Kernel(CUDADispatcher):
 
     def _simulator(self):
         with self._lock:
-            if self._simulated is None or self._simulated[0] != _generation:
-                self._simulated = (_generation, simulated_kernel(self.py_func, self.config,
-                                                                 self.options.get("extensions") or ()))
+            if self._simulated is None or self._simulated[0] != registry.generation:
+                self._simulated = (registry.generation, simulated_kernel(
+                    self.py_func, self.config, self.options.get("extensions") or ()))
             return self._simulated[1]
 
-    # -- numba's dispatcher API, answered from the compile results ----------------
-    @property
-    def definitions(self):
-        return self.overloads
-
-    def _per_signature(self, signature, value: Callable[[CompileResult], Any]):
-        """numba's convention: one value for a given signature (or a specialized
-        kernel), else {argument types: value} for every compiled signature."""
-        if signature is not None:
-            return value(self._variant_of(signature))
-        if self.specialized:
-            return value(next(iter(self.overloads.values())))
-        return {argtypes: value(kernel) for argtypes, kernel in self.overloads.items()}
-
-    def _variant_of(self, signature) -> CachedKernel:
-        args = getattr(signature, "args", None)
-        if args is None:
-            args = signature if isinstance(signature, tuple) else normalize_signature(signature)
-        args = tuple(args)
-        kernel = self.overloads.get(args)
-        if kernel is None and (self._can_compile or args in self.declared):
-            kernel = self.compile(args)
-        if kernel is None:
-            raise LaunchError(f"{self.__name__} has no signature {short_signature(args)}; "
-                              f"compiled: {', '.join(map(short_signature, self.overloads)) or 'none'}")
-        return kernel
-
-    def inspect_llvm(self, signature=None):
-        """The NVVM IR, as numba's ``inspect_llvm`` (per signature)."""
-        return self._per_signature(signature, lambda k: k.result.llvm_ir)
-
-    def inspect_asm(self, signature=None):
-        """The PTX, as numba's ``inspect_asm`` (for this kernel's target, not the GPU's)."""
-        return self._per_signature(signature, lambda k: k.result.ptx)
-
-    def inspect_lto_ptx(self, signature=None):
-        """The PTX after link-time optimisation (the kernel must be compiled with lto)."""
-        def lto_ptx(kernel):
-            if not kernel.result.config.lto:
-                raise LaunchError(f"{self.__name__} was not compiled with lto (--lto or lto=True)")
-            return kernel.result.ptx
-        return self._per_signature(signature, lto_ptx)
-
-    def inspect_types(self, file=None, signature=None, pretty=False, style="default", **kwargs):
-        """numba's ``inspect_types``: the Python source of each compiled
-        variant (or of `signature`'s) annotated with numba's IR and types,
-        printed to `file` (default stdout), or with ``pretty=True`` an object
-        Jupyter shows highlighted (needs pygments).  From the typing stage:
-        its typed IR where still cached, else typed again (after a restart a
-        disk hit holds none)."""
-        self._annotate([signature] if signature is not None else list(self.overloads))
-        if signature is None and not pretty and not kwargs:  # numba-cuda's own (each variant's entry name)
-            return super().inspect_types(file=file)
-        # numba's general one (numba-cuda's takes `file` alone): a signature, pretty
-        return _DispatcherBase.inspect_types(self, file=file, signature=signature, pretty=pretty, style=style,
-                                             **kwargs)
-
-    def get_annotation_info(self, signature=None):
-        """numba's: the annotation per signature (what ``inspect_types(pretty=True)`` renders)."""
-        self._annotate([signature] if signature is not None else list(self.signatures))
-        return super().get_annotation_info(signature)
-
-    def _annotate(self, signatures) -> None:
-        """Give each variant of `signatures` numba's type annotation, from the typing stage."""
-        from numba.cuda.core import postproc
-        from numba.cuda.core.annotations import type_annotations
-
-        for argtypes in signatures:
-            variant = self.overloads[argtypes]  # (a KeyError for a signature not compiled, as numba's)
-            if variant._type_annotation is not None:
-                continue
-            config = variant.result.config
-            state = self.cache.typed(self.py_func, argtypes, config, link=self._link).state
-            # what numba's IRLegalization (its ir.Dels) and AnnotateTypes passes make of the same typed IR
-            func_ir = state["func_ir"].copy()
-            postproc.PostProcessor(func_ir).run(True, extend_lifetimes=config.debug)
-            variant._type_annotation = type_annotations.TypeAnnotation(
-                func_ir=func_ir, typemap=state["typemap"], calltypes=state["calltypes"],
-                lifted=(), lifted_from=None, args=state["args"], return_type=state["return_type"],
-                html_output=None)
-
-    def inspect_sass(self, signature=None):
-        """The SASS, from nvdisasm, as numba's ``inspect_sass``: per signature,
-        the text (`gpucache_ext.toolchain.sass.disassemble`; `SassUnavailable` says why not)."""
-        from ..toolchain.sass import disassemble
-
-        return self._per_signature(signature, lambda k: disassemble(k.result.cubin))
-
-    def inspect_sass_by_arch(self, signature=None):
-        """The SASS of every cubin target, ``{86: text, ...}`` (one entry for a
-        single-target kernel), per signature as `inspect_sass`.  A target
-        nvdisasm cannot read (sm_72 and older for the wheel's nvdisasm 13)
-        gives the `SassUnavailable` message, which names what would work, in
-        place of its text."""
-        from ..toolchain.sass import SassUnavailable, disassemble
-
-        def by_arch(kernel):
-            found = {}
-            for sm, cubin in kernel.result.cubins.items():
-                try:
-                    found[sm] = disassemble(cubin)
-                except SassUnavailable as exc:
-                    found[sm] = f"(no SASS: {exc})"
-            return found
-        return self._per_signature(signature, by_arch)
-
-    # -- inspecting --------------------------------------------------------------
-    @property
-    def last(self) -> CompileResult:
-        """The most recently compiled signature's result."""
-        if not self.results:
-            raise LaunchError(
-                f"{self.__name__} has not been compiled yet: launch it, or give it a signature "
-                "(@cuda.jit('void(float32[:])') or %%gpukernel --sig ...)"
-            )
-        return next(reversed(self.results.values()))
-
-    @property
-    def ptx(self) -> str:
-        return self.last.ptx
-
-    @property
-    def llvm_ir(self) -> str:
-        return self.last.llvm_ir
-
-    @property
-    def cubin(self) -> bytes:
-        return self.last.cubin
-
-    @property
-    def resources(self) -> Dict[str, int]:
-        return self.last.resources
-
-    @property
-    def fatbin(self) -> bytes:
-        """The fatbin of the most recently compiled signature: every target's
-        cubin and the PTX (a kernel built for several targets: ``--sm 80,86,90``)."""
-        last = self.last
-        if not isinstance(last, FatbinResult):
-            raise LaunchError(
-                f"{self.__name__} was compiled for one target ({self.config.summary().split()[0]}), and "
-                "has a cubin but no fatbin; list several targets (--sm 80,86,90, or Kernel(targets=...)) "
-                "to build one")
-        return last.fatbin
-
-    def inspect(self) -> str:
-        """Config, per-stage tokens and hits, resources and PTX size, per signature."""
-        lines = [f"{self.__name__}: {self.summary()}"]
-        for result in self.results.values():
-            lines.append(result.explain())
-            for sm, res in result.resources_by_arch.items():
-                lines.append(
-                    f"  resources sm_{sm}: {res['registers']} registers, {res['shared_bytes']} B shared, "
-                    f"{res['local_bytes']} B local, {res['constant_bytes']} B constant, "
-                    f"spills {res['spill_stores']}/{res['spill_loads']} B, cubin {res['cubin_bytes']} B"
-                )
-            lines.append(f"  ptx: {len(result.ptx.splitlines())} lines"
-                         + (f", fatbin: {len(result.fatbin)} bytes" if isinstance(result, FatbinResult) else ""))
-        if not self.results:
-            lines.append("  (not compiled yet)")
-        return "\n".join(lines)
-
+    # -- what it is --------------------------------------------------------------
     def summary(self) -> str:
         """The config's summary, with the targets in place of sm for a multi-target kernel."""
         return self.config.summary() if self.targets is None else self.targets.describe(self.config)
@@ -970,56 +487,6 @@ def _default_cache():
     from ..defaults import default_cache
 
     return default_cache()
-
-
-# ---------------------------------------------------------------------------
-# The image a GPU loads
-
-
-def runs_on(member_kind: str, arch: int, cc: Tuple[int, int]) -> bool:
-    """Whether a cubin for sm_XY (or PTX for compute_XY) runs on a GPU of
-    `cc`: a cubin on sm_XZ with Z >= Y, PTX on any GPU of cc >= XY."""
-    compiled = divmod(arch, 10)
-    if member_kind == "cubin":
-        return compiled[0] == cc[0] and compiled[1] <= cc[1]
-    return compiled <= cc
-
-
-def choose_image(result: CompileResult, cc: Tuple[int, int]):
-    """What to load on a GPU of `cc`, as a cuda.core ``ObjectCode``: a
-    multi-target kernel's fatbin (the driver picks the cubin, or compiles the
-    PTX) where something in it runs there; else the cubin if it runs there,
-    else PTX for the driver to compile, where the PTX is complete alone."""
-    from cuda.core import ObjectCode
-
-    if isinstance(result, FatbinResult):
-        if any(runs_on(member.kind, member.arch, cc) for member in result.members):
-            return ObjectCode.from_fatbin(result.fatbin)
-        raise LaunchError(
-            f"{result.kernel.rsplit('.', 1)[-1]} was built for {result.targets.summary()}, none of which "
-            f"this GPU (sm_{cc[0]}{cc[1]}) can run; add {cc[0]}{cc[1]} to --sm (or to the targets)")
-    return ObjectCode.from_cubin(result.cubin) if runs_on("cubin", result.config.sm, cc) \
-        else _ptx_image(result, cc)
-
-
-def _ptx_image(result: CompileResult, cc: Tuple[int, int]):
-    from cuda.core import ObjectCode
-
-    from ..toolchain.fatbin import ptx_problem
-
-    name = result.kernel.rsplit('.', 1)[-1]
-    compiled = result.config.cc
-    fix = f"use --sm {cc[0]}{cc[1]} (or CompileConfig(sm={cc[0]}{cc[1]}))"
-    if compiled > cc:
-        raise LaunchError(f"{name} was compiled for sm_{compiled[0]}{compiled[1]}, which this GPU "
-                          f"(sm_{cc[0]}{cc[1]}) cannot run; {fix}")
-    problem = ptx_problem(result._ptx, result._cubin.links)
-    if problem:
-        raise LaunchError(f"{name} was compiled for sm_{compiled[0]}{compiled[1]}, and this GPU "
-                          f"(sm_{cc[0]}{cc[1]}) would need its PTX compiled by the driver, which cannot "
-                          f"be done: {problem}; {fix}")
-    return ObjectCode.from_ptx(result.ptx.encode())  # bytes: cuda.core reads a str as a file name
-
 
 
 __all__ = ["Kernel", "CachedKernel", "LaunchError", "refresh_all", "gpu_available", "device_cc", "choose_image",

@@ -146,14 +146,14 @@ def earlier_rows(cache, rows) -> Dict[str, Tuple[str, ...]]:
     The state is the source `Sources` tells entries apart by (code, globals,
     device functions, toolchain), compared with what the live kernels of
     `cache` would type from now (`Kernel.typing_inputs`)."""
-    kernels = sys.modules.get("gpucache_ext.launch.kernel")  # (no Kernel exists before it is imported)
-    if kernels is None or not rows:
+    registry = sys.modules.get("gpucache_ext.launch.registry")  # (no Kernel exists before it is imported)
+    if registry is None or not rows:
         return {}
     from ..queries import source_digest, miss_reasons
 
     current: Dict[Tuple[str, Optional[str], str], Any] = {}
     definitions = {(row.kernel, row.place) for row in rows}
-    for live in kernels.live_kernels(cache):
+    for live in registry.live_kernels(cache):
         current.update(live.typing_inputs(definitions))
     found = {}
     for row in rows:
@@ -434,8 +434,8 @@ class Inspector(W.VBox):
                        if r["stage"] == "cubin" and r["kernel"] == kernel and r.get("place") == place)
         source = self._source_of.get(selected)
         # (and once per cell: a row's state is re-checked against the live kernels' inputs, see `earlier_rows`)
-        kernels = sys.modules.get("gpucache_ext.launch.kernel")
-        generation = kernels._generation if kernels is not None else None
+        registry = sys.modules.get("gpucache_ext.launch.registry")
+        generation = registry.generation if registry is not None else None
         shown = (kernel, place, tokens, source, generation) if kernel is not None and len(tokens) > 1 else None
         if shown != self._variants_shown or shown is None:
             self.variants_view.value = "" if shown is None else variants_html(
