@@ -1,5 +1,6 @@
 """The cache inspector: the live widget (`inspector`, the controller) that
-reads the cache and shows it through the pure renderers of `gpucache_ext.views`.
+reads the cache and shows it through the pure renderers of `gpucache_ext.views`;
+its "Clear stage" action is `clearing`.
 
 ``gpucache_ext.inspector()`` (what ``%gpucache`` shows) returns the widget;
 ``%gpucache stats`` shows `StatsView`.
