@@ -17,6 +17,7 @@ from numba.cuda.dispatcher import _Kernel
 from ..cache import CompileResult
 from ..errors import GpuCacheError
 from ..results import FatbinResult
+from ..tokens import short_name
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -80,7 +81,7 @@ class CachedKernel(_Kernel):
         """The most threads a block can have: the driver decides when it loads the kernel."""
         if not self._codelibrary.loaded:
             raise LaunchError(
-                f"{self.result.kernel.rsplit('.', 1)[-1]}.get_max_threads_per_block() needs a GPU (the driver "
+                f"{short_name(self.result.kernel)}.get_max_threads_per_block() needs a GPU (the driver "
                 "computes it when the kernel is loaded); registers and memory use are in .resources")
         return self._codelibrary.get_cufunc().attrs.maxthreads
 
@@ -99,7 +100,7 @@ class CachedKernel(_Kernel):
         return self.result.ptx
 
     def __repr__(self):
-        return f"<compiled {self.result.kernel.rsplit('.', 1)[-1]}{self.result.signature_text}>"
+        return f"<compiled {short_name(self.result.kernel)}{self.result.signature_text}>"
 
 
 # The CompileResult's attributes a variant answers too (a FatbinResult's where
@@ -174,7 +175,7 @@ def choose_image(result: CompileResult, cc: Tuple[int, int]):
         if any(runs_on(member.kind, member.arch, cc) for member in result.members):
             return ObjectCode.from_fatbin(result.fatbin)
         raise LaunchError(
-            f"{result.kernel.rsplit('.', 1)[-1]} was built for {result.targets.summary()}, none of which "
+            f"{short_name(result.kernel)} was built for {result.targets.summary()}, none of which "
             f"this GPU (sm_{cc[0]}{cc[1]}) can run; add {cc[0]}{cc[1]} to --sm (or to the targets)")
     return ObjectCode.from_cubin(result.cubin) if runs_on("cubin", result.config.sm, cc) \
         else _ptx_image(result, cc)
@@ -185,7 +186,7 @@ def _ptx_image(result: CompileResult, cc: Tuple[int, int]):
 
     from ..toolchain.fatbin import ptx_problem
 
-    name = result.kernel.rsplit('.', 1)[-1]
+    name = short_name(result.kernel)
     compiled = result.config.cc
     fix = f"use --sm {cc[0]}{cc[1]} (or CompileConfig(sm={cc[0]}{cc[1]}))"
     if compiled > cc:

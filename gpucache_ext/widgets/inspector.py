@@ -182,7 +182,7 @@ def _typing_components(cache, cubin_token: str) -> Optional[Dict[str, Any]]:
 def snapshot(cache, history: Optional[CellHistory] = None) -> CacheSnapshot:
     """The inspector's numbers now, as a static `CacheSnapshot`."""
     rows = cache.entries()
-    labels = kernel_labels(rows)
+    labels = kernel_labels(rows, cache.places)
     return CacheSnapshot(cache.stats(), history.points if history is not None else (), rows, time.time(),
                          labels)
 
@@ -330,7 +330,7 @@ class Inspector(InspectorClearing, W.VBox):
         self.chart.value = chart_svg(points)
         self._rows = rows
         self._source_of = self._sources.of(self.cache, rows)
-        self._labels = kernel_labels(rows)
+        self._labels = kernel_labels(rows, self.cache.places)
         self._update_clear_tiers()
         self._update_entries()
 
@@ -390,7 +390,7 @@ class Inspector(InspectorClearing, W.VBox):
             self._show_variants(None)
             return
         self.entry_view.value = entry_html(entry_detail(self.cache, *selected, self._labels.get(selected)),
-                                           time.time())
+                                           time.time(), self.cache.places)
         self._show_variants(selected)
 
     def _show_variants(self, selected: Optional[Tuple[str, str]]) -> None:
