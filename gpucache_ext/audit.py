@@ -505,7 +505,7 @@ def source_files_component(paths) -> dict:
     ptxas writes into the cubin ({DEBUG_SOURCES: component}, {} for none)."""
     if not paths:
         return {}
-    from .stages import source_file_stats
+    from .stages.llvm import source_file_stats
     from .tokens import component
 
     stats = source_file_stats(paths)
@@ -594,7 +594,7 @@ STAGES_BEFORE = {"llvm": "typing", "ptx": "llvm", "cubin": "ptx"}
 def _changed_files(fresh, since: float) -> str:
     """The source files debug info names that were saved after `since` (all
     of them where none was: one deleted, or a time set back)."""
-    from .stages import debug_source_files, source_file_stats
+    from .stages.llvm import debug_source_files, source_file_stats
 
     paths = debug_source_files(fresh.artifacts()["llvm"])
     stats = source_file_stats(paths)
@@ -635,7 +635,7 @@ def _sources_since(entry, ptx, config, find_upstream) -> Optional[str]:
     again like with like (None when it can): ptxas reads each file's size and
     time as it links, and they are not those the entry's token hashed (or the
     llvm entry naming the files is gone)."""
-    from .stages import debug_source_files
+    from .stages.llvm import debug_source_files
 
     llvm = find_upstream("llvm", ptx.upstream, config.cc) if ptx.upstream else None
     if llvm is None:
@@ -661,8 +661,9 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
     or a cubin whose debug info names source files changed since it was
     built: then with why) or "failed".
     """
-    from . import stages
     from .config import CompileConfig
+    from .stages.cubin import run_cubin
+    from .stages.ptx import run_ptx
 
     if stage == "fatbin" and not entry.is_marker:
         return _reassemble(entry, find_upstream, tainted)
@@ -684,9 +685,9 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
             return "skipped", unlike
     try:
         if stage == "ptx":
-            fresh = stages.run_ptx(upstream.artifact, config, entry.kernel)
+            fresh = run_ptx(upstream.artifact, config, entry.kernel)
         else:
-            fresh = stages.run_cubin(upstream.artifact, config, entry.kernel, entry.artifact.links)
+            fresh = run_cubin(upstream.artifact, config, entry.kernel, entry.artifact.links)
     except Exception as exc:
         return "failed", f"    {type(exc).__name__}: {exc}"
     difference = first_difference(stage, entry.artifact, fresh)

@@ -342,6 +342,7 @@ def test_numba_settings_reach_device_function_lowering(monkeypatch):
 
 def test_force_types_and_lowers_device_functions_again(monkeypatch):
     from gpucache_ext import stages
+    from gpucache_ext.stages import device
 
     ns = notebook_namespace()
     run_cell(ns, DEVICE_CELL)
@@ -350,8 +351,13 @@ def test_force_types_and_lowers_device_functions_again(monkeypatch):
     cache.compile(ns["kernel"], sig, SM80)
     typed = []
     real = stages.run_typing
-    monkeypatch.setattr(stages, "run_typing",
-                        lambda pyfunc, *a, **k: typed.append(pyfunc.__name__) or real(pyfunc, *a, **k))
+
+    def run_typing(pyfunc, *a, **k):
+        return typed.append(pyfunc.__name__) or real(pyfunc, *a, **k)
+
+    # where each typing looks it up: the pipeline's of the kernel, a device proxy's of its function
+    monkeypatch.setattr(stages, "run_typing", run_typing)
+    monkeypatch.setattr(device, "run_typing", run_typing)
     cache.compile(ns["kernel"], sig, SM80.replace(fastmath=True))
     assert typed == []  # typing hit, the device function's typed IR is reused
     forced = cache.compile(ns["kernel"], sig, SM80, force=True)
@@ -609,11 +615,11 @@ def test_library_device_functions_compile_for_the_kernels_target_with_their_own_
         assert lowered_flags(plain, "xoroshiro") == lowered_flags(fast, "xoroshiro")
         assert_fresh(cache, ns[name], sig, CompileConfig(sm=90, debug=True, opt=0))
     # forced: fresh proxies for the library helpers too, same bytes
-    from gpucache_ext import stages
+    from gpucache_ext.stages import device
 
-    before = {id(proxy) for proxy in stages._library_proxies.values()}
+    before = {id(proxy) for proxy in device._library_proxies.values()}
     assert artifacts(cache.compile(ns["direct"], sig, SM80, force=True)) == fresh(ns["direct"], sig, SM80)
-    assert {id(proxy) for proxy in stages._library_proxies.values()} - before
+    assert {id(proxy) for proxy in device._library_proxies.values()} - before
 
 
 JITABLE_CELL = """

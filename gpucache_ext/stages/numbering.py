@@ -1,0 +1,270 @@
+"""The numbers numba puts in its output, derived from what is compiled.
+
+numba numbers functions, shared arrays, record types, constants, variables
+and labels from process-wide counters (or addresses, or ``hash()``), and the
+numbers reach symbol names and the NVVM IR.  Inside a compile of ours each is
+derived from the source identity or the content instead, so equal inputs give
+byte-identical outputs in every compile and every process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import hashlib
+import itertools
+import logging
+import types as pytypes
+import weakref
+from typing import Any, Dict, Optional, Tuple
+
+from .. import numba_compat, targets
+from ..config import CompileConfig
+from .compiling import active, lowering_key, replace_in_numba
+
+log = logging.getLogger(__name__)
+
+
+def symbol_uid(identity_digest: str) -> int:
+    """The number numba puts in symbol names, derived from the source identity."""
+    return int(identity_digest[:12], 16)
+
+
+@contextlib.contextmanager
+def stable_shared_memory_names(uid):
+    """Name shared arrays after the function being lowered, not a global counter.
+
+    numba-cuda names each ``cuda.shared.array`` ``_cudapy_smem_<N>`` from a
+    process-wide counter (the names must be unique across everything linked
+    together, an NVVM limitation).  Prefixing the function's symbol uid and
+    counting per lowering keeps them unique and makes them the same in every
+    compile and process.  Nested lowerings (device functions) get their own.
+    """
+    counter = itertools.count(1)
+    with numba_compat.smem_ids_named(lambda prefix: f"{prefix}_{uid}_{next(counter)}"):
+        yield
+
+
+@contextlib.contextmanager
+def numbered_afresh():
+    """One typing or lowering, numbered as if it were the process's first compile.
+
+    numba numbers what it makes from counters that live as long as the
+    process, and the numbers reach the output, so a kernel's NVVM IR followed
+    what the process had compiled before (with ``literal_unroll``, two compiles
+    in a row differ): the variables it makes and the block labels of code it
+    inlines start from 0 here (`numba_compat.numbered_afresh`), and the
+    functions it compiles or inlines on its own are numbered by content
+    (`numba_compat.PATCHES`).  And its helper cache (numba/cuda/core/base.py:913-946
+    ``cached_internal_func``, keyed without the compile's flags or target)
+    handed a kernel a helper lowered for another: here it is one per
+    lowering config (`_subroutine_cache`).  Runs under numba's compiler lock
+    (the counters are process-wide).
+    """
+    with numba_compat.numbered_afresh(_subroutine_cache(active.config)):
+        yield
+
+
+_subroutine_caches: Dict[Any, dict] = {}  # (lowering key, target) -> numba's helper cache for them
+# a helper's library -> the target reads its compile made (replayed at each reuse)
+_subroutine_reads: "weakref.WeakKeyDictionary[Any, frozenset]" = weakref.WeakKeyDictionary()
+
+
+def _subroutine_cache(config: Optional[CompileConfig]) -> dict:
+    """numba's helper cache (``context.compile_internal``: int power, cmath,
+    array methods) for compiles with `config`: shared by the lowerings of one
+    lowering config and target only, whose helpers come out the same (each
+    compiled numbered afresh: `_fresh_subroutine`), so a kernel's helpers
+    never depend on what was compiled before."""
+    if config is None:
+        return {}
+    return _subroutine_caches.setdefault((lowering_key(config), tuple(config.cc)), {})
+
+
+def _fresh_subroutine(compile_no_cache):
+    """numba's compile of a helper on a miss of its cache: numbered afresh
+    (its text must not depend on the lowering that first needed it), and its
+    target reads kept with it (`_replayed_subroutine`)."""
+
+    @functools.wraps(compile_no_cache)
+    def compile_(self, *args, **kwargs):
+        if active.config is None:
+            return compile_no_cache(self, *args, **kwargs)
+        with numbered_afresh(), targets.track() as reads:
+            cres = compile_no_cache(self, *args, **kwargs)
+        _subroutine_reads[cres.library] = frozenset(reads)
+        return cres
+
+    return compile_
+
+
+def _replayed_subroutine(compile_subroutine):
+    """numba's helper lookup: a helper found in the cache reads the target as
+    its compile did (or a kernel using it would seem valid for every target)."""
+
+    @functools.wraps(compile_subroutine)
+    def compile_(self, *args, **kwargs):
+        cres = compile_subroutine(self, *args, **kwargs)
+        if active.config is not None:
+            targets.note(_subroutine_reads.get(cres.library, ()))
+        return cres
+
+    return compile_
+
+
+_internal_uids: Dict[int, Tuple[Any, tuple]] = {}  # uid -> (code, closure values) it numbers
+# the rebound Python functions of user device proxies -> their symbol uid (from their identity)
+proxied_uids: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+
+
+def _internal_uid(pyfunc) -> int:
+    """The number of a function numba compiles or inlines on its own: a user
+    device function's snapshot by its proxy's identity (numba inlines an
+    ``inline="always"`` one itself), any other's from its content
+    (`sources.internal_function_digest`),
+    so the same in every process.  Unique as numba's counter is: a function
+    whose content describes like another's but is not equal to it takes the
+    next free number (then only that one follows the process's history)."""
+    from ..sources import internal_function_digest
+
+    uid = proxied_uids.get(pyfunc)
+    if uid is not None:
+        return uid
+    uid = symbol_uid(internal_function_digest(pyfunc))
+    holder = (pyfunc.__code__, tuple(_closure_contents(pyfunc)))
+    while not _same(_internal_uids.setdefault(uid, holder), holder):
+        uid = (uid + 1) % (1 << 48)
+    return uid
+
+
+def _closure_contents(pyfunc):
+    for cell in pyfunc.__closure__ or ():
+        try:
+            yield cell.cell_contents
+        except ValueError:
+            yield _EMPTY_CELL
+
+
+_EMPTY_CELL = object()
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # (values with elementwise ==, such as arrays)
+        log.debug("%s == %s is no truth value: compared by identity", type(a).__name__, type(b).__name__)
+        return a is b
+
+
+def _numbered_by_content(from_function):
+    """numba's FunctionIdentity.from_function, numbering by content inside a
+    compile of ours (numba/cuda/core/bytecode.py:675,716 number from a
+    process-wide counter; the number is in symbol names, as an ABI tag, and
+    in the names of variables inlined from the function)."""
+
+    @functools.wraps(from_function)
+    def numbered(cls, pyfunc):
+        func_id = from_function(cls, pyfunc)
+        if active.config is not None:
+            func_id.unique_id = _internal_uid(pyfunc)
+            func_id.unique_name = f"{func_id.func_qualname}${func_id.unique_id}"
+        return func_id
+
+    return numbered
+
+
+def _record_mangling(numba_mangling_args):
+    """numba mangles a record type as its process-wide type number
+    (numba/core/types/npytypes.py Record.mangling_args: ``self._code``, a
+    counter of types made), which is in the symbol of every function taking
+    a record.  Inside a compile of ours it is a number derived from the
+    record's key (its fields, offsets, size, alignment): unique as the
+    type is, and the same in every process."""
+
+    def mangling_args(self):
+        if active.config is None:
+            return numba_mangling_args(self)
+        key = f"{type(self).__module__}.{type(self).__qualname__}:{self.key!r}"
+        return type(self).__name__, (symbol_uid(hashlib.sha256(key.encode()).hexdigest()),)
+
+    return mangling_args
+
+
+def _stable_const_bytes(insert_const_bytes):
+    """numba names a constant byte string after Python's ``hash()`` of it
+    (numba/cuda/core/base.py:494), which PYTHONHASHSEED changes; inside a
+    compile of ours, after a digest of the bytes."""
+
+    @functools.wraps(insert_const_bytes)
+    def insert(self, mod, data, name=None):
+        if name is None and active.config is not None:
+            name = str(int(hashlib.sha256(bytes(data)).hexdigest()[:15], 16))
+        return insert_const_bytes(self, mod, data, name)
+
+    return insert
+
+
+def _dispatcher_repr(numba_repr):
+    """numba names the type of a dispatcher passed as an argument after its
+    repr, with the Python function's address (numba/cuda/dispatcher.py:1416),
+    in the mangled name of the function it is passed to; a dispatcher numba
+    makes inside a compile of ours (a ``make_function`` closure turned into
+    one) is named by its function's content number instead
+    (`DeviceProxy.__repr__` for the proxies)."""
+
+    @functools.wraps(numba_repr)
+    def repr_(self):
+        if active.config is None:
+            return numba_repr(self)
+        return f"{type(self).__name__}(<function {self.py_func.__qualname__} at 0x{_internal_uid(self.py_func):x}>)"
+
+    return repr_
+
+
+def _afresh_inside(run_untyped_passes):
+    """numba types an ``@overload(inline="always")`` implementation while it
+    types the caller, and keeps the IR for later callers: numbered afresh,
+    that IR and the caller's own numbering do not depend on which compile
+    made it first."""
+
+    @functools.wraps(run_untyped_passes)
+    def run(self, *args, **kwargs):
+        if active.config is None:
+            return run_untyped_passes(self, *args, **kwargs)
+        with numbered_afresh():
+            return run_untyped_passes(self, *args, **kwargs)
+
+    return run
+
+
+def _inlined_by_content(inline_ir):
+    """The variables numba inlines are named after the callee's numbered name
+    (numba/cuda/core/inline_closurecall.py:63-74, 392): inside a compile of
+    ours, after its content number, even where the callee's IR was made (and
+    kept, see `_afresh_inside`) by one of numba's own compiles."""
+
+    @functools.wraps(inline_ir)
+    def inline(self, caller_ir, block, i, callee_ir, *args, **kwargs):
+        func = getattr(callee_ir.func_id, "func", None)
+        if active.config is not None and isinstance(func, pytypes.FunctionType):
+            func_id = copy.copy(callee_ir.func_id)
+            func_id.unique_id = _internal_uid(func)
+            func_id.unique_name = f"{func_id.func_qualname}${func_id.unique_id}"
+            callee_ir = copy.copy(callee_ir)  # (inline_ir copies its blocks itself)
+            callee_ir.func_id = func_id
+        return inline_ir(self, caller_ir, block, i, callee_ir, *args, **kwargs)
+
+    return inline
+
+
+replace_in_numba({
+    "numba.cuda.dispatcher:CUDADispatcher.__repr__": _dispatcher_repr,
+    "numba.cuda.core.bytecode:FunctionIdentity.from_function": _numbered_by_content,
+    "numba.cuda.types:Record.mangling_args": _record_mangling,
+    "numba.cuda.core.base:BaseContext.insert_const_bytes": _stable_const_bytes,
+    "numba.cuda.core.base:BaseContext._compile_subroutine_no_cache": _fresh_subroutine,
+    "numba.cuda.core.base:BaseContext.compile_subroutine": _replayed_subroutine,
+    "numba.cuda.core.inline_closurecall:InlineWorker.run_untyped_passes": _afresh_inside,
+    "numba.cuda.core.inline_closurecall:InlineWorker.inline_ir": _inlined_by_content,
+})
