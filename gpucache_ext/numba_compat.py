@@ -68,38 +68,39 @@ _INLINE = "numba.cuda.core.inline_closurecall:InlineWorker"
 PATCHES = (
     Patch(f"{_DISPATCHER}.get_call_template", "function", "(self, args, kws)",
           "a call to a device function is typed by its proxy: the snapshot's function with its own "
-          "options, not the live dispatcher (stages._routed)"),
+          "options, not the live dispatcher (stages.device._routed)"),
     Patch(f"{_DISPATCHER}.compile_device", "function", "(self, args, return_type=None)",
-          "compiling a device function for a call goes to its proxy (stages._routed)"),
+          "compiling a device function for a call goes to its proxy (stages.device._routed)"),
     Patch(f"{_DISPATCHER}.get_overload", "function", "(self, sig)",
           "the overload of a device function comes from its proxy; while typing, a key lowering "
-          "resolves later (stages._routed)"),
+          "resolves later (stages.device._routed)"),
     Patch(f"{_DISPATCHER}.__repr__", "function", "(self)",
           "numba's repr holds the function's address, and repr reaches symbol names and error text: "
-          "a number from the source identity instead (stages._dispatcher_repr)"),
+          "a number from the source identity instead (stages.numbering._dispatcher_repr)"),
     Patch("numba.cuda.lowering:get_func_def_lineno", "function", "(pyfunc)",
           "the line of `def` in debug info comes from the source that was hashed, not from the file "
-          "on disk now (stages._hashed_def_line)"),
+          "on disk now (stages.llvm._hashed_def_line)"),
     Patch("numba.cuda.core.bytecode:FunctionIdentity.from_function", "classmethod", "(cls, pyfunc)",
           "a function's unique id, in symbol names and inlined variable names, is numbered by content, "
-          "not by a process-wide counter (stages._numbered_by_content)"),
+          "not by a process-wide counter (stages.numbering._numbered_by_content)"),
     Patch("numba.cuda.types:Record.mangling_args", "property", "(self)",
           "a record type is mangled from its key, not its process-wide type number "
-          "(stages._record_mangling)"),
+          "(stages.numbering._record_mangling)"),
     Patch(f"{_BASE}.insert_const_bytes", "function", "(self, mod, bytes, name=None)",
-          "constant byte strings are named from their content, not a counter (stages._stable_const_bytes)"),
+          "constant byte strings are named from their content, not a counter (stages.numbering._stable_const_bytes)"),
     Patch(f"{_BASE}._compile_subroutine_no_cache", "function",
           "(self, builder, impl, sig, locals=None, flags=None)",
           "a helper compiled on a cache miss is numbered afresh and its target reads are kept "
-          "(stages._fresh_subroutine)"),
+          "(stages.numbering._fresh_subroutine)"),
     Patch(f"{_BASE}.compile_subroutine", "function",
           "(self, builder, impl, sig, locals=None, flags=None, caching=True)",
-          "a helper found in numba's cache reads the target as its compile did (stages._replayed_subroutine)"),
+          "a helper found in numba's cache reads the target as its compile did "
+          "(stages.numbering._replayed_subroutine)"),
     Patch(f"{_INLINE}.run_untyped_passes", "function", "(self, func, enable_ssa=False)",
-          "a function inlined in a compile of ours is numbered afresh (stages._afresh_inside)"),
+          "a function inlined in a compile of ours is numbered afresh (stages.numbering._afresh_inside)"),
     Patch(f"{_INLINE}.inline_ir", "function", "(self, caller_ir, block, i, callee_ir, callee_freevars, "
           "arg_typs=None)",
-          "an inlined function's identity is numbered by content (stages._inlined_by_content)"),
+          "an inlined function's identity is numbered by content (stages.numbering._inlined_by_content)"),
 )
 
 _installed: Dict[str, Any] = {}  # target -> numba's original
@@ -199,7 +200,7 @@ SWAPS = (
          "(compiling is refused while it is on: stages.check_numba_runtime), so it is off during a compile"),
     Swap("numba.cuda.cudaimpl:_get_unique_smem_id", "smem_ids_named",
          "numba names each cuda.shared.array from a process-wide counter; during a lowering, after the "
-         "function being lowered (stages._stable_shared_memory_names)"),
+         "function being lowered (stages.numbering.stable_shared_memory_names)"),
     Swap(f"{_IR_UTILS}:_unique_var_count", "numbered_afresh",
          "the variables numba makes are numbered from a process-wide counter: from 0 in each typing "
          "and lowering of ours"),
@@ -208,7 +209,7 @@ SWAPS = (
          "each typing and lowering of ours"),
     Swap("numba.cuda.descriptor:cuda_target.target_context.cached_internal_func", "numbered_afresh",
          "numba's helper cache is keyed without the compile's flags or target: one per lowering config "
-         "during a compile of ours (stages._subroutine_cache)"),
+         "during a compile of ours (stages.numbering._subroutine_cache)"),
     Swap("numba.cuda.cudadrv.nvrtc:Program", "nvrtc_program_captured",
          "numba's nvrtc.compile builds a cuda.core Program, which asks the driver before it returns PTX: "
          "a stand-in takes numba's exact NVRTC options instead (toolchain.linking._CapturedProgram)"),

@@ -61,7 +61,7 @@ class DeviceProxy(CUDADispatcher):
         self.own_options = own
         self.original = original
         self.identity_digest = identity_digest
-        if original is not None:  # (a user function's snapshot, which numba may inline: `_internal_uid`)
+        if original is not None:  # (a user function's snapshot, which numba may inline: `numbering._internal_uid`)
             proxied_uids[pyfunc] = symbol_uid(identity_digest)
         # Declared signatures ((args, return type), ...), one per argument types
         # (`sources.declared_signatures`): as with numba, calls are typed against

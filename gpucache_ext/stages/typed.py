@@ -48,7 +48,7 @@ def run_typing(pyfunc, argtypes, config: CompileConfig, *, kernel: bool, uid: Op
     ``fresh``: make new proxies for the library device functions reached (a
     forced compile); None keeps the enclosing compile's choice.
     ``debug_filename``, ``def_line``: the file and the line of ``def`` debug
-    info names, as the typing token hashed them (see `lower`)."""
+    info names, as the typing token hashed them (see `llvm.lower`)."""
     qualname = qualname or pyfunc.__qualname__
     return_type = nbtypes.void if kernel else return_type
     # (numbered afresh before the pipeline is made: it copies numba's target context)

@@ -248,7 +248,7 @@ def _first_error(stderr: str) -> str:
 
 _SYMBOL = re.compile(r"_ZN[\w$]+")
 # numba's shared and local array names carry the function's symbol uid
-# (`stages._stable_shared_memory_names`): _cudapy_smem_<uid>_<n>
+# (`stages.numbering.stable_shared_memory_names`): _cudapy_smem_<uid>_<n>
 _MEMORY_UID = re.compile(r"(_cudapy_[a-z]+mem)_\d+_")
 _ADDRESS = re.compile(r"/\*[0-9a-f]{4,}\*/")
 _ENCODING = re.compile(r"/\*\s*0x[0-9a-f]+\s*\*/")
