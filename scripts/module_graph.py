@@ -2,6 +2,7 @@
 
     python scripts/module_graph.py            # edges per module, then the cycles
     python scripts/module_graph.py --dot      # the graph for graphviz
+    python scripts/module_graph.py --sizes    # the largest modules and classes, against the limits
 
 Read from the source with `ast` (nothing is imported): an edge A -> B for every
 ``import`` of B in A, at module level or inside a function (an import inside a
@@ -81,6 +82,21 @@ def _in_type_checking(tree, node) -> bool:
     return False
 
 
+MAX_MODULE_LINES, MAX_CLASS_LINES = 900, 400  # what still reads as one thing
+
+
+def sizes(modules):
+    """[(lines, module)] and [(lines, module, class)] (top-level classes), largest first."""
+    module_sizes, class_sizes = [], []
+    for name, path in modules.items():
+        text = path.read_text()
+        module_sizes.append((text.count("\n"), name))
+        for node in ast.parse(text, str(path)).body:
+            if isinstance(node, ast.ClassDef):
+                class_sizes.append((node.end_lineno - node.lineno + 1, name, node.name))
+    return sorted(module_sizes, reverse=True), sorted(class_sizes, reverse=True)
+
+
 def cycles(modules, edges):
     """Strongly connected components of two or more modules (Tarjan)."""
     index, low, stack, on_stack, found = {}, {}, [], set(), []
@@ -116,9 +132,19 @@ def cycles(modules, edges):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dot", action="store_true", help="print the graph in graphviz's dot language")
+    parser.add_argument("--sizes", action="store_true", help="the largest modules and classes")
     args = parser.parse_args()
     modules, edges, private = graph()
     short = lambda m: m[len(PACKAGE) + 1:] or PACKAGE  # noqa: E731
+    if args.sizes:
+        module_sizes, class_sizes = sizes(modules)
+        print(f"modules (limit {MAX_MODULE_LINES} lines):")
+        for lines, name in module_sizes[:10]:
+            print(f"  {lines:5d}  {short(name)}")
+        print(f"classes (limit {MAX_CLASS_LINES} lines):")
+        for lines, name, cls in class_sizes[:10]:
+            print(f"  {lines:5d}  {short(name)}.{cls}")
+        return 0
     if args.dot:
         print("digraph gpucache_ext {")
         for source, targets in sorted(edges.items()):

@@ -102,6 +102,16 @@ def test_no_module_imports_another_that_imports_it_back():
     assert any("gpucache_ext.cache" in cycle for cycle in graph.cycles(modules, planted))
 
 
+def test_no_module_or_class_is_too_long_to_read_as_one_thing():
+    """No module over 900 lines, no class over 400 (issue 33; ``scripts/module_graph.py --sizes``)."""
+    graph = _module_graph()
+    modules, _, _ = graph.graph()
+    module_sizes, class_sizes = graph.sizes(modules)
+    assert len(module_sizes) == len(modules) and class_sizes and module_sizes[0][0] > 300  # they were read
+    assert [m for m in module_sizes if m[0] > graph.MAX_MODULE_LINES] == []
+    assert [c for c in class_sizes if c[0] > graph.MAX_CLASS_LINES] == []
+
+
 def test_the_store_imports_nothing_above_it():
     """The tiers (store/) know entries and bytes: nothing of the cache, the
     stages, launching or the IPython layers, so they can be read alone
