@@ -359,8 +359,8 @@ class CacheAudits:
         """Audit `result` (a compile whose stages hit) where the policy or
         `asked` (the compile's ``audit=``) wants it: before returning when
         asked, else as the auditor runs its jobs."""
-        hits = [layer for layer in result.stages.values() if layer.hit]
-        persisted = any(layer.tier not in (None, "memory") for layer in hits)
+        hits = [done for done in result.stages.values() if done.hit]
+        persisted = any(done.tier not in (None, "memory") for done in hits)
         if not forced and asked is not False and hits \
                 and self.auditor.wants(forced=bool(asked), kernel=kernel, persisted=persisted):
             result.audit = AuditOutcome()
@@ -431,10 +431,10 @@ class CacheAudits:
                               "token is made of differ)")
             self._audited(stage, difference is not None)
             if difference is not None:
-                layer = result.stages[stage]
+                done = result.stages[stage]
                 outcome.mismatches.append(Mismatch(
-                    result.kernel, stage, layer.token,
-                    tuple(sorted((name, part.shown) for name, part in layer.components.items())),
+                    result.kernel, stage, done.token,
+                    tuple(sorted((name, part.shown) for name, part in done.components.items())),
                     difference))
         if len(skipped) == len(AUDITED_STAGES):
             self.not_audited(result, skipped)

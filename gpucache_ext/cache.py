@@ -37,14 +37,14 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import queries
 from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
-from .config import LAYERS, CompileConfig, Targets
+from .config import ALL_STAGES, CompileConfig, Targets
 from .extensions import derived_during
 from .importing import lazy_module
 from .index import CacheIndex
 from .pipeline import CompilePlan, CompileRequest, Pipeline
 from .provenance import Provenance
 from .proxies import DeviceProxies
-from .results import (CacheStats, CompileResult, EntryInfo, FatbinResult, LayerResult, Outcome,  # noqa: F401
+from .results import (CacheStats, CompileResult, EntryInfo, FatbinResult, Outcome,  # noqa: F401
                       StageResult, StageStats, TierInfo, TierStats, parse_resources, short_signature)
 from .sources.functions import python_function
 from .store import settings
@@ -104,7 +104,7 @@ class KernelCache:
         self._lock = threading.RLock()
         self.store = TieredStore.configured(
             _per_stage(max_entries, DEFAULT_MAX_ENTRIES, "max_entries"),
-            _per_stage(max_bytes, dict.fromkeys(LAYERS), "max_bytes"), self._lock, directory=directory,
+            _per_stage(max_bytes, dict.fromkeys(ALL_STAGES), "max_bytes"), self._lock, directory=directory,
             max_disk_bytes=max_disk_bytes, redis_url=redis_url, keyring=settings.keyring(secret, allow_unsigned),
             redis_prefix=redis_prefix, redis_ttl=redis_ttl, tiers=tiers)
         """The memory tiers, then the persistent ones, and what they answered."""
@@ -312,7 +312,7 @@ class KernelCache:
         time), reasons (why it was built).
         Filter by `stage` and by `kernel` (a qualified name or its last part).
         """
-        return self.store.entries(LAYERS if stage is None else (_check_stage(stage),), kernel)
+        return self.store.entries(ALL_STAGES if stage is None else (_check_stage(stage),), kernel)
 
     def entry(self, stage: str, token: str) -> Optional[Entry]:
         """The entry (with its artifact and token components) for one token,
@@ -379,7 +379,7 @@ class KernelCache:
         ``tiers``: only in these tiers, by name (``"memory"``, ``"disk"``,
         ``"shared"``): ``tiers=("memory",)`` leaves the persistent tiers, which
         other processes share, as they are; None (default): every tier."""
-        stages_to_clear = LAYERS if stage is None else (_check_stage(stage),)
+        stages_to_clear = ALL_STAGES if stage is None else (_check_stage(stage),)
         if tiers is not None:
             tiers = self.tier_names(tiers)
         self.store.clear(stages_to_clear, tiers)
@@ -461,11 +461,11 @@ def _per_stage(value, default, name):
     if value is None:
         return dict(default)
     if isinstance(value, int) and not isinstance(value, bool):
-        return dict.fromkeys(LAYERS, value)
+        return dict.fromkeys(ALL_STAGES, value)
     if isinstance(value, Mapping):
-        unknown = set(value) - set(LAYERS)
+        unknown = set(value) - set(ALL_STAGES)
         if unknown:
-            raise ValueError(f"{name} has unknown stages {sorted(unknown)}; use {list(LAYERS)}")
+            raise ValueError(f"{name} has unknown stages {sorted(unknown)}; use {list(ALL_STAGES)}")
         merged = dict(default)
         merged.update(value)
         return merged
@@ -473,6 +473,6 @@ def _per_stage(value, default, name):
 
 
 def _check_stage(stage):
-    if stage not in LAYERS:
-        raise ValueError(f"unknown stage {stage!r}; use one of {list(LAYERS)}")
+    if stage not in ALL_STAGES:
+        raise ValueError(f"unknown stage {stage!r}; use one of {list(ALL_STAGES)}")
     return stage

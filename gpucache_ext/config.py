@@ -20,9 +20,9 @@ from .errors import ConfigError
 log = logging.getLogger(__name__)
 
 STAGES = ("typing", "llvm", "ptx", "cubin")
-# Every cached layer: the four stages each target goes through, then the
-# fatbin a list of targets is assembled into (see `Targets`).
-LAYERS = STAGES + ("fatbin",)
+# Every stage the cache keeps: the four stages each target goes through
+# (`STAGES`), then the fatbin a list of targets is assembled into (see `Targets`).
+ALL_STAGES = STAGES + ("fatbin",)
 # The stages keyed on the bytes of the artifact before them (early cutoff):
 # a hit there may come from an upstream stage rebuilt to the same bytes.
 KEYED_ON_BYTES = ("ptx", "cubin")
@@ -365,3 +365,13 @@ class Targets:
 
     def __str__(self) -> str:
         return self.summary()
+
+
+def __getattr__(name):
+    if name == "LAYERS":  # (its old name: "stage" is the one word for what the cache keeps)
+        import warnings
+
+        warnings.warn("gpucache_ext.config.LAYERS is deprecated: use ALL_STAGES (the same tuple)",
+                      DeprecationWarning, stacklevel=2)
+        return ALL_STAGES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

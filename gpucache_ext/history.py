@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .config import LAYERS
+from .config import ALL_STAGES
 
 _HISTORY_POINTS = 500
 
@@ -26,10 +26,10 @@ class CellHistory:
     def record(self, label: str, lookups: Dict[str, Tuple[int, int, int]]) -> Optional[dict]:
         """Add a point labelled `label` with the hits and misses since the last
         one (if any changed)."""
-        now = {s: (int(v[0]), int(v[1])) for s, v in lookups.items() if s in LAYERS}
+        now = {s: (int(v[0]), int(v[1])) for s, v in lookups.items() if s in ALL_STAGES}
         delta = {s: (now[s][0] - self.last.get(s, (0, 0))[0], now[s][1] - self.last.get(s, (0, 0))[1])
                  for s in now}
-        if delta.get("fatbin") == (0, 0):  # (a layer only multi-target builds use)
+        if delta.get("fatbin") == (0, 0):  # (a stage only multi-target builds use)
             del delta["fatbin"]
         self.last.update(now)
         if not any(h or m for h, m in delta.values()):

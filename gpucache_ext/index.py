@@ -21,7 +21,7 @@ from collections import OrderedDict
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from . import targets
-from .config import LAYERS
+from .config import ALL_STAGES
 from .store.tiers import Entry, MemoryTier, Tier
 from .tokens import Component, Token, component, extend_token
 
@@ -74,7 +74,7 @@ class CacheIndex:
         self._tiers_for = tiers_for
         self._lock = lock
         self._history: Dict[str, "OrderedDict[str, Tuple[str, Mapping[str, Component]]]"] = {
-            stage: OrderedDict() for stage in LAYERS}
+            stage: OrderedDict() for stage in ALL_STAGES}
         # per stage, what the persistent tiers held when first asked: kernel -> [(token, components)]
         self._persisted: Dict[str, Dict[str, List[Candidate]]] = {}
 

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tup
 
 from . import definitions, queries, sessions, targets, toolchain
 from .audit import source_files_component
-from .config import FIELD_STAGES, KEYED_ON_BYTES, LAYERS, STAGES, CompileConfig, Targets
+from .config import FIELD_STAGES, KEYED_ON_BYTES, ALL_STAGES, STAGES, CompileConfig, Targets
 from .errors import ConfigError, SnapshotChanged, UnsupportedKernelError
 from .extensions import derived_during, extensions_component
 from .importing import lazy_module
@@ -111,7 +111,7 @@ STAGE_TABLE: Dict[str, Stage] = {stage.name: stage for stage in (
     _stage("fatbin", "cubin", lambda job, _: fatbin.assemble(job.cubins, job.ptx_member, job.entry_name,
                                                               job.kernel)),
 )}
-assert tuple(STAGE_TABLE) == LAYERS
+assert tuple(STAGE_TABLE) == ALL_STAGES
 
 
 class Filing(NamedTuple):

@@ -334,17 +334,17 @@ class CompileResult:
     @property
     def seconds(self) -> float:
         """Time this compile spent in the stages (lookups and compiles)."""
-        return sum(layer.seconds for layer in self.every_stage())
+        return sum(stage.seconds for stage in self.every_stage())
 
     @property
     def saved_seconds(self) -> float:
         """Compile time the hits saved (what those entries took to build)."""
-        return sum(layer.saved_seconds for layer in self.every_stage())
+        return sum(stage.saved_seconds for stage in self.every_stage())
 
     @property
     def hit(self) -> bool:
         """True when no stage had to compile."""
-        return all(layer.hit for layer in self.every_stage())
+        return all(stage.hit for stage in self.every_stage())
 
     def explain(self) -> str:
         """One line per stage: hit or miss, tier, time, and why it missed."""
@@ -357,12 +357,12 @@ class CompileResult:
         return short_signature(self.signature)
 
 
-def _stage_line(layer: StageResult, indent: str, joined: str = "  ") -> str:
+def _stage_line(done: StageResult, indent: str, joined: str = "  ") -> str:
     """One stage of `explain`: outcome, time, token, then why it missed (after `joined`)."""
-    where = f"{layer.tier}, same bytes" if layer.cutoff else layer.tier
-    state = {Outcome.HIT: f"hit ({where})", Outcome.MISS: "miss", Outcome.NOT_NEEDED: "not needed"}[layer.outcome]
-    line = f"{indent}{layer.stage:<6} {state:<16} {layer.seconds * 1e3:8.2f} ms  {layer.short_token}"
-    return line + (joined + "; ".join(layer.reasons) if layer.reasons else "")
+    where = f"{done.tier}, same bytes" if done.cutoff else done.tier
+    state = {Outcome.HIT: f"hit ({where})", Outcome.MISS: "miss", Outcome.NOT_NEEDED: "not needed"}[done.outcome]
+    line = f"{indent}{done.stage:<6} {state:<16} {done.seconds * 1e3:8.2f} ms  {done.short_token}"
+    return line + (joined + "; ".join(done.reasons) if done.reasons else "")
 
 
 @dataclass
@@ -414,7 +414,7 @@ class FatbinResult(CompileResult):
     def every_stage(self) -> List[StageResult]:
         """Each target's stages (so ``seconds``, ``saved_seconds`` and ``hit``
         count every target), then the fatbin's."""
-        return [layer for sm in sorted(self.per_target) for layer in self.per_target[sm].every_stage()] \
+        return [stage for sm in sorted(self.per_target) for stage in self.per_target[sm].every_stage()] \
             + [self.fatbin_stage]
 
     def explain(self) -> str:
@@ -422,7 +422,7 @@ class FatbinResult(CompileResult):
         lines = [f"{self.kernel} {self.signature_text} [{self.targets.describe(self.config)}]"]
         for sm in sorted(self.per_target):
             lines.append(f"  sm_{sm}{'' if sm in self.targets.sms else ' (PTX only)'}")
-            lines += [_stage_line(layer, "    ") for layer in self.per_target[sm].every_stage()]
+            lines += [_stage_line(stage, "    ") for stage in self.per_target[sm].every_stage()]
         members = ", ".join(member.name for member in self.members)
         line = _stage_line(self.fatbin_stage, "  ", f"  {members}; ")  # (the reasons after its members)
         lines.append(line if self.fatbin_stage.reasons else f"{line}  {members}")

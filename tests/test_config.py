@@ -99,3 +99,12 @@ def test_diff_and_summary():
     assert diff["sm"] == (80, 86) and diff["fastmath"] == (False, True) and diff["ftz"] == (False, True)
     assert "opt" not in diff
     assert CompileConfig(sm=80, opt=0).summary() == "sm_80 opt=0"
+
+
+def test_the_old_name_of_every_stage_still_reads_and_says_it_is_deprecated():
+    import gpucache_ext.config as config
+
+    with pytest.warns(DeprecationWarning, match="use ALL_STAGES"):
+        assert config.LAYERS == config.ALL_STAGES == config.STAGES + ("fatbin",)
+    with pytest.raises(AttributeError):
+        config.NO_SUCH_NAME  # noqa: B018

@@ -27,7 +27,7 @@ from IPython.display import display
 from traitlets import Bool, Unicode, default
 
 from ..defaults import default_cache
-from ..config import LAYERS, CompileConfig, Targets, supported_ccs
+from ..config import ALL_STAGES, CompileConfig, Targets, supported_ccs
 from ..launch.device import cuda_simulator_on, default_sm, gpu_available
 from ..launch.spec import KernelSpec
 from ..errors import ConfigError
@@ -345,8 +345,8 @@ class GpuCacheMagics(Magics):
                                         if self.session.auto.on else "off: cells run as written"))
             return None
         if command == "clear":
-            if len(rest) > 1 or (rest and rest[0] not in LAYERS):
-                raise UsageError(f"%gpucache clear [STAGE]: STAGE is one of {', '.join(LAYERS)}")
+            if len(rest) > 1 or (rest and rest[0] not in ALL_STAGES):
+                raise UsageError(f"%gpucache clear [STAGE]: STAGE is one of {', '.join(ALL_STAGES)}")
             cache.clear(rest[0] if rest else None)
             print(f"cleared {rest[0] if rest else 'every'} stage")
             return None

@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, NamedTuple, Optional
 
 from ..results import FatbinResult, Outcome, short_signature  # noqa: F401  (re-exported)
-from ..config import FOLLOW_FASTMATH, LAYERS, STAGES, summary_fields
+from ..config import FOLLOW_FASTMATH, ALL_STAGES, STAGES, summary_fields
 from ..tokens import short_name, short_token
 from ..reasons import Reason
 from ..units import format_seconds
@@ -389,12 +389,12 @@ class CellReport:
             for sm, each in sorted(result.per_target.items()):
                 rows.append(self._row(each, each.config.summary() + ("" if sm in result.targets.sms
                                                                       else " (PTX only)"), unsigned))
-            layer = result.fatbin_stage
+            fatbin = result.fatbin_stage
             row = dict.fromkeys(self._columns(), "")
             row.update(kernel=_kernel_name(result), signature=short_signature(result.signature),
-                       config=result.targets.summary(), fatbin=_stage_cell(layer, unsigned),
-                       time=format_seconds(layer.seconds), saved=format_seconds(layer.saved_seconds),
-                       why="; ".join(([f"fatbin: {', '.join(layer.reasons)}"] if not layer.hit else [])
+                       config=result.targets.summary(), fatbin=_stage_cell(fatbin, unsigned),
+                       time=format_seconds(fatbin.seconds), saved=format_seconds(fatbin.saved_seconds),
+                       why="; ".join(([f"fatbin: {', '.join(fatbin.reasons)}"] if not fatbin.hit else [])
                                      + ([f"no PTX: {result.ptx_note}"] if result.ptx_note else [])),
                        audit=_audit_cell(result))
             rows.append(row)
@@ -478,7 +478,7 @@ class CellReport:
             cells = []
             for column in self._columns():
                 text = html.escape(row[column])
-                if (column in LAYERS or column == "audit") and row[column] not in ("", "-"):
+                if (column in ALL_STAGES or column == "audit") and row[column] not in ("", "-"):
                     shown = row[column]
                     cls = "gpucache-miss" if shown.startswith(("MISS", "MISMATCH", "FAILED")) \
                         else "gpucache-warn" if "(unsigned" in shown else "gpucache-hit"

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..config import LAYERS
+from ..config import ALL_STAGES
 from ..errors import SecurityWarning
 from ..index import find_for_target
 from ..results import EntryInfo, StageStats, TierInfo, TierStats
@@ -58,8 +58,8 @@ class TieredStore:
         self.tiers: List[Tier] = list(tiers)
         self.refused = list(refused)
         self.lock = lock
-        self.counters = {s: StageCounters() for s in LAYERS}
-        self.tier_hits: Dict[str, Dict[str, Tuple[int, float]]] = {s: {} for s in LAYERS}
+        self.counters = {s: StageCounters() for s in ALL_STAGES}
+        self.tier_hits: Dict[str, Dict[str, Tuple[int, float]]] = {s: {} for s in ALL_STAGES}
         # (stage, token) -> why a tier refused its entry, until the stage is compiled again
         self._refusals: "OrderedDict[Tuple[str, str], str]" = OrderedDict()
 
@@ -71,7 +71,7 @@ class TieredStore:
         (bounded per stage), a disk tier in `directory`, a shared Redis tier at
         `redis_url` (left out, with a `SecurityWarning`, where `keyring` lets
         it be unsigned), then `tiers`."""
-        memory = {stage: MemoryTier(max_entries[stage], max_bytes[stage]) for stage in LAYERS}
+        memory = {stage: MemoryTier(max_entries[stage], max_bytes[stage]) for stage in ALL_STAGES}
         persistent: List[Tier] = []
         refused: List[TierInfo] = []  # configured tiers left out, as `tier_info` shows them
         if directory is not None:
@@ -194,7 +194,7 @@ class TieredStore:
         and bytes (reading a shared tier's numbers asks its server)."""
         with self.lock:  # the counters and memory figures at one moment
             counted = {}
-            for stage in LAYERS:
+            for stage in ALL_STAGES:
                 memory, counters = self.memory[stage], self.counters[stage]
                 counted[stage] = (dict(self.tier_hits[stage]), StageStats(
                     hits=counters.hits, misses=counters.misses, not_needed=counters.not_needed,

@@ -1,4 +1,4 @@
-"""The fatbin layer: a multi-target kernel's cubins, and one PTX for forward
+"""The fatbin stage: a multi-target kernel's cubins, and one PTX for forward
 compatibility, assembled into one fatbinary with nvFatbin.
 
 The fatbin stage runs after every target's cubin (and the PTX target's ptx)

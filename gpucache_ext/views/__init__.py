@@ -20,7 +20,7 @@ variants), `compare` (two entries side by side), `snapshot` (`StatsView`,
 public names import from here too.
 """
 
-from .chart import chart_layers, chart_svg, chart_text
+from .chart import chart_stages, chart_svg, chart_text
 from .compare import compare_options, comparison_html, comparison_note_html
 from .entries import (ENTRY_COLUMNS, MAX_LIST_ROWS, entries_html, entries_text, entry_cells, entry_line, entry_widths,
                       kernel_labels)
@@ -30,16 +30,16 @@ from .security import (REASON_HELP, ROTATION_HELP, entries_phrase, refusals_text
                        tier_security_text, unsigned_warning)
 from .snapshot import CacheSnapshot, StatsView
 from .style import STYLE
-from .summary import layers_used, saved_seconds, storage_summary, summary_html, summary_rows, summary_text
+from .summary import stages_used, saved_seconds, storage_summary, summary_html, summary_rows, summary_text
 from .variants import (EARLIER, resource_moves_html, resource_moves_text, resource_variants_html,
                        resources_table_html, resources_table_text, stale_note)
 
 __all__ = [
     "STYLE", "esc", "short_kernel",
-    "layers_used", "saved_seconds", "storage_summary", "summary_html", "summary_rows", "summary_text",
+    "stages_used", "saved_seconds", "storage_summary", "summary_html", "summary_rows", "summary_text",
     "REASON_HELP", "ROTATION_HELP", "entries_phrase", "refusals_text", "tier_rows", "tier_security_html",
     "tier_security_text", "unsigned_warning",
-    "chart_layers", "chart_svg", "chart_text",
+    "chart_stages", "chart_svg", "chart_text",
     "ENTRY_COLUMNS", "MAX_LIST_ROWS", "entries_html", "entries_text", "entry_cells", "entry_line", "entry_widths",
     "kernel_labels",
     "EntryDetail", "artifacts_html", "entry_html",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Tuple
 
-from ..config import LAYERS, STAGES
+from ..config import ALL_STAGES, STAGES
 from .markup import esc, fit
 
 _CHART_POINTS = 30
@@ -20,9 +20,9 @@ def _text_width(text: str) -> float:
     return len(str(text)) * _CHART_CHAR_PX
 
 
-def chart_layers(points) -> Tuple[str, ...]:
-    """The chart's rows: the four stages, and the fatbin layer where a cell looked it up."""
-    return LAYERS if any(any(p["stages"].get("fatbin", (0, 0))) for p in points) else STAGES
+def chart_stages(points) -> Tuple[str, ...]:
+    """The chart's rows: the four stages, and the fatbin stage where a cell looked it up."""
+    return ALL_STAGES if any(any(p["stages"].get("fatbin", (0, 0))) for p in points) else STAGES
 
 
 def chart_svg(points: List[Dict[str, Any]]) -> str:
@@ -40,11 +40,11 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
     label_w = max(_text_width(label) for label in labels) + _CHART_LABEL_GAP
     step = max(1, math.ceil(label_w / col))
     width = max(320, left + col * len(points) + max(8, math.ceil(label_w / 2 - col / 2)))
-    layers = chart_layers(points)
-    height = top + row_h * len(layers) + bottom
+    stages = chart_stages(points)
+    height = top + row_h * len(stages) + bottom
     peak = max(1, max(max(h, m) for p in points for h, m in p["stages"].values()))
     totals = {s: (sum(p["stages"].get(s, (0, 0))[0] for p in points),
-                  sum(p["stages"].get(s, (0, 0))[1] for p in points)) for s in layers}
+                  sum(p["stages"].get(s, (0, 0))[1] for p in points)) for s in stages}
     desc = "; ".join(f"{s}: {h} hits, {m} misses" for s, (h, m) in totals.items())
     misses_x = 14 + math.ceil(_text_width("hits (up)")) + 12
     parts = [
@@ -59,7 +59,7 @@ def chart_svg(points: List[Dict[str, Any]]) -> str:
         f'<rect class="gpucache-bar-miss" fill="#c62828" x="{misses_x}" y="4" width="10" height="10"/>',
         f'<text x="{misses_x + 14}" y="13">misses (down)</text>',
     ]
-    for r, stage in enumerate(layers):
+    for r, stage in enumerate(stages):
         base = top + r * row_h + row_h // 2
         parts.append(f'<text x="0" y="{base + 4}">{stage}</text>')
         parts.append(f'<line class="gpucache-axis" stroke="#9e9e9e" x1="{left - 4}" '
@@ -93,12 +93,12 @@ def chart_text(points: List[Dict[str, Any]], limit: int = 12) -> str:
     if not points:
         return "hits/misses per cell: no cell has used the cache yet"
     labels = [str(p["label"]) for p in points]
-    layers = chart_layers(points)
+    stages = chart_stages(points)
     cells = [[f"{p['stages'].get(s, (0, 0))[0]}/{p['stages'].get(s, (0, 0))[1]}" for p in points]
-             for s in layers]
+             for s in stages]
     widths = [max(len(labels[i]), *(len(c[i]) for c in cells)) for i in range(len(points))]
     lines = ["hits/misses per cell".ljust(8)]
     lines.append("cell    " + "  ".join(lab.rjust(w) for lab, w in zip(labels, widths)))
-    for stage, row in zip(layers, cells):
+    for stage, row in zip(stages, cells):
         lines.append(f"{stage:<8}" + "  ".join(c.rjust(w) for c, w in zip(row, widths)))
     return "\n".join(lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..config import KEYED_ON_BYTES, LAYERS, STAGES
+from ..config import KEYED_ON_BYTES, ALL_STAGES, STAGES
 from ..units import format_bytes, format_seconds
 from .markup import esc
 
@@ -15,19 +15,19 @@ def _rate(hits: int, misses: int) -> str:
     return f"{100.0 * hits / total:.0f}%" if total else "-"
 
 
-def layers_used(stats) -> Tuple[str, ...]:
-    """The layers the summary shows: the four stages, and the fatbin layer
+def stages_used(stats) -> Tuple[str, ...]:
+    """The stages the summary shows: the four stages, and the fatbin stage
     once something looked it up or it holds entries (in any tier)."""
     fatbin = stats.get("fatbin", {})
     used = fatbin and (fatbin.get("hits", 0) or fatbin.get("misses", 0) or any(
         t.get("entries", 0) for t in fatbin.get("tiers", {}).values()))
-    return LAYERS if used else STAGES
+    return ALL_STAGES if used else STAGES
 
 
 def saved_seconds(stats) -> Dict[str, Dict[str, float]]:
     """Compile time saved by hits, per stage and tier: ``{stage: {"total": s, tier: s}}``."""
     result = {}
-    for stage in LAYERS:
+    for stage in ALL_STAGES:
         values = stats.get(stage, {})
         per_tier = {name: float(t.get("saved_seconds", 0.0)) for name, t in values.get("tiers", {}).items()}
         result[stage] = {"total": float(values.get("saved_seconds", 0.0)), **per_tier}
@@ -56,7 +56,7 @@ def storage_summary(stats) -> str:
     """What every tier holds, all stages together: "12.3 KiB in memory, 45.6 KiB on disk"."""
     parts = []
     for name in stats.tier_names():  # (KernelCache.stats always lists the memory tier)
-        held = sum(int(stats.get(s, {}).get("tiers", {}).get(name, {}).get("bytes", 0)) for s in LAYERS)
+        held = sum(int(stats.get(s, {}).get("tiers", {}).get(name, {}).get("bytes", 0)) for s in ALL_STAGES)
         where = {"memory": "in memory", "disk": "on disk"}.get(name, f"in the {name} tier")
         parts.append(f"{format_bytes(held)} {where}")
     return ", ".join(parts)
@@ -69,7 +69,7 @@ def summary_rows(stats, saved) -> List[Dict[str, Any]]:
     totals = dict.fromkeys(("hits", "misses", "cutoffs", "entries", "bytes", "evictions", "audits",
                             "audit_mismatches"), 0)
     totals.update(compile_seconds=0.0, saved_seconds=0.0)
-    for stage in layers_used(stats):
+    for stage in stages_used(stats):
         s = stats.get(stage, {})
         row = {"stage": stage, "tier": None, "hits": int(s.get("hits", 0)),
                "misses": int(s.get("misses", 0)), "entries": int(s.get("entries", 0)),

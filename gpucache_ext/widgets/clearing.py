@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import ipywidgets as W
 
-from ..config import LAYERS
+from ..config import ALL_STAGES
 from ..views.markup import esc
 from ..views.security import entries_phrase
 
@@ -43,7 +43,7 @@ class InspectorClearing:
     def _make_clear_controls(self) -> None:
         """The clear controls (stage, tiers, button) and the confirmation they may ask."""
         self.clear_stage = W.Dropdown(description="clear",
-                                      options=[(s, s) for s in LAYERS] + [("all stages", _EVERY_STAGE)],
+                                      options=[(s, s) for s in ALL_STAGES] + [("all stages", _EVERY_STAGE)],
                                       value="cubin", tooltip="The stage to clear",
                                       layout=W.Layout(width="auto"))
         self.clear_tiers = W.Dropdown(description="from", options=[("memory only", _MEMORY_ONLY)],
@@ -120,14 +120,14 @@ class InspectorClearing:
         """The stage to clear: None for every stage (None, "" or "all"); ValueError for no stage."""
         if stage in (None, "", _EVERY_STAGE):
             return None
-        if stage not in LAYERS:
-            raise ValueError(f"stage={stage!r} is invalid; use one of {', '.join(LAYERS)}, or {_EVERY_STAGE!r}")
+        if stage not in ALL_STAGES:
+            raise ValueError(f"stage={stage!r} is invalid; use one of {', '.join(ALL_STAGES)}, or {_EVERY_STAGE!r}")
         return stage
 
     def _held(self, stage: Optional[str], names: Tuple[str, ...]) -> Dict[str, int]:
         """How many entries of `stage` (None: every stage) each tier of `names` holds, as `stats` counts them."""
         stats = self.cache.stats()
-        stages = LAYERS if stage is None else (stage,)
+        stages = ALL_STAGES if stage is None else (stage,)
         return {name: sum(stats[s].tiers[name].entries for s in stages if name in stats[s].tiers)
                 for name in names}
 

@@ -55,7 +55,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import ipywidgets as W
 
-from ..config import LAYERS
+from ..config import ALL_STAGES
 from .clearing import InspectorClearing
 from ..queries import (COMPARED_STAGES, Sources, built_from, comparable_entries, compare_entries, fatbin_rows,
                        nearest_entry, resource_moves, resource_rows, variant_occupancy)
@@ -224,7 +224,7 @@ class Inspector(InspectorClearing, W.VBox):
         self.kernel_filter = W.Dropdown(description="kernel", options=[(_ALL, "")], value="",
                                         tooltip="Show the entries of one kernel",
                                         layout=W.Layout(width="auto"))
-        self.stage_filter = W.Dropdown(description="stage", options=[(_ALL, "")] + [(s, s) for s in LAYERS],
+        self.stage_filter = W.Dropdown(description="stage", options=[(_ALL, "")] + [(s, s) for s in ALL_STAGES],
                                        value="", tooltip="Show the entries of one stage",
                                        layout=W.Layout(width="auto"))
         self.count = W.HTML()
