@@ -112,6 +112,46 @@ def test_no_module_or_class_is_too_long_to_read_as_one_thing():
     assert [c for c in class_sizes if c[0] > graph.MAX_CLASS_LINES] == []
 
 
+def _layer_callables_held_by_the_core() -> list:
+    """Functions and methods of the IPython and widget layers that a core
+    module's globals hold (directly, or in a dict, list, set or tuple there):
+    how a layer hands the core a callback."""
+    import sys
+
+    layers = ("gpucache_ext.ipython", "gpucache_ext.widgets")
+    found = []
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("gpucache_ext") or name.startswith(layers) or module is None:
+            continue
+        for attr, value in list(vars(module).items()):
+            values = list(value.values()) + list(value) if isinstance(value, dict) else \
+                list(value) if isinstance(value, (list, set, tuple)) else [value]
+            for each in values:
+                owner = getattr(each, "__module__", None) or ""
+                if callable(each) and not isinstance(each, type) and owner.startswith(layers):
+                    found.append(f"{name}.{attr}")
+    return found
+
+
+def test_the_ipython_layer_hands_the_core_no_callbacks(ip):
+    """With the extension loaded and a cell run, no core module holds a
+    function of the IPython or widget layers (issue 33: the core asked two
+    global callbacks of the IPython layer, the cell resolver and the session
+    lookup); the session is attached as a value, its places held by it."""
+    from gpucache_ext import sessions
+
+    ip.run_cell("x = 1").raise_error()
+    assert sessions.current_session() is not None
+    assert _layer_callables_held_by_the_core() == []
+    from gpucache_ext.ipython.session import current
+
+    sessions._planted = [current]  # (the check sees a callback handed over)
+    try:
+        assert _layer_callables_held_by_the_core() == ["gpucache_ext.sessions._planted"]
+    finally:
+        del sessions._planted
+
+
 def test_the_store_imports_nothing_above_it():
     """The tiers (store/) know entries and bytes: nothing of the cache, the
     stages, launching or the IPython layers, so they can be read alone
