@@ -92,13 +92,19 @@ class KernelCache:
     True every compile that hit a stage, a fraction (0.1) a sample of them
     besides, False none (or an `AuditPolicy`); ``audit_background`` runs the
     checks in a background thread (default) or before `compile` returns.
+
+    ``wait``: the longest a compile waits for another process's build of an
+    entry every tier misses (seconds; None: ``GPUCACHE_WAIT``, default 120;
+    0: never wait).  Processes sharing a disk folder or a shared tier build
+    each entry once: one claims its build, the others wait for the entry
+    (`gpucache_ext.store.claims`).
     """
 
     def __init__(self, max_entries=None, max_bytes=None, *, directory=None,
                  max_disk_bytes: Optional[int] = DEFAULT_DISK_BYTES, redis_url: Optional[str] = None,
                  secret: settings.SecretArgument = None, allow_unsigned: Optional[bool] = None,
                  redis_prefix: Optional[str] = None, redis_ttl=None, tiers: Sequence[Tier] = (),
-                 audit=None, audit_background: bool = True):
+                 audit=None, audit_background: bool = True, wait=None):
         # guards the memory tiers, counters and records; never held while a
         # persistent tier is read or written, nor while a stage compiles
         self._lock = threading.RLock()
@@ -106,7 +112,8 @@ class KernelCache:
             _per_stage(max_entries, DEFAULT_MAX_ENTRIES, "max_entries"),
             _per_stage(max_bytes, dict.fromkeys(ALL_STAGES), "max_bytes"), self._lock, directory=directory,
             max_disk_bytes=max_disk_bytes, redis_url=redis_url, keyring=settings.keyring(secret, allow_unsigned),
-            redis_prefix=redis_prefix, redis_ttl=redis_ttl, tiers=tiers)
+            redis_prefix=redis_prefix, redis_ttl=redis_ttl, tiers=tiers,
+            wait_seconds=settings.wait_seconds(wait), claim_seconds=settings.claim_seconds())
         """The memory tiers, then the persistent ones, and what they answered."""
         self.tiers: List[Tier] = self.store.tiers  # (the persistent tiers, in order)
         self._memory = self.store.memory

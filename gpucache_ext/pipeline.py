@@ -42,8 +42,10 @@ from .sources.snapshot import rebind
 from .sources.walk import identify
 from .store.codec import PERSISTENT_STAGES, content_digest
 from .store.disk import DiskTier
+from .store.claims import Claim
 from .store.tiered import TieredStore
 from .store.tiers import Entry
+from .units import format_seconds
 from .tokens import Component, Token, component, make_token, short_token
 from .toolchain import fatbin, numba_settings, toolchain_component
 
@@ -275,14 +277,17 @@ class Pipeline:
         return Found(stage, entry.artifact, entry.digest, token.hex)
 
     def obtain(self, stage: str, job, token: Token, upstream: Optional[Found] = None, *, cutoff: bool = False,
-               looked_up: bool = False, built_from: str = "") -> Found:
+               looked_up: bool = False, built_from: str = "", claim: Optional[Claim] = None) -> Found:
         """Every stage of every compile, fatbin included, found or built in
         one place: the lookup (unless forced, or `looked_up` already), then in
         the entry's single flight a second look (a thread that waited for
         another's build of it finds it, a hit), the toolchain check, the
         build from `upstream`'s artifact, its digest, and filing it, the miss
         explained.  `built_from`: the token of the entry it is built from,
-        which its entry names."""
+        which its entry names.  Across processes, the build of a persisted
+        stage is claimed first (`claiming`): where another process holds the
+        claim, its entry is waited for and read; `claim`: one already held
+        (llvm's, claimed before typing)."""
         forced = job.forced
         if not (forced or looked_up):
             found = self.lookup(stage, job, token, cutoff)
@@ -294,17 +299,47 @@ class Pipeline:
                 found = self.lookup(stage, job, token, cutoff, memory_only=True)
                 if found is not None:
                     return found
-            toolchain.confirm(stage)  # the fingerprint in the tokens is that of the tools about to run
-            self.store.count(stage, False)
-            start = time.perf_counter()
-            artifact = definition.build(job, upstream.artifact if upstream is not None else None)
-            seconds = time.perf_counter() - start
-            digest = definition.digest(artifact)
-            token, reasons = self._file(stage, token, job.filing(), artifact, seconds,
-                                        getattr(artifact, "target_reads", targets.NO_READS), digest, built_from)
+            # across processes: one builds, the others wait for its entry (`gpucache_ext.store.claims`)
+            with (contextlib.nullcontext(claim) if claim is not None or forced or not definition.persisted
+                  else self.store.claimed(stage, token, job.cc)) as claim:
+                claim = claim if claim is not None else Claim()
+                if claim.entry is not None:
+                    return self._waited_for(stage, job, claim, cutoff)
+                toolchain.confirm(stage)  # the fingerprint in the tokens is that of the tools about to run
+                self.store.count(stage, False)
+                start = time.perf_counter()
+                artifact = definition.build(job, upstream.artifact if upstream is not None else None)
+                seconds = time.perf_counter() - start
+                digest = definition.digest(artifact)
+                token, reasons = self._file(stage, token, job.filing(), artifact, seconds,
+                                            getattr(artifact, "target_reads", targets.NO_READS), digest, built_from)
+        if claim.gave_up:
+            reasons += (Reason(f"waited {format_seconds(claim.waited)} for another process's build "
+                               "(GPUCACHE_WAIT), then built it here"),)
         job.stages[stage] = StageResult(stage, token.hex, Outcome.MISS, None, seconds, reasons,
-                                        components=token.components)
+                                        components=token.components, waited=claim.waited if claim.gave_up else 0.0)
         return Found(stage, artifact, digest, token.hex)
+
+    @contextlib.contextmanager
+    def claiming(self, stage: str, job, token: Token):
+        """Claim the build of `stage`'s entry before building what it is built
+        from (llvm's before typing: a process that waits types nothing): yields
+        (the entry another process built, as a hit, or None, the claim to pass
+        to `obtain`); the claim is released when the block ends."""
+        if job.forced or not STAGE_TABLE[stage].persisted:
+            yield None, None
+            return
+        with self.store.claimed(stage, token, job.cc) as claim:
+            yield (self._waited_for(stage, job, claim, False) if claim.entry is not None else None), claim
+
+    def _waited_for(self, stage: str, job, claim: Claim, cutoff: bool) -> Found:
+        """The entry another process built while this one waited: a hit in the tier it was read from."""
+        entry = claim.entry
+        self.store.count(stage, True, claim.tier, entry.seconds, cutoff=cutoff)
+        job.stages[stage] = StageResult(stage, claim.token.hex, Outcome.HIT, claim.tier, claim.waited,
+                                        components=claim.token.components, saved_seconds=entry.seconds,
+                                        cutoff=cutoff, waited=claim.waited)
+        return Found(stage, entry.artifact, entry.digest, claim.token.hex)
 
     def _file(self, stage, token: Token, filing: Filing, artifact, seconds, reads, digest, upstream):
         """File a fresh artifact; returns (effective token, reasons it missed:
@@ -466,10 +501,12 @@ class CompilePlan:
         obtain = self.pipeline.obtain
         llvm = None if self.forced else self.pipeline.lookup("llvm", self, self.tokens["llvm"])
         if llvm is None:
-            typed = obtain("typing", self, self.tokens["typing"])
-            llvm = obtain("llvm", self, self.tokens["llvm"], typed, looked_up=True)
-        else:
-            self._peek_typing()
+            with self.pipeline.claiming("llvm", self, self.tokens["llvm"]) as (waited, claim):
+                if waited is None:
+                    typed = obtain("typing", self, self.tokens["typing"])
+                    return obtain("llvm", self, self.tokens["llvm"], typed, looked_up=True, claim=claim)
+            llvm = waited  # (another process built it while this one waited)
+        self._peek_typing()
         return llvm
 
     def typed(self) -> Found:

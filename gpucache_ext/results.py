@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 from .config import STAGES, CompileConfig, Targets
 from .toolchain.sass import SassUnavailable, disassemble  # noqa: F401  (their home is `sass`; importable here too)
 from .tokens import Component, short_token
+from .units import format_seconds
 
 if TYPE_CHECKING:  # annotations only: stages imports numba-cuda, which reading cache files must not
     from . import stages
@@ -81,6 +82,9 @@ class StageResult:
     # a hit right after the stage before was rebuilt to the same bytes as
     # before (early cutoff: its inputs are that stage's bytes)
     cutoff: bool = False
+    # seconds waited for another process's build of this entry (a hit: the
+    # entry it filed; a miss: the wait ran out, GPUCACHE_WAIT)
+    waited: float = 0.0
 
     @property
     def hit(self) -> bool:
@@ -110,6 +114,10 @@ class TierStats(_Record):
     rejected_by: Optional[Mapping[str, int]] = None
     previous_secret: Optional[int] = None  # entries read that a retired secret signed
     unwritable: Optional[int] = None  # disk tier: writes skipped for an odd path (a directory where an entry goes)
+    # persistent tiers: entries found here after waiting for another process's
+    # build of them, and what those waits took (None: no waits)
+    waits: Optional[int] = None
+    waited_seconds: Optional[float] = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -359,7 +367,8 @@ class CompileResult:
 
 def _stage_line(done: StageResult, indent: str, joined: str = "  ") -> str:
     """One stage of `explain`: outcome, time, token, then why it missed (after `joined`)."""
-    where = f"{done.tier}, same bytes" if done.cutoff else done.tier
+    where = ", ".join([str(done.tier)] + (["same bytes"] if done.cutoff else [])
+                      + ([f"built by another process, waited {format_seconds(done.waited)}"] if done.waited else []))
     state = {Outcome.HIT: f"hit ({where})", Outcome.MISS: "miss", Outcome.NOT_NEEDED: "not needed"}[done.outcome]
     line = f"{indent}{done.stage:<6} {state:<16} {done.seconds * 1e3:8.2f} ms  {done.short_token}"
     return line + (joined + "; ".join(done.reasons) if done.reasons else "")

@@ -132,11 +132,14 @@ def _stacked_style(columns: List[str], fit: str, least_ch: int) -> str:
 def _stage_cell(done, unsigned=()) -> str:
     """hit, hit:TIER, hit:TIER (unsigned) for a tier in `unsigned`, MISS or not
     needed; a hit because the stage before was rebuilt to the same bytes (early
-    cutoff) adds "same bytes": hit (same bytes), hit:TIER (unsigned, same bytes)."""
+    cutoff) adds "same bytes": hit (same bytes), hit:TIER (unsigned, same bytes); an
+    entry another process built while this one waited says so, with the wait."""
     if done.outcome is Outcome.NOT_NEEDED:
         return "not needed"
     if done.hit:
-        marks = [mark for mark, shown in (("unsigned", done.tier in unsigned), ("same bytes", done.cutoff))
+        marks = [mark for mark, shown in (("unsigned", done.tier in unsigned), ("same bytes", done.cutoff),
+                                          (f"another process built it, waited {format_seconds(done.waited)}",
+                                           done.waited > 0))
                  if shown]
         tier = "" if done.tier in ("memory", None) else f":{done.tier}"
         return f"hit{tier}" + (f" ({', '.join(marks)})" if marks else "")

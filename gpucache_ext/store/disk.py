@@ -46,6 +46,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 from .codec import (FORMAT_VERSION, OK, PERSISTENT_STAGES, PREVIOUS_SECRET, BadEntry, check_stored, decode, encode,
                     header_entry)
 from ..errors import SecurityWarning, TierWarning
+from .claims import FolderClaims
 from .fsutil import write_atomically
 from .signing import HEAD_BYTES, Keyring, accepted, signature_length, strip
 from .tiers import DROPPED, Entry, Lookup, Tier, open_note, seal_note
@@ -156,6 +157,7 @@ class DiskTier(Tier):
                 SecurityWarning, stacklevel=3)
         self._sizes: Optional[Dict[str, List[int]]] = None  # stage -> [count, bytes]
         self._lock = threading.Lock()
+        self._claims: Optional[FolderClaims] = None
 
     def __repr__(self):
         return f"<DiskTier {self.directory} max_bytes={self.max_bytes} signed={self.signed}>"
@@ -231,6 +233,24 @@ class DiskTier(Tier):
 
     def delete(self, stage: str, token: str) -> bool:
         return self._remove(stage, self.path(stage, token), "evicted")
+
+    # -- claims (`gpucache_ext.store.claims`): files beside the entries ------
+    keeps_claims = True
+
+    @property
+    def claims(self) -> FolderClaims:
+        if self._claims is None:
+            self._claims = FolderClaims(self.root / "claims" / self.claim_space)
+        return self._claims
+
+    def claim(self, stage: str, token: str, owner: str, seconds: float) -> Optional[bool]:
+        return self.claims.claim(stage, token, owner, seconds) if self.writable else None
+
+    def renew_claim(self, stage: str, token: str, owner: str, seconds: float) -> bool:
+        return self.claims.renew(stage, token, owner, seconds)
+
+    def release_claim(self, stage: str, token: str, owner: str) -> None:
+        self.claims.release(stage, token, owner)
 
     def clear(self, stage: str) -> None:
         for path in list(self._files(stage)):

@@ -19,6 +19,13 @@ environment:
 ``GPUCACHE_REDIS_TTL``         expire shared entries after this long
                                (``3600``, ``12h``, ``7d``; default: never,
                                Redis evicts)
+``GPUCACHE_WAIT``              the longest a process waits for another
+                               process's build of an entry it misses
+                               (seconds, ``90s``, ``5m``; default 120; ``0``:
+                               never wait, build at once)
+``GPUCACHE_CLAIM_SECONDS``     how long a claim on a build lives unless its
+                               builder renews it (default 10): a builder that
+                               dies frees its entries within this time
 =============================  ==============================================
 """
 
@@ -29,6 +36,7 @@ import re
 from typing import Mapping, Optional, Sequence, Tuple, Union
 
 from ..errors import GpuCacheError
+from .claims import CLAIM_SECONDS as DEFAULT_CLAIM_SECONDS, WAIT_SECONDS
 from .signing import Keyring, Secret
 
 SECRET = "GPUCACHE_SECRET"
@@ -36,6 +44,8 @@ SECRET_PREVIOUS = "GPUCACHE_SECRET_PREVIOUS"
 SHARED_UNSIGNED = "GPUCACHE_SHARED_UNSIGNED"
 REDIS_PREFIX = "GPUCACHE_REDIS_PREFIX"
 REDIS_TTL = "GPUCACHE_REDIS_TTL"
+WAIT = "GPUCACHE_WAIT"
+CLAIM_SECONDS = "GPUCACHE_CLAIM_SECONDS"
 DEFAULT_PREFIX = "gpucache"
 
 _TRUE = ("1", "true", "yes", "on")
@@ -107,19 +117,49 @@ def redis_ttl(given: Union[None, int, float, str] = None, env: Optional[Mapping[
     where = "redis_ttl"
     if given is None:
         given, where = _env(env).get(REDIS_TTL, ""), REDIS_TTL
+    seconds = _seconds(given, where, 0.0, "3600 or 7d",
+                       "give seconds or an age: 3600, 90m, 12h or 7d (empty or 0: entries never expire)")
+    return max(1, int(round(seconds))) if seconds else None
+
+
+def _seconds(given, where: str, empty: float, example: str, text_hint: str) -> float:
+    """`given` (a number, or text: ``90``, ``90s``, ``5m``, ``12h``, ``7d``) as
+    seconds, checked: `empty` for an empty text, 0 for ``off``."""
     if isinstance(given, bool):
-        raise SettingError(f"{where}={given!r} is invalid; give seconds, e.g. 3600 or 7d")
+        raise SettingError(f"{where}={given!r} is invalid; give seconds, e.g. {example}")
     if isinstance(given, (int, float)):
         seconds = float(given)
     else:
         text = str(given).strip().lower()
-        if text in ("", "0", "off", "none", "never"):
-            return None
+        if text == "":
+            return empty
+        if text in ("off", "none", "never"):
+            return 0.0
         match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", text)
         if not match:
-            raise SettingError(f"{where}={given!r} is invalid; give seconds or an age: 3600, 90m, 12h or 7d "
-                               "(empty or 0: entries never expire)")
+            raise SettingError(f"{where}={given!r} is invalid; {text_hint}")
         seconds = float(match.group(1)) * _AGES[match.group(2)]
-    if seconds < 0:
+    if not seconds >= 0:
         raise SettingError(f"{where}={given!r} is invalid; give a positive number of seconds")
-    return max(1, int(round(seconds))) if seconds else None
+    return seconds
+
+
+def wait_seconds(given: Union[None, int, float, str] = None, env: Optional[Mapping[str, str]] = None) -> float:
+    """The longest a process waits for another's build of an entry: `given`,
+    else ``GPUCACHE_WAIT``, else 120 s; 0 (or ``off``): never wait."""
+    if given is None:
+        given, where = _env(env).get(WAIT, ""), WAIT
+    else:
+        where = "wait"
+    return _seconds(given, where, WAIT_SECONDS, "120", "give seconds, e.g. 120 (or 90s, 5m; 0: never wait)")
+
+
+def claim_seconds(given: Union[None, int, float, str] = None, env: Optional[Mapping[str, str]] = None) -> float:
+    """How long a claim lives unless renewed: `given`, else
+    ``GPUCACHE_CLAIM_SECONDS``, else 10 s; at least 0.1 s."""
+    where, value = ("claim_seconds", given) if given is not None else \
+        (CLAIM_SECONDS, _env(env).get(CLAIM_SECONDS, ""))
+    seconds = _seconds(value, where, DEFAULT_CLAIM_SECONDS, "10", "give seconds, e.g. 10")
+    if seconds < 0.1:
+        raise SettingError(f"{where}={value!r} is invalid; a claim lives at least 0.1 s (default 10)")
+    return seconds

@@ -39,6 +39,10 @@ from .signing import HEAD_BYTES, Keyring, Rejected
 from .tiers import Entry, Lookup, Tier, open_note, seal_note
 
 _LIST_LIMIT = 10_000
+_DOWN = object()  # what a call to a server that does not answer gives
+# a claim is renewed, or released, by its owner alone (checked on the server, at once)
+_RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
 
 class RedisNotInstalled(GpuCacheError, ImportError):
@@ -169,6 +173,24 @@ class RedisTier(Tier):
 
     def delete(self, stage: str, token: str) -> bool:
         return bool(self._call(lambda: self.client.delete(self.key(stage, token)), 0))
+
+    # -- claims (`gpucache_ext.store.claims`): keys the server expires ------
+    keeps_claims = True
+
+    def claim_key(self, stage: str, token: str) -> str:
+        return f"{self.prefix}:v{FORMAT_VERSION}:claim:{self.claim_space}:{stage}:{token}"
+
+    def claim(self, stage: str, token: str, owner: str, seconds: float) -> Optional[bool]:
+        result = self._call(lambda: self.client.set(self.claim_key(stage, token), owner, nx=True,
+                                                    px=max(1, int(seconds * 1000))), _DOWN)
+        return None if result is _DOWN else bool(result)
+
+    def renew_claim(self, stage: str, token: str, owner: str, seconds: float) -> bool:
+        return bool(self._call(lambda: self.client.eval(_RENEW, 1, self.claim_key(stage, token), owner,
+                                                        max(1, int(seconds * 1000))), 0))
+
+    def release_claim(self, stage: str, token: str, owner: str) -> None:
+        self._call(lambda: self.client.eval(_RELEASE, 1, self.claim_key(stage, token), owner))
 
     def get_note(self, key: str) -> Optional[dict]:
         return open_note(self.keyring, key, self._call(lambda: self.client.get(self.key("notes", key))))

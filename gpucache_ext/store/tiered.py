@@ -14,7 +14,9 @@ never held while a persistent tier is read or written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import time
 import warnings
 from collections import OrderedDict
 from pathlib import Path
@@ -25,6 +27,7 @@ from ..errors import SecurityWarning
 from ..index import find_for_target
 from ..results import EntryInfo, StageStats, TierInfo, TierStats
 from ..tokens import Token, short_name
+from .claims import CLAIM_SECONDS, WAIT_SECONDS, Claim, Renewal, new_owner
 from .disk import DiskTier, default_directory
 from .shared import RedisTier, UnsignedSharedTier, display_url
 from .signing import Keyring
@@ -53,8 +56,12 @@ class TieredStore:
     configured tiers left out, as `tier_info` shows them."""
 
     def __init__(self, memory: Mapping[str, MemoryTier], tiers: Sequence[Tier], refused: Sequence[TierInfo],
-                 lock):
+                 lock, wait_seconds: float = WAIT_SECONDS, claim_seconds: float = CLAIM_SECONDS):
         self.memory = dict(memory)
+        self.wait_seconds = wait_seconds  # the longest a build of another process is waited for
+        self.claim_seconds = claim_seconds  # how long a claim lives unless renewed
+        # stage -> tier -> (entries found after waiting for another process's build, seconds waited)
+        self.waits: Dict[str, Dict[str, Tuple[int, float]]] = {s: {} for s in ALL_STAGES}
         self.tiers: List[Tier] = list(tiers)
         self.refused = list(refused)
         self.lock = lock
@@ -66,7 +73,8 @@ class TieredStore:
     @classmethod
     def configured(cls, max_entries: Mapping[str, int], max_bytes: Mapping[str, Optional[int]], lock, *,
                    directory=None, max_disk_bytes: Optional[int], redis_url: Optional[str], keyring,
-                   redis_prefix: Optional[str], redis_ttl, tiers: Sequence[Tier] = ()) -> "TieredStore":
+                   redis_prefix: Optional[str], redis_ttl, tiers: Sequence[Tier] = (),
+                   wait_seconds: float = WAIT_SECONDS, claim_seconds: float = CLAIM_SECONDS) -> "TieredStore":
         """The tiers `KernelCache`'s arguments ask for: a memory tier per stage
         (bounded per stage), a disk tier in `directory`, a shared Redis tier at
         `redis_url` (left out, with a `SecurityWarning`, where `keyring` lets
@@ -87,24 +95,27 @@ class TieredStore:
                     "shared", display_url(redis_url), signed=False, used=False,
                     note="no secret (set GPUCACHE_SECRET, or GPUCACHE_SHARED_UNSIGNED=1 "
                          "to use it unsigned)"))
-        return cls(memory, persistent + list(tiers), refused, lock)
+        return cls(memory, persistent + list(tiers), refused, lock, wait_seconds, claim_seconds)
 
     # -- finding and filing ---------------------------------------------------
     def tiers_for(self, stage: str) -> List[Tier]:
         return [tier for tier in self.tiers if stage in tier.stages]
 
-    def find(self, stage: str, token_hex: str, memory_only: bool = False) -> Tuple[Optional[Entry], Optional[str]]:
+    def find(self, stage: str, token_hex: str, memory_only: bool = False, again: bool = False
+             ) -> Tuple[Optional[Entry], Optional[str]]:
         """Search memory, then (unless `memory_only`) each persistent tier; a
         lower hit fills the tiers above.  A tier that held the entry and
-        refused it (its signature) says why (`take_refusal`)."""
+        refused it (its signature) says why (`take_refusal`); `again`: a look
+        after one that missed (waiting for another process's build), which
+        counts no refusal a second time."""
         with self.lock:
             entry = self.memory[stage].get(token_hex)
         if entry is not None or memory_only:
             return entry, "memory" if entry is not None else None
         above = []
         for tier in self.tiers_for(stage):  # (no lock held: a tier may be a server)
-            found = tier.lookup(stage, token_hex)
-            if found.refused is not None:
+            found = tier.lookup(stage, token_hex, query=again)
+            if found.refused is not None and not again:
                 with self.lock:
                     self._refusals[(stage, token_hex)] = f"{tier.name} entry refused: {found.refused}"
                     while len(self._refusals) > 256:
@@ -118,13 +129,66 @@ class TieredStore:
             above.append(tier)
         return None, None
 
-    def lookup(self, stage: str, token: Token, cc, memory_only: bool = False
+    def lookup(self, stage: str, token: Token, cc, memory_only: bool = False, again: bool = False
                ) -> Tuple[Optional[Entry], Token, Optional[str]]:
         """Find `token`, or the variant of it that holds for target `cc`
         (`index.find_for_target`).  `memory_only`: what another thread of
         this process just built is there.  Returns (entry or None, effective
         token, tier it came from)."""
-        return find_for_target(lambda token_hex: self.find(stage, token_hex, memory_only), token, cc)
+        return find_for_target(lambda token_hex: self.find(stage, token_hex, memory_only, again), token, cc)
+
+    # -- single flight across processes (`gpucache_ext.store.claims`) ---------
+    def claim_tier(self, stage: str) -> Optional[Tier]:
+        """Where builds of `stage` are claimed: the widest persistent tier that
+        keeps claims (the shared tier after the disk), None where none does."""
+        keeping = [tier for tier in self.tiers_for(stage) if tier.keeps_claims]
+        return keeping[-1] if keeping else None
+
+    @contextlib.contextmanager
+    def claimed(self, stage: str, token: Token, cc):
+        """Claim the build of an entry every tier missed (see `claim`); the
+        claim, if one is held, is released when the block ends: after the
+        entry is filed, or when the build failed."""
+        claim = self.claim(stage, token, cc)
+        try:
+            yield claim
+        finally:
+            if claim.renewal is not None:
+                claim.renewal.release()
+
+    def claim(self, stage: str, token: Token, cc) -> Claim:
+        """Build here under a claim, or wait for the process that holds it
+        and return the entry it files (a `Claim` with its entry), or build
+        here without one (no tier keeps claims, waiting is off, the tier
+        stopped answering, or the wait of `wait_seconds` ran out)."""
+        tier = self.claim_tier(stage)
+        if tier is None or self.wait_seconds <= 0:
+            return Claim()
+        owner, start, delay = new_owner(), time.monotonic(), 0.002
+        while True:
+            got = tier.claim(stage, token.hex, owner, self.claim_seconds)
+            waited = time.monotonic() - start
+            if got is None:  # (the tier keeps no claims now: build alone)
+                return Claim(waited=waited)
+            entry, effective, where = self.lookup(stage, token, cc, again=True)  # (filed meanwhile?)
+            if entry is not None:
+                if got:
+                    tier.release_claim(stage, token.hex, owner)
+                return self._waited(stage, Claim(entry, effective, where, time.monotonic() - start))
+            if got:
+                return Claim(renewal=Renewal(tier, stage, token.hex, owner, self.claim_seconds),
+                             claimed_in=tier.name, waited=waited)
+            if waited >= self.wait_seconds:
+                return Claim(waited=waited, gave_up=True)
+            time.sleep(min(delay, max(0.0, self.wait_seconds - waited)))
+            delay = min(delay * 2, 0.1)
+
+    def _waited(self, stage: str, claim: Claim) -> Claim:
+        if claim.waited > 0 and claim.tier is not None:
+            with self.lock:
+                count, total = self.waits[stage].get(claim.tier, (0, 0.0))
+                self.waits[stage][claim.tier] = (count + 1, total + claim.waited)
+        return claim
 
     def put(self, stage: str, entry: Entry) -> None:
         with self.lock:
@@ -193,6 +257,7 @@ class TieredStore:
         """Per stage: its counters and, per tier, hits, saved seconds, entries
         and bytes (reading a shared tier's numbers asks its server)."""
         with self.lock:  # the counters and memory figures at one moment
+            waited_for = {stage: dict(found) for stage, found in self.waits.items()}
             counted = {}
             for stage in ALL_STAGES:
                 memory, counters = self.memory[stage], self.counters[stage]
@@ -210,11 +275,13 @@ class TieredStore:
                                          stage_stats.bytes)}
             for tier in self.tiers_for(stage):
                 count, saved = hits.get(tier.name, (0, 0.0))
+                waits, waited = waited_for[stage].get(tier.name, (0, 0.0))
                 held = tier.stats(stage)
                 tiers[tier.name] = TierStats(count, round(saved, 6), int(held["entries"]),
                                              int(held["bytes"]), held.get("corrupt"), held.get("rejected"),
                                              held.get("rejected_by"), held.get("previous_secret"),
-                                             held.get("unwritable"))
+                                             held.get("unwritable"), waits or None,
+                                             round(waited, 6) if waits else None)
             result[stage] = dataclasses.replace(stage_stats, tiers=tiers)
         return result
 

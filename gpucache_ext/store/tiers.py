@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from .. import targets
-from .signing import PREVIOUS, Keyring, Rejected
+from .signing import PREVIOUS, Keyring, Rejected, key_id
 from ..tokens import Component
 
 log = logging.getLogger(__name__)
@@ -177,6 +177,30 @@ class Tier:
         such a record and the entry was dropped; what explains the miss
         that follows, after a restart too."""
         return None
+
+    # -- claims: single flight across processes (`gpucache_ext.store.claims`)
+    keeps_claims = False
+
+    def claim(self, stage: str, token: str, owner: str, seconds: float) -> Optional[bool]:
+        """Claim the build of the entry `token` of `stage` for `owner`, for
+        `seconds` unless renewed: True claimed, False another process holds
+        it, None this tier keeps no claims now (none kept, or not answering)."""
+        return None
+
+    def renew_claim(self, stage: str, token: str, owner: str, seconds: float) -> bool:
+        """Keep `owner`'s claim for `seconds` more; False where it is no longer its."""
+        return False
+
+    def release_claim(self, stage: str, token: str, owner: str) -> None:
+        """Give up `owner`'s claim (nothing where it is no longer its)."""
+
+    @property
+    def claim_space(self) -> str:
+        """What claims are kept under: the signing secret's id (or "unsigned"),
+        so that jobs with different secrets never wait for each other."""
+        if self.keyring is None or not self.keyring.signs:
+            return "unsigned"
+        return key_id(self.keyring.secrets[0]).hex()
 
     @property
     def signed(self) -> bool:
