@@ -11,6 +11,7 @@ and check the shared (Redis) cache.
     gpucache verify [--fix] [--toolchain]   check every entry: signature, key, checksum (toolchain)
     gpucache verify --recompile [--sample F]  compile entries again and compare
     gpucache verify --shared [--fix]        check every shared entry's signature, key and checksum
+    gpucache warm NOTEBOOK_OR_MODULE --sm 80,86 [-- FLAGS]  build its kernels into the cache ahead of a job
 
 --dir picks the cache folder (default: GPUCACHE_DIR, else the platform's user
 cache folder); --redis-url the shared cache (default: GPUCACHE_REDIS_URL; "off":
@@ -32,7 +33,7 @@ so no compile here is ever served it.  Only verify --recompile compiles.
 
 The package: `parser` (the command line), one module per group of commands
 (`stats`; `listing`: ls, show and diff; `export`; `cleanup`: clear and prune;
-`verify`), what they share (`output`, `entries`: reading the disk tier's
+`verify`; `warm`), what they share (`output`, `entries`: reading the disk tier's
 entries; `server`: reaching the shared tier), and `main` here.
 """
 
@@ -55,12 +56,13 @@ from .parser import build_parser
 from .server import redis_url
 from .stats import cmd_stats
 from .verify import cmd_verify
+from .warm import cmd_warm
 
 __all__ = ["COMMANDS", "CommandError", "build_parser", "main"]
 
 COMMANDS = {"stats": cmd_stats, "ls": cmd_ls, "show": cmd_show, "diff": cmd_diff, "export": cmd_export,
             "clear": cmd_clear,
-            "prune": cmd_prune, "verify": cmd_verify}
+            "prune": cmd_prune, "verify": cmd_verify, "warm": cmd_warm}
 
 
 def _cache_folder(args) -> Path:
@@ -80,7 +82,7 @@ def _cache_folder(args) -> Path:
 def _disk_tier(args) -> Optional[DiskTier]:
     """The disk tier the command works on; None for verify --shared, and for
     stats of a shared cache where there is no disk cache (args.disk_problem)."""
-    if args.command == "verify" and args.shared:
+    if (args.command == "verify" and args.shared) or args.command == "warm":  # (warm makes its folder)
         return None
     try:
         folder = _cache_folder(args)
@@ -95,7 +97,11 @@ def _disk_tier(args) -> Optional[DiskTier]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "warm":  # (warm passes the magic's flags on to the kernels it builds)
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.flags = extra
 
     def out(value):
         print(json.dumps(value, indent=2, default=str) if args.json else value)

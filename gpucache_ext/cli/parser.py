@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..store.codec import PERSISTENT_STAGES
 from ..store.disk import default_directory
+from .warm import add_warm
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _AGES = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -130,4 +131,5 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--sample", type=_fraction, default=1.0, metavar="F",
                         help="with --recompile: the fraction of entries to recompile (default 1)")
     verify.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
+    add_warm(add)
     return parser
