@@ -179,6 +179,25 @@ def test_a_hit_another_process_built_says_so_with_its_wait(tmp_path):
     assert again.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86)).stages["cubin"].tier == "disk"
 
 
+def test_a_wait_for_another_processs_build_is_a_hit_the_report_and_the_stats_show(tmp_path):
+    from gpucache_ext.views.summary import saved_seconds, summary_text
+
+    slow = start({"directory": str(tmp_path), "kernels": ["copy"], "hang": "cubin", "hang_seconds": 1.5})
+    wait_for_claim(slow)
+    cache = KernelCache(directory=tmp_path, audit=False)
+    result = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    finish(slow)
+    cubin = result.stages["cubin"]
+    assert (cubin.outcome.value, cubin.tier) == ("hit", "disk") and 0.3 < cubin.waited < 60
+    assert "hit (disk, built by another process, waited" in result.explain()
+    stats = cache.stats()
+    assert stats["cubin"].tiers["disk"].waits == 1 and stats["cubin"].tiers["disk"].waited_seconds >= 0.3
+    assert stats["ptx"].tiers["disk"].waits is None  # (filed before this process looked: a plain hit)
+    table = summary_text(stats, saved_seconds(stats))
+    assert "waited for another process" in table.splitlines()[0]
+    assert "waited for another process" not in summary_text(KernelCache().stats(), {})
+
+
 def test_an_entry_waited_for_is_shown_as_built_by_another_process(tmp_path):
     from gpucache_ext.ipython.report import _stage_cell
     from gpucache_ext.results import Outcome, StageResult
@@ -222,25 +241,42 @@ def test_a_builder_killed_mid_build_frees_its_entry(tmp_path, where, request):
 
 
 @pytest.mark.slow
-def test_a_stalled_redis_mid_wait_is_a_tier_with_no_claims(tmp_path, redis_server):
+@pytest.mark.parametrize("fault", [signal.SIGSTOP, signal.SIGKILL], ids=["stalled", "killed"])
+def test_a_redis_stalled_or_killed_mid_wait_is_a_tier_with_no_claims(tmp_path, redis_server, fault):
+    """A process waiting for another's build when the server stalls or dies
+    stops waiting (the server's calls time out: a tier with no claims) and
+    builds the entry itself, rightly."""
+    import threading
+    import warnings
+
     hanging = start({"redis_url": redis_server.url, "secret": "s", "kernels": ["copy"], "hang": "cubin"})
+    found = {}
     try:
         wait_for_claim(hanging)
-        os.kill(redis_server.proc.pid, signal.SIGSTOP)
-        try:
-            cache = KernelCache(redis_url=redis_server.url, secret="s", audit=False, wait=60)
-            started = time.monotonic()
-            with pytest.warns(Warning, match="not answering"):
-                result = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
-            assert time.monotonic() - started < 20
-        finally:
-            os.kill(redis_server.proc.pid, signal.SIGCONT)
+        cache = KernelCache(redis_url=redis_server.url, secret="s", audit=False, wait=60)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            waiter = threading.Thread(target=lambda: found.update(
+                result=cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))))
+            waiter.start()
+            time.sleep(1.5)  # (waiting for the hanging process's cubin by now)
+            assert waiter.is_alive()
+            os.kill(redis_server.proc.pid, fault)
+            try:
+                waiter.join(30)
+                assert not waiter.is_alive()  # never stuck
+            finally:
+                if fault == signal.SIGSTOP:
+                    os.kill(redis_server.proc.pid, signal.SIGCONT)
     finally:
         hanging.kill()
         hanging.wait()
     import hashlib
 
-    assert hashlib.sha256(result.cubin).hexdigest() == fresh_cubin(86)
+    assert any("not answering" in str(w.message) for w in caught)
+    cubin = found["result"].stages["cubin"]
+    assert cubin.outcome.value == "miss" and cubin.waited == 0  # (not a wait that ran out: the tier went)
+    assert hashlib.sha256(found["result"].cubin).hexdigest() == fresh_cubin(86)
 
 
 def test_other_jobs_secrets_and_waiting_off_never_wait(tmp_path, redis_server):

@@ -40,6 +40,13 @@ _SUMMARY_COLUMNS = (
     ("compile_seconds", "compile time spent"), ("saved_seconds", "compile time saved"), ("audits", "audited"),
     ("audit_mismatches", "audit mismatches"),
 )
+# shown where a compile waited for another process's build of an entry (`gpucache_ext.store.claims`)
+_WAITS_COLUMN = ("waits", "waited for another process")
+
+
+def _columns(rows) -> tuple:
+    """The summary's columns: the waits only where some tier counted one."""
+    return _SUMMARY_COLUMNS + ((_WAITS_COLUMN,) if any(row.get("waits") for row in rows) else ())
 
 
 def _cell(stage: str, field: str, value: Any, shown: str, tier: Optional[str] = None,
@@ -68,7 +75,7 @@ def summary_rows(stats, saved) -> List[Dict[str, Any]]:
     tiers = stats.tier_names()
     totals = dict.fromkeys(("hits", "misses", "cutoffs", "entries", "bytes", "evictions", "audits",
                             "audit_mismatches"), 0)
-    totals.update(compile_seconds=0.0, saved_seconds=0.0)
+    totals.update(compile_seconds=0.0, saved_seconds=0.0, waits=0)
     for stage in stages_used(stats):
         s = stats.get(stage, {})
         row = {"stage": stage, "tier": None, "hits": int(s.get("hits", 0)),
@@ -76,7 +83,8 @@ def summary_rows(stats, saved) -> List[Dict[str, Any]]:
                "bytes": int(s.get("bytes", 0)), "evictions": int(s.get("evictions", 0)),
                "compile_seconds": float(s.get("compile_seconds", 0.0)),
                "saved_seconds": float(saved.get(stage, {}).get("total", 0.0)),
-               "audits": int(s.get("audits", 0)), "audit_mismatches": int(s.get("audit_mismatches", 0))}
+               "audits": int(s.get("audits", 0)), "audit_mismatches": int(s.get("audit_mismatches", 0)),
+               "waits": sum(int(t.get("waits") or 0) for t in s.get("tiers", {}).values())}
         row["hit_rate"] = _rate(row["hits"], row["misses"])
         cutoffs = int(s.get("cutoffs", 0) or 0)
         row["cutoffs"] = cutoffs if stage in KEYED_ON_BYTES or cutoffs else None
@@ -94,7 +102,7 @@ def summary_rows(stats, saved) -> List[Dict[str, Any]]:
                          "entries": int(t.get("entries", 0)), "bytes": int(t.get("bytes", 0)),
                          "evictions": None, "compile_seconds": None,
                          "saved_seconds": float(saved.get(stage, {}).get(name, 0.0)),
-                         "audits": None, "audit_mismatches": None})
+                         "audits": None, "audit_mismatches": None, "waits": int(t.get("waits") or 0) or None})
     total = {"stage": "all", "tier": None, **totals}
     total["hit_rate"] = _rate(total["hits"], total["misses"])
     rows.append(total)
@@ -112,10 +120,12 @@ def _shown(field: str, value: Any) -> str:
 
 
 def summary_html(stats, saved) -> str:
+    rows = summary_rows(stats, saved)
+    columns = _columns(rows)
     head = "<th scope=\"col\">stage</th>" + "".join(
-        f"<th scope=\"col\">{esc(title)}</th>" for _, title in _SUMMARY_COLUMNS)
+        f"<th scope=\"col\">{esc(title)}</th>" for _, title in columns)
     body = []
-    for row in summary_rows(stats, saved):
+    for row in rows:
         stage, tier = row["stage"], row["tier"]
         if tier is None:
             cls = "gpucache-total" if stage == "all" else "gpucache-stage"
@@ -123,7 +133,7 @@ def summary_html(stats, saved) -> str:
         else:
             cls, title = "gpucache-tier", f"\u21b3 {tier}"
         cells = []
-        for field, _ in _SUMMARY_COLUMNS:
+        for field, _ in columns:
             value = row[field]
             if value is None:
                 cells.append("<td></td>")
@@ -141,19 +151,23 @@ def summary_html(stats, saved) -> str:
                "the stage before was rebuilt to the same bytes: the cell report's \u201chit (same "
                "bytes)\u201d), what is cached in memory, compile time spent (misses) and saved (hits), "
                "and artifacts audited against a fresh compile (mismatches are soundness bugs); the "
-               "indented rows give each tier's hits, entries, bytes and saved time.")
+               "indented rows give each tier's hits, entries, bytes and saved time"
+               + ("; waits: entries found after waiting for another process's build of them." if
+                  _WAITS_COLUMN in columns else "."))
     return (f'<table class="gpucache-table gpucache-summary-table"><caption>{caption}</caption>'
             f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
 
 def summary_text(stats, saved) -> str:
-    columns = ["stage"] + [title for _, title in _SUMMARY_COLUMNS]
+    rows = summary_rows(stats, saved)
+    shown = _columns(rows)
+    columns = ["stage"] + [title for _, title in shown]
     lines = []
-    for row in summary_rows(stats, saved):
+    for row in rows:
         title = row["stage"] if row["tier"] is None else f"  {row['tier']}"
         if row["stage"] == "all":
             title = "all"
-        lines.append([title] + [_shown(f, row[f]) for f, _ in _SUMMARY_COLUMNS])
+        lines.append([title] + [_shown(f, row[f]) for f, _ in shown])
     widths = [max(len(columns[i]), *(len(line[i]) for line in lines)) for i in range(len(columns))]
 
     def fmt(cells):
