@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import UnsupportedKernelError
@@ -142,33 +143,75 @@ _LAST: Optional[Tuple[tuple, list]] = None  # the tables' `_state` and their use
 _DERIVED: set = set()  # keys of the entries numba registered while the cache compiled
 
 
+class _Watch:
+    """One `derived_during` block: the tables as they were before numba's
+    pipeline first ran in it (None until then)."""
+
+    __slots__ = ("before",)
+
+    def __init__(self):
+        self.before = None
+
+
+_watching = threading.local()  # per thread: the open `derived_during` blocks, innermost last
+
+
 @contextlib.contextmanager
 def derived_during():
     """Around a compile of the cache's: what numba registers meanwhile is not
     an input but a consequence of the registrations the tokens hold (numba
     registers a lowering for an ``@overload_attribute`` each time it makes its
     template, one for an ``@intrinsic`` per signature it types), and is left
-    out of them.  Registrations made by user code between compiles count."""
+    out of them.  Registrations made by user code between compiles count.
+
+    Numba registers them only as its pipeline runs (typing, lowering), so
+    the tables are read when it is first about to run in the block
+    (`numba_runs`), not before: a compile that finds every stage cached
+    reads them no more than its tokens need."""
     if not _USER:  # (no compile has looked at the tables yet: nothing user-made to tell apart)
         yield
         return
-    before = {id(table): len(table) if isinstance(table, list) else dict(table) for _, table in _containers()}
+    watches = getattr(_watching, "blocks", None)
+    if watches is None:
+        watches = _watching.blocks = []
+    watch = _Watch()
+    watches.append(watch)
     try:
         yield
     finally:
-        for _, table in _containers():
-            then = before.get(id(table))
-            if isinstance(table, list):
-                added = table[then:] if then is not None else list(table)
-            else:
-                added = [(key, value) for key, value in list(table.items())
-                         if then is None or then.get(key, then) is not value]
-            for entry in added:
-                key = _key(entry)
-                if key not in _USER:
-                    _DERIVED.add(key)
-                    _USER[key] = False
-                    _KEEP.append(entry)
+        watches.remove(watch)
+        if watch.before is not None:
+            _derive(watch.before)
+
+
+def numba_runs() -> None:
+    """numba's pipeline is about to run (typing or lowering) in this thread:
+    the open `derived_during` blocks that have not read numba's tables yet
+    read them now."""
+    watches = getattr(_watching, "blocks", None)
+    if not watches or all(watch.before is not None for watch in watches):
+        return
+    before = {id(table): len(table) if isinstance(table, list) else dict(table) for _, table in _containers()}
+    for watch in watches:
+        if watch.before is None:
+            watch.before = before
+
+
+def _derive(before) -> None:
+    """The entries added to numba's tables since `before` are derived, not user-made."""
+    for _, table in _containers():
+        then = before.get(id(table))
+        if isinstance(table, list):
+            added = table[then:] if then is not None else list(table)
+        else:
+            added = [(key, value) for key, value in list(table.items())
+                     if then is None or then.get(key, then) is not value]
+        for entry in added:
+            key = _key(entry)
+            if key not in _USER:
+                _DERIVED.add(key)
+                _USER[key] = False
+                _KEEP.append(entry)
 
 
 def extensions_component() -> Optional[Component]:

@@ -26,6 +26,7 @@ from numba.cuda.core.untyped_passes import TranslateByteCode
 from numba.cuda.flags import CUDAFlags
 
 from .. import numba_compat, targets
+from ..extensions import numba_runs
 from ..locks import compiler_lock
 from ..config import CompileConfig
 from ..errors import CompileError, UnsupportedKernelError
@@ -123,6 +124,7 @@ def numba_compiling():
     patches (`install_patches`)."""
     install_patches()
     with compiler_lock(), nbutils.numba_target_override(), numba_compat.nrt_off():
+        numba_runs()  # (what numba registers from here on follows from what was hashed)
         yield
 
 
