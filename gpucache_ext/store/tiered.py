@@ -34,6 +34,12 @@ from .signing import Keyring
 from .tiers import Entry, MemoryTier, Tier
 
 
+# how often a waiter looks for the entry another process builds, at most: the
+# entry is read this long after it is filed, at worst (a look is one read of
+# a file, or one request to the server)
+_POLL_MAX = 0.02
+
+
 class StageCounters:
     """What one stage's lookups and builds came to so far."""
 
@@ -164,7 +170,7 @@ class TieredStore:
         tier = self.claim_tier(stage)
         if tier is None or self.wait_seconds <= 0:
             return Claim()
-        owner, start, delay = new_owner(), time.monotonic(), 0.002
+        owner, start, delay = new_owner(), time.monotonic(), 0.001
         while True:
             got = tier.claim(stage, token.hex, owner, self.claim_seconds)
             waited = time.monotonic() - start
@@ -181,7 +187,7 @@ class TieredStore:
             if waited >= self.wait_seconds:
                 return Claim(waited=waited, gave_up=True)
             time.sleep(min(delay, max(0.0, self.wait_seconds - waited)))
-            delay = min(delay * 2, 0.1)
+            delay = min(delay * 1.5, _POLL_MAX)
 
     def _waited(self, stage: str, claim: Claim) -> Claim:
         if claim.waited > 0 and claim.tier is not None:
