@@ -251,38 +251,49 @@ def test_user_code_is_found_however_a_registered_value_holds_it():
             assert not touches_user_code(value), value  # (a dict is not walked, as before)
 
 
-def test_a_compile_reads_numbas_tables_once_a_hit_and_again_only_around_numbas_own_runs(monkeypatch):
+READS_SCRIPT = '''
+import json
+from gpucache_ext import CompileConfig, KernelCache, extensions
+from tests.helpers import notebook_namespace, run_cell
+
+namespace = notebook_namespace()
+run_cell(namespace, """
+from numba.cuda.extending import intrinsic
+
+@intrinsic
+def passthrough_twice(typingctx, x):
+    from numba.cuda.typing import signature
+    return signature(x, x), lambda context, builder, sig, args: args[0]
+
+def kernel(r):
+    r[0] = passthrough_twice(r[1])
+""")
+cache = KernelCache()
+config = CompileConfig(sm=86)
+cache.compile(namespace["kernel"], "void(float32[:])", config)  # (the tables looked at once)
+reads = []
+real = extensions._containers
+extensions._containers = lambda: reads.append(1) or real()
+other = cache.compile(namespace["kernel"], "void(float32[:])", config.replace(opt=2))  # types and lowers
+built = [len(reads), other.stages["llvm"].hit]
+reads.clear()
+again = cache.compile(namespace["kernel"], "void(float32[:])", config.replace(opt=2))
+hit = [len(reads), again.hit]
+fresh = KernelCache().compile(namespace["kernel"], "void(float32[:])", config.replace(opt=2))
+print(json.dumps({"built": built, "hit": hit,
+                  "same_token": fresh.stages["llvm"].token == other.stages["llvm"].token}))
+'''
+
+
+def test_a_compile_reads_numbas_tables_once_a_hit_and_again_only_around_numbas_own_runs():
     """What numba registers during a compile is derived (left out of the
     tokens); the tables are read for that only once numba's pipeline is about
     to run, so an exact repeat reads them once (its token), and a compile
     that types and lowers still tells what numba registered meanwhile (the
-    intrinsic's lowering, registered as numba types it): its repeat hits."""
-    from gpucache_ext import CompileConfig, KernelCache, extensions
-
-    from .helpers import notebook_namespace, run_cell
-
-    namespace = notebook_namespace()
-    run_cell(namespace, """
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def passthrough_twice(typingctx, x):
-        from numba.cuda.typing import signature
-        return signature(x, x), lambda context, builder, sig, args: args[0]
-
-    def kernel(r):
-        r[0] = passthrough_twice(r[1])
-    """)
-    cache = KernelCache()
-    config = CompileConfig(sm=86)
-    cache.compile(namespace["kernel"], "void(float32[:])", config)  # (the tables looked at once)
-    reads = []
-    real = extensions._containers
-    monkeypatch.setattr(extensions, "_containers", lambda: reads.append(1) or real())
-    other = cache.compile(namespace["kernel"], "void(float32[:])", config.replace(opt=2))  # types and lowers
-    assert not other.stages["llvm"].hit and len(reads) == 1 + 2  # the token; before and after numba ran
-    reads.clear()
-    again = cache.compile(namespace["kernel"], "void(float32[:])", config.replace(opt=2))
-    assert again.hit and len(reads) == 1  # the token alone
-    fresh = KernelCache().compile(namespace["kernel"], "void(float32[:])", config.replace(opt=2))
-    assert fresh.stages["llvm"].token == other.stages["llvm"].token  # (nothing numba derived became an input)
+    intrinsic's lowering, registered as numba types it): its repeat hits.
+    In a new process: the intrinsic stays registered in the process that
+    defined it, and other tests' tokens must not see it."""
+    found = run_python(READS_SCRIPT, json_line=True)
+    assert found["built"] == [1 + 2, False]  # the token; before and after numba ran
+    assert found["hit"] == [1, True]  # the token alone
+    assert found["same_token"]  # (nothing numba derived became an input)

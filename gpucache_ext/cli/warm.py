@@ -24,6 +24,7 @@ something could not be warmed, 0 otherwise.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
 import itertools
@@ -115,7 +116,13 @@ def _configs(sms: str, flags: List[str]):
     from ..config import CompileConfig, Targets
     from ..sweeps import combinations, parse_values
 
-    parsed = _flag_parser().parse_args(flags)
+    parser = _flag_parser()
+    try:
+        parsed, unknown = parser.parse_known_args(flags)
+    except argparse.ArgumentError as exc:  # (Python 3.13 raises where 3.11 calls error())
+        parser.error(str(exc))
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         targets = Targets(sms).sms
         swept = {field: parse_values(field, given) for field, given in (
@@ -133,8 +140,6 @@ def _configs(sms: str, flags: List[str]):
 
 
 def _flag_parser():
-    import argparse
-
     parser = argparse.ArgumentParser(prog="gpucache warm ... --", add_help=False, exit_on_error=False)
     parser.add_argument("--opt")
     parser.add_argument("--fastmath", nargs="?", const="on")
