@@ -300,11 +300,10 @@ class Pipeline:
                 if found is not None:
                     return found
             # across processes: one builds, the others wait for its entry (`gpucache_ext.store.claims`)
-            with (contextlib.nullcontext(claim) if claim is not None or forced or not definition.persisted
-                  else self.store.claimed(stage, token, job.cc)) as claim:
-                claim = claim if claim is not None else Claim()
-                if claim.entry is not None:
-                    return self._waited_for(stage, job, claim, cutoff)
+            with (contextlib.nullcontext((None, claim)) if claim is not None
+                  else self.claiming(stage, job, token, cutoff)) as (waited, claim):
+                if waited is not None:
+                    return waited
                 toolchain.confirm(stage)  # the fingerprint in the tokens is that of the tools about to run
                 self.store.count(stage, False)
                 start = time.perf_counter()
@@ -321,16 +320,17 @@ class Pipeline:
         return Found(stage, artifact, digest, token.hex)
 
     @contextlib.contextmanager
-    def claiming(self, stage: str, job, token: Token):
-        """Claim the build of `stage`'s entry before building what it is built
-        from (llvm's before typing: a process that waits types nothing): yields
-        (the entry another process built, as a hit, or None, the claim to pass
-        to `obtain`); the claim is released when the block ends."""
+    def claiming(self, stage: str, job, token: Token, cutoff: bool = False):
+        """Claim the build of `stage`'s entry (`obtain` does, and `front` for
+        llvm before typing: a process that waits types nothing): yields (the
+        entry another process built, as a hit, or None; the `Claim`, to pass
+        to `obtain`: an empty one for a forced compile or a stage kept in
+        memory alone); the claim is released when the block ends."""
         if job.forced or not STAGE_TABLE[stage].persisted:
-            yield None, None
+            yield None, Claim()
             return
         with self.store.claimed(stage, token, job.cc) as claim:
-            yield (self._waited_for(stage, job, claim, False) if claim.entry is not None else None), claim
+            yield (self._waited_for(stage, job, claim, cutoff) if claim.entry is not None else None), claim
 
     def _waited_for(self, stage: str, job, claim: Claim, cutoff: bool) -> Found:
         """The entry another process built while this one waited: a hit in the tier it was read from."""
