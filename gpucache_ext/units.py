@@ -34,3 +34,8 @@ def format_age(seconds: float) -> str:
         if age >= size:
             return f"{age / size:.0f}{unit}"
     return f"{age:.0f}s"
+
+
+def entries_phrase(count: int) -> str:
+    """"1 entry", "3 entries"."""
+    return f"{count} entr{'y' if count == 1 else 'ies'}"

@@ -387,6 +387,54 @@ def test_gpucache_line_magic(ip, capsys):
             ip.run_line_magic("gpucache", bad)
 
 
+def _disk_entries(folder, stage):
+    return sorted(folder.glob(f"v1/{stage}/*/*.entry"))
+
+
+def test_clear_drops_memory_alone_unless_the_persistent_tiers_are_named(ip, tmp_path, capsys, monkeypatch):
+    """%gpucache clear STAGE leaves the disk tier (shared by every notebook
+    using it) as it is; --tiers disk asks first, naming the tier and the
+    entries it loses; without a prompt it needs --yes; a "no" deletes nothing."""
+    from gpucache_ext.ipython.magic import clear_entries
+    from gpucache_ext.ipython.session import current
+
+    current(ip).configure_cache(directory=tmp_path)
+    cell(ip, "--sm 80 --quiet", AXPY)
+    cache = gpucache_ext.default_cache()
+    on_disk = _disk_entries(tmp_path, "ptx")
+    assert len(on_disk) == 1 and cache.stats()["ptx"].tiers["memory"].entries == 1
+    capsys.readouterr()
+
+    ip.run_line_magic("gpucache", "clear ptx")
+    out = capsys.readouterr().out
+    assert _disk_entries(tmp_path, "ptx") == on_disk  # the disk tier is as it was
+    assert cache.stats()["ptx"].tiers["memory"].entries == 0
+    assert "1 entry dropped from memory" in out and f"kept: 1 in disk ({tmp_path})" in out
+    assert "--tiers disk clears them too" in out
+
+    # naming the disk: no prompt here (pytest captures stdin), so it refuses and deletes nothing
+    with pytest.raises(UsageError, match=r"1 entry from disk .*add --yes") as refused:
+        ip.run_line_magic("gpucache", "clear ptx --tiers disk")
+    assert str(tmp_path) in str(refused.value)
+    assert _disk_entries(tmp_path, "ptx") == on_disk
+    # asked, answered no: nothing deleted
+    asked = []
+    said = clear_entries(cache, ["ptx", "--tiers", "disk"], ask=lambda q: asked.append(q) or "n")
+    assert said.startswith("nothing deleted") and _disk_entries(tmp_path, "ptx") == on_disk
+    assert "Clear ptx from memory and disk" in asked[0] and "1 entry from disk" in asked[0]
+    # answered yes: gone from the disk, and said so
+    said = clear_entries(cache, ["ptx", "--tiers=disk"], ask=lambda q: "y")
+    assert _disk_entries(tmp_path, "ptx") == [] and f"1 from disk ({tmp_path})" in said
+    # --yes: no question (every stage; the other stages' entries go too)
+    assert _disk_entries(tmp_path, "cubin")
+    ip.run_line_magic("gpucache", "clear --tiers all --yes")
+    assert not list(tmp_path.glob("v1/*/*/*.entry"))
+    for bad, match in (("clear ptx --tiers", "needs a value"), ("clear ptx --tiers redis", "no 'redis' tier"),
+                       ("clear ptx llvm", "'llvm' is not understood"), ("clear --force", "not understood")):
+        with pytest.raises(UsageError, match=match):
+            ip.run_line_magic("gpucache", bad)
+
+
 def test_help_lists_the_flags(ip):
     doc = ip.find_cell_magic("gpukernel").__doc__
     for flag in ("--sm", "--opt", "--fastmath", "--no-ftz", "--max-registers", "--launch-bounds",

@@ -312,7 +312,12 @@ class GpuCacheMagics(Magics):
                                   per cell, the entries and why they were built, actions
         %gpucache stats           per-stage hits, misses, entries and bytes; per persistent tier
                                   where it is, whether its entries are signed, what it refused
-        %gpucache clear [STAGE]   drop every entry, or one stage's (typing, llvm, ptx, cubin, fatbin)
+        %gpucache clear [STAGE] [--tiers TIERS] [--yes]
+                                  drop one stage's entries (typing, llvm, ptx, cubin, fatbin; every
+                                  stage without STAGE) from this process's memory; --tiers disk,shared
+                                  (or all) clears those persistent tiers too, which every notebook and
+                                  process using them shares: it asks first, naming the tiers and how
+                                  many entries each loses (--yes: do not ask; needed without a prompt)
         %gpucache explain NAME    how kernel NAME was compiled (which stages were rebuilt to the same
                                   bytes, so the next were reused), and what would miss now
         %gpucache diff A B        two ptx entries' PTX, or two cubin entries' SASS, side by side (A and B:
@@ -345,10 +350,7 @@ class GpuCacheMagics(Magics):
                                         if self.session.auto.on else "off: cells run as written"))
             return None
         if command == "clear":
-            if len(rest) > 1 or (rest and rest[0] not in ALL_STAGES):
-                raise UsageError(f"%gpucache clear [STAGE]: STAGE is one of {', '.join(ALL_STAGES)}")
-            cache.clear(rest[0] if rest else None)
-            print(f"cleared {rest[0] if rest else 'every'} stage")
+            print(clear_entries(cache, rest))
             return None
         if command == "explain":
             if len(rest) != 1:
@@ -366,8 +368,64 @@ class GpuCacheMagics(Magics):
         if command == "diff":
             print(diff_entries(cache, rest))
             return None
-        raise UsageError(f"%gpucache {command}: unknown command; use stats, clear [STAGE], explain NAME, "
+        raise UsageError(f"%gpucache {command}: unknown command; use stats, clear [STAGE] [--tiers TIERS], "
+                         "explain NAME, "
                          "diff TOKEN_A TOKEN_B or auto [on|off]")
+
+
+_CLEAR_USAGE = "%gpucache clear [STAGE] [--tiers TIERS] [--yes]"
+
+
+def clear_entries(cache, words: List[str], ask=input) -> str:
+    """``%gpucache clear``: drop a stage (every stage without one) from this
+    process's memory, and from the persistent tiers ``--tiers`` names
+    (``disk``, ``shared``, comma-separated, or ``all``; memory is always
+    cleared) once the user confirms (`ask`, the prompt; ``--yes`` skips it,
+    and is needed where there is no prompt).  What it did, as text."""
+    from ..queries.clearing import clear_stage, plan_clear
+
+    stage, tiers, yes = None, None, False
+    words = list(words)
+    while words:
+        word = words.pop(0)
+        if word in ("--yes", "-y"):
+            yes = True
+        elif word == "--tiers" or word.startswith("--tiers="):
+            value = word.partition("=")[2] if "=" in word else (words.pop(0) if words else "")
+            if not value:
+                raise UsageError(f"{_CLEAR_USAGE}: --tiers needs a value: memory, disk, shared (comma-separated) "
+                                 "or all")
+            tiers = value
+        elif word.startswith("-") or stage is not None:
+            raise UsageError(f"{_CLEAR_USAGE}: {word!r} is not understood; STAGE is one of "
+                             f"{', '.join(ALL_STAGES)} (or all), TIERS e.g. disk or all")
+        else:
+            stage = word
+    named = ("memory",) if tiers is None else ("memory", *(t.strip() for t in tiers.split(",") if t.strip()))
+    try:
+        clear_stage(stage)
+    except ValueError as exc:
+        raise UsageError(f"{_CLEAR_USAGE}: {exc}") from None
+    try:
+        plan = plan_clear(cache, stage, "all" if tiers == "all" else tuple(dict.fromkeys(named)))
+    except ValueError as exc:
+        reason = str(exc).partition(" is invalid: ")[2] or str(exc)
+        raise UsageError(f"{_CLEAR_USAGE}: --tiers {tiers}: {reason}") from None
+    if plan.persistent and not yes:
+        question = plan.question()
+        try:
+            answer = ask(f"{question} [y/N] ")
+        except (EOFError, OSError, NotImplementedError):  # no prompt: nbclient, a script, captured stdin
+            # (ipykernel's StdinNotImplementedError is a NotImplementedError)
+            raise UsageError(f"{question} There is no prompt to confirm it here: add --yes "
+                             f"(%gpucache clear {plan.stage or 'all'} --tiers {tiers} --yes).") from None
+        if answer.strip().lower() not in ("y", "yes"):
+            return f"nothing deleted: {plan.what} kept in every tier"
+    outcome = plan.run()
+    kept = [name for name in cache.tier_names() if name not in plan.names]
+    if kept and "not chosen, so kept" in outcome.text:  # (it names the entries kept)
+        return f"{outcome.text} (--tiers {','.join(kept)} clears them too)"
+    return outcome.text
 
 
 def diff_entries(cache, tokens: List[str]) -> str:

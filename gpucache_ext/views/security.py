@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Tuple
 
 from ..store.signing import REASONS
+from ..units import entries_phrase
 from .markup import class_attr, esc
 
 
@@ -24,11 +25,6 @@ def _rotation_help(command: str) -> str:
 
 # what entries read signed by a previous secret mean, and what to do
 ROTATION_HELP = _rotation_help("`gpucache verify --fix`")
-
-
-def entries_phrase(count: int) -> str:
-    """"1 entry", "3 entries"."""
-    return f"{count} entr{'y' if count == 1 else 'ies'}"
 
 
 def unsigned_warning(info) -> bool:
