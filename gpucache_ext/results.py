@@ -354,9 +354,14 @@ class CompileResult:
         """True when no stage had to compile."""
         return all(stage.hit for stage in self.every_stage())
 
+    def applied_summary(self) -> str:
+        """The config's summary as ptxas applied it: "sm_86 max_registers=16
+        (raised to 24 by ptxas)" where the cap was below the target's floor."""
+        return applied_summary(self.config.summary(), self.link_log)
+
     def explain(self) -> str:
         """One line per stage: hit or miss, tier, time, and why it missed."""
-        lines = [f"{self.kernel} {self.signature_text} [{self.config.summary()}]"]
+        lines = [f"{self.kernel} {self.signature_text} [{self.applied_summary()}]"]
         lines += [_stage_line(self.stages[stage], "  ") for stage in STAGES]
         return "\n".join(lines)
 
@@ -430,7 +435,9 @@ class FatbinResult(CompileResult):
         """Per target, one line per stage; then the fatbin."""
         lines = [f"{self.kernel} {self.signature_text} [{self.targets.describe(self.config)}]"]
         for sm in sorted(self.per_target):
-            lines.append(f"  sm_{sm}{'' if sm in self.targets.sms else ' (PTX only)'}")
+            raised = raised_register_cap(self.per_target[sm].link_log)
+            lines.append(f"  sm_{sm}{'' if sm in self.targets.sms else ' (PTX only)'}"
+                         + (f" max_registers={raised[0]} (raised to {raised[1]} by ptxas)" if raised else ""))
             lines += [_stage_line(stage, "    ") for stage in self.per_target[sm].every_stage()]
         members = ", ".join(member.name for member in self.members)
         line = _stage_line(self.fatbin_stage, "  ", f"  {members}; ")  # (the reasons after its members)
@@ -440,12 +447,40 @@ class FatbinResult(CompileResult):
         return "\n".join(lines)
 
 
+# ptxas's warnings where a register cap is below the target's floor, and its
+# note of the cap it applied: "For profile sm_86 adjusting per thread register
+# count of 16 to lower bound of 24", "Overriding maximum register limit 256
+# for '...' with  24 of maxrregcount option"
+_RAISED_CAP = re.compile(r"adjusting per thread register count of (\d+) to lower bound of (\d+)")
+_APPLIED_CAP = re.compile(r"with\s+(\d+) of maxrregcount option")
+
+
+def raised_register_cap(log: str) -> Optional[Tuple[int, int]]:
+    """(the cap asked for, the cap ptxas applied) where ptxas raised a
+    register cap to its floor for the target; None where it did not."""
+    found = _RAISED_CAP.findall(log or "")
+    return (int(found[-1][0]), int(found[-1][1])) if found else None
+
+
+def applied_summary(summary: str, log: str) -> str:
+    """A config summary ("sm_86 max_registers=16") with what ptxas did to
+    the register cap said where it raised it ("max_registers=16 (raised to
+    24 by ptxas)"): the cap asked for is not the cap applied."""
+    raised = raised_register_cap(log)
+    if raised is None:
+        return summary
+    asked, applied = raised
+    return re.sub(rf"\bmax_registers={asked}\b", f"max_registers={asked} (raised to {applied} by ptxas)", summary)
+
+
 def parse_resources(log: str) -> Dict[str, int]:
     """Resource usage from nvJitLink's verbose info log.
 
     The summary line reads "used 38 registers, used 1 barriers, 0 stack,
     2048 bytes smem, 568 bytes cmem[0], 8 bytes cmem[2], 0 bytes lmem"; spills
-    come from ptxas' "N bytes spill stores, N bytes spill loads".
+    come from ptxas' "N bytes spill stores, N bytes spill loads";
+    ``max_registers`` is the register cap ptxas applied (0: none), which is
+    its floor for the target where the cap asked for was lower.
     """
     summaries = [line for line in log.splitlines() if re.search(r"used \d+ registers", line)]
     summary = summaries[-1] if summaries else ""
@@ -468,6 +503,7 @@ def parse_resources(log: str) -> Dict[str, int]:
         "local_bytes": number(r"(\d+) bytes lmem", summary),
         "spill_stores": number(r"(\d+) bytes spill stores", log),
         "spill_loads": number(r"(\d+) bytes spill loads", log),
+        "max_registers": int(_APPLIED_CAP.findall(log)[-1]) if _APPLIED_CAP.search(log) else 0,
     }
 
 

@@ -36,10 +36,11 @@ def test_without_a_gpu_tune_ranks_by_occupancy_and_says_so(ip):
         (res,) = variant.results.values()
         used = res.resources
         for block in ((16, 16), (8, 8)):
-            shares[(variant.config.summary(), block)] = (
+            shares[(res.applied_summary(), block)] = (
                 not used["spill_stores"], occupancy((8, 6), block[0] * block[1], used["registers"],
                                                     used["shared_bytes"]).occupancy, -used["registers"])
-    assert shares[(result.config.summary(), result.block)] == max(shares.values())
+    chosen = next(v for v in kernel.variants if v.config == result.config).results
+    assert shares[(next(iter(chosen.values())).applied_summary(), result.block)] == max(shares.values())
     assert {(s, b): v for s, b, v in result.table} == {k: v[1] for k, v in shares.items()}
     assert result.grid == (2, 2) if result.block == (16, 16) else (4, 4)
 
@@ -76,3 +77,42 @@ def test_on_the_stand_in_driver_tune_times_every_pair_and_a_new_process_reuses_t
     assert not [c for c in again.calls if c["call"].startswith("cuLaunchKernel")]  # nothing timed again
     forced = json.loads(fakecuda.run(SCRIPT, args=["--force"], env=env).stdout.strip().splitlines()[-1])
     assert forced["measured"] and not forced["remembered"]
+
+
+FLOOR_KERNEL = """from numba import cuda
+@cuda.jit
+def act(r, x):
+    i = cuda.grid(1)
+    if 0 < i < r.size - 5:
+        r[i] = x[i] * 2.0 + x[i - 1] * x[i + 1] + x[i + 2] * x[i + 3] * x[i + 4] + x[i + 5]
+"""
+
+
+def test_a_register_cap_below_the_floor_says_what_ptxas_applied_and_ranks_by_it(ip, capsys):
+    """ptxas raises --max-registers 16 to its sm_86 floor of 24 (a warning in
+    the link log alone): the report, the variants table, explain() and
+    `kernel.resources` say so, and the cap asked for as applied (24) ranks
+    ahead of the raised one that gave the same registers."""
+    from gpucache_ext.queries import ResourceRow, variant_occupancy
+
+    capsys.readouterr()
+    cell(ip, "--sm 86 --max-registers 16,24 --block 128 --sig 'void(float32[:], float32[:])'", FLOOR_KERNEL)
+    out = capsys.readouterr().out
+    kernel = ip.user_ns["act"]
+    raised, asked = (next(iter(v.results.values())) for v in kernel.variants)
+    assert "adjusting per thread register count of 16 to lower bound of 24" in raised.link_log
+    assert raised.resources["registers"] == asked.resources["registers"]  # the same code, the same figures
+    assert raised.resources["max_registers"] == asked.resources["max_registers"] == 24
+    said = "max_registers=16 (raised to 24 by ptxas)"
+    assert said in raised.explain().splitlines()[0] and "raised" not in asked.explain()
+    report, table = out.split("variants; occupancy at", 1)
+    assert said in report  # the report's row
+    best = [line for line in table.splitlines() if line.lstrip().startswith("*")]
+    assert len(best) == 1 and "max_registers=24" in best[0] and "raised" not in best[0], table
+    assert any(said in line for line in table.splitlines())
+    rows = [ResourceRow.from_result(r) for r in (raised, asked)]
+    assert [row.cap_raised for row in rows] == [True, False]
+    assert variant_occupancy(rows, (128,)).best == {asked.stages["cubin"].token}
+    result = kernel.tune(np.zeros(64, np.float32), np.ones(64, np.float32), blocks=(128,))
+    assert result.config.max_registers == 24
+    assert {summary for summary, _, _ in result.table} == {"sm_86 " + said, "sm_86 max_registers=24"}

@@ -268,7 +268,7 @@ def launch_line(result: CompileResult, occasion: str = "at this launch") -> Opti
     if not built:
         return None
     return (f"gpukernel: compiled {_kernel_name(result)} {short_signature(result.signature)} "
-            f"[{result.config.summary()}] {occasion} ({', '.join(built)}; "
+            f"[{result.applied_summary()}] {occasion} ({', '.join(built)}; "
             f"{format_seconds(result.seconds)}){': ' + why if why else ''}")
 
 
@@ -387,10 +387,10 @@ class CellReport:
         unsigned = self._unsigned()
         for result in self.results:
             if not isinstance(result, FatbinResult):
-                rows.append(self._row(result, result.config.summary(), unsigned))
+                rows.append(self._row(result, result.applied_summary(), unsigned))
                 continue
             for sm, each in sorted(result.per_target.items()):
-                rows.append(self._row(each, each.config.summary() + ("" if sm in result.targets.sms
+                rows.append(self._row(each, each.applied_summary() + ("" if sm in result.targets.sms
                                                                       else " (PTX only)"), unsigned))
             fatbin = result.fatbin_stage
             row = dict.fromkeys(self._columns(), "")

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 from ..config import CompileConfig
 from ..queries import DEFAULT_BLOCKS, ResourceRow, variant_occupancy
-from ..results import FatbinResult, short_signature
+from ..results import FatbinResult, applied_summary, short_signature
 from ..tokens import digest
 
 
@@ -65,6 +65,12 @@ def _row(result) -> ResourceRow:
     return ResourceRow.from_result(next(iter(result.cubin_targets.values())))
 
 
+def _summary(config, result) -> str:
+    """The variant's config as ptxas applied it ("max_registers=16 (raised
+    to 24 by ptxas)" where the cap was below the target's floor)."""
+    return applied_summary(config.summary(), next(iter(result.cubin_targets.values())).link_log)
+
+
 def tune(kernel, args: Sequence[Any], *, blocks=None, grid=None, runs: int = 5, warmup: int = 1,
          signature=None, force: bool = False) -> TuneResult:
     """`Kernel.tune` (see there)."""
@@ -88,10 +94,12 @@ def _ranked(kernel, results, blocks, grid_of) -> TuneResult:
     for order, (config, row) in enumerate(rows.items()):
         for position, (block, share) in enumerate(zip(blocks, found.by_row[row.token])):
             value = share.occupancy if share is not None else None
-            table.append((config.summary(), block, value))
+            table.append((_summary(config, results[config]), block, value))
             if value is None:
                 continue
-            key = (not (row.spill_stores or row.spill_loads), value, -row.registers, -order, -position)
+            # (a cap ptxas raised to its floor ranks after the same registers asked for as applied)
+            key = (not (row.spill_stores or row.spill_loads), value, -row.registers, not row.cap_raised,
+                   -order, -position)
             if best_key is None or key > best_key:
                 best, best_key = (config, block), key
     if best is None:
@@ -143,7 +151,7 @@ def _timed(kernel, args, argtypes, results, blocks, grid_of, runs, warmup, force
                 end.synchronize()
                 times.append(cuda.event_elapsed_time(start, end))
             ms = statistics.median(times)
-            table.append((config.summary(), block, ms))
+            table.append((_summary(config, results[config]), block, ms))
             if best is None or ms < best[2]:
                 best = (config, block, ms)
     config, block, ms = best

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import FOLLOW_FASTMATH
-from ..results import EntryInfo, parse_resources, short_signature
+from ..results import EntryInfo, applied_summary, parse_resources, short_signature
 from ..units import format_bytes
 from .misses import Sources
 
@@ -74,6 +74,8 @@ class ResourceRow:
                       place: Optional[str] = None) -> "ResourceRow":
         """A row from a link log (`parse_resources`) and the cubin's size."""
         found = parse_resources(info_log or "")
+        # the cap ptxas applied where it raised the one asked for to its floor
+        config = applied_summary(config, info_log or "")
         return cls(arch, token, config, dict(config_fields or {}), signature,
                    **{name: found[name] for name in ("registers", "spill_stores", "spill_loads", "shared_bytes",
                                                      "local_bytes", "constant_bytes")},
@@ -86,6 +88,12 @@ class ResourceRow:
                                  token=result.stages["cubin"].token, config=result.config.summary(),
                                  config_fields=result.config.fields(), signature=result.signature_text,
                                  kernel=result.kernel, place=result.place)
+
+    @property
+    def cap_raised(self) -> bool:
+        """True where ptxas raised the register cap asked for to its floor
+        for the target (the config then says "(raised to N by ptxas)")."""
+        return "by ptxas)" in self.config
 
     @property
     def variant(self) -> str:
@@ -116,7 +124,8 @@ def variant_occupancy(rows: Iterable[ResourceRow], blocks: Sequence[int] = DEFAU
     the variant was built with),
     and per architecture and signature the best: no spills before spills,
     then the highest occupancy at any of the block sizes, then the fewest
-    registers, then the smallest cubin.  Occupancy is not speed
+    registers, then a register cap applied as asked before one ptxas raised
+    to its floor, then the smallest cubin.  Occupancy is not speed
     (docs/occupancy.md): this ranks what can be known without a GPU."""
     from ..occupancy import OccupancyError, occupancy
 
@@ -138,7 +147,7 @@ def variant_occupancy(rows: Iterable[ResourceRow], blocks: Sequence[int] = DEFAU
     def rank(row):
         shares = [found.occupancy for found in by_row[row.token] if found is not None]
         return (bool(row.spill_stores or row.spill_loads), -max(shares, default=0.0), row.registers,
-                row.cubin_bytes)
+                row.cap_raised, row.cubin_bytes)
 
     best = set()
     groups: Dict[tuple, List[ResourceRow]] = {}

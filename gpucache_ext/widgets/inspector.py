@@ -521,7 +521,7 @@ class Inspector(InspectorClearing, W.VBox):
                  else f"from the inputs it was built from, filed as {short_token(done.token)} (the toolchain "
                       "or numba's settings differ from then)" if done is not None else "")
         self._set_status(f"recompiled {short_kernel(result.kernel)} {result.signature_text} "
-                         f"[{result.config.summary()}] in {format_seconds(result.seconds)}"
+                         f"[{result.applied_summary()}] in {format_seconds(result.seconds)}"
                          + (f": {where}" if where else ""))
         return result
 
