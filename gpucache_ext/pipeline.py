@@ -128,6 +128,7 @@ class Filing(NamedTuple):
     why_forced: str
     # (a fatbin) member ("cubin sm_86", "PTX compute_80") -> why this compile rebuilt it (None: reused)
     members: Optional[Mapping[str, Optional[str]]] = None
+    typing_seconds: float = 0.0  # what typing took in this compile (an llvm entry records it)
 
 
 class Found(NamedTuple):
@@ -137,6 +138,7 @@ class Found(NamedTuple):
     artifact: Any
     digest: Optional[str]  # of its canonical bytes (None for typing)
     token: str  # the token it is filed under
+    typing_seconds: float = 0.0  # an llvm entry found: what typing took when it was built (`Entry`)
 
 
 class Pipeline:
@@ -274,7 +276,7 @@ class Pipeline:
         job.stages[stage] = StageResult(stage, token.hex, Outcome.HIT, tier, time.perf_counter() - start,
                                         components=token.components, saved_seconds=entry.seconds,
                                         cutoff=cutoff)
-        return Found(stage, entry.artifact, entry.digest, token.hex)
+        return Found(stage, entry.artifact, entry.digest, token.hex, entry.typing_seconds)
 
     def obtain(self, stage: str, job, token: Token, upstream: Optional[Found] = None, *, cutoff: bool = False,
                looked_up: bool = False, built_from: str = "", claim: Optional[Claim] = None) -> Found:
@@ -361,7 +363,7 @@ class Pipeline:
         reasons = tuple(dict.fromkeys(Reason(r) for r in refusals if r)) + reasons
         self.store.put(stage, artifact_entry(stage, token.hex, kernel, artifact, token.components, seconds,
                                              filing.signature_text, filing.config, reasons, upstream, filing.place,
-                                             digest=digest))
+                                             digest=digest, typing_seconds=filing.typing_seconds))
         self.index.remember(stage, token, kernel)
         self.store.compiled(stage, seconds)
         return token, reasons
@@ -393,7 +395,7 @@ class Pipeline:
 
 def artifact_entry(stage: str, token: str, kernel: str, artifact, components, seconds: float, signature: str,
                    config, reasons: tuple, upstream: str, place: Optional[str],
-                   digest: Optional[str] = None) -> Entry:
+                   digest: Optional[str] = None, typing_seconds: float = 0.0) -> Entry:
     """The entry one stage's build is filed as: the artifact under its token,
     with what it was built for and why (the content digest computed where
     not given: typing has none)."""
@@ -401,7 +403,7 @@ def artifact_entry(stage: str, token: str, kernel: str, artifact, components, se
         digest = STAGE_TABLE[stage].digest(artifact)
     return Entry(token, kernel, artifact, dict(components), artifact.nbytes, seconds, signature=signature,
                  config=config.summary(), reasons=reasons, config_fields=config.fields(), digest=digest,
-                 upstream=upstream, place=place)
+                 upstream=upstream, place=place, typing_seconds=typing_seconds if stage == "llvm" else 0.0)
 
 
 def _give_up_after(attempt: int, plan: "CompilePlan", exc: Exception) -> None:
@@ -448,8 +450,10 @@ class CompilePlan:
         return self.config.cc
 
     def filing(self) -> Filing:
+        typing = self.stages.get("typing")
+        typing_seconds = 0.0 if typing is None else typing.saved_seconds if typing.hit else typing.seconds
         return Filing(self.kernel, self.signature_text, self.config, self.place, self.forced,
-                      self.request.why_forced)
+                      self.request.why_forced, typing_seconds=typing_seconds)
 
     def _tokens(self) -> Dict[str, Token]:
         config = self.config
@@ -506,7 +510,7 @@ class CompilePlan:
                     typed = obtain("typing", self, self.tokens["typing"])
                     return obtain("llvm", self, self.tokens["llvm"], typed, looked_up=True, claim=claim)
             llvm = waited  # (another process built it while this one waited)
-        self._peek_typing()
+        self._peek_typing(llvm.typing_seconds)
         return llvm
 
     def typed(self) -> Found:
@@ -578,16 +582,18 @@ class CompilePlan:
         if changed is not None:
             raise SnapshotChanged(f"{changed} was replaced while {self.kernel} was being {doing}")
 
-    def _peek_typing(self):
-        """Report typing when a later stage hit: a hit if still cached, else not needed."""
+    def _peek_typing(self, saved_before: float = 0.0):
+        """Report typing when a later stage hit: a hit if still cached, else
+        not needed, saving what it took when the llvm entry was built
+        (`saved_before`): skipping it is part of what the hit saved."""
         store = self.pipeline.store
         entry, token, tier = store.lookup("typing", self.tokens["typing"], self.config.cc)
         if entry is not None:
             outcome, saved = Outcome.HIT, entry.seconds
             store.count("typing", True, tier, saved)
         else:
-            outcome, tier, saved = Outcome.NOT_NEEDED, None, 0.0
-            store.not_needed("typing")
+            outcome, tier, saved = Outcome.NOT_NEEDED, None, saved_before
+            store.not_needed("typing", saved)
         self.stages["typing"] = StageResult("typing", token.hex, outcome, tier, 0.0,
                                             components=token.components, saved_seconds=saved)
 

@@ -446,6 +446,23 @@ def test_a_typing_stage_that_was_not_needed_is_counted_as_such(tmp_path):
     assert cache.stats()["cubin"]["not_needed"] == 0
 
 
+def test_an_all_hit_compile_saves_the_same_before_and_after_a_restart(tmp_path):
+    """What a hit saves is what its entries took to build: in this process
+    (typing hit in memory) and in a new session (typing not needed, as the
+    llvm entry on disk skips it too) the same figure, typing's included."""
+    first = KernelCache(directory=tmp_path)
+    built = first.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    took = {stage: built.stages[stage].seconds for stage in STAGES}
+    again = first.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    assert {stage: again.stages[stage].saved_seconds for stage in STAGES} == pytest.approx(took, rel=1e-9)
+    cache = KernelCache(directory=tmp_path)  # a new session: typed IR is never on disk
+    restarted = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    assert restarted.stages["typing"].outcome is Outcome.NOT_NEEDED
+    assert {stage: restarted.stages[stage].saved_seconds for stage in STAGES} == pytest.approx(took, rel=1e-9)
+    assert restarted.saved_seconds == pytest.approx(again.saved_seconds, rel=1e-9) and took["typing"] > 0
+    assert cache.stats()["typing"]["saved_seconds"] == pytest.approx(took["typing"], abs=2e-6)
+
+
 def test_stats_and_entries_are_typed_and_still_read_as_dicts(tmp_path):
     from gpucache_ext import CacheStats, EntryInfo, StageStats, TierStats
 

@@ -193,7 +193,8 @@ def _entry(header: Dict, artifact, nbytes: int) -> Entry:
     if fields["token"] is None or fields["kernel"] is None or fields["created"] is None:
         raise KeyError("token, kernel or created")
     fields.update(reasons=tuple(map(Reason.of, fields["reasons"])), created=float(fields["created"]),
-                  seconds=float(fields["seconds"]), upstream=str(fields["upstream"] or ""),
+                  seconds=float(fields["seconds"]), typing_seconds=float(fields["typing_seconds"] or 0.0),
+                  upstream=str(fields["upstream"] or ""),
                   place=fields["place"] if isinstance(fields["place"], str) and fields["place"] else None)
     components = {name: component_from_json(c) for name, c in header["components"].items()}
     variants = [targets.reads_from_key(v) for v in header["meta"]["variants"]] if header["marker"] else None

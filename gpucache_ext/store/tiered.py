@@ -244,9 +244,12 @@ class TieredStore:
             else:
                 counters.misses += 1
 
-    def not_needed(self, stage: str) -> None:
+    def not_needed(self, stage: str, saved: float = 0.0) -> None:
+        """`stage` was skipped (typing, where llvm hit and the typed IR is
+        not in memory): `saved`, what it took when the hit entry was built."""
         with self.lock:
             self.counters[stage].not_needed += 1
+            self.counters[stage].saved_seconds += saved
 
     def compiled(self, stage: str, seconds: float) -> None:
         with self.lock:

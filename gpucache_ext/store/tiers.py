@@ -51,6 +51,10 @@ class Entry:
     # Where the kernel was defined (`gpucache_ext.definitions`: "cell:<id>",
     # "file:<path>"), None if unknown; with `kernel`, its definition (in no token)
     place: Optional[str] = None
+    # An llvm entry's: what typing took for its build.  The typed IR lives in
+    # memory alone, so a process that finds this entry on disk skips typing
+    # too, and saves that time as well as lowering's (in no token)
+    typing_seconds: float = 0.0
 
     @property
     def is_marker(self) -> bool:
@@ -63,7 +67,7 @@ class Entry:
 # later may be missing in entries written before them: (name, default).
 HEADER_FIELDS = (("token", None), ("kernel", None), ("signature", ""), ("config", ""), ("reasons", ()),
                  ("config_fields", None), ("created", None), ("seconds", 0.0), ("digest", None),
-                 ("upstream", ""), ("place", None))
+                 ("upstream", ""), ("place", None), ("typing_seconds", 0.0))
 
 
 class Lookup(NamedTuple):
