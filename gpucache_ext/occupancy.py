@@ -11,6 +11,13 @@ how a carveout rounds) are those of ``cuda_occupancy.h``, the calculator the
 CUDA runtime ships; the test suite compiles that header and compares the two,
 case by case, on the same device limits (docs/occupancy.md).
 
+Shared memory per block is held to what numba-cuda can launch: it never raises
+a kernel's dynamic shared-memory limit (it does not set
+``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``), so by default static and
+dynamic together must fit the 48 KiB every kernel starts with.  A kernel that
+opts in itself is described by ``max_dynamic_shared_bytes`` (the header's
+``FUNC_SHMEM_LIMIT_OPTIN``); without it, the header's default limit.
+
 Pure and light: no GPU, no driver, no numba; the module imports only the
 standard library (and the package's errors), so a report or the ``gpucache``
 command can ask it anything.
@@ -170,6 +177,8 @@ class Occupancy:
     registers_per_block: int  # allocated: per warp, rounded up to the allocation unit
     shared_bytes_per_block: int  # allocated: static + dynamic + reserved, rounded up to the granularity
     shared_memory_per_sm: int  # the shared-memory size the SM is configured with (the carveout's result)
+    # the dynamic shared memory the kernel opted in to; None: numba's default limit (48 KiB, static included)
+    max_dynamic_shared_bytes: Optional[int] = None
 
     @property
     def active_warps(self) -> int:
@@ -208,7 +217,7 @@ def architecture(cc: CC) -> Architecture:
 
 
 def occupancy(cc: CC, block: int, registers: int, shared_bytes: int = 0, dynamic_shared_bytes: int = 0,
-              carveout: Optional[int] = None) -> Occupancy:
+              carveout: Optional[int] = None, max_dynamic_shared_bytes: Optional[int] = None) -> Occupancy:
     """The theoretical occupancy of a kernel launched in blocks of `block`
     threads on a device of compute capability `cc` (``(8, 6)`` or ``86``).
 
@@ -223,14 +232,22 @@ def occupancy(cc: CC, block: int, registers: int, shared_bytes: int = 0, dynamic
     runtime's calculator does).  5.x and 6.x have a fixed shared memory and
     ignore it.
 
+    `max_dynamic_shared_bytes` is the dynamic shared memory the kernel opted
+    in to (``cudaFuncAttributeMaxDynamicSharedMemorySize``), up to the
+    architecture's opt-in limit less `shared_bytes`.  None, the default, is
+    what numba-cuda does: it never opts in, so static and dynamic shared
+    memory together must fit the 48 KiB default limit.
+
     Raises `OccupancyError` (a ValueError) naming the argument that is out of
-    range.  A result of 0 blocks per SM means the block cannot launch at all
-    (too many registers for one block)."""
+    range, and for a launch that would fail for its shared memory.  A result
+    of 0 blocks per SM means the block cannot launch at all (too many
+    registers for one block)."""
     arch = architecture(cc)
     block = _whole("block", block, 1, arch.max_threads_per_block, "a block has {low} to {high} threads")
     registers = _whole("registers", registers, 0, arch.max_registers_per_thread,
                        "a thread has {low} to {high} registers (the most ptxas gives one)")
-    shared_bytes, dynamic_shared_bytes = _check_shared(arch, shared_bytes, dynamic_shared_bytes)
+    shared_bytes, dynamic_shared_bytes, max_dynamic_shared_bytes = _check_shared(
+        arch, shared_bytes, dynamic_shared_bytes, max_dynamic_shared_bytes)
     if carveout is not None:
         carveout = _whole("carveout", carveout, 0, 100, "a carveout is {low} to {high} (percent of the largest "
                           "shared memory per SM), or None for no preference")
@@ -249,19 +266,22 @@ def occupancy(cc: CC, block: int, registers: int, shared_bytes: int = 0, dynamic
     blocks = min(limit for limit in limits.as_dict().values() if limit is not None)
     return Occupancy(arch.cc, block, registers, shared_bytes, dynamic_shared_bytes, carveout, blocks,
                      warps_per_block, arch.max_warps_per_sm, limits, registers_per_warp * warps_per_block,
-                     shared_per_block, shared_per_sm)
+                     shared_per_block, shared_per_sm, max_dynamic_shared_bytes)
 
 
 def occupancy_table(cc: CC, registers: int, shared_bytes: int = 0, *,
                     dynamic_shared_bytes: Union[int, Callable[[int], int]] = 0, carveout: Optional[int] = None,
-                    blocks: Sequence[int] = (128, 256, 512, 1024)) -> Tuple[Occupancy, ...]:
+                    blocks: Sequence[int] = (128, 256, 512, 1024),
+                    max_dynamic_shared_bytes: Optional[int] = None) -> Tuple[Occupancy, ...]:
     """`occupancy` at each block size of `blocks`, in their order: the
     comparison a launch configuration is chosen from.  `dynamic_shared_bytes`
-    may be a function of the block size (shared memory per thread)."""
+    may be a function of the block size (shared memory per thread);
+    `max_dynamic_shared_bytes` is the kernel's opt-in, as for `occupancy`."""
     if not blocks:
         raise OccupancyError("blocks=() names no block size; give at least one, e.g. (128, 256, 512, 1024)", "blocks")
     dynamic = dynamic_shared_bytes if callable(dynamic_shared_bytes) else (lambda _block: dynamic_shared_bytes)
-    return tuple(occupancy(cc, block, registers, shared_bytes, dynamic(block), carveout) for block in blocks)
+    return tuple(occupancy(cc, block, registers, shared_bytes, dynamic(block), carveout, max_dynamic_shared_bytes)
+                 for block in blocks)
 
 
 # -- the rules ------------------------------------------------------------------
@@ -339,20 +359,45 @@ def _whole(argument: str, value, low: int, high: int, rule: str) -> int:
     return operator.index(value)
 
 
-def _check_shared(arch: Architecture, shared_bytes, dynamic_shared_bytes) -> Tuple[int, int]:
-    static_limit, optin = arch.shared_memory_per_block, arch.shared_memory_per_block_optin
-    shared_bytes = _whole("shared_bytes", shared_bytes, 0, static_limit,
-                          f"a block declares {{low}} to {_bytes(static_limit)} of static shared memory; give the "
-                          f"rest as dynamic_shared_bytes (up to {_bytes(optin)} on {arch.name}, with opt-in)")
-    dynamic_shared_bytes = _whole("dynamic_shared_bytes", dynamic_shared_bytes, 0, optin,
-                                  f"a block has {{low}} to {_bytes(optin)} of dynamic shared memory on "
-                                  f"{arch.name} (with opt-in)")
-    total = shared_bytes + dynamic_shared_bytes
-    if total > optin:
-        raise OccupancyError(f"shared_bytes + dynamic_shared_bytes = {total} bytes is more than a block may have on "
-                             f"{arch.name}: {_bytes(optin)}, static and dynamic together (with opt-in)",
+def _check_shared(arch: Architecture, shared_bytes, dynamic_shared_bytes,
+                  max_dynamic_shared_bytes) -> Tuple[int, int, Optional[int]]:
+    default, optin = arch.shared_memory_per_block, arch.shared_memory_per_block_optin
+    shared_bytes = _whole("shared_bytes", shared_bytes, 0, default,
+                          f"a block declares {{low}} to {_bytes(default)} of static shared memory; give the rest "
+                          f"as dynamic_shared_bytes")
+    # no upper bound here: which one holds depends on the opt-in, checked below with the sizes named
+    dynamic_shared_bytes = _whole("dynamic_shared_bytes", dynamic_shared_bytes, 0, 2**63,
+                                  "dynamic shared memory is {low} or more bytes")
+    if max_dynamic_shared_bytes is None:
+        _check_default_limit(arch, shared_bytes, dynamic_shared_bytes)
+        return shared_bytes, dynamic_shared_bytes, None
+    # the driver refuses an opt-in whose static + dynamic would pass the opt-in limit
+    limit = _whole("max_dynamic_shared_bytes", max_dynamic_shared_bytes, 0, optin - shared_bytes,
+                   f"with shared_bytes={shared_bytes} a kernel opts in to {{low}} to {{high}} bytes of dynamic "
+                   f"shared memory on {arch.name} (static and dynamic together up to {_bytes(optin)}), or give "
+                   f"None for numba's default limit")
+    if dynamic_shared_bytes > limit:
+        raise OccupancyError(f"dynamic_shared_bytes={dynamic_shared_bytes} is more than the kernel opted in to "
+                             f"(max_dynamic_shared_bytes={limit}): such a launch fails; launch with at most {limit} "
+                             f"bytes, or opt in to more (up to {optin - shared_bytes} bytes on {arch.name})",
                              "dynamic_shared_bytes")
-    return shared_bytes, dynamic_shared_bytes
+    return shared_bytes, dynamic_shared_bytes, limit
+
+
+def _check_default_limit(arch: Architecture, shared_bytes: int, dynamic_shared_bytes: int) -> None:
+    """numba-cuda's launch: no opt-in, so the default limit per block holds."""
+    default, optin = arch.shared_memory_per_block, arch.shared_memory_per_block_optin
+    total = shared_bytes + dynamic_shared_bytes
+    if total <= default:
+        return
+    fix = f"use at most {default - shared_bytes} bytes of dynamic shared memory"
+    if optin > default:
+        fix += (f", or, for a kernel that opts in itself (cuFuncSetAttribute), pass the size it opted in to as "
+                f"max_dynamic_shared_bytes (up to {optin - shared_bytes} bytes on {arch.name})")
+    raise OccupancyError(f"shared_bytes + dynamic_shared_bytes = {shared_bytes} + {dynamic_shared_bytes} = {total} "
+                         f"bytes is more than the {_bytes(default)} a block may have without opt-in, and numba-cuda "
+                         f"never opts in (it does not set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), so "
+                         f"the launch fails; {fix}", "dynamic_shared_bytes")
 
 
 def _bytes(n: int) -> str:

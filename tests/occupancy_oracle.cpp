@@ -7,6 +7,7 @@
 //   major minor max_threads_per_sm regs_per_block regs_per_sm smem_per_block
 //   smem_per_sm smem_per_block_optin reserved_smem_per_block
 //   block registers static_smem dynamic_smem carveout(-1: none)
+//   max_dynamic_smem(-1: the default limit, as numba-cuda launches; N: opted in to N bytes)
 //
 // For each it prints one line: the status, the blocks per SM, the limiting
 // factors (a bit set), the blocks each limit allows (registers, shared memory,
@@ -17,9 +18,9 @@
 #include "cuda_occupancy.h"
 
 int main() {
-    long long v[14];
+    long long v[15];
     for (;;) {
-        for (int i = 0; i < 14; ++i) {
+        for (int i = 0; i < 15; ++i) {
             if (std::scanf("%lld", &v[i]) != 1) {
                 return i == 0 ? 0 : 2;  // end of input, or a line cut short
             }
@@ -38,16 +39,17 @@ int main() {
         prop.sharedMemPerBlockOptin = (size_t)v[7];
         prop.reservedSharedMemPerBlock = (size_t)v[8];
 
-        // As the runtime converts a kernel's cudaFuncAttributes: opted in to
-        // the dynamic shared memory it launches with, partitioned global
-        // caching off, one block barrier (__syncthreads).
+        // As the runtime converts a kernel's cudaFuncAttributes when it opted
+        // in (cudaFuncAttributeMaxDynamicSharedMemorySize), or as the header's
+        // own default constructor leaves a kernel that did not (numba-cuda's
+        // case); partitioned global caching off, one block barrier (__syncthreads).
         cudaOccFuncAttributes attributes;
         attributes.maxThreadsPerBlock = 1024;
         attributes.numRegs = (int)v[10];
         attributes.sharedSizeBytes = (size_t)v[11];
         attributes.partitionedGCConfig = PARTITIONED_GC_OFF;
-        attributes.shmemLimitConfig = FUNC_SHMEM_LIMIT_OPTIN;
-        attributes.maxDynamicSharedSizeBytes = (size_t)v[12];
+        attributes.shmemLimitConfig = v[14] < 0 ? FUNC_SHMEM_LIMIT_DEFAULT : FUNC_SHMEM_LIMIT_OPTIN;
+        attributes.maxDynamicSharedSizeBytes = v[14] < 0 ? 0 : (size_t)v[14];
         attributes.numBlockBarriers = 1;
 
         cudaOccDeviceState state;  // no cache preference; the carveout, if any

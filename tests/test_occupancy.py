@@ -5,10 +5,12 @@ The oracle is ``cuda_occupancy.h`` (the nvidia-cuda-runtime wheel installs it):
 tests/occupancy_oracle.cpp, compiled once per session with the system C++
 compiler, runs ``cudaOccMaxActiveBlocksPerMultiprocessor`` on each case with
 the device properties filled from our table, so the two sides compare the
-rules on the same device.  The limits the header writes in its code rather
-than reading from the device (blocks per SM, sub-partitions, granularities,
-the sizes a carveout picks from) are compared too.  Without a C++ compiler the
-oracle test skips, unless CI is set (then it fails)."""
+rules on the same device, once with the header's default shared-memory limit
+(a kernel that never opts in, as numba-cuda launches) and once opted in.  The
+limits the header writes in its code rather than reading from the device
+(blocks per SM, sub-partitions, granularities, the sizes a carveout picks
+from) are compared too.  Without a C++ compiler the oracle test skips, unless
+CI is set (then it fails)."""
 
 from __future__ import annotations
 
@@ -87,7 +89,42 @@ def test_shared_memory_limits_and_what_is_allocated():
     assert occupancy((7, 5), 128, 32).limits.shared_memory is None
     assert occupancy((8, 6), 128, 32).limits.shared_memory == 100
     # dynamic shared memory beyond 48 KiB (opt-in): one block of 99 KiB on 8.6
-    assert occupancy((8, 6), 128, 32, shared_bytes=48 * KiB, dynamic_shared_bytes=51 * KiB).blocks_per_sm == 1
+    opted = occupancy((8, 6), 128, 32, shared_bytes=48 * KiB, dynamic_shared_bytes=51 * KiB,
+                      max_dynamic_shared_bytes=51 * KiB)
+    assert (opted.blocks_per_sm, opted.max_dynamic_shared_bytes) == (1, 51 * KiB)
+
+
+def test_by_default_a_block_has_the_48_kib_numba_launches_with():
+    """numba-cuda never sets CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+    48 KiB static + 2 KiB dynamic does not launch, and is not counted."""
+    assert occupancy((8, 6), 128, 32, shared_bytes=48 * KiB).max_dynamic_shared_bytes is None
+    assert occupancy((8, 6), 128, 32, shared_bytes=40 * KiB, dynamic_shared_bytes=8 * KiB).blocks_per_sm == 2
+    with pytest.raises(OccupancyError, match=r"shared_bytes \+ dynamic_shared_bytes = 49152 \+ 2048 = 51200 bytes "
+                       r"is more than the 49152 bytes = 48 KiB a block may have without opt-in, and numba-cuda never "
+                       r"opts in \(it does not set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES\), so the launch "
+                       r"fails; use at most 0 bytes of dynamic shared memory, or, for a kernel that opts in itself "
+                       r"\(cuFuncSetAttribute\), pass the size it opted in to as max_dynamic_shared_bytes \(up to "
+                       r"52224 bytes on 8\.6\)") as raised:
+        occupancy((8, 6), 128, 32, shared_bytes=48 * KiB, dynamic_shared_bytes=2 * KiB)
+    assert raised.value.argument == "dynamic_shared_bytes"
+    # where there is no opt-in beyond 48 KiB (before 7.0), the message offers none
+    with pytest.raises(OccupancyError, match=r"use at most 8192 bytes of dynamic shared memory$"):
+        occupancy((6, 1), 128, 32, shared_bytes=40 * KiB, dynamic_shared_bytes=9 * KiB)
+    # the table raises too: a caller that skips such launches catches OccupancyError
+    with pytest.raises(OccupancyError, match="numba-cuda never opts in"):
+        occupancy_table((8, 6), 32, 48 * KiB, dynamic_shared_bytes=KiB)
+    rows = occupancy_table((8, 6), 32, 48 * KiB, dynamic_shared_bytes=KiB, max_dynamic_shared_bytes=KiB)
+    assert {row.max_dynamic_shared_bytes for row in rows} == {KiB}
+
+
+def test_opting_in_to_the_default_size_changes_nothing():
+    """A kernel that never opts in has 48 KiB less its static shared memory as
+    its dynamic limit (what cudaFuncGetAttributes reports): the same answers."""
+    for cc, static, dynamic in (((8, 6), 0, 48 * KiB), ((8, 0), 20 * KiB, 28 * KiB), ((7, 5), 100, 3000),
+                                ((6, 1), 48 * KiB, 0), ((9, 0), 1, 0)):
+        default = occupancy(cc, 256, 40, static, dynamic)
+        opted = occupancy(cc, 256, 40, static, dynamic, max_dynamic_shared_bytes=48 * KiB - static)
+        assert dataclasses.replace(opted, max_dynamic_shared_bytes=None) == default
 
 
 def test_the_carveout_rounds_up_to_a_size_the_sm_supports():
@@ -162,12 +199,21 @@ BAD = [
     (dict(registers=-1), "registers", "out of range"),
     (dict(registers=True), "registers", "not a whole number"),
     (dict(shared_bytes=48 * KiB + 1), "shared_bytes",
-     r"a block declares 0 to 49152 bytes = 48 KiB of static shared memory; give the rest as dynamic_shared_bytes "
-     r"\(up to 101376 bytes = 99 KiB on 8\.6, with opt-in\)"),
-    (dict(dynamic_shared_bytes=99 * KiB + 1), "dynamic_shared_bytes",
-     r"a block has 0 to 101376 bytes = 99 KiB of dynamic shared memory on 8\.6"),
-    (dict(shared_bytes=40 * KiB, dynamic_shared_bytes=60 * KiB), "dynamic_shared_bytes",
-     r"shared_bytes \+ dynamic_shared_bytes = 102400 bytes is more than a block may have on 8\.6: 101376 bytes"),
+     r"a block declares 0 to 49152 bytes = 48 KiB of static shared memory; give the rest as dynamic_shared_bytes$"),
+    (dict(dynamic_shared_bytes=-1), "dynamic_shared_bytes", r"dynamic_shared_bytes=-1 is out of range: dynamic "
+                                                            r"shared memory is 0 or more bytes"),
+    (dict(dynamic_shared_bytes=48 * KiB + 1), "dynamic_shared_bytes",
+     r"= 0 \+ 49153 = 49153 bytes is more than the 49152 bytes = 48 KiB a block may have without opt-in"),
+    (dict(max_dynamic_shared_bytes=99 * KiB + 1), "max_dynamic_shared_bytes",
+     r"max_dynamic_shared_bytes=101377 is out of range: with shared_bytes=0 a kernel opts in to 0 to 101376 bytes "
+     r"of dynamic shared memory on 8\.6 \(static and dynamic together up to 101376 bytes = 99 KiB\), or give None "
+     r"for numba's default limit"),
+    (dict(shared_bytes=40 * KiB, max_dynamic_shared_bytes=60 * KiB), "max_dynamic_shared_bytes",
+     r"with shared_bytes=40960 a kernel opts in to 0 to 60416 bytes"),
+    (dict(max_dynamic_shared_bytes=4.0), "max_dynamic_shared_bytes", "not a whole number"),
+    (dict(dynamic_shared_bytes=60 * KiB, max_dynamic_shared_bytes=50 * KiB), "dynamic_shared_bytes",
+     r"dynamic_shared_bytes=61440 is more than the kernel opted in to \(max_dynamic_shared_bytes=51200\): such a "
+     r"launch fails; launch with at most 51200 bytes, or opt in to more \(up to 101376 bytes on 8\.6\)"),
     (dict(carveout=101), "carveout", r"carveout=101 is out of range: a carveout is 0 to 100 \(percent of the "
                                      r"largest shared memory per SM\), or None for no preference"),
     (dict(carveout=-1), "carveout", "out of range"),
@@ -186,9 +232,10 @@ def test_invalid_arguments_are_named_with_what_is_allowed(bad, argument, message
 def test_the_opt_in_limit_is_per_architecture():
     for arch in ARCHITECTURES.values():
         optin = arch.shared_memory_per_block_optin
-        assert occupancy(arch.cc, 32, 16, dynamic_shared_bytes=optin).blocks_per_sm >= 1
-        with pytest.raises(OccupancyError):
-            occupancy(arch.cc, 32, 16, dynamic_shared_bytes=optin + 1)
+        assert occupancy(arch.cc, 32, 16, dynamic_shared_bytes=optin, max_dynamic_shared_bytes=optin).blocks_per_sm >= 1
+        with pytest.raises(OccupancyError, match="out of range") as raised:
+            occupancy(arch.cc, 32, 16, max_dynamic_shared_bytes=optin + 1)
+        assert raised.value.argument == "max_dynamic_shared_bytes"
 
 
 def test_the_table_holds_together():
@@ -293,17 +340,32 @@ def oracle(tmp_path_factory):
     return ask
 
 
-def oracle_line(cc, block, registers, shared, dynamic, carveout) -> str:
+# A case: (cc, block, registers, static, dynamic, carveout, max_dynamic): the
+# arguments of `occupancy`, max_dynamic None for the default limit.
+# A launch that fails for its shared memory, as both sides say it:
+REFUSED = ("refused for its shared memory",)
+
+
+def oracle_line(cc, block, registers, shared, dynamic, carveout, max_dynamic) -> str:
     arch = ARCHITECTURES[cc]
     device = (*cc, arch.max_threads_per_sm, arch.max_registers_per_block, arch.registers_per_sm,
               arch.shared_memory_per_block, arch.shared_memory_per_sm, arch.shared_memory_per_block_optin,
               arch.reserved_shared_memory_per_block)
-    return " ".join(map(str, (*device, block, registers, shared, dynamic, -1 if carveout is None else carveout)))
+    return " ".join(map(str, (*device, block, registers, shared, dynamic, -1 if carveout is None else carveout,
+                              -1 if max_dynamic is None else max_dynamic)))
 
 
 def ours(case) -> tuple:
-    """Our answer, in the oracle's terms."""
-    result = occupancy(*case)
+    """Our answer, in the oracle's terms.  The default limit is asked for as
+    users ask, by leaving max_dynamic_shared_bytes out."""
+    *arguments, max_dynamic = case
+    opt_in = {} if max_dynamic is None else {"max_dynamic_shared_bytes": max_dynamic}
+    try:
+        result = occupancy(*arguments, **opt_in)
+    except OccupancyError as error:
+        if error.argument != "dynamic_shared_bytes":
+            raise
+        return REFUSED
     factors = sum(FACTOR_BITS[name] for name in result.limiting_factors)
     limits = result.limits
     return (0, result.blocks_per_sm, factors, *(INT_MAX if limit is None else limit for limit in (
@@ -313,16 +375,22 @@ def ours(case) -> tuple:
 
 def theirs(answer) -> tuple:
     """The header's answer without its barrier limit: one barrier per block
-    never allows fewer blocks than the block cap (checked here), and only ties."""
+    never allows fewer blocks than the block cap (checked here), and only ties.
+    A shared-memory limit of 0 blocks is the header's word for a block over
+    the per-block limit (a fitting block always finds a size that holds it):
+    `REFUSED`, where `occupancy` raises."""
     status, blocks, factors, regs, smem, warps, cap, barriers, allocated_regs, allocated_smem = answer
     assert barriers >= cap, answer
+    if status == 0 and smem == 0:
+        assert blocks == 0, answer
+        return REFUSED
     return status, blocks, factors & ~BARRIERS_BIT, regs, smem, warps, cap, allocated_regs, allocated_smem
 
 
 @pytest.fixture(scope="module")
 def known_ccs(oracle):
     """The compute capabilities of our table that the installed header knows."""
-    answers = oracle([(cc, 128, 32, 0, 0, None) for cc in ARCHITECTURES])
+    answers = oracle([(cc, 128, 32, 0, 0, None, None) for cc in ARCHITECTURES])
     return [cc for cc, answer in zip(ARCHITECTURES, answers) if answer[0] == 0]
 
 
@@ -355,11 +423,12 @@ CARVEOUTS = (None, 0, 1, 5, 10, 20, 25, 33, 40, 50, 60, 66, 75, 90, 99, 100)
 
 
 def grid(ccs) -> list:
-    """The cases compared: for each compute capability, every register count
-    (0 to 255) at 9 of the block sizes (others for the next count, so that
-    across the architectures every pair comes up), and every shared-memory
-    size of `shared_sizes` under every carveout at two shapes; then cases
-    drawn at random, all inputs together."""
+    """The launches compared: for each compute capability, every register
+    count (0 to 255) at 9 of the block sizes (others for the next count, so
+    that across the architectures every pair comes up), and every
+    shared-memory size of `shared_sizes` under every carveout at two shapes;
+    then launches drawn at random, all inputs together.  Shared memory goes up
+    to the opt-in limit: past 48 KiB the default limit refuses them."""
     cases = []
     for n, cc in enumerate(ccs):
         arch = ARCHITECTURES[cc]
@@ -371,13 +440,38 @@ def grid(ccs) -> list:
             cases += [(cc, block, registers, static, dynamic, carveout)
                       for carveout in carveouts for block, registers in ((32, 16), (256, 40))]
     rng = random.Random(24)
-    for _ in range(10000):
+    for _ in range(RANDOM_CASES):
         arch = ARCHITECTURES[rng.choice(ccs)]
-        total = rng.choice([0, rng.randrange(4 * KiB), rng.randrange(arch.shared_memory_per_block_optin + 1)])
+        top = arch.shared_memory_per_block_optin
+        total = rng.choice([0, rng.randrange(4 * KiB), min(top, rng.randrange(48 * KiB - 512, 48 * KiB + 512)),
+                            rng.randrange(top + 1)])
         static, dynamic = split(total, rng.randrange(3), arch)
         cases.append((arch.cc, rng.randint(1, 1024), rng.randint(0, 255), static, dynamic,
                       rng.choice([None, rng.randint(0, 100)])))
     return cases
+
+
+def opt_ins(cases, seed=35) -> list:
+    """Each launch of `cases` with an opt-in the driver accepts (static +
+    opted-in dynamic up to the opt-in limit), by turns: exactly the dynamic
+    shared memory launched with, more, the most there is, less (the launch is
+    refused) and any."""
+    rng = random.Random(seed)
+    opted = []
+    for i, (cc, block, registers, static, dynamic, carveout) in enumerate(cases):
+        most = ARCHITECTURES[cc].shared_memory_per_block_optin - static
+        limit = [dynamic, rng.randint(dynamic, most), most, rng.randrange(dynamic) if dynamic else 0,
+                 rng.randint(0, most)][i % 5]
+        opted.append((cc, block, registers, static, dynamic, carveout, limit))
+    return opted
+
+
+RANDOM_CASES = 10_000  # per mode, on top of the grid
+
+
+def cases_for(mode, ccs) -> list:
+    cases = grid(ccs)
+    return [case + (None,) for case in cases] if mode == "default" else opt_ins(cases)
 
 
 def test_the_header_knows_every_architecture_of_the_table(known_ccs):
@@ -385,16 +479,22 @@ def test_the_header_knows_every_architecture_of_the_table(known_ccs):
     assert unknown <= THOR and len(unknown) <= 1, f"cuda_occupancy.h does not know {sorted(unknown)}"
 
 
-def test_the_rules_agree_with_cuda_occupancy_h(oracle, known_ccs):
-    cases = grid(known_ccs)
-    assert len(cases) > 50_000
-    differences = [(case, expected, got) for case, expected, got in
-                   zip(cases, (theirs(answer) for answer in oracle(cases)), map(ours, cases)) if expected != got]
+@pytest.mark.parametrize("mode", ["default", "opt-in"])
+def test_the_rules_agree_with_cuda_occupancy_h(oracle, known_ccs, mode):
+    """By default (FUNC_SHMEM_LIMIT_DEFAULT: numba-cuda's launches) and opted
+    in (FUNC_SHMEM_LIMIT_OPTIN with max_dynamic_shared_bytes), every answer
+    agrees, and so does which launches are refused for their shared memory."""
+    cases = cases_for(mode, known_ccs)
+    answers = [theirs(answer) for answer in oracle(cases)]
+    ours_ = [ours(case) for case in cases]
+    refused = sum(answer == REFUSED for answer in answers)
+    assert len(cases) > 50_000 and 5_000 < refused < len(cases) // 2, (len(cases), refused)  # both kinds, many
+    differences = [(case, expected, got) for case, expected, got in zip(cases, answers, ours_) if expected != got]
     report = "\n".join(f"occupancy{case}: cuda_occupancy.h {expected}, ours {got}"
                        for case, expected, got in differences[:20])
-    assert not differences, f"{len(differences)} of {len(cases)} cases differ (status, blocks, factors, " \
+    assert not differences, f"{mode}: {len(differences)} of {len(cases)} cases differ (status, blocks, factors, " \
                             f"limits by registers, shared memory, warps, blocks; registers, shared memory " \
-                            f"allocated):\n{report}"
+                            f"allocated; or refused):\n{report}"
 
 
 def test_the_oracle_catches_a_wrong_rule(oracle, monkeypatch):
@@ -403,7 +503,7 @@ def test_the_oracle_catches_a_wrong_rule(oracle, monkeypatch):
     wrong = dict(ARCHITECTURES)
     wrong[(8, 6)] = dataclasses.replace(wrong[(8, 6)], max_blocks_per_sm=32)
     monkeypatch.setattr(occupancy_module, "ARCHITECTURES", wrong)
-    cases = [((8, 6), block, 16, 0, 0, None) for block in (32, 64, 96)]
+    cases = [((8, 6), block, 16, 0, 0, None, None) for block in (32, 64, 96)]
     answers = [theirs(answer) for answer in oracle(cases)]
     assert [answer[1] for answer in answers] == [16, 16, 16]
     assert [ours(case)[1] for case in cases] == [32, 24, 16]

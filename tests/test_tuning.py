@@ -54,6 +54,15 @@ def test_tune_needs_a_signature_to_choose_among_several(ip):
     assert result.block == 64 and result.grid == 1
 
 
+def test_tune_counts_no_launch_past_numbas_48_kib_of_shared_memory(ip):
+    """numba-cuda never raises a kernel's dynamic shared-memory limit: 64 KiB
+    dynamic does not launch on 8.6 (99 KiB only with an opt-in numba never makes)."""
+    cell(ip, "--sm 86 --quiet --dynamic-shared 64K --sig 'void(float32[:])'",
+         "from numba import cuda\n@cuda.jit\ndef big(r):\n    r[0] = 1\n")
+    with pytest.raises(ValueError, match="none of the block sizes .* can launch a variant .*past the 48 KiB"):
+        ip.user_ns["big"].tune(np.zeros(4, np.float32), blocks=(64, 128))
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(bool(fakecuda.skip_reason()), reason=fakecuda.skip_reason() or "")
 def test_on_the_stand_in_driver_tune_times_every_pair_and_a_new_process_reuses_the_choice(tmp_path):

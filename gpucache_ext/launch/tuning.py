@@ -104,7 +104,8 @@ def _ranked(kernel, results, blocks, grid_of) -> TuneResult:
                 best, best_key = (config, block), key
     if best is None:
         raise ValueError(f"{kernel.__name__}: none of the block sizes {blocks} can launch a variant "
-                         "(launch bounds, or more threads than a block holds)")
+                         "(launch bounds, more threads than a block holds, or static + dynamic shared memory "
+                         "past the 48 KiB a numba-cuda launch may have)")
     config, block = best
     kernel._bind(config)
     arch = rows[config].arch

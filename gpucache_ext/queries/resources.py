@@ -141,7 +141,9 @@ def variant_occupancy(rows: Iterable[ResourceRow], blocks: Sequence[int] = DEFAU
                              occupancy(_sm_number(row.arch), block, row.registers, row.shared_bytes,
                                        dynamic_shared))
             except OccupancyError:
-                found.append(None)  # (an architecture the calculator does not know)
+                # an architecture the calculator does not know, or a launch numba cannot make
+                # (static + dynamic shared memory past the 48 KiB default limit)
+                found.append(None)
         by_row[row.token] = tuple(found)
 
     def rank(row):
