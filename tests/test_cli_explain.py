@@ -1,4 +1,4 @@
-"""gpucache explain: how a kernel's newest build went,
+"""gpucache explain, and show's "built" line: how a kernel's newest build went,
 read from a disk cache (or the shared one) that real compiles filled, each
 compile through a new `KernelCache` as a new process would make it.  The
 command runs in this process (`cli.main`, the `gpucache_cli` fixture), once
@@ -128,6 +128,9 @@ def test_a_multi_target_build_after_another_finds_what_that_one_built(tmp_path, 
     assert [outcomes(b) for b in builds] == [
         {"typing": "not needed", "llvm": "hit", "ptx": "hit", "cubin": "built"}] * 2
     assert builds[0]["root_cause"] == {"stage": "cubin", "reasons": ["max_registers None -> 32"]}
+    # show follows no further: that PTX was built by the first fatbin, for its own reasons
+    shown, _ = gpucache_cli("--dir", tmp_path, "show", builds[1]["stages"][3]["token"])
+    assert "built     ptx input changed; sm 80 -> 86\nvalid" in shown
 
 
 @pytest.mark.smoke
@@ -156,6 +159,22 @@ def test_json_is_stable(tmp_path, gpucache_cli):
     for one in (report, again):
         del one["builds"][0]["age_seconds"]
     assert again == report
+
+
+def test_show_follows_the_built_line_to_the_root_cause(tmp_path, gpucache_cli):
+    axpy(tmp_path, sm=86)
+    result = axpy(tmp_path, sm=86, fastmath=True)
+    ptx, llvm = result.stages["ptx"].token[:12], result.stages["llvm"].token[:12]
+    text, _ = gpucache_cli("--dir", tmp_path, "show", result.stages["cubin"].token)
+    assert (f"built     ptx input changed\n          <- ptx {ptx}: fastmath False -> True; ftz False -> True; "
+            "llvm input changed; ") in text
+    assert f"\n          <- llvm {llvm}: fastmath False -> True\nvalid     yes" in text
+    shown = gpucache_cli("--dir", tmp_path, "show", result.stages["ptx"].token[:10], "--json")
+    assert [(link["stage"], link["token"]) for link in shown["built_chain"]] == [
+        ("ptx", result.stages["ptx"].token), ("llvm", result.stages["llvm"].token)]
+    # an entry whose reasons name no stage before it: its own line, as before
+    first = gpucache_cli("--dir", tmp_path, "show", axpy(tmp_path, sm=86).stages["cubin"].token)[0]
+    assert "built     first compile of axpy\nvalid" in first
 
 
 def test_an_entry_gone_from_the_chain_says_why(tmp_path, gpucache_cli):

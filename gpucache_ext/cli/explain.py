@@ -30,6 +30,7 @@ target, stage by stage:
 
 The why chain starts at the last stage built and follows "ptx input changed"
 upstream to the stage whose own inputs changed: the root cause.
+`why_chain` does the same for one entry (``gpucache show``'s "built" line).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ from ..tokens import short_name, short_token
 from ..units import format_age
 from .output import CommandError
 
-__all__ = ["CachedEntries", "Step", "Build", "add_explain", "cmd_explain", "newest_builds"]
+__all__ = ["CachedEntries", "Step", "Build", "add_explain", "cmd_explain", "entry_chain", "newest_builds",
+           "why_chain"]
 
 # How long after an entry was stored the entry built from it may be stored,
 # beyond that stage's own compile time, to count as built by the same build
@@ -396,6 +398,37 @@ def build_of(entries: CachedEntries, anchor: Held, label: str, others=()) -> Bui
     ordered = tuple(steps[stage] for stage in STAGES if stage in steps)
     return Build(label, anchor.kernel, anchor.place, _sm(anchor), anchor.signature, anchor.config,
                  anchor.created, ordered, _why(ordered), tuple(others))
+
+
+def why_chain(entries: CachedEntries, held: Held) -> List[Tuple[str, Optional[str], Tuple[str, ...]]]:
+    """Why one entry was built, followed upstream: [(stage, token, reasons)],
+    the entry first, then the entry before it while the one after says
+    "STAGE input changed" and that entry was built for it (typing: its
+    reasons from the llvm entry's typing inputs, token None)."""
+    chain = [(held.stage, held.token, tuple(map(str, held.reasons)))]
+    while held.stage in ("ptx", "cubin") and _says_upstream_changed(held.reasons, held.stage):
+        up = entries.get(_before(held.stage), held.upstream)
+        if up is None or not _built_by_same_build(held, up):
+            return chain
+        chain.append((up.stage, up.token, tuple(map(str, up.reasons))))
+        held = up
+    if held.stage == "llvm" and _says_upstream_changed(held.reasons, "llvm"):
+        reasons = typing_reasons(entries, held)
+        if reasons:
+            chain.append(("typing", None, reasons))
+    return chain
+
+
+def entry_chain(tier, stage: str, header: dict) -> List[Tuple[str, Optional[str], Tuple[str, ...]]]:
+    """`why_chain` of the entry whose header is `header`, in `tier` (what
+    ``gpucache show`` prints as "built"); the entry alone where its reasons
+    name no stage before it (nothing more to read) or the tier lists it not."""
+    alone = [(stage, header["token"], tuple(map(str, header.get("reasons") or ())))]
+    if stage not in _BUILT_STAGES or not _says_upstream_changed(alone[0][2], stage):
+        return alone
+    entries = CachedEntries([tier], _BUILT_STAGES)
+    held = entries.get(stage, header["token"])
+    return why_chain(entries, held) if held is not None else alone
 
 
 # -- which kernel, which targets ---------------------------------------------
