@@ -94,6 +94,13 @@ def test_an_early_cutoff_is_named(tmp_path, gpucache_cli):
     assert [step["cutoff"] for step in build["stages"]] == [False, False, False, True]
     assert build["cutoffs"] == [{"stage": "ptx", "reasons": ["opt 3 -> 2"], "reused": ["cubin"],
                                  "text": "ptx rebuilt (opt 3 -> 2), same bytes: cubin reused"}]
+    # the same PTX again, and a cubin field: both built, the cubin for its own field
+    copy(tmp_path, sm=86, opt=2, max_registers=32)
+    copy(tmp_path, sm=86, opt=1, max_registers=16)
+    build, = gpucache_cli("--dir", tmp_path, "explain", "copy", "--json")["builds"]
+    assert outcomes(build) == {"typing": "not needed", "llvm": "hit", "ptx": "built", "cubin": "built"}
+    assert build["stages"][2]["reasons"] == ["opt 2 -> 1"] and build["cutoffs"] == []
+    assert build["root_cause"] == {"stage": "cubin", "reasons": ["max_registers 32 -> 16"]}
 
 
 def test_a_first_compile_builds_every_stage(tmp_path, gpucache_cli):

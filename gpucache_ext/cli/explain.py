@@ -15,11 +15,10 @@ target, stage by stage:
   nothing);
 - upstream of it, the entry each stage was built from; such an entry was
   built by the same build where it was built with the same config (each
-  entry keeps its build's whole config), stored just before (within the
-  compile time of the stage after it and `_SAME_BUILD_SECONDS`), and where
-  that stage's reasons allow it: a stage that missed for its own inputs
-  alone, or because its entry was dropped, was built from bytes that were
-  cached already, so the stage before it was found;
+  entry keeps its build's whole config: an entry of another config was
+  found), stored just before (within the compile time of the stage after
+  it and `_SAME_BUILD_SECONDS`), unless that stage missed only because its
+  entry was dropped (then an earlier build of that config built both);
 - downstream of it, the entry keyed on its bytes and the target's config: found,
   so a hit; a hit after a rebuilt stage is an early cutoff (the stage was
   rebuilt to the same bytes as before, and the next one reused);
@@ -60,10 +59,8 @@ __all__ = ["CachedEntries", "Step", "Build", "add_explain", "cmd_explain", "entr
 # beyond that stage's own compile time, to count as built by the same build
 # (computing a digest, a lookup, writing the entry: milliseconds in practice)
 _SAME_BUILD_SECONDS = 0.5
-# reasons that compare with no earlier entry: they cannot say whether the
-# stage before gave bytes that were cached already
-_NO_COMPARISON = ("first compile", "first typing", "forced recompile", "recompiled on request", "audit",
-                  "replaced after an audit")
+# how a miss says its very entry was cached and dropped since (`queries.explain_miss`)
+_DROPPED_ENTRY = "entry was "
 _BUILT_STAGES = ("llvm", "ptx", "cubin")  # those a target's build stores (typing: memory only)
 
 BUILT, HIT, NOT_NEEDED, GONE, MISSING = "built", "hit", "not needed", "gone", "not cached"
@@ -186,14 +183,14 @@ def _same_config(later: Held, earlier: Held) -> bool:
 
 def _built_by_same_build(down: Held, up: Held) -> bool:
     """Whether `up`, the entry `down` was built from, was built by the build
-    that built `down` (else that build found it): with the same config, stored
-    just before `down`, and `down` did not miss for its own inputs alone."""
+    that built `down` (else that build found it): with the same config (an
+    earlier build with that config found `up` and built `down` itself, so
+    that `down` missed only where its entry was dropped since), and stored
+    just before `down`."""
     if not _same_config(down, up) or not 0 <= down.created - up.created <= down.seconds + _SAME_BUILD_SECONDS:
         return False
-    # a stage that missed for its own inputs alone (or whose entry was dropped)
-    # was built from bytes cached already: the stage before it was found
-    return _says_upstream_changed(down.reasons, down.stage) or not down.reasons or any(
-        str(r).startswith(_NO_COMPARISON) for r in down.reasons)
+    return _says_upstream_changed(down.reasons, down.stage) or not all(
+        str(r).startswith(_DROPPED_ENTRY) for r in down.reasons)
 
 
 def typing_reasons(entries: CachedEntries, llvm: Held) -> Tuple[str, ...]:
