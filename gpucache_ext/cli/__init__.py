@@ -4,6 +4,7 @@ and check the shared (Redis) cache.
     gpucache stats                          entries, bytes and signatures per stage and tier
     gpucache ls [--kernel K] [--stage S] [--older-than 2d] [--newer-than 1h]
     gpucache show TOKEN [--out FILE] [--toolchain]  an entry's header and artifact
+    gpucache explain NAME [--sm N ...]      how a kernel's newest build went: each stage hit or built, and why
     gpucache export NAME_OR_TOKEN FILE      a kernel's fatbin, or an entry's cubin, PTX or LLVM IR, to ship it
     gpucache diff TOKEN_A TOKEN_B [--stage S]  two ptx entries' PTX, or two cubin entries' SASS, side by side
     gpucache clear [--stage S] [--yes]      delete entries (asks first)
@@ -14,15 +15,16 @@ and check the shared (Redis) cache.
     gpucache warm NOTEBOOK_OR_MODULE --sm 80,86 [-- FLAGS]  build its kernels into the cache ahead of a job
 
 --dir picks the cache folder (default: GPUCACHE_DIR, else the platform's user
-cache folder); --redis-url the shared cache (default: GPUCACHE_REDIS_URL; "off":
-none); --json prints machine-readable output; all three may come before or
-after the command.  The tiers are read with the settings every cache reads
+cache folder); --redis-url the shared cache, for stats, explain and verify
+--shared (default: GPUCACHE_REDIS_URL; "off": none); --json prints
+machine-readable output; all three may come before or after the command.
+The tiers are read with the settings every cache reads
 (`gpucache_ext.store.settings`: GPUCACHE_SECRET, GPUCACHE_SECRET_PREVIOUS,
 GPUCACHE_SHARED_UNSIGNED, GPUCACHE_REDIS_PREFIX); a Redis password is never
 printed.  Output piped into a command that stops reading (gpucache ls | head)
 ends quietly.
 
-Reading the cache imports no numba: stats and ls read headers only; show and
+Reading the cache imports no numba: stats, ls and explain read headers only; show and
 verify check every entry's key and checksum, and the toolchain of llvm
 entries (package versions).  The toolchain of ptx and cubin entries is
 compared with --toolchain: it is read from the folder's memo (see
@@ -32,7 +34,7 @@ toolchain still reads as intact, which it is: its token names its toolchain,
 so no compile here is ever served it.  Only verify --recompile compiles.
 
 The package: `parser` (the command line), one module per group of commands
-(`stats`; `listing`: ls, show and diff; `export`; `cleanup`: clear and prune;
+(`stats`; `listing`: ls, show and diff; `explain`; `export`; `cleanup`: clear and prune;
 `verify`; `warm`), what they share (`output`, `entries`: reading the disk tier's
 entries; `server`: reaching the shared tier), and `main` here.
 """
@@ -49,6 +51,7 @@ from ..store import settings
 from ..store.disk import DiskTier, configured_directory
 from ..store.signing import Keyring
 from .cleanup import cmd_clear, cmd_prune
+from .explain import cmd_explain
 from .export import cmd_export
 from .listing import cmd_diff, cmd_ls, cmd_show
 from .output import CommandError
@@ -60,8 +63,8 @@ from .warm import cmd_warm
 
 __all__ = ["COMMANDS", "CommandError", "build_parser", "main"]
 
-COMMANDS = {"stats": cmd_stats, "ls": cmd_ls, "show": cmd_show, "diff": cmd_diff, "export": cmd_export,
-            "clear": cmd_clear,
+COMMANDS = {"stats": cmd_stats, "ls": cmd_ls, "show": cmd_show, "explain": cmd_explain, "diff": cmd_diff,
+            "export": cmd_export, "clear": cmd_clear,
             "prune": cmd_prune, "verify": cmd_verify, "warm": cmd_warm}
 
 
@@ -81,13 +84,13 @@ def _cache_folder(args) -> Path:
 
 def _disk_tier(args) -> Optional[DiskTier]:
     """The disk tier the command works on; None for verify --shared, and for
-    stats of a shared cache where there is no disk cache (args.disk_problem)."""
+    stats and explain of a shared cache where there is no disk cache (args.disk_problem)."""
     if (args.command == "verify" and args.shared) or args.command == "warm":  # (warm makes its folder)
         return None
     try:
         folder = _cache_folder(args)
     except CommandError as exc:
-        if args.command != "stats" or redis_url(args) is None:
+        if args.command not in ("stats", "explain") or redis_url(args) is None:
             raise
         args.disk_problem = str(exc)
         return None

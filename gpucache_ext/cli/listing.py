@@ -14,6 +14,7 @@ from ..tokens import short_token
 from ..units import format_age, format_bytes
 from .entries import (artifact_bytes, entry_rows, find_entry, members_text, read_entry, read_toolchain,
                       toolchain_stages)
+from .explain import entry_chain
 from .output import CommandError, Progress
 
 log = logging.getLogger(__name__)
@@ -90,9 +91,12 @@ def cmd_show(tier, args, out):
             raise CommandError(f"the entry is damaged ({problem}); nothing to write")
         args.out.write_bytes(artifact_bytes(stage, artifact))
     occupancy = _occupancy(stage, header, artifact)
+    # why it was built, followed upstream to the root cause ("ptx input changed" <- ptx: ...)
+    chain = entry_chain(tier, stage, header) if problem is None else [(stage, full_token, tuple(header["reasons"]))]
     if args.json:
         out({"stage": stage, "path": str(path), "header": header, "valid": problem is None,
-             "problem": problem, **({"occupancy": [
+             "problem": problem, "built_chain": [{"stage": s, "token": t, "reasons": list(r)} for s, t, r in chain],
+             **({"occupancy": [
                  {"block": o.block, "blocks_per_sm": o.blocks_per_sm, "active_warps": o.active_warps,
                   "max_warps": o.max_warps, "occupancy": o.occupancy, "limited_by": o.limited_by}
                  for o in occupancy[1]]} if occupancy else {})})
@@ -101,7 +105,7 @@ def cmd_show(tier, args, out):
         f"signature {header['signature']}\nconfig    {header['config']}\n"
         f"created   {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(header['created']))}\n"
         f"size      {format_bytes(header['size'])} (compile took {header['seconds'] * 1e3:.1f} ms)\n"
-        f"built     {'; '.join(header['reasons']) or '-'}\n"
+        f"built     {_chain_text(chain)}\n"
         f"valid     {'yes' if problem is None else 'NO: ' + problem}"
         + ("" if compared or problem else " (key and checksum; --toolchain also compares its toolchain)"))
     out("components:")
@@ -116,6 +120,16 @@ def cmd_show(tier, args, out):
         for row in rows:
             out(f"  {row.block:>5} threads  {row}")
     return 0 if problem is None else 1
+
+
+def _chain_text(chain) -> str:
+    """show's "built" line: the entry's reasons, then under them the entry
+    before it's, to the root cause ("<- llvm 73ad4e0d1259: fastmath False -> True")."""
+    (_, _, reasons), *upstream = chain
+    lines = ["; ".join(reasons) or "-"]
+    lines += [f"          <- {stage}{' ' + short_token(token) if token else ''}: {'; '.join(said)}"
+              for stage, token, said in upstream]
+    return "\n".join(lines)
 
 
 # the block sizes `show` gives a cubin's occupancy at

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..store.codec import PERSISTENT_STAGES
 from ..store.disk import default_directory
+from .explain import add_explain
 from .warm import add_warm
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -46,8 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
         "read with the secrets a compile here reads (GPUCACHE_SECRET, GPUCACHE_SECRET_PREVIOUS).")
     parser.add_argument("--dir", type=Path, help="cache folder (default: GPUCACHE_DIR, else "
                                                  f"{default_directory()})")
-    parser.add_argument("--redis-url", metavar="URL", help="the shared cache, for stats and verify "
-                        "--shared (default: GPUCACHE_REDIS_URL; off: none)")
+    parser.add_argument("--redis-url", metavar="URL", help="the shared cache, for stats, explain and "
+                        "verify --shared (default: GPUCACHE_REDIS_URL; off: none)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     # --dir, --redis-url and --json are also accepted after the command (their defaults stay the main parser's)
     json_after = argparse.ArgumentParser(add_help=False)
@@ -131,5 +132,6 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--sample", type=_fraction, default=1.0, metavar="F",
                         help="with --recompile: the fraction of entries to recompile (default 1)")
     verify.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
+    add_explain(add)
     add_warm(add)
     return parser
