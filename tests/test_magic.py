@@ -822,6 +822,18 @@ def test_a_sweeps_variants_table_gives_occupancy_per_architecture_and_marks_the_
     assert "how the figures moved between variants one field apart:" in out
 
 
+def test_a_multi_target_variant_names_every_target_it_is_built_for(ip):
+    cell(ip, "--sm 80,86 --max-registers 32,none --quiet", SWEEP_KERNEL)
+    kernel = ip.user_ns["act"]
+    assert [v.summary() for v in kernel.variants] == ["sm_80,86 +ptx 80 max_registers=32", "sm_80,86 +ptx 80"]
+    assert all(set(next(iter(v.results.values())).per_target) == {80, 86} for v in kernel.variants)
+    with pytest.raises(gpucache_ext.ConfigError, match=r"no variant sm_80,86 \+ptx 80 max_registers=64; "
+                                                       r"its variants: sm_80,86 \+ptx 80 max_registers=32; "):
+        kernel.use(max_registers=64)
+    cell(ip, "--sm 86 --quiet", SWEEP_KERNEL)
+    assert [v.summary() for v in ip.user_ns["act"].variants] == ["sm_86"]
+
+
 def test_dynamic_shared_memory_counts_in_the_variants_occupancy(ip, capsys):
     from gpucache_ext.occupancy import occupancy
 

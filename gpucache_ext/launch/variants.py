@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple
 
 from . import registry
 from ..cache import CompileResult
-from ..config import CompileConfig
+from ..config import CompileConfig, Targets
 from ..errors import ConfigError
 from ..results import FatbinResult, short_signature
 from ..stages import normalize_signature
@@ -30,9 +30,16 @@ class Variant(NamedTuple):
     `Kernel.variants` re-checks each against the kernel's inputs as a launch
     does, and compiles again (through the cache) the ones whose inputs changed."""
 
-    config: CompileConfig
+    config: CompileConfig  # (a multi-target kernel's: its first target in `sm`; `summary` names them all)
     results: Dict[Tuple, CompileResult]  # by signature (argument types)
     bound: bool  # the one launches use
+    targets: Optional[Targets] = None  # a kernel built for several targets (--sm 80,86,90)
+
+    def summary(self) -> str:
+        """The variant's config with every target it is built for:
+        "sm_80,86,90 +ptx 80 max_registers=32" (``config.summary()`` names
+        the first target alone)."""
+        return self.config.summary() if self.targets is None else self.targets.describe(self.config)
 
 
 class KernelVariants:
@@ -54,7 +61,8 @@ class KernelVariants:
         with self._lock:
             self._refresh_variants()
             return [Variant(config, dict(self.results) if config == self.config
-                            else dict(self._variant_results.get(config, {})), config == self.config)
+                            else dict(self._variant_results.get(config, {})), config == self.config,
+                            self.targets)
                     for config in sorted(self.sweep, key=lambda c: c != self.config)]
 
     def _refresh_variants(self) -> None:
@@ -130,8 +138,11 @@ class KernelVariants:
         wanted = self.config.replace(**fields)
         chosen = next((config for config in self.sweep if config.normalised() == wanted.normalised()), None)
         if chosen is None:
-            listed = "; ".join(config.summary() for config in self.sweep)
-            raise ConfigError(f"{self.__name__} has no variant {wanted.summary()}; its variants: {listed} "
+            def described(config):
+                return config.summary() if self.targets is None else self.targets.describe(config)
+
+            listed = "; ".join(described(config) for config in self.sweep)
+            raise ConfigError(f"{self.__name__} has no variant {described(wanted)}; its variants: {listed} "
                               "(compile more by listing values in the cell's flags, e.g. --max-registers 32,64)")
         with self._compiling(f"at use({', '.join(f'{k}={v!r}' for k, v in fields.items())})"):
             return self._bind(chosen)
