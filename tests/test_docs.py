@@ -277,3 +277,22 @@ def test_the_link_check_can_fail(tmp_path):
         "page.md:7: page.md#nope (no such heading in page.md)",
         "page.md:7: missing.png (no such file)",
     ]
+
+
+def test_the_readmes_example_report_reads_as_the_real_one(ip, capsys):
+    """The README's (and docs/magic.md's) example report, after the cell ran
+    once without --fastmath: the same columns, hits and misses, and why."""
+    readme = (ROOT / "README.md").read_text()
+    shown = readme.split("After the same cell ran once without `--fastmath`, the report reads:", 1)[1]
+    header, row = shown.split("```", 2)[1].strip().splitlines()
+    cell = next(b for b in python_blocks([ROOT / "README.md"]) if b.code.startswith("%%gpukernel")).code
+    plain = cell.replace(" --fastmath", "", 1)
+    assert plain != cell
+    ip.run_cell(plain)
+    capsys.readouterr()
+    ip.run_cell(cell)
+    real = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("kernel ", "axpy "))]
+    assert real[0].split() == header.split()
+    timings = re.compile(r"\s+\d+(\.\d+)? (ms|s)\s+\d+(\.\d+)? (ms|s)\s+")  # (what differs run to run)
+    assert timings.split(real[1])[::5] == timings.split(row)[::5], (real[1], row)
+    assert row in (ROOT / "docs" / "magic.md").read_text()
