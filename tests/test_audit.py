@@ -240,8 +240,16 @@ def test_by_default_the_first_disk_hit_of_each_kernel_is_audited_in_the_backgrou
     first = cache.compile(kernels.axpy, kernels.AXPY_SIG, SM80)
     assert first.stages["cubin"].tier == "disk" and first.audit is not None
     assert first.audit.state == "pending"  # (it waits for the cache to be idle)
+    # a report shown meanwhile, saved with the notebook, is never updated: it says when the audit runs
+    from gpucache_ext.ipython.report import CellReport
+
+    shown = CellReport([first])
+    assert shown.rows()[0]["audit"] == "queued" and "pending" not in repr(shown)
+    assert re.search(r'class="gpucache-queued" title="audited in the background after this cell[^"]*'
+                     r'a mismatch is told in a later cell.s report', shown._repr_html_())
     cache.audit_wait()
     assert first.audit.state == "passed"
+    assert CellReport([first]).rows()[0]["audit"] == "ok"
     again = cache.compile(kernels.axpy, kernels.AXPY_SIG, SM80)  # a memory hit
     assert again.hit and again.audit is None
     other = cache.compile(kernels.axpy, kernels.AXPY_SIG, SM80.replace(max_registers=40))  # a miss and hits

@@ -235,8 +235,17 @@ def why_text(result: CompileResult) -> str:
     return "; ".join(parts)
 
 
+# an audit not yet run as the report is shown; the HTML report says when it runs
+AUDIT_QUEUED = "queued"
+_AUDIT_QUEUED_TITLE = ("audited in the background after this cell, against a fresh compile; this report is "
+                       "not updated: a mismatch is told in a later cell's report, and %gpucache stats counts "
+                       "audits")
+
+
 def _audit_cell(result: CompileResult) -> str:
-    """The audit of a compile: ok, pending, or which stages differed from a fresh compile."""
+    """The audit of a compile: ok, queued (it runs after the cell: the
+    report, saved with the notebook, is not updated, and a mismatch is told
+    in a later cell's report), or which stages differed from a fresh compile."""
     audit = result.audit
     if audit is None:
         return ""
@@ -244,7 +253,7 @@ def _audit_cell(result: CompileResult) -> str:
         return "MISMATCH " + ",".join(sorted({m.stage for m in audit.mismatches}))
     if audit.state == "failed":
         return "FAILED"
-    return {"passed": "ok"}.get(audit.state, audit.state)
+    return {"passed": "ok", "pending": AUDIT_QUEUED}.get(audit.state, audit.state)
 
 
 def _kernel_name(result: CompileResult) -> str:
@@ -486,6 +495,8 @@ class CellReport:
                     cls = "gpucache-miss" if shown.startswith(("MISS", "MISMATCH", "FAILED")) \
                         else "gpucache-warn" if "(unsigned" in shown else "gpucache-hit"
                     title = ""
+                    if column == "audit" and shown == AUDIT_QUEUED:
+                        cls, title = "gpucache-queued", f' title="{_AUDIT_QUEUED_TITLE}"'
                     if shown.endswith("same bytes)"):  # (stages only: the first has none before it)
                         before = STAGES[STAGES.index(column) - 1]
                         cls += " gpucache-cutoff"
