@@ -989,3 +989,17 @@ def test_the_variants_section_gives_each_variants_occupancy_and_the_best(tmp_pat
             assert f'data-block="{block}" data-occupancy="{found.occupancy}"' in row, (cap, block)
     best = next(token for token, flag in cells if flag == "true")
     assert not built[16].stages["cubin"].token == best or not built[16].resources["spill_stores"]
+
+
+def test_a_shown_entries_table_says_when_its_ages_were_taken():
+    """A rendered table is not updated: the ages say what moment they are as
+    of, and each entry when it was built, so a saved or idle view stays true."""
+    import time
+
+    from gpucache_ext.views.entries import entries_html
+
+    now = time.mktime((2026, 12, 6, 18, 42, 10, 0, 0, -1))
+    rows = [{"stage": "ptx", "token": "ab" * 32, "kernel": "m.axpy", "created": now - 125, "bytes": 10}]
+    shown = entries_html(rows, now)
+    assert "newest first (ages as of 2026-12-06 18:42:10)" in shown
+    assert re.search(r'<td class="[^"]*" title="built 2026-12-06 18:40:05">2m</td>', shown), shown

@@ -3,6 +3,7 @@ columns, padded lines for the listbox, and the static text and HTML lists."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import sessions
@@ -85,6 +86,11 @@ def entry_cells(row: Dict[str, Any], now: float, kernel: Optional[str] = None) -
     }
 
 
+def _clock(when: float) -> str:
+    """A moment as local date and time to the second: "2026-12-06 18:42:10"."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+
+
 def entry_widths(cells: List[Dict[str, str]]) -> Dict[str, int]:
     """Each column's width: its widest cell (or title), up to the column's
     cap; the config column has none (see `entry_line`)."""
@@ -133,11 +139,14 @@ def entries_html(rows: List[Dict[str, Any]], now: float, limit: int = _MAX_STATI
             cls = "gpucache-text" if column not in _RIGHT else ""
             if column in ("token", "signature"):
                 cls += " gpucache-code"
-            tds.append(f'<td class="{cls.strip()}">{esc(cells[column])}</td>')
+            # (an age is as of `now`: a shown table is not updated, so each says when it was built)
+            title = f' title="built {_clock(row.get("created", now))}"' if column == "age" else ""
+            tds.append(f'<td class="{cls.strip()}"{title}>{esc(cells[column])}</td>')
         body.append(f'<tr data-stage="{esc(row["stage"])}" data-token="{esc(row["token"])}">'
                     + "".join(tds) + "</tr>")
     more = (f'<p class="gpucache-muted">... and {len(rows) - limit} more</p>'
             if len(rows) > limit else "")
     return (f'<table class="gpucache-table gpucache-entries-table"><caption>Cached entries, '
-            f'newest first</caption><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+            f'newest first (ages as of {_clock(now)})</caption><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody>'
             f"</table>{more}")
