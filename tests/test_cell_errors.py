@@ -11,6 +11,7 @@ through nbclient (slow)."""
 import io
 import re
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,56 @@ def test_error_in_the_cells_code_shows_only_the_cells_frames(ip, capsys):
     assert isinstance(result.error_in_exec, ZeroDivisionError)
     assert f"Cell In[{number}], line 4" in shown and re.search(r"^-+> 4 +y = x / 0$", shown, re.M)
     assert "gpucache_ext/" not in shown and "run_cell_magic" not in shown
+
+
+INTERRUPTED_CELL = """%%gpukernel --sm 80,86 --quiet
+import os, signal
+from numba import cuda, types
+from numba.extending import overload
+
+def bump(x):
+    return x + 1
+
+@overload(bump, target="cuda")
+def _bump(x):
+    if STOP:  # a Ctrl-C, as numba types the kernel (held back until numba's lock is given back)
+        os.kill(os.getpid(), signal.SIGINT)
+    return lambda x: x + 1
+
+@cuda.jit("void(float32[:])")
+def stopped(r):
+    r[0] = bump(r[0])
+"""
+
+
+def test_an_interrupted_compile_shows_at_the_users_line_and_says_nothing_was_stored(ip, capsys):
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    cache = gpucache_ext.default_cache()
+    before = {stage: s["entries"] for stage, s in cache.stats().items()}
+    ip.user_ns["STOP"] = True
+    number = ip.execution_count
+    result = ip.run_cell(INTERRUPTED_CELL, store_history=True)
+    shown = plain("".join(capsys.readouterr()))
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert f"Cell In[{number}], line 15" in shown and re.search(r"^-+> 15 @cuda.jit", shown, re.M), shown
+    assert "KeyboardInterrupt: the compile was interrupted: nothing half-built was stored" in shown
+    assert "concurrent" not in shown and "gpucache_ext/" not in shown and "numba/" not in shown
+    assert "stopped" not in ip.user_ns
+    assert {stage: s["entries"] for stage, s in cache.stats().items()} == before  # (it stopped in typing)
+    ip.user_ns["STOP"] = False
+    again = ip.run_cell(INTERRUPTED_CELL)
+    assert again.success and ip.user_ns["stopped"].last.per_target.keys() == {80, 86}
+
+
+def test_an_interrupt_of_the_cells_own_code_reads_as_a_plain_cells(ip, capsys):
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    result = ip.run_cell("%%gpukernel --sm 80 --quiet\nimport os, signal, time\n"
+                         "os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n")
+    shown = plain("".join(capsys.readouterr()))
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert "nothing half-built" not in shown and "time.sleep(5)" in shown
 
 
 def test_a_refused_decorator_shows_at_its_line(ip, capsys):

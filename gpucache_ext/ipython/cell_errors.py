@@ -51,6 +51,8 @@ def as_cell_error(shell, exc, filename, context):
     frame on without this package's frames; one raised after the cell's code
     ran (by a compile), at the kernel it names."""
     tb = exc.__traceback__  # (the cell's frames, where it was raised in the cell)
+    if isinstance(exc, KeyboardInterrupt):
+        return _interrupted(shell, exc, tb, filename, context)
     if not isinstance(exc, CompileError) and isinstance(exc.__cause__, CompileError):
         exc = exc.__cause__  # (numba's error as a launch raises it, `as_numba_raises`: shown from its compile)
     original = exc
@@ -69,6 +71,34 @@ def as_cell_error(shell, exc, filename, context):
     if frames is None:
         frames = _frame_at(_compile_location(shell, exc, exc, context))
     _show_once(shell, exc, frames, hide_chain=ours)
+    return exc
+
+
+# what an interrupt that landed in a compile says (`locks`: numba's state stays
+# whole, and an entry is stored only once its stage is done)
+INTERRUPTED = ("the compile was interrupted: nothing half-built was stored (the stages finished before "
+               "the interrupt are cached, and found when the cell runs again)")
+
+
+def _interrupted(shell, exc, tb, filename, context):
+    """A KeyboardInterrupt: one that landed in the cell's own code shows as
+    a plain cell's; one that landed in a compile (below this package's
+    frames: numba's, nvJitLink's, a multi-target build's threads) shows at the
+    user's line that compiled (the decorator, a launch, else the kernel) and
+    says that nothing half-built was stored, without the frames below it."""
+    entries = _entries(tb)
+    start = next((i for i, e in enumerate(entries) if e.tb_frame.f_code.co_filename == filename), None)
+    into = next((i for i, e in enumerate(entries) if (start is None or i > start) and
+                 os.path.abspath(e.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR)), None)
+    if start is not None and into is None:  # (the cell's own code: time.sleep, a loop)
+        _show_once(shell, exc, _user_frames(entries[start:]), hide_chain=False)
+        return exc
+    if not exc.args:
+        exc.args = (INTERRUPTED,)
+    frames = _user_frames(entries[start:into]) if start is not None else None
+    if frames is None:
+        frames = _frame_at(_compile_location(shell, exc, exc, context))
+    _show_once(shell, exc, frames, hide_chain=True)
     return exc
 
 
