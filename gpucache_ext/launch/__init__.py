@@ -3,9 +3,11 @@
 `kernel` (`Kernel`: a numba-cuda ``CUDADispatcher`` whose variants come from
 the cache), with its parts `compiled` (a variant as numba holds it, and the
 image a GPU loads), `variants` (a sweep's variants, `use`, `tune`),
-`inspection` (numba's ``inspect_*``) and `registry` (the live kernels,
-`refresh_all`); `decorators` (``gpucache_ext.jit`` for plain Python files),
-`device` (the GPU's target, or the default one), `spec` (`KernelSpec`: what
-a kernel is built with, as one record) and `simulator` (launches on numba's
-CUDA simulator where there is no GPU).
+`inspection` (numba's ``inspect_*``), `registry` (the live kernels,
+`refresh_all`) and `arguments` (a launch's arguments checked against the
+declared signatures, as numba's dispatch checks them); `decorators`
+(``gpucache_ext.jit`` for plain Python files), `device` (the GPU's target,
+or the default one), `spec` (`KernelSpec`: what a kernel is built with, as
+one record) and `simulator` (launches on numba's CUDA simulator where there
+is no GPU).
 """

@@ -25,12 +25,15 @@ What the cache adds on top:
   again where stale (views that only show results, the cell's report and the
   inspector, mark a stale one instead: `stale_reasons`);
 - without a GPU, or with ``simulate=True``, launches run on numba's CUDA
-  simulator (the variant is still compiled, cached and inspectable).
+  simulator (the variant is still compiled, cached and inspectable);
+- a kernel of one signature, which numba launches without looking at its
+  arguments, has them checked as numba's dispatch checks a list's
+  (`arguments`): a float64 array for a float32 parameter is a `LaunchError`.
 
 Its parts elsewhere: `compiled` (a variant as numba holds it, the image a GPU
 loads), `variants` (a sweep's variants, `use`, `tune`), `inspection` (numba's
 ``inspect_*`` and the last compile's artifacts), `registry` (the live
-kernels, and `refresh_all`).
+kernels, and `refresh_all`), `arguments` (which arguments a launch takes).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from numba.cuda.dispatcher import CUDADispatcher
 
 from . import registry
+from .arguments import check_specialized, no_match_error, refuse_untypeable
 from ..cache import CompileResult, KernelCache
 from ..config import CompileConfig
 from .compiled import CachedKernel, LaunchError, choose_image, runs_on
@@ -160,6 +164,8 @@ class Kernel(KernelInspection, KernelVariants, CUDADispatcher):
         self.force = spec.force
         self.audit = spec.audit
         self.declared = tuple(normalize_signature(sig) for sig in signatures)
+        # a raw pointer parameter (CPointer): a specialized launch takes an address for it
+        self.takes_addresses = _takes_addresses(self.declared)
         self.results: Dict[Tuple, CompileResult] = {}
         # a sweep's variants (`gpucache_ext.sweeps`): the configs compiled
         # besides the bound one (`use` binds another), each with its results
@@ -312,10 +318,7 @@ class Kernel(KernelInspection, KernelVariants, CUDADispatcher):
 
     def _explain_matching_error(self, *args, **kws):
         # numba's dispatch calls this when no variant accepts the arguments
-        actual = tuple(self.typeof_pyval(a) for a in args)
-        raise LaunchError(
-            f"{self.__name__}: no signature accepts {short_signature(actual)}; declared: "
-            + "; ".join(short_signature(d) for d in self.overloads))
+        raise no_match_error(self, args)
 
     def _explain_ambiguous(self, *args, **kws):
         actual = tuple(self.typeof_pyval(a) for a in args)
@@ -363,16 +366,16 @@ class Kernel(KernelInspection, KernelVariants, CUDADispatcher):
         """numba's launch, after re-checking the variants at the first launch since a cell ran."""
         if self._generation != registry.generation:
             self._recheck()
-        if self._specialized and len(args) != len(self.declared[0]):
-            self._wrong_count(args)
+        if self._specialized:
+            # numba launches one signature without looking at the arguments
+            # (a float64 array would be read as float32): checked as a list's would be
+            check_specialized(self, args)
         with _raised_as_numba():
-            return CUDADispatcher.call(self, args, launch_config)
-
-    def _wrong_count(self, args):
-        # numba launches a specialized kernel without looking at its arguments
-        # (zip stops at the shorter); a wrong count would launch garbage
-        raise LaunchError(f"{self.__name__} takes {len(self.declared[0])} arguments "
-                          f"{short_signature(self.declared[0])}, not {len(args)}")
+            try:
+                return CUDADispatcher.call(self, args, launch_config)
+            except ValueError:
+                refuse_untypeable(self, args)
+                raise
 
     def forall(self, ntasks, tpb=0, stream=0, sharedmem=0):
         """A launcher over `ntasks` tasks, as numba's ``forall`` (the kernel maps
@@ -418,16 +421,18 @@ class Kernel(KernelInspection, KernelVariants, CUDADispatcher):
 
         self._recheck()
         if self.specialized:
-            if len(args) != len(self.declared[0]):
-                self._wrong_count(args)
+            check_specialized(self, args)
             return next(iter(self.overloads.values())).result
-        return _dispatcher.Dispatcher._cuda_call(self, *args).result
+        try:
+            return _dispatcher.Dispatcher._cuda_call(self, *args).result
+        except ValueError:
+            refuse_untypeable(self, args)
+            raise
 
     def _simulate(self, *args, griddim, blockdim, stream=0, sharedmem=0):
-        from numba.cuda import types as nbtypes
         from numba.cuda.errors import normalize_kernel_dimensions
 
-        if any(isinstance(t, nbtypes.CPointer) for sig in self.declared for t in sig):
+        if self.takes_addresses:
             raise LaunchError(
                 f"{self.__name__} takes raw pointers, which need a GPU: the simulator runs "
                 "Python and cannot follow a device pointer")
@@ -481,6 +486,12 @@ def _target_options(config: CompileConfig, options: Dict[str, Any]) -> Dict[str,
             "launch_bounds": config.launch_bounds, "link": list(options.get("link") or ()),
             "extensions": list(options.get("extensions") or ()),
             "shared_memory_carveout": options.get("shared_memory_carveout"), "device": False}
+
+
+def _takes_addresses(declared) -> bool:
+    from numba.cuda import types
+
+    return any(isinstance(t, types.CPointer) for sig in declared for t in sig)
 
 
 def _default_cache():
