@@ -47,25 +47,65 @@ from .usercode import touches_user_code
 # What numba's tables hold
 
 
+_TYPING_KINDS = ("functions", "attributes", "globals")
+_LOWERING_KINDS = ("functions", "getattrs", "setattrs", "casts", "constants")
+
+
 def _containers() -> List[Tuple[str, Any]]:
     """(label, table) for each of numba's extension tables: a registry's list
     (which only grows) or a dict of handlers (a new registration for a key
     replaces its handler)."""
-    from numba.cuda.core.compiler_lock import global_compiler_lock
+    found: List[Tuple[str, Any]] = []
+    for registry, prefix in _registries():
+        found += [(f"{prefix} {kind}", table) for kind in (_TYPING_KINDS if prefix == "typing" else _LOWERING_KINDS)
+                  if isinstance(table := getattr(registry, kind, None), list)]
+    return found + _singledispatch_tables() + _model_tables()
+
+
+def _registries() -> List[Tuple[Any, str]]:
+    """(registry, "typing" or "lowering") for each of numba's typing and
+    lowering registries, in an order of their own: those of the loaded
+    modules of numba and numba-cuda by module and name, then those the CUDA
+    contexts have installed from elsewhere (a user's own ``Registry``).
+
+    Read without refreshing the contexts: a refresh loads numba's remaining
+    declaration modules (fp16, bf16, the NumPy and cmath declarations...),
+    hundreds of milliseconds a process where every stage is cached would
+    spend for nothing, and what it adds is numba's own code.  A module no
+    one has loaded holds no registration of user code; where user code
+    registers (``@overload``, ``lower_builtin``, a module's ``registry``) is
+    loaded, and found here, refreshed or not, in the same order."""
     from numba.cuda.descriptor import cuda_target
 
-    typing, target = cuda_target.typing_context, cuda_target.target_context
-    with global_compiler_lock:  # (a refresh is not thread-safe; numba refreshes under this lock too)
-        typing.refresh()
-        target.refresh()
-    found: List[Tuple[str, Any]] = []
-    for context, kinds, prefix in ((typing, ("functions", "attributes", "globals"), "typing"),
-                                   (target, ("functions", "getattrs", "setattrs", "casts", "constants"),
-                                    "lowering")):
+    global _FOUND_REGISTRIES
+    contexts = ((cuda_target.typing_context, "typing"), (cuda_target.target_context, "lowering"))
+    # (modules load, contexts install: a registry is added only so; the scan of the modules is
+    # the cost, made again when either moved)
+    key = (len(sys.modules), *(len(context._registries) for context, _ in contexts))
+    if _FOUND_REGISTRIES is not None and _FOUND_REGISTRIES[0] == key:
+        return _FOUND_REGISTRIES[1]
+    kinds = []
+    for module_name, prefix in (("numba.cuda.typing.templates", "typing"), ("numba.core.typing.templates", "typing"),
+                                ("numba.cuda.core.imputils", "lowering"), ("numba.core.imputils", "lowering")):
+        cls = getattr(sys.modules.get(module_name), "Registry", None)
+        if isinstance(cls, type):
+            kinds.append((cls, prefix))
+    classes = tuple(cls for cls, _ in kinds)
+    found: Dict[int, Tuple[Any, str]] = {}
+    for name in sorted(name for name in list(sys.modules) if name.split(".")[0] in ("numba", "numba_cuda")):
+        module = sys.modules.get(name)
+        for _, value in sorted(getattr(module, "__dict__", {}).items(), key=lambda item: str(item[0])):
+            if isinstance(value, classes) and id(value) not in found:
+                found[id(value)] = (value, next(prefix for cls, prefix in kinds if isinstance(value, cls)))
+    for context, prefix in contexts:
         for registry in list(context._registries):
-            found += [(f"{prefix} {kind}", table) for kind in kinds
-                      if isinstance(table := getattr(registry, kind, None), list)]
-    return found + _singledispatch_tables() + _model_tables()
+            if id(registry) not in found:
+                found[id(registry)] = (registry, prefix)
+    _FOUND_REGISTRIES = (key, list(found.values()))
+    return _FOUND_REGISTRIES[1]
+
+
+_FOUND_REGISTRIES: Optional[Tuple[tuple, list]] = None  # (what `_registries` was keyed on, its answer)
 
 
 def _entries(table) -> list:

@@ -137,6 +137,28 @@ def test_a_new_process_with_the_same_registrations_hits_on_disk(tmp_path):
     assert second["cubin"] == first["cubin"]
 
 
+def test_a_cached_compile_loads_none_of_numbas_declarations_and_keys_the_registrations_alike(tmp_path):
+    """numba's contexts are not refreshed to read its tables: a process
+    whose every stage is on disk loads none of numba's remaining declaration
+    modules (hundreds of milliseconds at its first launch), and the
+    registrations key the same whether a compile of numba's refreshed them
+    or not: a new process hits what one that compiled another kernel first
+    built."""
+    script = STEPS.replace("for cells in steps:", """if mode == "refreshed":
+    from tests import kernels
+    KernelCache(audit=False).compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86), force=True)
+    mode = "fresh"
+for cells in steps:""").replace("print(json.dumps(seen))", """from numba.cuda.descriptor import cuda_target
+seen.append({"fp16": "numba.cuda.fp16" in sys.modules, "installed": len(cuda_target.typing_context._registries)})
+print(json.dumps(seen))""")
+    steps = json.dumps([[INTERVAL, "WIDTH_SCALE = 1.0", WIDTHS]])
+    built, refreshed = run_python(script, steps, "widths", WIDTHS_SIG, "refreshed", tmp_path, json_line=True)
+    assert not any(built["hits"].values()) and refreshed["fp16"] and refreshed["installed"]
+    found, numbas = run_python(script, steps, "widths", WIDTHS_SIG, "fresh", tmp_path, json_line=True)
+    assert all(found["hits"].values()) and found["cubin"] == built["cubin"]
+    assert not numbas["fp16"] and numbas["installed"] == 0  # (nothing of numba's refreshed)
+
+
 def test_without_registrations_in_user_code_tokens_are_as_before():
     seen = run_python("""
         import json
