@@ -283,8 +283,9 @@ class CompileResult:
 
     @property
     def link_log(self) -> str:
-        """nvJitLink's info log: registers, spills, shared/local/constant memory."""
-        return self._cubin.info_log
+        """nvJitLink's info log: registers, spills, shared/local/constant
+        memory ("" for a target built for its PTX alone: nothing was linked)."""
+        return self._cubin.info_log if self._cubin is not None else ""
 
     @property
     def entry_name(self) -> str:
