@@ -30,6 +30,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
+from typing import List
 
 import pytest
 
@@ -306,7 +307,7 @@ ENTRIES_LAYOUT = """() => {
     range.setStart(text, at); range.setEnd(text, at + name.length);
     titles[name] = rect(range);
   }
-  const summary = box.querySelector('.gpucache-summary'), table = summary.querySelector('table');
+  const summary = box.querySelector('.gpucache-summary .gpucache-table-scroll'), table = summary.querySelector('table');
   return {
     summary: {scrollWidth: summary.scrollWidth, clientWidth: summary.clientWidth,
               overflowX: getComputedStyle(summary).overflowX, table: rect(table)},
@@ -400,8 +401,8 @@ def lab(tmp_path_factory):
     print(f"\nbrowser tests: {time.monotonic() - started:.1f} s; JupyterLab log: {server.log_path}")
 
 
-def _at_width(page, width: int):
-    page.set_viewport_size({"width": width, "height": 4200})
+def _at_width(page, width: int, height: int = 4200):
+    page.set_viewport_size({"width": width, "height": height})
     page.wait_for_function(f"() => window.innerWidth === {width}", timeout=ACTION_S * 1000)
     page.evaluate(SETTLED)
 
@@ -1112,12 +1113,11 @@ def _publish(shot: Path, capsys, note: str = "") -> None:
         print(f"\nscreenshot: {shot}" + (f"\n{note}" if note else ""))
 
 
-@pytest.mark.slow
-def test_the_tuning_notebooks_variants_in_the_inspector_screenshot(lab, tmp_path, capsys):
-    """notebooks/tuning.ipynb in JupyterLab: its inspector, a cubin of the
-    sweep selected, shows the variants with their occupancy at the common
-    block sizes, one best per architecture; docs/inspector-variants.png
-    (written with GPUCACHE_UPDATE_DOCS=1)."""
+@pytest.fixture(scope="module")
+def tuning(lab):
+    """notebooks/tuning.ipynb run top to bottom in JupyterLab, in a page and a
+    workspace of its own, its inspector showing a cubin of the sweep (sm_86):
+    the 18 variants' resources and occupancy under "resources across variants"."""
     shutil.copy(ROOT / "notebooks" / "tuning.ipynb", lab.server.root / "tuning.ipynb")
     page = lab.browser.new_page(viewport={"width": 1400, "height": 3000})
     page.set_default_timeout(PAGE_S * 1000)
@@ -1128,6 +1128,10 @@ def test_the_tuning_notebooks_variants_in_the_inspector_screenshot(lab, tmp_path
                       wait_until="domcontentloaded", timeout=PAGE_S * 1000)
             page.wait_for_function(KERNEL_IDLE, timeout=PAGE_S * 1000, polling=250)
             lab.server.note_kernels()
+            # the light theme, as in the docs' other screenshots (the dark theme's test may have run before)
+            page.evaluate("() => { window.jupyterapp.commands.execute('apputils:change-theme', "
+                          "{theme: 'JupyterLab Light'}); return true; }")
+            page.wait_for_function("() => document.body.dataset.jpThemeLight === 'true'", timeout=ACTION_S * 1000)
             page.evaluate(RUN_ALL)
             page.wait_for_function(ALL_RAN, timeout=RUN_ALL_S * 1000, polling=500)
             assert page.evaluate(ERRORS) == []
@@ -1137,20 +1141,164 @@ def test_the_tuning_notebooks_variants_in_the_inspector_screenshot(lab, tmp_path
             labels = [t.replace("\u00a0", " ") for t in select.locator("option").all_inner_texts()]
             index = next(i for i, text in enumerate(labels) if " cubin " in text and "sm_86" in text)
             select.select_option(index=index)
-            section = inspector.locator(".gpucache-variants")
-            section.locator("table.gpucache-resource-variants").wait_for(timeout=ACTION_S * 1000)
-            rows = page.evaluate("""() => [...document.querySelectorAll(
-                '.gpucache-inspector .gpucache-variants table.gpucache-resource-variants tbody tr')].map(r => ({
-                  arch: r.dataset.arch, best: r.querySelector('td.gpucache-best').dataset.best === 'true',
-                  occupancy: [...r.querySelectorAll('td[data-block]')].map(c => [Number(c.dataset.block),
-                                                                               Number(c.dataset.occupancy)])}))""")
-            # the version selected: its variants on each architecture
-            assert {row["arch"] for row in rows} == {"sm_80", "sm_86", "sm_90"} and len(rows) == 18, rows
-            assert sum(row["best"] for row in rows) == 3
-            assert all([block for block, _ in row["occupancy"]] == [128, 256, 512, 1024] for row in rows)
-            assert all(0 < share <= 1 for row in rows for _, share in row["occupancy"])
-            shot = tmp_path / "inspector-variants.png"
-            section.screenshot(path=str(shot), animations="disabled", caret="hide", timeout=ACTION_S * 1000)
+            inspector.locator(".gpucache-variants table.gpucache-resource-variants").wait_for(timeout=ACTION_S * 1000)
+        yield SimpleNamespace(page=page, inspector=inspector)
     finally:
         page.close()
+
+
+@pytest.mark.slow
+def test_the_tuning_notebooks_variants_in_the_inspector_screenshot(lab, tuning, tmp_path, capsys):
+    """notebooks/tuning.ipynb in JupyterLab: its inspector, a cubin of the
+    sweep selected, shows the variants with their occupancy at the common
+    block sizes, one best per architecture; docs/inspector-variants.png
+    (written with GPUCACHE_UPDATE_DOCS=1)."""
+    page = tuning.page
+    with _shot_on_failure(page, lab.folder, "tuning-variants"):
+        _at_width(page, 1400, height=3000)
+        section = tuning.inspector.locator(".gpucache-variants")
+        rows = page.evaluate("""() => [...document.querySelectorAll(
+            '.gpucache-inspector .gpucache-variants table.gpucache-resource-variants tbody tr')].map(r => ({
+              arch: r.dataset.arch, best: r.querySelector('td.gpucache-best').dataset.best === 'true',
+              occupancy: [...r.querySelectorAll('td[data-block]')].map(c => [Number(c.dataset.block),
+                                                                           Number(c.dataset.occupancy)])}))""")
+        # the version selected: its variants on each architecture
+        assert {row["arch"] for row in rows} == {"sm_80", "sm_86", "sm_90"} and len(rows) == 18, rows
+        assert sum(row["best"] for row in rows) == 3
+        assert all([block for block, _ in row["occupancy"]] == [128, 256, 512, 1024] for row in rows)
+        assert all(0 < share <= 1 for row in rows for _, share in row["occupancy"])
+        shot = tmp_path / "inspector-variants.png"
+        section.screenshot(path=str(shot), animations="disabled", caret="hide", timeout=ACTION_S * 1000)
     _publish(shot, capsys)
+
+
+# The inspector's prose and its variants table's key columns, as laid out (issue 35 item 7).
+# Prose: every paragraph, caption, list item and heading, the box that scrolls it sideways if
+# any (up to the inspector), its own overflow.  The variants table: its key header cells (best,
+# arch, config, the occupancy per block size: "128" or "128 threads"), the first row's occupancy
+# cells, and the part of the page they can be seen in without scrolling (the box that scrolls
+# the table, within the inspector, at its scrolled-to-the-left place).
+TEXT_LAYOUT = """() => {
+  const rect = e => { const r = e.getBoundingClientRect();
+                      return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, width: r.width}; };
+  const box = document.querySelector('.gpucache-inspector'), frame = rect(box);
+  const scroller = el => {
+    for (let p = el.parentElement; p && p !== box; p = p.parentElement)
+      if (['auto', 'scroll'].includes(getComputedStyle(p).overflowX)) return p;
+    return null;
+  };
+  const prose = [...box.querySelectorAll('p, caption, li, h3, h4')].filter(e => rect(e).width > 0).map(e => {
+    const s = scroller(e);
+    return {text: e.textContent.trim().slice(0, 60), scrollWidth: e.scrollWidth, clientWidth: e.clientWidth,
+            ...rect(e), scrolledBy: s && (s.className || s.tagName)};
+  });
+  const table = box.querySelector('.gpucache-variants table.gpucache-resource-variants');
+  const around = scroller(table);
+  const seen = around ? rect(around) : frame;
+  const visible = {left: Math.max(seen.left, frame.left), right: Math.min(seen.right, frame.right)};
+  const key = /^(best|arch|config|\\d+( threads)?)$/;
+  const heads = [...table.querySelectorAll('thead th')].filter(th => key.test(th.textContent.trim()))
+      .map(th => ({text: th.textContent.trim(), ...rect(th)}));
+  const cells = [...table.querySelectorAll('tbody tr:first-child td[data-block]')].map(td => ({
+      text: td.textContent.trim(), ...rect(td)}));
+  const label = box.querySelector('.gpucache-compare-with label');
+  const select = box.querySelector('.gpucache-compare-with select');
+  const output = box.closest('.jp-OutputArea-output');
+  return {viewport: window.innerWidth, output: output && rect(output), inspector: frame, prose, heads, cells,
+          visible, scrollLeft: around ? around.scrollLeft : 0,
+          label: label && {text: label.textContent, scrollWidth: label.scrollWidth, clientWidth: label.clientWidth,
+                           ...rect(label), selectLeft: rect(select).left}};
+}"""
+
+
+@pytest.mark.slow
+def test_inspector_layout_in_1000_and_1400_px_windows_prose_wraps_and_occupancy_shows(lab, tuning):
+    """Issue 35 item 7: the tuning notebook's inspector (18 variants, a cubin
+    compared with another) in JupyterLab with the file browser open, in 1000
+    and 1400 px windows (outputs of about 570 and 970 px): no paragraph,
+    caption, list item or heading is cut off or in a box that scrolls
+    sideways; the variants table's best, arch, config and occupancy columns
+    are in view without scrolling (what is wider scrolls in the table's own
+    box); "compare with" reads whole.  Screenshots (written to docs/ with
+    GPUCACHE_UPDATE_DOCS=1): layout-inspector-WIDTH.png (the inspector down to
+    its entries) and layout-variants-WIDTH.png (resources across variants,
+    down to "compare with")."""
+    page, inspector = tuning.page, tuning.inspector
+    opened = False
+    try:
+        if not page.evaluate(FILE_BROWSER_OPEN):
+            page.evaluate("() => { window.jupyterapp.commands.execute('filebrowser:toggle-main'); return true; }")
+            opened = True
+        page.wait_for_function(FILE_BROWSER_OPEN, timeout=ACTION_S * 1000)
+        compare = inspector.locator(".gpucache-compare-with select")
+        compare.select_option(index=1)  # (its two listings side by side, with their summary and caption)
+        inspector.locator(".gpucache-compare-view .gpucache-compare-summary").wait_for(timeout=ACTION_S * 1000)
+        problems = []  # (every width and check, so that one run shows all that is wrong)
+        for width in (1000, 1400):
+            with _shot_on_failure(page, lab.folder, f"layout-{width}"):
+                _at_width(page, width, height=9000)  # (tall: the parts shot are in view)
+                assert page.evaluate(FILE_BROWSER_OPEN)
+                _layout_shots(page, inspector, lab.folder, width)
+                found = page.evaluate(TEXT_LAYOUT)
+                problems += _layout_problems(found, page.evaluate(STICKING_OUT))
+        assert not problems, "\n".join(problems)
+    finally:
+        if opened:
+            page.evaluate("() => { window.jupyterapp.commands.execute('filebrowser:toggle-main'); return true; }")
+
+
+def _layout_shots(page, inspector, folder: Path, width: int) -> None:
+    """layout-inspector-WIDTH.png (the inspector from its title down to its
+    entries) and layout-variants-WIDTH.png (resources across variants down to
+    "compare with"), in `folder`, /tmp/layout-shots and, with
+    GPUCACHE_UPDATE_DOCS=1, docs/."""
+    parts = {"inspector": (inspector, inspector.locator(".gpucache-entries-scroll")),
+             "variants": (inspector.locator(".gpucache-variants"), inspector.locator(".gpucache-compare-with"))}
+    for name, (first, last) in parts.items():
+        first.evaluate("e => e.scrollIntoView({block: 'start'})")  # (the notebook scrolls, not the page)
+        page.evaluate(SETTLED)
+        frame, start, end = inspector.bounding_box(), first.bounding_box(), last.bounding_box()
+        top = max(0, start["y"] - 4)
+        shot = folder / f"layout-{name}-{width}.png"
+        page.screenshot(path=str(shot), clip={"x": frame["x"], "y": top, "width": frame["width"],
+                                              "height": end["y"] + end["height"] + 8 - top},
+                        animations="disabled", caret="hide", timeout=ACTION_S * 1000)
+        assert shot.stat().st_size < 400 * 1024, (shot, shot.stat().st_size)
+        _share(shot)
+        if os.environ.get("GPUCACHE_UPDATE_DOCS"):
+            shutil.copy(shot, ROOT / "docs" / shot.name)
+
+
+def _layout_problems(found, sticking_out) -> List[str]:
+    """What `TEXT_LAYOUT` found wrong: prose cut off or in a box that scrolls
+    sideways, a key column of the variants table out of view, "compare with"
+    cut; [] where nothing is."""
+    frame, width = found["inspector"], found["viewport"]
+    what = f"{width} px window (output {found['output']['width']:.0f} px)"
+    problems = []
+    if frame["right"] > width + 1 or sticking_out:
+        problems.append(f"{what}: the inspector is wider than the page: {frame} {sticking_out}")
+    if len(found["prose"]) < 20:
+        problems.append(f"{what}: too few texts found: {found['prose']}")
+    for text in found["prose"]:
+        if text["scrolledBy"] is not None:
+            problems.append(f"{what}: prose in a box that scrolls sideways ({text['scrolledBy']}): {text['text']!r}")
+        if text["scrollWidth"] > text["clientWidth"] + 1:
+            problems.append(f"{what}: prose cut off inside its box: {text}")
+        if text["left"] < frame["left"] - 1 or text["right"] > frame["right"] + 1:
+            problems.append(f"{what}: prose past the inspector's edge ({frame['left']:.0f}-{frame['right']:.0f}): "
+                            f"{text['left']:.0f}-{text['right']:.0f} {text['text']!r}")
+    titles = [head["text"].split()[0] for head in found["heads"]]
+    if titles != ["best", "arch", "config", "128", "256", "512", "1024"] or len(found["cells"]) != 4:
+        problems.append(f"{what}: the variants table's key columns are not all there: {titles} {found['cells']}")
+    visible = found["visible"]
+    for box in found["heads"] + found["cells"]:
+        if found["scrollLeft"] or box["left"] < visible["left"] - 1 or box["right"] > visible["right"] + 1:
+            problems.append(f"{what}: a key column out of view ({visible['left']:.0f}-{visible['right']:.0f}, "
+                            f"scrolled {found['scrollLeft']}): {box['text']!r} at {box['left']:.0f}-"
+                            f"{box['right']:.0f}")
+    label = found["label"]
+    if (label is None or label["text"] != "compare with" or label["scrollWidth"] > label["clientWidth"] + 1
+            or label["right"] > label["selectLeft"] + 1):
+        problems.append(f"{what}: the compare label is cut: {label}")
+    return problems

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from ..tokens import short_token
-from .markup import esc, short_kernel
+from .markup import esc, scrolling_table, short_kernel
 
 _MAX_DIFF_ROWS = 2000
 
@@ -50,13 +50,14 @@ def comparison_html(comparison) -> str:
         shown += len(hunk)
     if shown > _MAX_DIFF_ROWS:
         body.append(f'<tr class="gpucache-line-gap"><td colspan="5">... ({shown - _MAX_DIFF_ROWS} more rows)</td></tr>')
-    return (f'{head}<table class="gpucache-table gpucache-left gpucache-side-by-side"><caption>By instruction: '
-            "addresses, encodings and the per-build parts of symbol names left out; changed lines are "
-            'highlighted</caption><colgroup><col class="gpucache-lineno"><col><col class="gpucache-mark">'
-            '<col class="gpucache-lineno"><col></colgroup><thead><tr>'
-            f'<th scope="col" colspan="2">{esc(diff.left_label)}</th><th scope="col"></th>'
-            f'<th scope="col" colspan="2">{esc(diff.right_label)}</th></tr></thead>'
-            f'<tbody>{"".join(body)}</tbody></table></div>')
+    table = ('<table class="gpucache-table gpucache-left gpucache-side-by-side"><colgroup><col class="gpucache-lineno">'
+             '<col><col class="gpucache-mark"><col class="gpucache-lineno"><col></colgroup><thead><tr>'
+             f'<th scope="col" colspan="2">{esc(diff.left_label)}</th><th scope="col"></th>'
+             f'<th scope="col" colspan="2">{esc(diff.right_label)}</th></tr></thead>'
+             f'<tbody>{"".join(body)}</tbody></table>')
+    caption = ("By instruction: addresses, encodings and the per-build parts of symbol names left out; changed "
+               "lines are highlighted")
+    return f'{head}{scrolling_table(table, caption, "the two listings side by side")}</div>'
 
 
 def comparison_note_html(message: str) -> str:

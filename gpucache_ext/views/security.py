@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Tuple
 
 from ..store.signing import REASONS
 from ..units import entries_phrase
-from .markup import class_attr, esc
+from .markup import class_attr, esc, scrolling_table
 
 
 # what each refusal reason (gpucache_ext.store.signing.REASONS) means, for people
@@ -127,5 +127,5 @@ def tier_security_html(tiers) -> str:
                "since the cache was made.")
     head = "".join(f'<th scope="col">{title}</th>'
                    for title in ("tier", "where", "signing", "refused", "signed by a previous secret"))
-    return (f'<table class="gpucache-table gpucache-left gpucache-tiers-table"><caption>{caption}</caption>'
-            f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+    return scrolling_table(f'<table class="gpucache-table gpucache-left gpucache-tiers-table"><thead><tr>{head}</tr>'
+                           f'</thead><tbody>{"".join(body)}</tbody></table>', caption, "persistent tiers")

@@ -21,10 +21,11 @@ STYLE = """<style>
 .gpucache-inspector .widget-html-content { line-height: 1.45; }  /* ipywidgets sets 28px */
 .gpucache-muted { color: var(--jp-ui-font-color2, #616161); }
 .gpucache-table { border-collapse: collapse; font-variant-numeric: tabular-nums; margin: 2px 0 6px; }
-.gpucache-table caption {
+.gpucache-table caption, .gpucache-caption {
   text-align: left; caption-side: top; padding-bottom: 2px;
   color: var(--jp-ui-font-color2, #616161); font-size: 0.92em;
 }
+.gpucache-caption { margin: 6px 0 0; }
 .gpucache-table th, .gpucache-table td {
   padding: 2px 8px; text-align: right; vertical-align: top;
   border-bottom: 1px solid var(--jp-border-color2, #e0e0e0);
@@ -60,9 +61,12 @@ STYLE = """<style>
   width: max-content !important; min-width: 100%; flex: 0 0 auto; margin-left: 0; margin-right: 0;
 }
 .gpucache-entries-scroll > .gpucache-entries select { width: max-content; min-width: 100%; flex: 1 0 auto; }
-.gpucache-summary { overflow-x: auto; max-width: 100%; }  /* a narrow view scrolls the table */
 .gpucache-summary-table th, .gpucache-summary-table td { padding: 2px 4px; }  /* 12 columns fit 1200 px */
 .gpucache-summary-table td, .gpucache-summary-table tbody th { white-space: nowrap; }
+/* scrolled sideways in a narrow output, the stage names stay in view */
+.gpucache-summary-table tbody th, .gpucache-summary-table thead th:first-child {
+  position: sticky; left: 0; z-index: 1; background: var(--jp-layout-color1, #ffffff);
+}
 .gpucache-inspector pre, .gpucache-static pre {
   font-family: var(--jp-code-font-family, SFMono-Regular, Menlo, Consolas, monospace);
   font-size: var(--jp-code-font-size, 12px);
@@ -72,9 +76,13 @@ STYLE = """<style>
   max-width: 100%; box-sizing: border-box;
 }
 /* An HTML widget's content is a flex item, as wide as its longest line by default (min-width: auto):
-   a listing's long lines (SASS, PTX, a link log) would widen the entry view, its sections and the
-   inspector.  At min-width 0 the view keeps the inspector's width and each listing scrolls in its box. */
-.gpucache-entry-view > .widget-html-content { min-width: 0; }
+   a listing's long lines (SASS, PTX, a link log) or a wide table would widen the view past the
+   output, and its paragraphs with it (cut off, or in a box that scrolls).  At min-width 0 each view
+   keeps the inspector's width, its prose wraps to it, and each listing or wide table scrolls in a
+   box of its own (`gpucache-table-scroll`). */
+.gpucache-entry-view > .widget-html-content, .gpucache-summary > .widget-html-content,
+.gpucache-tiers > .widget-html-content, .gpucache-variants > .widget-html-content,
+.gpucache-compare-view > .widget-html-content { min-width: 0; }
 .gpucache-inspector details > summary { cursor: pointer; margin: 2px 0; }
 .gpucache-chips { white-space: nowrap; }
 .gpucache-chip {
@@ -96,17 +104,21 @@ STYLE = """<style>
 .gpucache-status { min-height: 1.4em; }
 .gpucache-status-error { color: var(--jp-error-color1, #c62828); font-weight: 600; }
 .gpucache-status-ok { color: var(--jp-ui-font-color1, #1f1f1f); }
-.gpucache-tiers { overflow-x: auto; max-width: 100%; }  /* a narrow view scrolls the table */
 .gpucache-tiers-table .gpucache-muted { font-weight: normal; }
 .gpucache-tiers-table .gpucache-where { white-space: nowrap; }
-/* Two entries' code side by side (the "compare with" view) */
-.gpucache-compare-view { overflow-x: auto; max-width: 100%; }
-.gpucache-variants { overflow-x: auto; max-width: 100%; }  /* a narrow view scrolls the variants' table */
-/* figures stay whole ("9.3 KiB", "100% warps"); a config breaks between its fields only */
-.gpucache-resource-variants th, .gpucache-resource-variants td { white-space: nowrap; }
-.gpucache-resource-variants td.gpucache-text { white-space: normal; }
-.gpucache-table-scroll { overflow-x: auto; max-width: 100%; }  /* a wide table scrolls in a narrow view */
-/* two halves of one width; a long line wraps in its half */
+/* figures stay whole ("9.3 KiB", "100%"); a config breaks between its fields only, a title between
+   its words; an occupancy is two short lines (its share, then what limits it), in every row alike,
+   so that four of them fit beside the config in a narrow output */
+.gpucache-resource-variants th, .gpucache-resource-variants td { white-space: nowrap; padding: 2px 6px; }
+.gpucache-resource-variants td.gpucache-text, .gpucache-resource-variants thead th { white-space: normal; }
+.gpucache-resource-variants .gpucache-limit { display: block; color: var(--jp-ui-font-color2, #616161); }
+.gpucache-resource-variants thead th { vertical-align: bottom; }
+.gpucache-resource-variants tbody th { text-align: left; }  /* the arch, under its title */
+.gpucache-resource-variants th.gpucache-occupancy-head { text-align: center; border-bottom-width: 0; }
+/* a table wider than the output scrolls sideways in a box of its own, its caption above it */
+.gpucache-table-scroll { overflow-x: auto; max-width: 100%; }
+/* Two entries' code side by side (the "compare with" view): two halves of one width; a long line
+   wraps in its half */
 .gpucache-side-by-side { table-layout: fixed; width: 100%; min-width: 720px; }
 .gpucache-side-by-side td { white-space: pre-wrap; overflow-wrap: anywhere; padding: 0 6px; border-bottom: none; }
 .gpucache-side-by-side col.gpucache-lineno { width: 3.5em; }

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import KEYED_ON_BYTES, ALL_STAGES, STAGES
 from ..units import format_bytes, format_seconds
-from .markup import esc
+from .markup import esc, scrolling_table
 
 
 def _rate(hits: int, misses: int) -> str:
@@ -154,8 +154,8 @@ def summary_html(stats, saved) -> str:
                "indented rows give each tier's hits, entries, bytes and saved time"
                + ("; waits: entries found after waiting for another process's build of them." if
                   _WAITS_COLUMN in columns else "."))
-    return (f'<table class="gpucache-table gpucache-summary-table"><caption>{caption}</caption>'
-            f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+    return scrolling_table(f'<table class="gpucache-table gpucache-summary-table"><thead><tr>{head}</tr></thead>'
+                           f'<tbody>{"".join(body)}</tbody></table>', caption, "per stage and tier")
 
 
 def summary_text(stats, saved) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from ..units import format_bytes
-from .markup import class_attr, esc, short_kernel
+from .markup import class_attr, esc, scrolling_table, short_kernel
 
 _VARIANT_COLUMNS = ("arch", "signature", "config", "registers", "spills (stored/loaded)", "shared", "local",
                     "constant", "cubin")
@@ -27,7 +27,10 @@ def _variant_columns(rows, occupancy=None, stale=None) -> Tuple[str, ...]:
         columns = columns[:at] + ("state",) + columns[at:]
     if occupancy is None:
         return columns
-    return ("best",) + columns + tuple(f"{block} threads" for block in occupancy.blocks)
+    # the occupancy right after what names the variant: the figures it is read for come first,
+    # in view where a narrow output scrolls the rest (registers, spills, memory, size)
+    at = columns.index("registers")
+    return ("best",) + columns[:at] + tuple(f"{block} threads" for block in occupancy.blocks) + columns[at:]
 
 
 # what the "state" column says of a row built from an earlier state of its kernel's inputs
@@ -57,13 +60,18 @@ def stale_note(rows, stale) -> str:
 _LIMIT_WORDS = {"warps": "warps", "registers": "regs", "shared memory": "smem", "blocks per SM": "blocks"}
 
 
+def _occupancy_parts(found) -> Tuple[str, str]:
+    """("67%", "regs"): the share of the SM's warps, and what limits it; ("-", "") where no block fits."""
+    if found is None:
+        return "-", ""
+    if not found.blocks_per_sm:
+        return "0%", "(does not fit)"
+    return f"{round(found.occupancy * 100)}%", _LIMIT_WORDS.get(found.limited_by, found.limited_by)
+
+
 def _occupancy_cell(found) -> str:
     """"67% regs" (the share of the SM's warps, and what limits it); "-" where no block fits."""
-    if found is None:
-        return "-"
-    if not found.blocks_per_sm:
-        return "0% (does not fit)"
-    return f"{round(found.occupancy * 100)}% {_LIMIT_WORDS.get(found.limited_by, found.limited_by)}"
+    return " ".join(part for part in _occupancy_parts(found) if part)
 
 
 def _spilled(row) -> bool:
@@ -121,7 +129,7 @@ def resources_table_html(rows, occupancy=None, stale=None) -> str:
         return '<p class="gpucache-muted">No cubin is cached to measure.</p>'
     columns = _variant_columns(rows, occupancy, stale)
     earlier = _stale_rows(rows, stale)
-    head = "".join(f'<th scope="col">{esc(column)}</th>' for column in columns)
+    head = _head_html(columns)
     values = {"registers": "registers", "shared": "shared_bytes", "local": "local_bytes",
               "constant": "constant_bytes", "cubin": "cubin_bytes"}
     body = []
@@ -138,8 +146,12 @@ def resources_table_html(rows, occupancy=None, stale=None) -> str:
             elif column.endswith(" threads"):
                 block = int(column.split()[0])
                 share = found.get(block)
-                tds.append(f'<td data-block="{block}" data-occupancy="{share.occupancy if share else ""}" '
-                           f'data-limited-by="{esc(share.limited_by) if share else ""}">{esc(cells[column])}</td>')
+                figure, limit = _occupancy_parts(share)  # (the two lines of a narrow cell)
+                tds.append(f'<td class="gpucache-occupancy" data-block="{block}" '
+                           f'data-occupancy="{share.occupancy if share else ""}" '
+                           f'data-limited-by="{esc(share.limited_by) if share else ""}">'
+                           f'<span class="gpucache-share">{esc(figure)}</span>'
+                           + (f' <span class="gpucache-limit">{esc(limit)}</span>' if limit else "") + "</td>")
             elif column in ("signature", "config"):
                 tds.append(f'<td class="gpucache-text{" gpucache-code" if column == "signature" else ""}">'
                            f'{esc(cells[column])}</td>')
@@ -157,10 +169,39 @@ def resources_table_html(rows, occupancy=None, stale=None) -> str:
         state = f' data-state="{"earlier" if row.token in earlier else "current"}"' if earlier else ""
         body.append(f'<tr data-arch="{esc(row.arch)}" data-token="{esc(row.token)}"{state}>{"".join(tds)}</tr>')
     note = stale_note(rows, earlier)
-    return ('<div class="gpucache-table-scroll"><table class="gpucache-table gpucache-resource-variants">'
-            "<caption>Per target and config, from the linker's log: registers and spills per thread, shared "
-            f'memory per block</caption><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    table = (f'<table class="gpucache-table gpucache-resource-variants"><thead>{head}</thead>'
+             f'<tbody>{"".join(body)}</tbody></table>')
+    caption = ("Per target and config, from the linker's log: registers and spills per thread, shared memory "
+               "per block")
+    return (scrolling_table(table, caption, "resources per variant")
             + (f'<p class="gpucache-warn gpucache-stale">{esc(note)}</p>' if note else ""))
+
+
+# columns whose cells are text, left-aligned (the rest are figures)
+_TEXT_COLUMNS = ("arch", "signature", "config", "state")
+
+
+def _head_html(columns) -> str:
+    """The table's header rows: the occupancy columns, where there are any,
+    under one heading, each titled by its block size alone (a narrow column)."""
+    def title(column, rows=1):
+        cls = ' class="gpucache-text"' if column in _TEXT_COLUMNS else ""
+        span = f' rowspan="{rows}"' if rows > 1 else ""
+        return f'<th scope="col"{span}{cls}>{esc(column)}</th>'
+
+    blocks = [column for column in columns if column.endswith(" threads")]
+    if not blocks:
+        return f'<tr>{"".join(title(column) for column in columns)}</tr>'
+    first = []
+    for column in columns:
+        if column == blocks[0]:
+            first.append(f'<th scope="colgroup" colspan="{len(blocks)}" class="gpucache-occupancy-head">'
+                         "occupancy at threads per block</th>")
+        elif column not in blocks:
+            first.append(title(column, rows=2))
+    second = "".join(f'<th scope="col" data-block="{column.split()[0]}">{esc(column.split()[0])}</th>'
+                     for column in blocks)
+    return f'<tr>{"".join(first)}</tr><tr>{second}</tr>'
 
 
 def _move_prefixes(moves) -> List[str]:

@@ -245,6 +245,8 @@ class Inspector(InspectorClearing, W.VBox):
         self.compare_with = W.Dropdown(description="compare with", options=[(_NO_COMPARISON, "")], value="",
                                        tooltip="Another entry of this kernel and stage: the two entries' PTX "
                                                "or SASS side by side",
+                                       # (a label as wide as its words: the default 80 px cut it to "compare ...")
+                                       style={"description_width": "initial"},
                                        layout=W.Layout(width="auto", max_width="100%", display="none"))
         self.compare_view = W.HTML()
         self._comparison: Tuple[Any, str] = (None, "")  # (which pair, its HTML): drawn once per pair
