@@ -792,7 +792,8 @@ def test_a_sweeps_variants_table_gives_occupancy_per_architecture_and_marks_the_
     table = out.split(head, 1)[1].splitlines()[1:]
     header = table[0].split()
     rows = [line for line in table[1:] if line.strip().startswith(("*", "sm_"))]
-    assert header[:2] == ["best", "arch"] and header[-4:] == ["128", "threads", "256", "threads"]
+    # (occupancy right after the config: what the table is for, in view first)
+    assert header[:3] == ["best", "arch", "config"] and header[3:7] == ["128", "threads", "256", "threads"]
     assert len(rows) == 6  # 3 variants x 2 architectures
     kernel = ip.user_ns["matmul"]
     figures = {}
@@ -809,8 +810,8 @@ def test_a_sweeps_variants_table_gives_occupancy_per_architecture_and_marks_the_
         assert (int(raised.group(1)) if raised else None) == (
             figures[(arch, cap)]["max_registers"] if cap and figures[(arch, cap)]["max_registers"] != cap else None)
         registers = figures[(arch, cap)]["registers"]
-        assert int(words[2]) == registers, line
-        for block, shown in zip((128, 256), (" ".join(words[-4:-2]), " ".join(words[-2:]))):
+        assert int(words[6]) == registers, line
+        for block, shown in zip((128, 256), (" ".join(words[2:4]), " ".join(words[4:6]))):
             found = occupancy((int(arch[3]), int(arch[4])), block, registers, figures[(arch, cap)]["shared_bytes"])
             assert shown.startswith(f"{round(found.occupancy * 100)}% "), (line, found)
         figures[(arch, cap)]["best"] = best
@@ -848,8 +849,8 @@ def test_dynamic_shared_memory_counts_in_the_variants_occupancy(ip, capsys):
         (result,) = variant.results.values()
         used = result.resources
         found = occupancy((8, 6), 256, used["registers"], used["shared_bytes"], 48 * 1024)
-        assert "0 B + 48.0 KiB dyn" in line and line.rstrip().endswith(
-            f"{round(found.occupancy * 100)}% {'smem' if found.limited_by == 'shared memory' else found.limited_by}")
+        limit = 'smem' if found.limited_by == 'shared memory' else found.limited_by
+        assert "0 B + 48.0 KiB dyn" in line and f" {round(found.occupancy * 100)}% {limit} " in line, line
     assert found.limited_by == "shared memory"  # (what the 48 KiB a block does to an sm_86 SM)
 
 

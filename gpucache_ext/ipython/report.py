@@ -55,6 +55,9 @@ _STYLE = (
     ".gpucache-cutoff{font-style:italic}"
     ".gpucache-why{opacity:.85}"
     ".gpucache-warn{color:var(--jp-warn-color1,#e65100);font-weight:bold}"
+    # (the variants tables' caption, and the box a wide one scrolls in: `views.markup.scrolling_table`)
+    ".gpucache-caption{margin:6px 0 0;white-space:normal}"
+    ".gpucache-table-scroll{overflow-x:auto;max-width:100%}"
     "</style>"
 )
 
