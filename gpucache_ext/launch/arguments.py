@@ -95,6 +95,12 @@ def check_specialized(kernel: "Kernel", args: Sequence) -> None:
     except ValueError:
         refuse_untypeable(kernel, args)
         raise
+    except LaunchError:
+        # (numba's C dispatch matches by its type manager's conversion table, which has no rule
+        # for some types its typing context converts, float16 arrays among them: what the typing
+        # context accepts for every argument launches, as numba's one-signature launch does)
+        if first_mismatch(kernel, signature, args) is not None:
+            raise
 
 
 def refuse_untypeable(kernel: "Kernel", args: Sequence) -> None:
