@@ -1,0 +1,96 @@
+"""One kernel definition, one name, one set of variants: the inspector, the
+``gpucache`` command and the cell reports agree (issue 35 item 5).
+
+The notebook habit: a kernel re-declared in a new cell to try a flag, then
+a sweep in the last.  The cache reuses what the earlier cells built (no
+place is in any token), so the sweep's variants are entries that several
+cells built first."""
+
+from __future__ import annotations
+
+import pytest
+
+import gpucache_ext
+from gpucache_ext.definitions import Place, Places
+
+from . import helpers
+from .helpers import cell
+
+ACT = """
+from numba import cuda
+import numpy as np
+
+@cuda.jit("void(float32[:], float32[:])")
+def act(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = x[i] * 2.0 + 1.0
+"""
+
+# the cells before the sweep, each trying a flag the sweep then lists
+TRIES = (("try-defaults", "--sm 86"), ("try-cap", "--sm 86 --max-registers 32"), ("try-fast", "--sm 86 --fastmath"))
+SWEEP = "--sm 86 --max-registers 32,none --fastmath off,on"
+
+
+def _redeclared_then_swept(ip, capsys):
+    """The kernel declared in three cells with a flag each, then swept in a
+    fourth; returns ({cell id: its number}, the sweep cell's printed report)."""
+    numbers = {}
+    for cell_id, line in TRIES:
+        cell(ip, line + " --quiet", ACT, store_history=True, cell_id=cell_id)
+        numbers[cell_id] = ip.execution_count - 1
+    capsys.readouterr()
+    cell(ip, SWEEP, ACT, store_history=True, cell_id="sweep")
+    numbers["sweep"] = ip.execution_count - 1
+    return numbers, capsys.readouterr().out
+
+
+def _ls_labels(directory):
+    """{(stage, 12-digit token): kernel column} as ``gpucache ls`` prints them, in another process."""
+    lines = helpers.gpucache("--dir", directory, "ls").stdout.splitlines()
+    head = lines[0]
+    start, end = head.index("kernel"), head.index("config")
+    return {(line.split()[0], line.split()[1]): line[start:end].strip()
+            for line in lines[1:] if line[:1].strip()}
+
+
+def test_gpucache_ls_names_each_definition_as_the_inspector_does(ip, capsys, tmp_path):
+    gpucache_ext.configure_default_cache(directory=tmp_path)
+    numbers, _ = _redeclared_then_swept(ip, capsys)
+    labels = gpucache_ext.inspector()._labels
+    listed = _ls_labels(tmp_path)
+    assert listed and {key[0] for key in listed} >= {"llvm", "ptx", "cubin"}
+    mine = {(stage, token[:12]): label for (stage, token), label in labels.items() if stage != "typing"}
+    assert listed == mine
+    assert set(listed.values()) == {f"act@In[{numbers[c]}]" for c in ("try-defaults", "try-cap", "try-fast",
+                                                                        "sweep")}
+
+
+def test_two_cells_run_without_history_are_never_named_alike(ip):
+    cell(ip, "--sm 86 --quiet", ACT, cell_id="quiet-one-1a2b")
+    cell(ip, "--sm 86 --quiet", ACT.replace("2.0", "3.0"), cell_id="quiet-two-9f8e")
+    cell(ip, "--sm 86 --quiet", ACT.replace("2.0", "4.0"), store_history=True, cell_id="numbered")
+    number = ip.execution_count - 1
+    labels = set(gpucache_ext.inspector()._labels.values())
+    # (neither has a number of its own: the one they ran beside is the numbered cell's)
+    assert labels == {"act@cell quiet-on", "act@cell quiet-tw", f"act@In[{number}]"}, labels
+
+
+def test_places_that_read_alike_go_by_their_ids():
+    """In[7] recorded by two notebooks, two ids of one prefix, two files of one name."""
+    places = Places()
+    first, second = Place.cell("1a2b3c4d-one", 7), Place.cell("9f8e7d6c-two", 7)
+    assert places.suffixes([first, second]) == {first: "cell 1a2b3c4d", second: "cell 9f8e7d6c"}
+    assert places.suffixes([first, Place.cell("9f8e7d6c", 5)]) == {first: "In[7]", "cell:9f8e7d6c": "In[5]"}
+    alike = [Place.cell("1a2b3c4d-one"), Place.cell("1a2b3c4d-two")]
+    assert sorted(places.suffixes(alike).values()) == ["cell 1a2b3c4d-o", "cell 1a2b3c4d-t"]
+    files = [Place("file", "/a/kernels.py"), Place("file", "/b/kernels.py"), Place("file", "/b/other.py")]
+    assert list(places.suffixes(files).values()) == ["a/kernels.py", "b/kernels.py", "other.py"]
+    # the number is a note, not the place: one cell is one definition, whatever number it ran as
+    assert Place.cell("x", 3) == Place.cell("x", 9) == "cell:x" and Place.of("cell:x", 4).number == 4
+
+
+@pytest.mark.parametrize("number", [None, 0, -1, "7", True])
+def test_a_recorded_number_that_is_no_count_is_none(number):
+    assert Place.of("cell:x", number).number is None
+    assert Places().describe(Place.of("cell:x", number)) == "cell x"
