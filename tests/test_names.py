@@ -8,6 +8,9 @@ cells built first."""
 
 from __future__ import annotations
 
+import html
+import re
+
 import pytest
 
 import gpucache_ext
@@ -43,6 +46,68 @@ def _redeclared_then_swept(ip, capsys):
     cell(ip, SWEEP, ACT, store_history=True, cell_id="sweep")
     numbers["sweep"] = ip.execution_count - 1
     return numbers, capsys.readouterr().out
+
+
+def _report_variants(out):
+    """{(arch, variant)} and the best ones, from the report's variants table ("defaults" for none)."""
+    lines = out.split("act: 4 variants", 1)[1].splitlines()[2:]
+    rows, best = set(), set()
+    for line in lines:
+        if not line.strip().startswith(("*", "sm_")):
+            break
+        words = line.strip().lstrip("*").split()
+        variant = " ".join(word for word in words[1:] if "=" in word or word == "defaults")
+        rows.add((words[0], variant))
+        if line.strip().startswith("*"):
+            best.add((words[0], variant))
+    return rows, best
+
+
+def _report_moves(out):
+    """The report's lines on how the figures moved between variants."""
+    lines = out.split("how the figures moved between variants one field apart:", 1)[1].splitlines()[1:]
+    return [line.strip() for line in lines if line.startswith("    ")]
+
+
+def _view_variants(cache, view):
+    """{(arch, variant)} and the best ones, from the inspector's variants view."""
+    rows, best = set(), set()
+    for arch, token, body in re.findall(r'<tr data-arch="([^"]+)" data-token="([^"]+)"[^>]*>(.*?)</tr>', view):
+        words = cache.entry("cubin", token).config.split()
+        found = (arch, " ".join(words[1:]) or "defaults")
+        rows.add(found)
+        if 'data-best="true"' in body:
+            best.add(found)
+    return rows, best
+
+
+def _sweep_token(ip, **fields):
+    """The cubin token of the swept variant with `fields`."""
+    (variant,) = [v for v in ip.user_ns["act"].variants
+                  if all(getattr(v.config, name) == value for name, value in fields.items())]
+    (result,) = variant.results.values()
+    return result.stages["cubin"].token
+
+
+def test_the_inspector_shows_the_variants_the_sweep_reported_and_the_same_best(ip, capsys):
+    numbers, out = _redeclared_then_swept(ip, capsys)
+    reported, reported_best = _report_variants(out)
+    assert len(reported) == 4 and len(reported_best) == 1, out
+    cache = gpucache_ext.default_cache()
+    inspector = gpucache_ext.inspector()
+    # the one cubin the sweep cell built, and one it reused (built first by the defaults' cell)
+    for token in (_sweep_token(ip, fastmath=True, max_registers=32), _sweep_token(ip, fastmath=False,
+                                                                                 max_registers=None)):
+        inspector.select("cubin", token)
+        view = inspector.variants_view.value
+        shown, best = _view_variants(cache, view)
+        assert shown == reported and best == reported_best, view
+        moved = [html.unescape(text) for text in re.findall(r"<li [^>]*>(.*?)</li>", view)]
+        assert moved == _report_moves(out) and moved, view
+        # and which cell built each, by the name the entries list gives that cell
+        built = re.findall(r'<td class="gpucache-text" data-built-in="[^"]*">([^<]*)</td>', view)
+        assert sorted(built) == sorted(f"In[{numbers[c]}]" for c in ("try-defaults", "try-cap", "try-fast",
+                                                                      "sweep")), view
 
 
 def _ls_labels(directory):
