@@ -159,3 +159,45 @@ def test_places_that_read_alike_go_by_their_ids():
 def test_a_recorded_number_that_is_no_count_is_none(number):
     assert Place.of("cell:x", number).number is None
     assert Places().describe(Place.of("cell:x", number)) == "cell x"
+
+
+def test_compare_with_tells_entries_apart_by_what_differs(ip, capsys):
+    """The sweep's cell run again with edits: "compare with" lists versions
+    of one definition, each told apart by the run of the cell that built it,
+    not by its token alone."""
+    numbers, _ = _redeclared_then_swept(ip, capsys)
+    runs = []
+    for scale in ("3.0", "4.0"):  # the sweep's cell edited and run again, twice
+        cell(ip, SWEEP + " --quiet", ACT.replace("2.0", scale), store_history=True, cell_id="sweep")
+        runs.append(ip.execution_count - 1)
+    inspector = gpucache_ext.inspector()
+    for stage in ("ptx", "cubin"):
+        inspector.select(stage, ip.user_ns["act"].last.stages[stage].token)
+        labels = [label for label, token in inspector.compare_with.options if token]
+        said = [label.rsplit(" ", 1)[0] for label in labels]  # (each less its token)
+        assert len(labels) > 3 and len(set(said)) == len(said), said
+    # the bound variant's cubin of the run before: one definition, one config, told apart by its run
+    assert f"act@In[{runs[1]}] (float32[:], float32[:]) [sm_86 max_registers=32] from In[{runs[0]}]" in said, said
+    assert f"act@In[{numbers['try-cap']}] (float32[:], float32[:]) [sm_86 max_registers=32]" in said, said
+
+
+def test_identical_duplicates_are_one_compare_choice():
+    """Entries that read alike and hold the same code are one choice, the
+    newest; one that differs says which run built it, else when."""
+    from gpucache_ext.results import EntryInfo
+    from gpucache_ext.views.compare import compare_choices
+
+    def info(token, created, number=None, config="sm_86"):
+        return EntryInfo("ptx", token * 8, "__main__.act", "(float32[:],)", config, {"sm": 86}, ("memory",), 10,
+                         created, 0.1, (), Place.cell("c", number) if number else Place.cell("c"))
+
+    rows = [info("d", 40.0), info("c", 30.0), info("b", 20.0), info("a", 10.0, config="sm_86 opt=2")]
+    digests = {"d" * 8: "same", "c" * 8: "same", "b" * 8: "other"}
+    choices, same = compare_choices(rows, digest_of=digests.get)
+    assert [token[0] for _, token in choices] == ["d", "b", "a"] and same == {"c" * 8: "d" * 8}
+    texts = [label.rsplit(" ", 1)[0] for label, _ in choices]
+    assert len(set(texts)) == 3 and texts[2] == "act (float32[:],) [sm_86 opt=2]", texts
+    assert texts[0].startswith("act (float32[:],) [sm_86] built ")
+    numbered = [info("d", 40.0, 5), info("b", 20.0, 3)]
+    assert [label.rsplit(" ", 1)[0] for label, _ in compare_choices(numbered, selected=info("e", 50.0, 6))[0]] == [
+        "act (float32[:],) [sm_86] from In[5]", "act (float32[:],) [sm_86] from In[3]"]

@@ -64,7 +64,7 @@ from ..toolchain.sass import Sass, SassUnavailable, disassembly
 from ..history import CellHistory
 from ..tokens import short_token
 from ..views.chart import chart_svg
-from ..views.compare import compare_options, comparison_html, comparison_note_html
+from ..views.compare import compare_choices, comparison_html, comparison_note_html
 from ..views.entries import ENTRY_COLUMNS, MAX_LIST_ROWS, entry_cells, entry_line, entry_widths, kernel_labels
 from ..views.entry import EntryDetail, entry_html
 from ..views.markup import esc, short_kernel
@@ -265,6 +265,7 @@ class Inspector(InspectorClearing, W.VBox):
                                        layout=W.Layout(width="auto", max_width="100%", display="none"))
         self.compare_view = W.HTML()
         self._comparison: Tuple[Any, str] = (None, "")  # (which pair, its HTML): drawn once per pair
+        self._compare_same: Dict[str, str] = {}  # an identical duplicate's token -> its choice's
 
         for widget, cls in ((self.header, "gpucache-header"), (self.summary, "gpucache-summary"),
                             (self.tier_view, "gpucache-tiers"),
@@ -432,7 +433,9 @@ class Inspector(InspectorClearing, W.VBox):
         """The "compare with" choices for the selected entry (ptx and cubin only), and the comparison."""
         selected = self._selected
         others = comparable_entries(self.cache, *selected) if selected and selected[0] in COMPARED_STAGES else []
-        options = [(_NO_COMPARISON, "")] + compare_options(others, self._labels)
+        shown = next((row for row in self._rows if (row["stage"], row["token"]) == selected), None)
+        choices, self._compare_same = compare_choices(others, self._labels, self._digest_of(selected), shown)
+        options = [(_NO_COMPARISON, "")] + choices
         self._updating = True
         try:
             wanted = self.compare_with.value
@@ -459,13 +462,23 @@ class Inspector(InspectorClearing, W.VBox):
             self._comparison = (pair, shown)
         self.compare_view.value = self._comparison[1]
 
+    def _digest_of(self, selected):
+        """The digest of an entry's artifact at the selected entry's stage
+        (what tells an identical duplicate among the "compare with" choices)."""
+        def digest(token: str) -> Optional[str]:
+            entry = self.cache.entry(selected[0], token)
+            return entry.digest if entry is not None else None
+
+        return digest
+
     def _on_compare(self, change):
         if not self._updating:
             self._show_comparison()
 
     def compare(self, token: str) -> None:
-        """Show the selected entry side by side with entry `token` (same kernel and stage)."""
-        self.compare_with.value = token
+        """Show the selected entry side by side with entry `token` (same
+        kernel and stage; an identical duplicate of a choice: that choice)."""
+        self.compare_with.value = self._compare_same.get(token, token)
 
     def _on_filter(self, change):
         if not self._updating:
