@@ -41,7 +41,9 @@ def entry_rows(tier: DiskTier, stages, kernel=None, older=None, newer=None, prog
                      # an entry's size is its artifact's, as in show and the inspector
                      "bytes": int(header["size"]), "file_bytes": st.st_size,
                      "created": header["created"], "age_seconds": round(age, 1),
-                     "last_used": st.st_mtime, "place": header.get("place")})
+                     "last_used": st.st_mtime, "place": header.get("place"),
+                     # the number the place's cell ran as: ls names the definition by it (act@In[7])
+                     "place_number": header.get("place_number")})
     return sorted(rows, key=lambda r: r["created"], reverse=True)
 
 

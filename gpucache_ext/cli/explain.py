@@ -435,7 +435,7 @@ def _definitions(entries: CachedEntries) -> Dict[str, Tuple[str, Optional[str]]]
     """Each kernel definition's label (as gpucache ls shows it) -> (qualified name, place)."""
     from ..views.entries import kernel_labels
 
-    rows = [{"stage": stage, "token": token, "kernel": held.kernel, "place": held.place}
+    rows = [{"stage": stage, "token": token, "kernel": held.kernel, "place": held.place, "created": held.created}
             for (stage, token), held in entries.by_token.items()]
     labels = kernel_labels(rows)
     return {labels[(r["stage"], r["token"])]: (r["kernel"], r["place"]) for r in rows}

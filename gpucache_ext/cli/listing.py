@@ -30,14 +30,17 @@ def cmd_ls(tier, args, out):
     if not rows:
         out("no entries")
         return 0
+    from ..definitions import FILES
     from ..views.entries import kernel_labels
 
     configs = [summary_fields(r["config"]) for r in rows]
     # as wide as the widest config up to _CONFIG_WIDTH, and never narrower than a field
     width = max(len("config"), min(_CONFIG_WIDTH, max(len(r["config"]) for r in rows)),
                 max(len(field) for fields in configs for field in fields))
-    # each kernel definition by one name, told apart where two share it (axpy@cell 1a2b3c4d), never cut
-    labels = kernel_labels(rows)
+    # each kernel definition by one name, told apart where two share it (axpy@In[7], as the inspector and
+    # the reports name it: by the number its entries recorded, else axpy@cell 1a2b3c4d), never cut; by
+    # what the entries say alone, also where this process has a notebook session of its own
+    labels = kernel_labels(rows, FILES)
     names = [labels[(r["stage"], r["token"])] for r in rows]
     named = max(len("kernel"), *map(len, names))
     out(f"{'stage':<6} {'token':<12} {'kernel':<{named}} {'config':<{width}} {'size':>10} {'age':>5}  signature")

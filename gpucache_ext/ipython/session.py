@@ -180,11 +180,13 @@ class Session:
         # the count the cell's code is named by: IPython 9.8 and later count a stored cell before this
         # event, earlier ones after the cell (post_run_cell sets it again from the cell's result)
         counted = _COUNTS_BEFORE_PRE_RUN_CELL and getattr(info, "store_history", False)
-        self._name_cell(self.shell.execution_count - (1 if counted else 0), cell_id)
+        # a cell run without history has no number of its own (its code is named by the next cell's)
+        self._name_cell(self.shell.execution_count - (1 if counted else 0), cell_id,
+                        numbered=getattr(info, "store_history", True))
 
-    def _name_cell(self, number, cell_id) -> None:
+    def _name_cell(self, number, cell_id, numbered: bool = True) -> None:
         self._cell_ids[number] = cell_id
-        if cell_id:
+        if cell_id and numbered:
             self._numbers[cell_id] = number
 
     def cell_of(self, filename: str):
@@ -213,7 +215,8 @@ class Session:
             refresh_all()
         info = getattr(result, "info", None)
         if info is not None and getattr(result, "execution_count", None) is not None:
-            self._name_cell(result.execution_count, getattr(info, "cell_id", None))
+            self._name_cell(result.execution_count, getattr(info, "cell_id", None),
+                            numbered=getattr(info, "store_history", True))
             if (not _COUNTS_BEFORE_PRE_RUN_CELL and getattr(info, "store_history", False)
                     and getattr(result.error_before_exec, "gpucache_cell_syntax", False)):
                 # IPython before 9.8 counts a cell whose input transformer raised twice (a plain

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from ..config import FOLLOW_FASTMATH
+from ..config import FOLLOW_FASTMATH, summary_fields
 from ..results import EntryInfo, applied_summary, parse_resources, short_signature
 from ..units import format_bytes
 from .misses import Sources
@@ -125,8 +125,12 @@ def variant_occupancy(rows: Iterable[ResourceRow], blocks: Sequence[int] = DEFAU
     and per architecture and signature the best: no spills before spills,
     then the highest occupancy at any of the block sizes, then the fewest
     registers, then a register cap applied as asked before one ptxas raised
-    to its floor, then the smallest cubin.  Occupancy is not speed
-    (docs/occupancy.md): this ranks what can be known without a GPU."""
+    to its floor, then the smallest cubin, then the fewest fields set away
+    from the defaults (a cap that changes nothing is no better), then the
+    config and the token: the best does not follow the order of `rows`, so
+    a sweep's report and the inspector, which list them in other orders,
+    mark the same one.  Occupancy is not speed (docs/occupancy.md): this
+    ranks what can be known without a GPU."""
     from ..occupancy import OccupancyError, occupancy
 
     rows = list(rows)
@@ -149,7 +153,8 @@ def variant_occupancy(rows: Iterable[ResourceRow], blocks: Sequence[int] = DEFAU
     def rank(row):
         shares = [found.occupancy for found in by_row[row.token] if found is not None]
         return (bool(row.spill_stores or row.spill_loads), -max(shares, default=0.0), row.registers,
-                row.cap_raised, row.cubin_bytes)
+                row.cap_raised, row.cubin_bytes, sum(1 for field in summary_fields(row.variant) if field), row.config,
+                row.token)
 
     best = set()
     groups: Dict[tuple, List[ResourceRow]] = {}
@@ -275,7 +280,10 @@ def resource_moves(rows: Iterable[ResourceRow]) -> List[ResourceMove]:
         if not row.config_fields:
             continue
         config = tuple(sorted(row.config_fields.items()))
-        variants = groups.setdefault((row.kernel, row.place, row.signature, row.source), {})
+        # (one version of the code is one source, in whichever cell each variant was built first; rows
+        # of no known source go by their definition's place)
+        version = (row.source,) if row.source is not None else (None, row.place)
+        variants = groups.setdefault((row.kernel, row.signature, *version), {})
         if config not in variants or row.created > variants[config].created:  # the newest of equal configs
             variants[config] = row
     moves = []

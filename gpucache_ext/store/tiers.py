@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from .. import targets
+from ..definitions import Place
 from .signing import PREVIOUS, Keyring, Rejected, key_id
 from ..tokens import Component
 
@@ -55,6 +56,17 @@ class Entry:
     # memory alone, so a process that finds this entry on disk skips typing
     # too, and saves that time as well as lowering's (in no token)
     typing_seconds: float = 0.0
+    # The number `place`'s cell ran as when the entry was built
+    # (`definitions.Place.number`, which `place` carries too): stored, so that
+    # a later process names the definition as the notebook shows the cell,
+    # ``act@In[7]`` (in no token)
+    place_number: Optional[int] = None
+
+    def __post_init__(self):
+        if self.place_number is None:
+            self.place_number = getattr(self.place, "number", None)
+        self.place = Place.of(self.place, self.place_number)
+        self.place_number = getattr(self.place, "number", None)
 
     @property
     def is_marker(self) -> bool:
@@ -67,7 +79,7 @@ class Entry:
 # later may be missing in entries written before them: (name, default).
 HEADER_FIELDS = (("token", None), ("kernel", None), ("signature", ""), ("config", ""), ("reasons", ()),
                  ("config_fields", None), ("created", None), ("seconds", 0.0), ("digest", None),
-                 ("upstream", ""), ("place", None), ("typing_seconds", 0.0))
+                 ("upstream", ""), ("place", None), ("typing_seconds", 0.0), ("place_number", None))
 
 
 class Lookup(NamedTuple):

@@ -3,7 +3,9 @@ side (`gpucache_ext.queries.EntryComparison`)."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+import time
+from collections import Counter
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..tokens import short_token
 from .markup import esc, scrolling_table, short_kernel
@@ -11,16 +13,70 @@ from .markup import esc, scrolling_table, short_kernel
 _MAX_DIFF_ROWS = 2000
 
 
-def compare_options(rows, labels: Optional[Dict[Tuple[str, str], str]] = None) -> List[Tuple[str, str]]:
+def compare_options(rows, labels: Optional[Dict[Tuple[str, str], str]] = None,
+                    digest_of: Optional[Callable[[str], Optional[str]]] = None, selected=None
+                    ) -> List[Tuple[str, str]]:
     """The "compare with" choices: (label, token) per `EntryInfo` in `rows`
-    (`gpucache_ext.queries.comparable_entries`), the label naming the
-    kernel's definition (its name, as `kernel_labels` tells kernels of one
-    name apart where `labels` has it, and its signature), its whole config
-    (sm and every field away from its default) and short token:
-    ``axpy (float32[::1], float32) [sm_86 fastmath=True max_registers=32] 3f2a1c0b9e12``."""
+    (`gpucache_ext.queries.comparable_entries`, newest first), the label
+    naming what tells the entries apart: the kernel's definition (its name,
+    and the cell or file it was defined in where `labels`, `kernel_labels`,
+    say so), its signature, its whole config (sm and every field away from
+    its default) and short token:
+    ``axpy@In[7] (float32[::1], float32) [sm_86 fastmath=True max_registers=32] 3f2a1c0b9e12``.
+    Entries that read alike so far, among themselves or with `selected`
+    (the `EntryInfo` they are compared with), are versions of one
+    definition's code (an edit, a global it reads): of those, entries of the same content
+    (`digest_of(token)`, the artifact's digest; asked of those alone) are
+    one choice, the newest, as comparing with either shows the same code;
+    the rest say which run of their cell built each (``... [sm_86] from
+    In[6] ...``), else when (``built 18:42:10``)."""
+    return compare_choices(rows, labels, digest_of, selected)[0]
+
+
+def compare_choices(rows, labels: Optional[Dict[Tuple[str, str], str]] = None,
+                    digest_of: Optional[Callable[[str], Optional[str]]] = None, selected=None
+                    ) -> Tuple[List[Tuple[str, str]], Dict[str, str]]:
+    """`compare_options`, and {token of an identical duplicate left out: the
+    token of the choice that stands for it}."""
     labels = labels or {}
-    return [(f"{labels.get((row.stage, row.token)) or short_kernel(row.kernel)} {row.signature} "
-             f"[{row.config}] {short_token(row.token)}", row.token) for row in rows]
+
+    def text_of(row) -> str:
+        return f"{labels.get((row.stage, row.token)) or short_kernel(row.kernel)} {row.signature} [{row.config}]"
+
+    said = [(text_of(row), row) for row in rows]
+    beside = [(text_of(selected), selected)] if selected is not None else []
+    alike = Counter(text for text, _ in said + beside)
+    first: Dict[Tuple[str, str], str] = {}
+    kept, same = [], {}
+    for text, row in said:
+        digest = digest_of(row.token) if alike[text] > 1 and digest_of is not None else None
+        if digest is not None and (text, digest) in first:
+            same[row.token] = first[(text, digest)]  # (an identical duplicate of a newer choice)
+            continue
+        if digest is not None:
+            first[(text, digest)] = row.token
+        kept.append((text, row))
+    return _told_apart(kept, beside), same
+
+
+def _told_apart(said, beside=()) -> List[Tuple[str, str]]:
+    """(text, row) pairs as choices, those that read alike told apart by the
+    run of their cell that built each ("from In[6]": IPython's ``In[6]``
+    holds the code it ran), else, or where those are alike too, by when each
+    was built ("built 18:42:10"); `beside` (the selected entry's pair) counts, not shown."""
+    alike = Counter(text for text, _ in [*said, *beside])
+    said, beside = ([(text + (f" from In[{_number(row)}]" if alike[text] > 1 and _number(row) else ""), row)
+                     for text, row in pairs] for pairs in (said, beside))
+    alike = Counter(text for text, _ in [*said, *beside])
+    days = {time.strftime("%Y-%m-%d", time.localtime(row.created)) for text, row in said if alike[text] > 1}
+    when = "%H:%M:%S" if len(days) < 2 else "%Y-%m-%d %H:%M:%S"
+    return [(f"{text}{' built ' + time.strftime(when, time.localtime(row.created)) if alike[text] > 1 else ''} "
+             f"{short_token(row.token)}", row.token) for text, row in said]
+
+
+def _number(row) -> Optional[int]:
+    """The number the row's cell ran as when it was built (`Place.number`), if recorded."""
+    return getattr(row.place, "number", None)
 
 
 def _diff_cells(number, text) -> str:

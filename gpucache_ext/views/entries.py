@@ -7,6 +7,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import sessions
+from ..definitions import Place
 from ..units import format_age, format_bytes
 from .markup import esc, fit, short_kernel
 
@@ -35,30 +36,42 @@ def _distinct_tail(qualname: str, others) -> str:
 
 def kernel_labels(rows, places=None) -> Dict[Tuple[str, str], str]:
     """The entries list's kernel column, per row's (stage, token): the
-    kernel's definition.
+    kernel's definition, named alike in the inspector, the ``gpucache``
+    command and the reports.
 
     The short name, told apart only where two definitions share it: by the
     shortest tail of their qualified names that differs (``a.axpy``,
     ``b.axpy``), and where one qualified name was defined in two places
     (``axpy`` in two cells: the magic names both ``__main__.axpy``) by ``@``
-    and where (`places.describe`, `gpucache_ext.definitions.Places`; default:
-    the current session's): ``axpy@In[5]``,
-    ``axpy@cell 1a2b3c4d`` (a cell not run since the restart),
-    ``axpy@kernels.py``.  A definition's versions (edits to it or to what it
-    calls or reads, signatures, configs) all keep its one label."""
+    and where (`places.suffixes`, `gpucache_ext.definitions.Places`;
+    default: the current session's): ``axpy@In[5]`` (the number the cell
+    last ran as in this session, else the one its newest entry recorded),
+    ``axpy@cell 1a2b3c4d`` (a cell of no known number), ``axpy@kernels.py``;
+    never two definitions alike.  A definition's versions (edits to it or
+    to what it calls or reads, signatures, configs) all keep its one label."""
     where = places if places is not None else sessions.places()
     qualnames: Dict[str, set] = {}
-    places: Dict[str, set] = {}
+    defined: Dict[str, Dict[Optional[str], Tuple[float, Optional[Place]]]] = {}
     for row in rows:
-        qualnames.setdefault(short_kernel(row["kernel"]), set()).add(row["kernel"])
-        places.setdefault(row["kernel"], set()).add(row.get("place"))
+        kernel = row["kernel"]
+        qualnames.setdefault(short_kernel(kernel), set()).add(kernel)
+        place = Place.of(row.get("place"), row.get("place_number"))
+        words = None if place is None else str(place)
+        # (a definition's place as its newest entry that recorded a number has it)
+        seen = (place is not None and place.number is not None, row.get("created") or 0.0)
+        held = defined.setdefault(kernel, {}).get(words)
+        if held is None or seen > held[0]:
+            defined[kernel][words] = (seen, place)
+    suffixes = {kernel: where.suffixes(place for _, place in found.values())
+                for kernel, found in defined.items() if len(found) > 1}
     labels = {}
     for row in rows:
         kernel = row["kernel"]
         same = qualnames[short_kernel(kernel)]
         name = short_kernel(kernel) if len(same) == 1 else _distinct_tail(kernel, same)
-        if len(places[kernel]) > 1:
-            name += "@" + where.describe(row.get("place"))
+        if kernel in suffixes:
+            place = Place.of(row.get("place"))
+            name += "@" + suffixes[kernel][None if place is None else str(place)]
         labels[(row["stage"], row["token"])] = name
     return labels
 

@@ -1,7 +1,8 @@
 """A kernel's resources across its variants (`gpucache_ext.queries.ResourceRow`,
 `ResourceMove`): per target and config, registers, spills, memory and
-occupancy, rows built from an earlier state marked, and how the figures
-moved between variants one config field apart."""
+occupancy, rows built from an earlier state marked, which cell built each
+where several did, and how the figures moved between variants one config
+field apart."""
 
 from __future__ import annotations
 
@@ -10,17 +11,20 @@ from typing import Dict, List, Tuple
 from ..units import format_bytes
 from .markup import class_attr, esc, scrolling_table, short_kernel
 
-_VARIANT_COLUMNS = ("arch", "signature", "config", "registers", "spills (stored/loaded)", "shared", "local",
-                    "constant", "cubin")
+_VARIANT_COLUMNS = ("arch", "signature", "config", "built in", "registers", "spills (stored/loaded)", "shared",
+                    "local", "constant", "cubin")
 
 
-def _variant_columns(rows, occupancy=None, stale=None) -> Tuple[str, ...]:
+def _variant_columns(rows, occupancy=None, stale=None, built=None) -> Tuple[str, ...]:
     """The columns for `rows`: signature and config only where the rows
-    differ in them; with `occupancy`, one per block size and the best mark;
-    with `stale` rows, a "state" column after the config."""
+    differ in them, "built in" only where `built` names several places;
+    with `occupancy`, one per block size and the best mark; with `stale`
+    rows, a "state" column after the config."""
     hidden = {"signature"} if len({row.signature for row in rows}) < 2 else set()
     if len({row.variant for row in rows}) < 2:
         hidden.add("config")
+    if len({(built or {}).get(row.token) for row in rows}) < 2:
+        hidden.add("built in")
     columns = tuple(column for column in _VARIANT_COLUMNS if column not in hidden)
     if _stale_rows(rows, stale):
         at = columns.index("registers")
@@ -86,8 +90,9 @@ def _variant_cells(row) -> Dict[str, str]:
             "constant": format_bytes(row.constant_bytes), "cubin": format_bytes(row.cubin_bytes)}
 
 
-def _cells(row, occupancy, stale=None) -> Dict[str, str]:
+def _cells(row, occupancy, stale=None, built=None) -> Dict[str, str]:
     cells = _variant_cells(row)
+    cells["built in"] = (built or {}).get(row.token) or "?"
     cells["state"] = EARLIER if stale and row.token in stale else "current"
     if occupancy is not None and occupancy.dynamic_shared:  # static + per-block dynamic
         cells["shared"] += f" + {format_bytes(occupancy.dynamic_shared)} dyn"
@@ -98,43 +103,48 @@ def _cells(row, occupancy, stale=None) -> Dict[str, str]:
     return cells
 
 
-def resources_table_text(rows, occupancy=None, stale=None) -> str:
+def resources_table_text(rows, occupancy=None, stale=None, built=None) -> str:
     """One line per variant (`ResourceRow`s: a kernel's targets and configs):
     arch, registers, spills, shared, local and constant memory, cubin size;
     with `occupancy` (`gpucache_ext.queries.VariantOccupancy`), each one's
     theoretical occupancy at each block size and the best per architecture
     marked ``*``; with `stale` ({cubin token: what changed}), a state column
     (``EARLIER`` for those rows, built from an earlier state of the kernel's
-    inputs) and a line saying what changed (`stale_note`); "" without rows."""
+    inputs) and a line saying what changed (`stale_note`); with `built`
+    ({cubin token: the cell that built it, as the entries list names it:
+    "In[7]"}), a "built in" column where the rows were built in several
+    (the same code compiles to the same entries in any cell: a sweep's
+    variants are those the earlier cells built too); "" without rows."""
     if not rows:
         return ""
-    columns = _variant_columns(rows, occupancy, stale)
-    lines = [list(columns)] + [[_cells(row, occupancy, stale)[c] for c in columns] for row in rows]
+    columns = _variant_columns(rows, occupancy, stale, built)
+    lines = [list(columns)] + [[_cells(row, occupancy, stale, built)[c] for c in columns] for row in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(columns))]
-    left = {"arch", "signature", "config", "best", "state"}
+    left = {"arch", "signature", "config", "built in", "best", "state"}
     note = stale_note(rows, stale)
     return "\n".join([*("  ".join(cell.ljust(width) if column in left else cell.rjust(width)
                                   for cell, width, column in zip(line, widths, columns)).rstrip()
                         for line in lines), *([note] if note else [])])
 
 
-def resources_table_html(rows, occupancy=None, stale=None) -> str:
+def resources_table_html(rows, occupancy=None, stale=None, built=None) -> str:
     """`resources_table_text` as a table; spills are marked where there are
     any; each figure in a ``data-resource`` cell's ``data-value`` (occupancy:
     ``data-block`` and ``data-occupancy``, 0 to 1); a row of `stale` (built
     from an earlier state of the kernel's inputs) is ``data-state="earlier"``,
     its state cell says so and names what changed, and a line under the table
-    too (`stale_note`)."""
+    too (`stale_note`); with `built`, each row's "built in" cell its
+    ``data-built-in``."""
     if not rows:
         return '<p class="gpucache-muted">No cubin is cached to measure.</p>'
-    columns = _variant_columns(rows, occupancy, stale)
+    columns = _variant_columns(rows, occupancy, stale, built)
     earlier = _stale_rows(rows, stale)
     head = _head_html(columns)
     values = {"registers": "registers", "shared": "shared_bytes", "local": "local_bytes",
               "constant": "constant_bytes", "cubin": "cubin_bytes"}
     body = []
     for row in rows:
-        cells = _cells(row, occupancy, earlier)
+        cells = _cells(row, occupancy, earlier, built)
         found = dict(zip(occupancy.blocks, occupancy.by_row.get(row.token, ()))) if occupancy else {}
         tds = [f'<th scope="row">{esc(row.arch)}</th>']
         for column in columns:
@@ -152,6 +162,9 @@ def resources_table_html(rows, occupancy=None, stale=None) -> str:
                            f'data-limited-by="{esc(share.limited_by) if share else ""}">'
                            f'<span class="gpucache-share">{esc(figure)}</span>'
                            + (f' <span class="gpucache-limit">{esc(limit)}</span>' if limit else "") + "</td>")
+            elif column == "built in":
+                tds.append(f'<td class="gpucache-text" data-built-in="{esc(cells[column])}">'
+                           f'{esc(cells[column])}</td>')
             elif column in ("signature", "config"):
                 tds.append(f'<td class="gpucache-text{" gpucache-code" if column == "signature" else ""}">'
                            f'{esc(cells[column])}</td>')
@@ -233,14 +246,16 @@ def resource_moves_html(moves) -> str:
     return f'<ul class="gpucache-moves">{"".join(items)}</ul>'
 
 
-def resource_variants_html(kernel: str, rows, moves, occupancy=None, stale=None) -> str:
+def resource_variants_html(kernel: str, rows, moves, occupancy=None, stale=None, built=None) -> str:
     """The inspector's "resources across variants" section for one kernel:
     the table of its cubin variants (with `occupancy`, each one's at common
     block sizes and the best per architecture; `stale` rows marked built
-    from an earlier state, see `resources_table_html`) and how the figures moved."""
+    from an earlier state; `built`, which cell built each, see
+    `resources_table_html`) and how the figures moved."""
     note = ("" if occupancy is None else
             f'<p class="gpucache-muted">Occupancy: the share of an SM\'s warps the variant keeps busy at '
             f'{", ".join(map(str, occupancy.blocks))} threads a block, and what limits it; theoretical (not '
             "speed); &#9733; the best per architecture (no spills, then the highest occupancy).</p>")
-    return (f'<h4>Resources across variants of {esc(kernel)}</h4>{note}{resources_table_html(rows, occupancy, stale)}'
+    table = resources_table_html(rows, occupancy, stale, built)
+    return (f'<h4>Resources across variants of {esc(kernel)}</h4>{note}{table}'
             f"<p>How they moved between variants one config field apart:</p>{resource_moves_html(moves)}")

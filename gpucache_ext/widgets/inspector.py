@@ -64,7 +64,7 @@ from ..toolchain.sass import Sass, SassUnavailable, disassembly
 from ..history import CellHistory
 from ..tokens import short_token
 from ..views.chart import chart_svg
-from ..views.compare import compare_options, comparison_html, comparison_note_html
+from ..views.compare import compare_choices, comparison_html, comparison_note_html
 from ..views.entries import ENTRY_COLUMNS, MAX_LIST_ROWS, entry_cells, entry_line, entry_widths, kernel_labels
 from ..views.entry import EntryDetail, entry_html
 from ..views.markup import esc, short_kernel
@@ -118,12 +118,19 @@ def entry_detail(cache, stage: str, token: str, kernel_label: Optional[str] = No
 
 
 def variants_html(cache, kernel: str, label: Optional[str] = None, source: Optional[str] = None,
-                  place: Optional[str] = None) -> str:
+                  place: Optional[str] = None, labels: Optional[Dict[Tuple[str, str], str]] = None) -> str:
     """The "resources across variants" section of one version of a kernel
     definition (`kernel` a qualified name, `place` where it was defined):
     its cubin variants side by side and how their figures moved; "" where
-    fewer than two are cached.  `source` (`Sources`): only the variants built
-    from that version (its code and what it reads), where there are several.
+    fewer than two are cached.  `source` (`Sources`): the variants built
+    from that version (its code and what it reads), in whichever cell they
+    were built first: the same code compiles to the same entries in any
+    cell (no place is in a token), so a kernel re-declared in a new cell
+    and swept there has the variants the earlier cells built too, as the
+    sweep's report shows them.  Where the rows were built in several cells,
+    a "built in" column names each (as `labels`, `kernel_labels`, name its
+    definition: ``In[7]``).  Without a `source` that any cached cubin has,
+    the variants of `place`'s definition.
 
     A read-only view of cached entries: nothing is compiled to show it.  Where
     a live kernel of this definition compiles through `cache`, each row is
@@ -132,13 +139,16 @@ def variants_html(cache, kernel: str, label: Optional[str] = None, source: Optio
     marked ``EARLIER``, with what changed.  With no live kernel (another
     process's entries, a kernel deleted) nothing tells which state is current,
     and rows are shown unmarked."""
-    rows = [row for row in resource_rows(cache, kernel) if row.place == place]
-    if source is not None and any(row.source == source for row in rows):
-        rows = [row for row in rows if row.source == source]
+    rows = resource_rows(cache, kernel)
+    same = [row for row in rows if source is not None and row.source == source]
+    rows = same or [row for row in rows if row.place == place]
     if len(rows) < 2:
         return ""
+    built = {row.token: (labels or {}).get(("cubin", row.token), "").partition("@")[2] or None for row in rows}
+    if len(set(built.values())) > 1:  # (the section is of the code, not of one cell's definition)
+        label = (label or short_kernel(kernel)).partition("@")[0]
     return resource_variants_html(label or short_kernel(kernel), rows, resource_moves(rows), variant_occupancy(rows),
-                                  earlier_rows(cache, rows))
+                                  earlier_rows(cache, rows), built)
 
 
 def earlier_rows(cache, rows) -> Dict[str, Tuple[str, ...]]:
@@ -157,9 +167,16 @@ def earlier_rows(cache, rows) -> Dict[str, Tuple[str, ...]]:
     definitions = {(row.kernel, row.place) for row in rows}
     for live in registry.live_kernels(cache):
         current.update(live.typing_inputs(definitions))
+    # a row another cell built first (the same code, re-declared) is checked against the live kernel
+    # of the one other definition the rows have, where there is one
+    alike: Dict[Tuple[str, str], List[Any]] = {}
+    for (kernel, _, signature), now in current.items():
+        alike.setdefault((kernel, signature), []).append(now)
     found = {}
     for row in rows:
         now = current.get((row.kernel, row.place, row.signature))
+        if now is None and len(alike.get((row.kernel, row.signature), ())) == 1:
+            now = alike[(row.kernel, row.signature)][0]
         if now is None or row.source is None or source_digest(now) == row.source:
             continue
         before = _typing_components(cache, row.token)
@@ -250,6 +267,7 @@ class Inspector(InspectorClearing, W.VBox):
                                        layout=W.Layout(width="auto", max_width="100%", display="none"))
         self.compare_view = W.HTML()
         self._comparison: Tuple[Any, str] = (None, "")  # (which pair, its HTML): drawn once per pair
+        self._compare_same: Dict[str, str] = {}  # an identical duplicate's token -> its choice's
 
         for widget, cls in ((self.header, "gpucache-header"), (self.summary, "gpucache-summary"),
                             (self.tier_view, "gpucache-tiers"),
@@ -399,23 +417,27 @@ class Inspector(InspectorClearing, W.VBox):
         """The selected entry's kernel's cubin variants, read again only when they change."""
         row = next((r for r in self._rows if (r["stage"], r["token"]) == selected), None)
         kernel, place = (row["kernel"], row.get("place")) if row is not None else (None, None)
-        tokens = tuple(r["token"] for r in self._rows
-                       if r["stage"] == "cubin" and r["kernel"] == kernel and r.get("place") == place)
+        # (every place's: the selected version's variants may have been built first in another cell)
+        tokens = tuple(r["token"] for r in self._rows if r["stage"] == "cubin" and r["kernel"] == kernel)
         source = self._source_of.get(selected)
         # (and once per cell: a row's state is re-checked against the live kernels' inputs, see `earlier_rows`)
         registry = sys.modules.get("gpucache_ext.launch.registry")
         generation = registry.generation if registry is not None else None
-        shown = (kernel, place, tokens, source, generation) if kernel is not None and len(tokens) > 1 else None
+        labels = tuple(self._labels.get(("cubin", token)) for token in tokens)
+        shown = ((kernel, place, tokens, labels, source, generation) if kernel is not None and len(tokens) > 1
+                 else None)
         if shown != self._variants_shown or shown is None:
             self.variants_view.value = "" if shown is None else variants_html(
-                self.cache, kernel, self._labels.get(selected), source, place)
+                self.cache, kernel, self._labels.get(selected), source, place, self._labels)
             self._variants_shown = shown
 
     def _update_compare(self):
         """The "compare with" choices for the selected entry (ptx and cubin only), and the comparison."""
         selected = self._selected
         others = comparable_entries(self.cache, *selected) if selected and selected[0] in COMPARED_STAGES else []
-        options = [(_NO_COMPARISON, "")] + compare_options(others, self._labels)
+        shown = next((row for row in self._rows if (row["stage"], row["token"]) == selected), None)
+        choices, self._compare_same = compare_choices(others, self._labels, self._digest_of(selected), shown)
+        options = [(_NO_COMPARISON, "")] + choices
         self._updating = True
         try:
             wanted = self.compare_with.value
@@ -442,13 +464,23 @@ class Inspector(InspectorClearing, W.VBox):
             self._comparison = (pair, shown)
         self.compare_view.value = self._comparison[1]
 
+    def _digest_of(self, selected):
+        """The digest of an entry's artifact at the selected entry's stage
+        (what tells an identical duplicate among the "compare with" choices)."""
+        def digest(token: str) -> Optional[str]:
+            entry = self.cache.entry(selected[0], token)
+            return entry.digest if entry is not None else None
+
+        return digest
+
     def _on_compare(self, change):
         if not self._updating:
             self._show_comparison()
 
     def compare(self, token: str) -> None:
-        """Show the selected entry side by side with entry `token` (same kernel and stage)."""
-        self.compare_with.value = token
+        """Show the selected entry side by side with entry `token` (same
+        kernel and stage; an identical duplicate of a choice: that choice)."""
+        self.compare_with.value = self._compare_same.get(token, token)
 
     def _on_filter(self, change):
         if not self._updating:
