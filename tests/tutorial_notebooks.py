@@ -247,7 +247,7 @@ fine[1, 1](np.zeros(1, dtype=np.float32))
 def declared(a):
     a[0] = len(a)
 
-declared[1, 1](np.zeros(3, dtype=np.float64))""",
+declared[1, 1](np.zeros(6, dtype=np.int32)[::2])""",
     """\
 print("still going")
 42""",
