@@ -123,14 +123,18 @@ class CacheIndex:
         with self._lock:
             listing = self._persisted.get(stage)
         if listing is None:
-            listing = {}
+            found: Dict[str, list] = {}
             for tier in self._tiers_for(stage):  # (outside the lock: a listing may ask a server)
                 try:
                     for entry in tier.entries(stage):
                         if not entry.is_marker:
-                            listing.setdefault(entry.kernel, []).append((entry.token, entry.components))
+                            found.setdefault(entry.kernel, []).append((entry.created, entry.token, entry.components))
                 except Exception:  # a listing that fails (a server gone) explains nothing
                     log.debug("listing %s entries of the %s tier failed", stage, tier.name, exc_info=True)
+            # oldest first, as `nearest` reads them (a tie goes to the latest), not in the order a
+            # directory or a server lists them
+            listing = {kernel: [(token, components) for _, token, components in
+                                sorted(rows, key=lambda row: row[0] or 0.0)] for kernel, rows in found.items()}
             with self._lock:
                 listing = self._persisted.setdefault(stage, listing)
         return list(listing.get(kernel, ()))

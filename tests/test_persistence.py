@@ -444,3 +444,15 @@ def test_what_an_entry_persists_is_declared_once_and_round_trips(tmp_path):
                 {n: c.digest for n, c in entry.components.items()}
             seen.add(stage)
     assert seen == set(artifacts.PERSISTED)
+
+
+def test_a_miss_after_a_restart_is_explained_against_the_latest_of_equally_near_entries(tmp_path, monkeypatch):
+    """The disk lists entries in whatever order its directories give; ties
+    between equally near entries go to the latest built, whatever that order."""
+    for cap in (None, 64, 32):
+        KernelCache(directory=tmp_path).compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86, max_registers=cap))
+    listed = DiskTier.entries
+    monkeypatch.setattr(DiskTier, "entries", lambda self, stage: list(reversed(list(listed(self, stage)))))
+    result = KernelCache(directory=tmp_path).compile(kernels.axpy, kernels.AXPY_SIG,
+                                                     CompileConfig(sm=86, max_registers=40))
+    assert [str(r) for r in result.stages["cubin"].reasons] == ["max_registers 32 -> 40"]
