@@ -798,6 +798,21 @@ def _share(shot: Path):
     shutil.copy(shot, SHOTS / shot.name)
 
 
+@contextlib.contextmanager
+def _file_browser_open(page):
+    """JupyterLab's file browser open for the block (the narrow output a
+    user with it open reads), closed again after where it was opened here."""
+    opened = not page.evaluate(FILE_BROWSER_OPEN)
+    if opened:
+        page.evaluate("() => { window.jupyterapp.commands.execute('filebrowser:toggle-main'); return true; }")
+    try:
+        page.wait_for_function(FILE_BROWSER_OPEN, timeout=ACTION_S * 1000)
+        yield
+    finally:
+        if opened:
+            page.evaluate("() => { window.jupyterapp.commands.execute('filebrowser:toggle-main'); return true; }")
+
+
 @pytest.mark.slow
 def test_cell_reports_fit_their_output_with_the_file_browser_open(lab):
     """The quickstart's cell reports at 900, 1000 and 1400 px with JupyterLab's
@@ -805,12 +820,7 @@ def test_cell_reports_fit_their_output_with_the_file_browser_open(lab):
     or to scroll to), no type, config field, stage, time or saved figure broken
     over lines, the why column left-aligned.  Screenshots: report-WIDTH.png."""
     page = lab.page
-    opened = False
-    try:
-        if not page.evaluate(FILE_BROWSER_OPEN):
-            page.evaluate("() => { window.jupyterapp.commands.execute('filebrowser:toggle-main'); return true; }")
-            opened = True
-        page.wait_for_function(FILE_BROWSER_OPEN, timeout=ACTION_S * 1000)
+    with _file_browser_open(page):
         for width in (900, 1000, 1400):
             with _shot_on_failure(page, lab.folder, f"report-{width}"):
                 _at_width(page, width)
@@ -824,9 +834,6 @@ def test_cell_reports_fit_their_output_with_the_file_browser_open(lab):
                 _check_reports(tables, f"the quickstart at {width} px")
                 if width == 1400:  # room for every column: tables with their headers, not lines of cells
                     assert [t["display"] for t in tables] == ["table"] * 3, tables
-    finally:
-        if opened:
-            page.evaluate("() => { window.jupyterapp.commands.execute('filebrowser:toggle-main'); return true; }")
 
 
 STENCIL = """
@@ -1224,12 +1231,7 @@ def test_inspector_layout_in_1000_and_1400_px_windows_prose_wraps_and_occupancy_
     its entries) and layout-variants-WIDTH.png (resources across variants,
     down to "compare with")."""
     page, inspector = tuning.page, tuning.inspector
-    opened = False
-    try:
-        if not page.evaluate(FILE_BROWSER_OPEN):
-            page.evaluate("() => { window.jupyterapp.commands.execute('filebrowser:toggle-main'); return true; }")
-            opened = True
-        page.wait_for_function(FILE_BROWSER_OPEN, timeout=ACTION_S * 1000)
+    with _file_browser_open(page):
         compare = inspector.locator(".gpucache-compare-with select")
         compare.select_option(index=1)  # (its two listings side by side, with their summary and caption)
         inspector.locator(".gpucache-compare-view .gpucache-compare-summary").wait_for(timeout=ACTION_S * 1000)
@@ -1242,9 +1244,6 @@ def test_inspector_layout_in_1000_and_1400_px_windows_prose_wraps_and_occupancy_
                 found = page.evaluate(TEXT_LAYOUT)
                 problems += _layout_problems(found, page.evaluate(STICKING_OUT))
         assert not problems, "\n".join(problems)
-    finally:
-        if opened:
-            page.evaluate("() => { window.jupyterapp.commands.execute('filebrowser:toggle-main'); return true; }")
 
 
 def _layout_shots(page, inspector, folder: Path, width: int) -> None:
