@@ -25,6 +25,7 @@ expected and the fix.
 from __future__ import annotations
 
 import ctypes
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -90,17 +91,26 @@ def check_specialized(kernel: "Kernel", args: Sequence) -> None:
             raise no_match_error(kernel, args)
         return
     # numba's own resolution; no match calls the kernel's _explain_matching_error (no_match_error)
+    with untypeable_refused(kernel, args):
+        try:
+            _dispatcher.Dispatcher._cuda_call(kernel, *args)
+        except LaunchError:
+            # (numba's C dispatch matches by its type manager's conversion table, which has no rule
+            # for some types its typing context converts, float16 arrays among them: what the typing
+            # context accepts for every argument launches, as numba's one-signature launch does)
+            if first_mismatch(kernel, signature, args) is not None:
+                raise
+
+
+@contextlib.contextmanager
+def untypeable_refused(kernel: "Kernel", args: Sequence):
+    """Around numba's dispatch of `args`: its ValueError for an argument it
+    has no type for is a `LaunchError` naming it where `refuse_untypeable` says so."""
     try:
-        _dispatcher.Dispatcher._cuda_call(kernel, *args)
+        yield
     except ValueError:
         refuse_untypeable(kernel, args)
         raise
-    except LaunchError:
-        # (numba's C dispatch matches by its type manager's conversion table, which has no rule
-        # for some types its typing context converts, float16 arrays among them: what the typing
-        # context accepts for every argument launches, as numba's one-signature launch does)
-        if first_mismatch(kernel, signature, args) is not None:
-            raise
 
 
 def refuse_untypeable(kernel: "Kernel", args: Sequence) -> None:

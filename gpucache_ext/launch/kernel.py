@@ -47,7 +47,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from numba.cuda.dispatcher import CUDADispatcher
 
 from . import registry
-from .arguments import check_specialized, no_match_error, refuse_untypeable
+from .arguments import check_specialized, no_match_error, untypeable_refused
 from ..cache import CompileResult, KernelCache
 from ..config import CompileConfig
 from .compiled import CachedKernel, LaunchError, choose_image, runs_on
@@ -371,11 +371,8 @@ class Kernel(KernelInspection, KernelVariants, CUDADispatcher):
             # (a float64 array would be read as float32): checked as a list's would be
             check_specialized(self, args)
         with _raised_as_numba():
-            try:
+            with untypeable_refused(self, args):
                 return CUDADispatcher.call(self, args, launch_config)
-            except ValueError:
-                refuse_untypeable(self, args)
-                raise
 
     def forall(self, ntasks, tpb=0, stream=0, sharedmem=0):
         """A launcher over `ntasks` tasks, as numba's ``forall`` (the kernel maps
@@ -423,11 +420,8 @@ class Kernel(KernelInspection, KernelVariants, CUDADispatcher):
         if self.specialized:
             check_specialized(self, args)
             return next(iter(self.overloads.values())).result
-        try:
+        with untypeable_refused(self, args):
             return _dispatcher.Dispatcher._cuda_call(self, *args).result
-        except ValueError:
-            refuse_untypeable(self, args)
-            raise
 
     def _simulate(self, *args, griddim, blockdim, stream=0, sharedmem=0):
         from numba.cuda.errors import normalize_kernel_dimensions
