@@ -221,16 +221,16 @@ def test_summary_renders_the_cut_off_column_from_stats_alone():
     stats = CacheStats({"typing": stage(3, 1, 0), "llvm": stage(2, 2, 0), "ptx": stage(12, 5, 4),
                         "cubin": stage(15, 2, 10)})
     assert repr(StatsView(stats)) == """\
-stage     hits  misses  hit rate  cut off  entries     bytes  evictions  compile time spent  compile time saved  audited  audit mismatches
-typing       3       1       75%                 1   1.0 KiB          0               10 ms               30 ms        0                 0
+stage     hits  misses  hit rate  cut off  entries     bytes  evictions  compile time spent  compile time saved  audits  audit mismatches
+typing       3       1       75%                 1   1.0 KiB          0               10 ms               30 ms       0                 0
   memory     3               75%                 1   1.0 KiB                                              30 ms
-llvm         2       2       50%                 2   2.0 KiB          0               20 ms               20 ms        0                 0
+llvm         2       2       50%                 2   2.0 KiB          0               20 ms               20 ms       0                 0
   memory     2               50%                 2   2.0 KiB                                              20 ms
-ptx         12       5       71%        4        5   5.0 KiB          0               50 ms              120 ms        0                 0
+ptx         12       5       71%        4        5   5.0 KiB          0               50 ms              120 ms       0                 0
   memory    12               71%                 5   5.0 KiB                                             120 ms
-cubin       15       2       88%       10        2   2.0 KiB          0               20 ms              150 ms        0                 0
+cubin       15       2       88%       10        2   2.0 KiB          0               20 ms              150 ms       0                 0
   memory    15               88%                 2   2.0 KiB                                             150 ms
-all         32      10       76%       14       10  10.0 KiB          0              100 ms              320 ms        0                 0"""  # noqa: E501
+all         32      10       76%       14       10  10.0 KiB          0              100 ms              320 ms       0                 0"""  # noqa: E501
     page = StatsView(stats)._repr_html_()
     assert _cutoff_cells(page) == [("ptx", "4", "", "gpucache-hit", "4"), ("cubin", "10", "", "gpucache-hit", "10"),
                                    ("all", "14", "", "gpucache-hit", "14")]

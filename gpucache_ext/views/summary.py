@@ -37,7 +37,7 @@ def saved_seconds(stats) -> Dict[str, Dict[str, float]]:
 _SUMMARY_COLUMNS = (
     ("hits", "hits"), ("misses", "misses"), ("hit_rate", "hit rate"), ("cutoffs", "cut off"),
     ("entries", "entries"), ("bytes", "bytes"), ("evictions", "evictions"),
-    ("compile_seconds", "compile time spent"), ("saved_seconds", "compile time saved"), ("audits", "audited"),
+    ("compile_seconds", "compile time spent"), ("saved_seconds", "compile time saved"), ("audits", "audits"),
     ("audit_mismatches", "audit mismatches"),
 )
 # shown where a compile waited for another process's build of an entry (`gpucache_ext.store.claims`)
