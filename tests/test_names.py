@@ -201,3 +201,36 @@ def test_identical_duplicates_are_one_compare_choice():
     numbered = [info("d", 40.0, 5), info("b", 20.0, 3)]
     assert [label.rsplit(" ", 1)[0] for label, _ in compare_choices(numbered, selected=info("e", 50.0, 6))[0]] == [
         "act (float32[:],) [sm_86] from In[5]", "act (float32[:],) [sm_86] from In[3]"]
+
+
+def test_the_sweep_cells_report_says_which_cell_built_each_variant_as_the_inspector_does(ip, capsys, monkeypatch):
+    shown = []
+    publish = ip.display_pub.publish
+    monkeypatch.setattr(ip.display_pub, "publish", lambda data, *a, **k: (shown.append(data), publish(data, *a, **k)))
+    numbers, out = _redeclared_then_swept(ip, capsys)
+    cache = gpucache_ext.default_cache()
+    inspector = gpucache_ext.inspector()
+    inspector.select("cubin", _sweep_token(ip, fastmath=True, max_registers=32))
+    view = inspector.variants_view.value
+    by_view = {}
+    for token, body in re.findall(r'<tr data-arch="[^"]+" data-token="([^"]+)"[^>]*>(.*?)</tr>', view):
+        by_view[token] = re.search(r'data-built-in="([^"]*)"', body).group(1)
+    assert sorted(by_view.values()) == sorted(f"In[{numbers[c]}]" for c in numbers)
+    # the text report: a "built in" column after the occupancy, each row naming the inspector's cell
+    lines = out.split("act: 4 variants", 1)[1].splitlines()[1:6]
+    head = lines[0]
+    assert "built in" in head and head.index("built in") > head.index("threads"), out
+    start = head.index("built in")
+    by_text = {}
+    for line in lines[1:]:
+        words = line.strip().lstrip("*").split()
+        variant = " ".join(word for word in words[1:] if "=" in word or word == "defaults")
+        by_text[variant] = line[start:].split()[0]
+    by_config = {" ".join(cache.entry("cubin", t).config.split()[1:]) or "defaults": cell
+                 for t, cell in by_view.items()}
+    assert by_text == by_config, out
+    # the HTML report: the same cells, the same rows
+    (page,) = [data["text/html"] for data in shown if "gpucache-resource-variants" in data.get("text/html", "")]
+    in_page = dict(re.findall(r'<tr data-arch="[^"]+" data-token="([^"]+)"[^>]*>.*?data-built-in="([^"]*)"',
+                              page))
+    assert in_page == by_view, page

@@ -251,8 +251,20 @@ def _variants_tables(context: _CellContext) -> List[VariantsTable]:
                  + (f" with {kernel.dynamic_shared} B dynamic shared memory" if kernel.dynamic_shared else "")
                  + " (theoretical: not speed), * the best per architecture")
         tables.append(VariantsTable(title, rows, variant_occupancy(rows, blocks, kernel.dynamic_shared),
-                                    resource_moves(rows), results))
+                                    resource_moves(rows), results, _built_in(kernel.cache, results[0].kernel, rows)))
     return tables
+
+
+def _built_in(cache, qualname: str, rows) -> Optional[Dict[str, Optional[str]]]:
+    """{cubin token: the cell that built it, as the entries list names its
+    definition ("In[7]")} for a sweep's `rows`, where they were built in
+    several cells (a kernel re-declared in a new cell and swept there reuses
+    the variants the earlier cells built); None where one cell built all."""
+    from ..views.entries import kernel_labels
+
+    labels = kernel_labels(cache.entries(kernel=qualname), cache.places)
+    built = {row.token: labels.get(("cubin", row.token), "").partition("@")[2] or None for row in rows}
+    return built if len(set(built.values())) > 1 else None
 
 
 def _bound_notes(namespace, context: _CellContext, results) -> List[str]:

@@ -301,6 +301,9 @@ class VariantsTable(NamedTuple):
     occupancy: object  # `gpucache_ext.queries.VariantOccupancy`
     moves: list  # `gpucache_ext.queries.ResourceMove`, from the first variant
     results: list  # the `CompileResult`s the rows come from
+    # {cubin token: the cell that built it ("In[7]")} where the rows were built in several cells
+    # (a sweep's variants include those earlier cells built: no place is in a token); None otherwise
+    built: Optional[Dict[str, Optional[str]]] = None
 
     def stale(self) -> Dict[str, tuple]:
         """{cubin token: what changed} for the rows built from an earlier state, checked now."""
@@ -378,10 +381,9 @@ class CellReport:
         for title, rows in self._per_architecture():
             lines += ["", title + ":", *("  " + line for line in resources_table_text(rows).splitlines())]
         for table in self.variants:
-            title, rows, occupancy, moves, _ = table
-            lines += ["", title + ":", *("  " + line for line in resources_table_text(rows, occupancy,
-                                                                                     table.stale()).splitlines())]
-            moved = resource_moves_text(moves)
+            lines += ["", table.title + ":", *("  " + line for line in resources_table_text(
+                table.rows, table.occupancy, table.stale(), table.built).splitlines())]
+            moved = resource_moves_text(table.moves)
             if moved:
                 lines += ["  how the figures moved between variants one field apart:",
                           *("    " + line for line in moved.splitlines())]
@@ -530,11 +532,11 @@ class CellReport:
         for variants in self.variants:
             from ..views.variants import resource_moves_html, resources_table_html
 
-            title, variant_rows, occupancy, moves, _ = variants
-            table += (f'<div class="gpucache-variants"><p class="gpucache-arch-title">{html.escape(title)}</p>'
-                      + resources_table_html(variant_rows, occupancy, variants.stale())
+            table += (f'<div class="gpucache-variants"><p class="gpucache-arch-title">'
+                      f'{html.escape(variants.title)}</p>'
+                      + resources_table_html(variants.rows, variants.occupancy, variants.stale(), variants.built)
                       + "<p>How the figures moved between variants one field apart:</p>"
-                      + resource_moves_html(moves) + "</div>")
+                      + resource_moves_html(variants.moves) + "</div>")
         if self.explain:
             table += "<pre>" + html.escape("\n".join(self._explanations_text())) + "</pre>"
         return table + bound_html + findings

@@ -32,9 +32,11 @@ def _variant_columns(rows, occupancy=None, stale=None, built=None) -> Tuple[str,
     if occupancy is None:
         return columns
     # the occupancy right after what names the variant: the figures it is read for come first,
-    # in view where a narrow output scrolls the rest (registers, spills, memory, size)
+    # in view where a narrow output scrolls the rest (which cell built it, registers, spills, memory, size)
     at = columns.index("registers")
-    return ("best",) + columns[:at] + tuple(f"{block} threads" for block in occupancy.blocks) + columns[at:]
+    names = tuple(column for column in columns[:at] if column != "built in")
+    rest = (("built in",) if "built in" in columns else ()) + columns[at:]
+    return ("best",) + names + tuple(f"{block} threads" for block in occupancy.blocks) + rest
 
 
 # what the "state" column says of a row built from an earlier state of its kernel's inputs
