@@ -96,8 +96,8 @@ V2 = "float32[:], float32[:], float32[:]"
 M2 = "float32[:, :], float32[:, :]"
 
 # (name, signature's arguments, body with {c} for the constant an edit changes, launch)
-# launch: how the launch cell calls it, on x, y (float32, N), r (float32, N),
-# a, b (float32, 16 x 16), total (float32, 1)
+# launch: how the launch cell calls it: on x, y (inputs) and r (output), float32 of N;
+# a (input) and m (output), float32 16 x 16; total_ (output), float32 of 1
 KERNELS = [
     ("scale_add", V2, """\
     i = cuda.grid(1)
@@ -226,6 +226,7 @@ class Session:
     edited: list  # of the declaring cell and the launch cell after the edit
     stages: Dict[str, list]  # magic: [misses, compile seconds] by stage after the first run
     edit_misses: Dict[str, int]  # magic: misses by stage during the edit
+    cells: List[float]  # each cell's time in the first run, as CELL_NAMES names them (0.0: not run)
 
 
 def cell_seconds(cell) -> float:
@@ -271,6 +272,7 @@ def session(n: int, lazy: bool, mode: str, folder: Path, timeout: int = 600) -> 
         seconds = time.perf_counter() - start
         first = [notebook_diff._outcome(cells[i - added], c) for i, c in enumerate(nb.cells) if i >= added]
         times = (cell_seconds(nb.cells[declaring]), cell_seconds(nb.cells[launching]))
+        each = [0.0] * (1 - added) + [cell_seconds(c) for c in nb.cells]
         stages = probe()
         edited_source = notebook_diff.under_magic(["", kernel_cell(n, lazy, edited=True)], mode)[-1]
         nb.cells[declaring] = nbformat.v4.new_code_cell(edited_source)
@@ -280,7 +282,7 @@ def session(n: int, lazy: bool, mode: str, folder: Path, timeout: int = 600) -> 
         after = probe()
     edit_misses = {s: after[s][0] - stages.get(s, [0])[0] for s in after}
     return Session(seconds, *times, cell_seconds(nb.cells[declaring]), cell_seconds(nb.cells[launching]),
-                   first, edited, stages, edit_misses)
+                   first, edited, stages, edit_misses, each)
 
 
 def same_outputs(plain: Session, magic: Session) -> List[str]:
@@ -315,6 +317,8 @@ class Row:
         return [s.edit_misses.get("typing", 0) for s in self.magic]
 
 
+CELL_NAMES = ("%load_ext", "imports", "device functions", "kernels", "launch")
+
 MEASURES = {
     "first run": lambda s: s.seconds,
     "kernel cell": lambda s: s.kernel_cell,
@@ -327,15 +331,14 @@ MEASURES = {
 def report(rows: List[Row], runs: int) -> bool:
     """Print the tables; True when every target is met."""
     print(f"\nmedians of {runs} runs, seconds; ratio = median of the runs' plain / magic (above 1.0: the magic faster)")
-    head = f"{'notebook':<14}" + "".join(f"{name:>27}" for name in MEASURES) + f"{'recompiled':>12}"
-    print(head)
-    print(f"{'':<14}" + f"{'plain  magic  ratio':>27}" * len(MEASURES) + f"{'(typing)':>12}")
+    print(f"{'notebook':<17}" + "".join(f"{name:>22}" for name in MEASURES) + f"{'recompiled':>12}")
+    print(f"{'':<17}" + f"{'plain  magic  ratio':>22}" * len(MEASURES) + f"{'(typing)':>12}")
     ok = True
     for row in rows:
-        line = f"{row.name:<14}"
+        line = f"{row.name:<17}"
         for measure in MEASURES.values():
             p, m, r = row.medians(measure)
-            line += f"{p:>12.2f}{m:>7.2f}{r:>7.2f}x"
+            line += f"{p:>8.2f}{m:>7.2f}{r:>6.2f}x"
         recompiled = row.recompiled()
         line += f"{'/'.join(map(str, sorted(set(recompiled)))):>12}"
         print(line)
@@ -345,18 +348,28 @@ def report(rows: List[Row], runs: int) -> bool:
     print("\nthe magic's misses during the edit, by stage (median of the runs):")
     for row in rows:
         misses = {s: statistics.median(r.edit_misses.get(s, 0) for r in row.magic) for s in STAGES}
-        print(f"  {row.name:<14}" + "  ".join(f"{s} {misses[s]:g}" for s in STAGES))
+        print(f"  {row.name:<17}" + "  ".join(f"{s} {misses[s]:g}" for s in STAGES))
     print("\nwhere the magic's first run spent its compile time (StageStats.compile_seconds, median of the runs):")
-    print(f"  {'notebook':<14}" + "".join(f"{s:>9}" for s in STAGES) + f"{'stages':>9}{'cell':>9}{'first run':>11}")
+    print(f"  {'notebook':<17}" + "".join(f"{s:>9}" for s in STAGES) + f"{'stages':>9}{'cell':>9}{'first run':>11}")
     for row in rows:
         per = [statistics.median(r.stages[s][1] for r in row.magic) for s in STAGES]
         cell = statistics.median(r.kernel_cell + r.launch_cell for r in row.magic)
         first = statistics.median(r.seconds for r in row.magic)
-        print(f"  {row.name:<14}" + "".join(f"{v:>9.3f}" for v in per) + f"{sum(per):>9.3f}{cell:>9.3f}{first:>11.2f}")
+        print(f"  {row.name:<17}" + "".join(f"{v:>9.3f}" for v in per) + f"{sum(per):>9.3f}{cell:>9.3f}{first:>11.2f}")
     print("  (cell: the kernel and launch cells' time under the magic; stages: the part of it spent compiling)")
+    print("\nthe first run cell by cell, plain / magic (medians; outside: the kernel's start and the messages):")
+    print(f"  {'notebook':<17}" + "".join(f"{name:>18}" for name in (*CELL_NAMES, "outside")))
+    for row in rows:
+        line = f"  {row.name:<17}"
+        for at in range(len(CELL_NAMES) + 1):
+            def part(s, at=at):
+                return s.cells[at] if at < len(CELL_NAMES) else s.seconds - sum(s.cells)
+            p, m = (statistics.median(part(s) for s in side) for side in (row.plain, row.magic))
+            line += f"{p:>11.3f}/{m:.3f}" if at else f"{'-':>11}/{m:.3f}"
+        print(line)
     print("\nlaunch cell outputs, plain against magic (first run and after the edit):")
     for row in rows:
-        print(f"  {row.name:<14}" + ("same" if not row.differing else f"{len(row.differing)} differ"))
+        print(f"  {row.name:<17}" + ("same" if not row.differing else f"{len(row.differing)} differ"))
         for d in row.differing[:5]:
             print("    " + d)
         ok &= not row.differing
