@@ -196,6 +196,15 @@ class KernelCache:
         return self.pipeline.run(self._request(func, sig, _check_config(config), link, force=force, audit=audit,
                                                why_forced=_why_forced))
 
+    def begin(self, func, sig, config: Optional[CompileConfig] = None, *, force: bool = False,
+              audit: Optional[bool] = None, link=None):
+        """`compile` in two halves, to pipeline several compiles: typing and
+        llvm now (the inputs are read as they are now), ptx and cubin in the
+        returned object's ``work()``, from any thread, and its ``result()``
+        (the `CompileResult`, as `compile` returns it) in this thread."""
+        return self.pipeline.begin(self._request(func, sig, _check_config(config), link, force=force,
+                                                 audit=audit, why_forced="forced recompile"))
+
     def compile_fatbin(self, func, sig, config: Optional[CompileConfig] = None, *, sms, ptx=None,
                        force: bool = False, audit: Optional[bool] = None, link=None,
                        _why_forced: str = "forced recompile", _identity=None) -> FatbinResult:

@@ -198,6 +198,27 @@ class Pipeline:
             self._busy(False)
         return self._finish(request, plan, result)
 
+    def begin(self, request: CompileRequest) -> "Begun":
+        """`run` in two halves: typing and llvm now, in this thread (they read
+        the function's globals and numba's settings as they are now), ptx and
+        cubin in `Begun.work`, from any thread (they read only the llvm
+        artifact, the config and the toolchain), then `Begun.result` here.
+        A front that has to start again (a library replaced, an array changed
+        while it was hashed) runs whole now, as `run` runs it."""
+        stages.check_numba_runtime()
+        self._busy(True)
+        try:
+            plan = CompilePlan(self, request)
+            with derived_during():
+                front = plan.front()
+        except (toolchain.ToolchainChanged, SnapshotChanged):
+            self._busy(False)
+            return Begun(self, request, done=self.run(request))
+        except BaseException:
+            self._busy(False)
+            raise
+        return Begun(self, request, plan, front)
+
     def run_targets(self, request: CompileRequest, targets_until: Mapping[int, str]) -> Dict[int, CompileResult]:
         """`run` for several targets ({sm: "cubin" or "ptx"}): tokens, typing
         and llvm one target after another in this thread (they read numba's
@@ -415,6 +436,53 @@ def _give_up_after(attempt: int, plan: "CompilePlan", exc: Exception) -> None:
             f"{plan.kernel}: {exc} ({_ATTEMPTS} times); stop writing to it while the cell compiles, or "
             "pass it to the kernel as an argument") from exc
     raise exc
+
+
+class Begun:
+    """A compile `Pipeline.begin` started: its front done, its back to run
+    (`work`, in any thread, once), then its result (`result`, in the thread
+    that began it: what follows a compile, audit and provenance, runs there,
+    as after `Pipeline.run`)."""
+
+    def __init__(self, pipeline: Pipeline, request: CompileRequest, plan: Optional["CompilePlan"] = None,
+                 front: Optional[Found] = None, done: Optional[CompileResult] = None):
+        self.pipeline, self.request, self.plan, self.front = pipeline, request, plan, front
+        self._done = done
+        self._raw: Optional[CompileResult] = None
+        self._error: Optional[BaseException] = None
+        self._worked = done is not None
+        self._lock = threading.Lock()  # (`result` waits for a `work` running in another thread)
+
+    def work(self) -> None:
+        """ptx and cubin from the front's llvm artifact (an error is kept for `result`)."""
+        with self._lock:
+            if not self._worked:
+                self._worked = True
+                self._back()
+
+    def _back(self) -> None:
+        try:
+            self._raw = self.plan.back(self.front)
+        except (toolchain.ToolchainChanged, SnapshotChanged):
+            self._raw = None  # (compiled whole again in `result`)
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self.pipeline._busy(False)
+
+    def result(self) -> CompileResult:
+        """The compile's result, `work` done (here, if no thread ran it)."""
+        if self._done is not None:
+            return self._done
+        self.work()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self._raw is None:  # a library replaced, a source file changed while linked: once more, whole
+            self._done = self.pipeline.run(self.request)
+        else:
+            self._done = self.pipeline._finish(self.request, self.plan, self._raw)
+        return self._done
 
 
 class CompilePlan:
