@@ -18,12 +18,14 @@ from ..errors import CompileError
 from ..config import CompileConfig
 from ..launch.decorators import CACHED_LIBRARY_KERNELS, NUMBA_CORES, decorator_form, device_function
 from ..libraries import is_library_file, library_caller
+from ..launch.batch import Pipelined
 from ..launch.kernel import Kernel
 from ..launch.spec import KernelSpec
 from ..options import explicit_options
 from ..tokens import short_name
 from .cell_errors import as_cell_error
-from .cellcode import compile_cell, register_cell, running_cell_number, transform_body
+from .cellcode import (compile_cell, followed_by_definitions, register_cell, running_cell_number,
+                       transform_body)
 from .report import CellReport, VariantsTable, launch_line
 
 # ---------------------------------------------------------------------------
@@ -46,10 +48,15 @@ class _CellContext:
     """What the kernels defined by one running %%gpukernel cell get: its
     request, and where their compile results go."""
 
-    def __init__(self, request: CellRequest, collect):
+    def __init__(self, request: CellRequest, collect, filename: str = "", followed=frozenset()):
         self.request = request
         self.config = request.spec.config
         self.collect = collect
+        # the cell's kernels compiled one behind another, where a kernel's definition is followed at
+        # once by another's (the first lines of those definitions: `followed`, in the cell `filename`)
+        self.pipelined = Pipelined()
+        self.filename, self.followed = filename, followed
+        self.namespace: Dict[str, Any] = {}  # the user's, where the cell runs
         self.kernels: List[Kernel] = []
         self.devices: List[Any] = []  # the device functions the cell defined (numba dispatchers)
         self.numba_compiled: List[str] = []  # the library modules whose cuda.jit calls numba served
@@ -77,7 +84,14 @@ class _CellContext:
         else:
             self.kernels.append(kernel)
         if sigs:  # signatures in the decorator: compiled where it runs, as numba does
-            kernel.compile_declared()
+            # (its ptx and cubin beside the next kernel's typing where that kernel's definition follows)
+            code = getattr(func, "__code__", None)
+            # (the namespace as this decorator found it: what stays bound where the kernel fails later)
+            self.pipelined.declared(kernel, wait=library is None and code is not None and (
+                code.co_filename == self.filename and code.co_firstlineno in self.followed),
+                mark=lambda: dict(self.namespace))
+        else:
+            self.pipelined.settle()
         return kernel
 
 
@@ -108,9 +122,11 @@ class CellJit:
         library = library_caller(sys._getframe(1))
         if library is not None and library not in CACHED_LIBRARY_KERNELS:
             # a library's kernels: numba's meaning
+            self.active.pipelined.settle()
             self.active.numba_compiled.append(library)
             return _real_jit()(func_or_sig, device=device, **options)
         if library in NUMBA_CORES and device:  # a CUDA ufunc's core: numba's, its kernel ours (see NUMBA_CORES)
+            self.active.pipelined.settle()
             return _real_jit()(func_or_sig, device=device, **options)
         func, sigs = decorator_form(func_or_sig)
         if func is None:
@@ -121,6 +137,9 @@ class CellJit:
         if self.active is None:  # the decorator was made in a cell and applied after it
             return _real_jit()(sigs or None, device=device, **options)(func)
         if device:
+            code = getattr(func, "__code__", None)
+            if library is not None or code is None or code.co_firstlineno not in self.active.followed:
+                self.active.pipelined.settle()  # (user code may run next: the kernels before it bound)
             # A lazy dispatcher: gpucache_ext types and lowers it per calling
             # kernel, for the kernel's target (a signature here would make numba
             # compile it now, for the current GPU).  As numba, it is lowered with
@@ -194,7 +213,8 @@ def run_cell(shell, cell, request: CellRequest, line="", auto=False):
 
     namespace = shell.user_ns
     before = dict(namespace)
-    context = _CellContext(request, collect)
+    context = _CellContext(request, collect, filename, followed_by_definitions(source, magic_line=not auto))
+    context.namespace = namespace
     value = None
     compiling = False
     try:
@@ -204,10 +224,13 @@ def run_cell(shell, cell, request: CellRequest, line="", auto=False):
                 value = eval(last, namespace)
         _capture_numba_kernels(namespace, before, context)
         compiling = True
+        context.pipelined.settle()
         for kernel in context.kernels:
             kernel.compile_declared()
     except BaseException as exc:
-        if compiling:  # (a declared signature that does not compile: numba's decorator would have raised)
+        if context.pipelined.failed is not None:  # (raised after its decorator: as if there)
+            _restore_namespace(namespace, context.pipelined.failed[1])
+        elif compiling:  # (a declared signature that does not compile: numba's decorator would have raised)
             _restore_kernel_names(namespace, before, context.kernels)
         # else the cell's own code raised: what it bound before stays bound, as in a plain cell
         # (a declared signature then compiles at the kernel's first launch)
@@ -222,6 +245,7 @@ def run_cell(shell, cell, request: CellRequest, line="", auto=False):
         raise shown from (exc.__cause__ if not isinstance(exc, CompileError) and isinstance(exc.__cause__, CompileError)
                           else exc)
     finally:
+        context.pipelined.close()
         collecting[0] = False
     report = CellReport(results, explain=request.explain, bound=_bound_notes(namespace, context, results),
                         variants=_variants_tables(context))
@@ -306,6 +330,18 @@ def _names_read(dispatcher) -> tuple:
     """The global names a kernel's or device function's code reads."""
     code = getattr(getattr(dispatcher, "py_func", None), "__code__", None)
     return code.co_names if code is not None else ()
+
+
+def _restore_namespace(namespace, then) -> None:
+    """Put `namespace` back as it was `then` (a copy of it)."""
+    for name in [name for name in namespace if name not in then]:
+        del namespace[name]
+    for name, value in then.items():
+        if namespace.get(name, _NOTHING) is not value:
+            namespace[name] = value
+
+
+_NOTHING = object()
 
 
 def _restore_kernel_names(namespace, before, kernels):

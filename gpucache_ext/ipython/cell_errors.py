@@ -51,6 +51,10 @@ def as_cell_error(shell, exc, filename, context):
     frame on without this package's frames; one raised after the cell's code
     ran (by a compile), at the kernel it names."""
     tb = exc.__traceback__  # (the cell's frames, where it was raised in the cell)
+    failed = getattr(getattr(context, "pipelined", None), "failed", None)
+    if failed is not None:  # a kernel's compile, finished after its decorator: shown at that decorator
+        code = failed[0].py_func.__code__
+        tb = _frame_at((code.co_filename, code.co_firstlineno, None))
     if isinstance(exc, KeyboardInterrupt):
         return _interrupted(shell, exc, tb, filename, context)
     if not isinstance(exc, CompileError) and isinstance(exc.__cause__, CompileError):

@@ -10,7 +10,7 @@ import hashlib
 import linecache
 import sys
 import threading
-from typing import Dict, Optional
+from typing import Dict, FrozenSet, Optional
 
 
 _body = threading.local()  # set while a %%gpukernel cell's body is transformed
@@ -118,6 +118,33 @@ def compile_cell(source: str, filename: str, magic_line: bool = True):
         last = ast.Expression(tree.body.pop().value)
         last = compile(ast.fix_missing_locations(last), filename, "eval")
     return compile(ast.fix_missing_locations(tree), filename, "exec"), last
+
+
+def followed_by_definitions(source: str, magic_line: bool = True) -> FrozenSet[int]:
+    """The first lines (numbered as `compile_cell` numbers them) of the
+    cell's top-level decorated function definitions whose next statement is
+    another definition decorated with a ``jit`` (``@cuda.jit(...)``,
+    ``@jit``): between two such, nothing of the user's runs but the second
+    one's decorator, which binds the kernel before it (`gpucache_ext.launch.
+    batch`), so the first kernel's ptx and cubin may build meanwhile."""
+    try:
+        body = ast.parse(("\n" if magic_line else "") + source).body
+    except SyntaxError:
+        return frozenset()
+    found = set()
+    for node, after in zip(body, body[1:]):
+        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.decorator_list
+                and isinstance(after, ast.FunctionDef) and any(map(_jit_like, after.decorator_list))):
+            found.add(node.decorator_list[0].lineno)
+    return frozenset(found)
+
+
+def _jit_like(decorator: ast.expr) -> bool:
+    """``jit``, ``cuda.jit``, ``cuda.jit("sig", ...)``: a decorator named jit."""
+    if isinstance(decorator, ast.Call):
+        decorator = decorator.func
+    return (isinstance(decorator, ast.Name) and decorator.id == "jit"
+            or isinstance(decorator, ast.Attribute) and decorator.attr == "jit")
 
 
 def ends_in_semicolon(source: str) -> bool:

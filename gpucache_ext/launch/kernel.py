@@ -62,6 +62,7 @@ from .spec import KernelSpec
 from ..sources.functions import python_function
 from ..stages.typed import normalize_signature
 from .variants import KernelVariants
+from .batch import BegunAhead
 
 
 class _CacheSource:
@@ -118,7 +119,7 @@ def _raised_as_numba():
         raise shown from exc
 
 
-class Kernel(KernelInspection, KernelVariants, CUDADispatcher):
+class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
     """A numba-cuda dispatcher whose variants come from a `KernelCache`.
 
     `config` and `targets` say what to build (`targets`: several, as a
@@ -180,6 +181,10 @@ class Kernel(KernelInspection, KernelVariants, CUDADispatcher):
         # ... and when `variants` last checked every variant (results made in this cell are of its state)
         self._variants_generation = registry.generation
         self._forced = set()
+        # compiles `begin_declared` began (`gpucache_ext.launch.batch`), taken by `_compile_result`:
+        # {(argtypes, config, force): `gpucache_ext.pipeline.Begun`}, with the generation they began in
+        self._prepared: Optional[Dict[tuple, Any]] = None
+        self._prepared_generation = -1
         self._simulated = None
         self._lock = threading.RLock()
         registry.add_kernel(self)
@@ -208,6 +213,13 @@ class Kernel(KernelInspection, KernelVariants, CUDADispatcher):
         """Compile every signature given to the decorator (or with ``--sig``),
         except those already checked since the last `refresh_all`; then, as
         numba, launches take only these."""
+        with self._lock:
+            try:
+                return self._compile_declared(force)
+            finally:
+                self._prepared = None  # (what was begun for it is taken, or never will be)
+
+    def _compile_declared(self, force: bool):
         with self._lock:
             if not force:
                 self._recheck()
@@ -277,13 +289,25 @@ class Kernel(KernelInspection, KernelVariants, CUDADispatcher):
         return kernel
 
     def _compile_result(self, argtypes, config: CompileConfig, force: bool = False) -> CompileResult:
+        prepared = self._prepared
+        started = None
+        if prepared is not None:
+            # (begun in this cell, before anything could change what it read: else compiled again)
+            if self._prepared_generation == registry.generation:
+                started = prepared.pop((argtypes, config, force), None)
+            else:
+                self._prepared = None
+        result = started.result() if started is not None else self._build_result(argtypes, config, force)
+        registry.note_compiled(self, result)
+        return result
+
+    def _build_result(self, argtypes, config: CompileConfig, force: bool = False) -> CompileResult:
         if self.targets is not None:
             result = self.cache.compile_fatbin(self.py_func, argtypes, config, sms=self.targets, force=force,
                                                audit=self.audit, link=self._link)
         else:
             result = self.cache.compile(self.py_func, argtypes, config, force=force, audit=self.audit,
                                         link=self._link)
-        registry.note_compiled(self, result)
         return result
 
     def _recheck(self) -> None:

@@ -1,0 +1,172 @@
+"""A cell's declared kernels compiled one behind another (pipelined).
+
+numba's compiler lock is held by typing and lowering alone: libNVVM (ptx)
+and nvJitLink (cubin) run without it and release the GIL.  So a cell that
+declares several kernels one after another leaves a core idle while each
+kernel's ptx and cubin build.  `Pipelined` overlaps them: at a kernel's
+decorator its typing and lowering run at once, in the cell's thread (the
+kernel's globals and numba's settings are read then, as numba's decorator
+reads them), its ptx and cubin in a worker thread, and the kernel before it
+is bound (`Kernel.compile_declared`, which takes what was begun) once this
+one's typing and lowering are done.  Kernels are bound one after another in
+the order they were declared, with the same driver calls, the same reports
+and the same first error as compiling each at its decorator.
+
+A kernel is left waiting only where nothing of the user's runs before it is
+bound: its definition is followed at once by another definition decorated
+with a ``jit`` (`gpucache_ext.ipython.cellcode.followed_by_definitions`),
+whose decorator binds it; any other use of the magic's ``jit`` binds the
+waiting kernels first, and the cell's end binds the last.  What was begun
+and not taken (a kernel after one that failed, an interrupt) is dropped,
+never used later: the entries it filed stay cached.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Tuple
+
+from . import registry
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..config import CompileConfig
+    from .kernel import Kernel
+
+__all__ = ["BegunAhead", "Pipelined", "compile_threads"]
+
+
+# how many threads a cell's kernels compile in; 1: one kernel at a time, at its decorator
+COMPILE_THREADS = "GPUCACHE_COMPILE_THREADS"
+
+
+def compile_threads(env: Optional[Mapping[str, str]] = None) -> int:
+    """The threads a cell's kernels compile in (its own, and those ptx and
+    cubin build in): ``GPUCACHE_COMPILE_THREADS``, else this process's cores."""
+    given = (os.environ if env is None else env).get(COMPILE_THREADS, "").strip()
+    if given:
+        if not given.isdigit() or int(given) < 1:
+            from ..store.settings import SettingError
+
+            raise SettingError(f"{COMPILE_THREADS}={given!r} is invalid: give a whole number of threads, 1 or "
+                               "more (1 compiles a cell's kernels one at a time), or leave it unset for one "
+                               "per core")
+        return int(given)
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # (not on every platform)
+        return os.cpu_count() or 1
+
+
+class Pipelined:
+    """The kernels of one cell, compiled one behind another (see the module)."""
+
+    def __init__(self, threads: int = 0):
+        self.threads = threads or compile_threads()
+        self._pool: Optional["ThreadPoolExecutor"] = None
+        # begun, not bound yet, in the order declared: (kernel, the caller's mark of its decorator)
+        self.waiting: List[Tuple["Kernel", Any]] = []
+        # the kernel whose binding raised after its decorator had returned, and its mark: where
+        # the error belongs (compiled one at a time, that decorator would have raised it)
+        self.failed: Optional[Tuple["Kernel", Any]] = None
+
+    def _submit(self, work) -> None:
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self.threads - 1 or 1, thread_name_prefix="gpucache-cell")
+        self._pool.submit(work)
+
+    def declared(self, kernel: "Kernel", wait: bool, mark: Callable[[], Any] = lambda: None) -> None:
+        """`kernel`'s declared signatures, at its decorator: begun, the
+        kernels waiting before it bound, and it bound too unless `wait`
+        (then `mark()` is kept with it, for `failed`)."""
+        if self.threads < 2:
+            self.settle()
+            kernel.compile_declared()
+            return
+        try:
+            begun = kernel.begin_declared(self._submit)
+        except BaseException:
+            self.settle()  # (an earlier kernel's error first, as compiling one after another gives)
+            raise
+        self.settle()
+        if begun and wait:
+            self.waiting.append((kernel, mark()))
+        else:
+            kernel.compile_declared()
+
+    def settle(self) -> None:
+        """Bind every waiting kernel, in order (the first error is raised, the rest dropped)."""
+        while self.waiting:
+            kernel, mark = self.waiting.pop(0)
+            try:
+                kernel.compile_declared()
+            except Exception:
+                self.failed = (kernel, mark)
+                self.close()
+                raise
+            except BaseException:
+                self.close()
+                raise
+
+    def close(self) -> None:
+        """The cell ended: drop what was begun and not bound; the workers finish what they run."""
+        for kernel, _ in self.waiting:
+            kernel.drop_begun()
+        self.waiting.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+
+class BegunAhead:
+    """`Kernel`'s part in `Pipelined`: what its ``compile_declared`` is
+    about to compile, begun ahead (its ``_compile_result`` takes it)."""
+
+    def declared_work(self) -> List[Tuple[Tuple, "CompileConfig", bool]]:
+        """(argtypes, config, force) of each compile `compile_declared` is
+        about to make (the bound variant's declared signatures not loaded
+        yet, then the sweep's other variants'), as it would make it."""
+        with self._lock:
+            work = []
+            if self._generation != registry.generation and self.declared:
+                work += [(argtypes, self.config, argtypes in self._forced or (
+                    self.force and argtypes not in self.results))
+                         for argtypes in self.declared if argtypes not in self.overloads]
+            for config in self.sweep:
+                if config != self.config:
+                    built = self._variant_results.get(config, {})
+                    work += [(argtypes, config, False) for argtypes in self.declared if argtypes not in built]
+            return work
+
+    def begin_declared(self, submit: Callable[[Callable[[], None]], Any]) -> bool:
+        """What `compile_declared` is about to compile, begun: typing and
+        llvm now (the inputs as they are now, as numba's decorator reads
+        them), ptx and cubin handed to `submit` (a thread pool's), to be taken
+        by the next `compile_declared` (`gpucache_ext.launch.batch`); False
+        where nothing was begun (nothing to compile, or several targets,
+        whose ptx and cubin are built in threads of their own)."""
+        if self.targets is not None:
+            return False
+        with self._lock:
+            work = self.declared_work()
+            begun = {}
+            for argtypes, config, force in work:
+                started = self.cache.begin(self.py_func, argtypes, config, force=force, audit=self.audit,
+                                           link=self._link)
+                submit(started.work)
+                begun[(argtypes, config, force)] = started
+            if begun:
+                self._prepared, self._prepared_generation = begun, registry.generation
+            return bool(begun)
+
+    @property
+    def begun(self) -> bool:
+        """Whether compiles `begin_declared` began wait for `compile_declared`."""
+        return bool(self._prepared)
+
+    def drop_begun(self) -> None:
+        """Forget what `begin_declared` began and nobody took (their entries stay cached)."""
+        self._prepared = None
