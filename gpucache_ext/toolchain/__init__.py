@@ -64,7 +64,11 @@ log = logging.getLogger(__name__)
 #   OPT             debug info's isOptimized flag
 #   BOUNDSCHECK     bounds checks on array indexing
 #   FULL_TRACEBACKS debug printing in bounds-check failures
-SETTINGS_READ_BY_LOWERING = ("OPT", "BOUNDSCHECK", "FULL_TRACEBACKS")
+#   CUDA_DEBUG_POLY, CUDA_DEBUG_POLY_USE_TYPED_CONST  debug info of variables of several types: numba-cuda
+#                   turns it on where the CUDA runtime is 13.2 or later (`numba.cuda.debuginfo`), so a
+#                   minor release of CUDA 13 changes lowered code
+SETTINGS_READ_BY_LOWERING = ("OPT", "BOUNDSCHECK", "FULL_TRACEBACKS", "CUDA_DEBUG_POLY",
+                             "CUDA_DEBUG_POLY_USE_TYPED_CONST")
 
 # Settings that would change output but that the pipeline makes irrelevant:
 #   CUDA_DEBUGINFO_DEFAULT, OPT (as defaults): debug and opt are always passed.
@@ -628,6 +632,11 @@ def numba_settings(reload: bool = True) -> dict:
         if seen != _numba_inputs:
             config.reload_config()
             _numba_inputs = seen
+    if not hasattr(config, "CUDA_DEBUG_POLY"):  # (set where numba-cuda's debuginfo is first imported)
+        try:
+            importlib.import_module("numba.cuda.debuginfo")
+        except Exception:  # numba's simulator: nothing is lowered
+            log.debug("numba-cuda's debuginfo could not be imported", exc_info=True)
     return {name: _plain(getattr(config, name, None)) for name in SETTINGS_READ_BY_LOWERING}
 
 
