@@ -55,28 +55,53 @@ FOLLOW_FASTMATH = ("ftz", "prec_div", "prec_sqrt")
 # Stages that may read the target while they run (tracked, see above).
 TARGET_TRACKED_STAGES = ("typing", "llvm")
 
-# Used when libNVVM/NVRTC cannot be asked (they always can with numba-cuda[cu12]).
-_FALLBACK_CCS = (
-    (5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5),
-    (8, 0), (8, 6), (8, 7), (8, 9), (9, 0), (10, 0), (10, 1), (10, 3),
-    (12, 0), (12, 1),
-)
+# What each CUDA major's NVRTC builds (12.9's and 13.5's), used only where it cannot be
+# asked (a toolchain that is not installed: compiling then says so, `toolchain.require`).
+# CUDA 13 dropped sm_50 to sm_72 and renamed sm_101 (Jetson Thor) to sm_110.
+_FALLBACK_CCS = {
+    12: ((5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5),
+         (8, 0), (8, 6), (8, 7), (8, 9), (9, 0), (10, 0), (10, 1), (10, 3), (12, 0), (12, 1)),
+    13: ((7, 5), (8, 0), (8, 6), (8, 7), (8, 8), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1)),
+}
+# The oldest target CUDA 13 builds (`_dropped_by_cuda13`)
+CUDA13_OLDEST = (7, 5)
 
 
 @functools.lru_cache(maxsize=1)
 def supported_ccs() -> Tuple[Tuple[int, int], ...]:
     """The compute capabilities the installed toolchain can compile for (as
     NVRTC says, remembered in the default disk cache's folder where that folder
-    exists, see `toolchain`: a config alone never creates a cache folder)."""
+    exists, see `toolchain`: a config alone never creates a cache folder).
+    They depend on the CUDA major installed: CUDA 13 builds sm_75 and later."""
     try:
         from .store.disk import configured_directory
         from .toolchain import supported_archs
 
         directory = configured_directory()
         return supported_archs(directory if directory is not None and directory.is_dir() else None)
-    except Exception:  # pragma: no cover - toolchain always present in CI
-        log.debug("could not ask libNVVM for its targets; using the fallback list", exc_info=True)
-        return _FALLBACK_CCS
+    except Exception:
+        log.debug("could not ask NVRTC for its targets; using the fallback list", exc_info=True)
+        return _FALLBACK_CCS[13 if _cuda_major() >= 13 else 12]
+
+
+def _cuda_major() -> int:
+    from .toolchain import cuda_major
+
+    return cuda_major()
+
+
+def _unsupported_why(major: int, minor: int) -> str:
+    """Why the installed toolchain refuses target (major, minor), with the fix."""
+    from .toolchain import INSTALL_CU12
+
+    cuda = _cuda_major()
+    if cuda >= 13 and (major, minor) in _FALLBACK_CCS[12]:
+        if (major, minor) < CUDA13_OLDEST:
+            return (f"CUDA {cuda}, the installed toolchain, builds no target before sm_75; "
+                    f"use sm_75 or later, or install the CUDA 12 toolchain for it: {INSTALL_CU12}")
+        if (major, minor) == (10, 1):
+            return f"CUDA {cuda} calls it sm_110 (Jetson Thor); use 110, or install CUDA 12: {INSTALL_CU12}"
+    return "this toolchain cannot compile for it"
 
 
 def _format_ccs(ccs) -> str:
@@ -110,7 +135,7 @@ def parse_sm(value: Any) -> int:
     else:
         raise _sm_error(value, f"a {type(value).__name__} is not a target")
     if (major, minor) not in supported_ccs():
-        raise _sm_error(value, "this toolchain cannot compile for it")
+        raise _sm_error(value, _unsupported_why(major, minor))
     return major * 10 + minor
 
 

@@ -35,6 +35,10 @@ class _LazyModule(types.ModuleType):
         try:
             module = importlib.import_module(name)
         except Exception as error:
+            from .toolchain import ToolchainMissing
+
+            if isinstance(error, ToolchainMissing):
+                raise  # (it says what is missing and what to install; where it was found out does not help)
             failure = import_failure(name, name, error)
             raise failure from failure.lazy_import_cause
         return getattr(module, attribute)

@@ -25,6 +25,29 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cuda_major() -> int:
+    from gpucache_ext.toolchain import cuda_major
+
+    return cuda_major()
+
+
+# The installed toolchain's CUDA major (the cu12 or cu13 extra; CI runs the quick suite under each).
+CUDA_MAJOR = _cuda_major()
+# CUDA 13 builds no target before sm_75, and numba-cuda's lowering reads the target only across
+# sm_60 (native float64 atomic add) and sm_75 (tanh.approx under fastmath): under CUDA 13 every
+# target answers alike, so a test of targets whose lowering differs is CUDA 12's alone.
+needs_pre_turing = pytest.mark.skipif(
+    CUDA_MAJOR >= 13, reason="CUDA 12 only: it compiles for a target before sm_75 (sm_50..sm_72), which CUDA 13 "
+    "no longer builds; numba-cuda's lowering reads the target only across sm_60 and sm_75")
+
+
+def buildable(sms):
+    """Those of `sms` the installed toolchain builds (CUDA 13: sm_75 and later)."""
+    from gpucache_ext.config import supported_ccs
+
+    return tuple(sm for sm in sms if divmod(sm, 10) in supported_ccs())
 CHROMIUM = Path("/usr/bin/chromium")
 
 

@@ -14,7 +14,7 @@ import pytest
 from gpucache_ext import CompileConfig, KernelCache
 
 from . import kernels
-from .helpers import gpucache
+from .helpers import buildable, gpucache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -289,7 +289,7 @@ def variants(tmp_path_factory):
         "fatbin": cache.compile_fatbin(kernels.copy, kernels.COPY_SIG, sms="80,86"),
         "lto": cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86, lto=True)),
         "tanh": [cache.compile(kernels.tanh_kernel, kernels.TANH_SIG, CompileConfig(sm=sm, fastmath=True))
-                 for sm in (70, 75)],
+                 for sm in buildable((70, 75, 86))[:2]],  # (CUDA 13: both read tanh's target alike)
     }
     return folder, built
 

@@ -259,7 +259,21 @@ def kernel(r, t):
 """
 
 
-@pytest.mark.parametrize("config", [CompileConfig(sm=86), CompileConfig(sm=86, debug=True, opt=0),
+def _debug_poly() -> bool:
+    from gpucache_ext.toolchain import numba_settings
+
+    return bool(numba_settings()["CUDA_DEBUG_POLY"])
+
+
+# numba-cuda 0.30 turns on its debug info for variables of several types from CUDA 13.2 on
+# (`CUDA_DEBUG_POLY`), and its lowering then fails on literal_unroll over a mixed tuple
+# (lowering.py storevar: "ValueError: float32 is not in list"): nothing of ours to compare.
+_POLY_BUG = pytest.mark.skipif(_debug_poly(), reason="numba-cuda 0.30's polymorphic debug info (on from CUDA "
+                               "13.2) cannot lower literal_unroll over (int64, float32, float64) with debug=True")
+
+
+@pytest.mark.parametrize("config", [CompileConfig(sm=86),
+                                    pytest.param(CompileConfig(sm=86, debug=True, opt=0), marks=_POLY_BUG),
                                     CompileConfig(sm=86, lineinfo=True)], ids=lambda c: c.summary())
 def test_literal_unroll_compiles_to_the_same_bytes_every_time(config):
     # numba's literal_unroll names the variables and blocks it makes from

@@ -16,7 +16,7 @@ from gpucache_ext import CompileConfig, ConfigError, KernelCache
 from gpucache_ext.config import Targets
 
 from . import kernels
-from .helpers import gpucache, run_python
+from .helpers import CUDA_MAJOR, gpucache, needs_pre_turing, run_python
 
 SIG = kernels.AXPY_SIG
 
@@ -134,6 +134,7 @@ def test_without_ptx_the_fatbin_holds_the_cubins_alone(tmp_path):
     assert elves == [80, 90] and ptxs == [] and result.targets.ptx is None
 
 
+@needs_pre_turing  # (tanh.approx from sm_75)
 def test_lowering_that_reads_the_target_gets_its_own_ir_per_target(tmp_path):
     cache = KernelCache()
     fast = CompileConfig(fastmath=True)
@@ -269,12 +270,16 @@ def test_the_command_exports_shows_and_verifies_fatbins(tmp_path):
 def test_sass_per_architecture_and_a_plain_note_where_nvdisasm_cannot_read_it():
     from gpucache_ext import Kernel
 
-    kernel = Kernel(kernels.axpy, [SIG], cache=KernelCache(), targets="70,80,90")
+    old = 70 if CUDA_MAJOR < 13 else 75  # (CUDA 13 builds nothing nvdisasm 13 cannot read)
+    kernel = Kernel(kernels.axpy, [SIG], cache=KernelCache(), targets=f"{old},80,90")
     kernel.compile_declared()
     sass = kernel.inspect_sass_by_arch(SIG)
-    assert sorted(sass) == [70, 80, 90]
+    assert sorted(sass) == [old, 80, 90]
     entry = kernel.last.entry_name
     assert entry in sass[80] and entry in sass[90] and sass[80] != sass[90]
+    if old == 75:
+        assert entry in sass[75]
+        return
     from gpucache_ext.toolchain.sass import SassUnavailable, nvdisasm_for
 
     try:

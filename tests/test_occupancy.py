@@ -307,17 +307,24 @@ def test_without_a_compiler_the_oracle_skips_unless_ci(monkeypatch):
         require_cxx()
 
 
+# Where the nvidia-cuda-runtime wheel puts its headers: CUDA 12's in cuda_runtime/, CUDA 13's in cu13/
+_RUNTIME_INCLUDES = ("cuda_runtime/include", "cu13/include")
+
+
 def occupancy_header() -> Path:
-    """cuda_occupancy.h, from the nvidia-cuda-runtime wheel (a numba-cuda[cu12] dependency)."""
+    """cuda_occupancy.h, from the nvidia-cuda-runtime wheel (a dependency of numba-cuda's cu12 and
+    cu13 extras, which gpucache_ext's extras of the same names bring)."""
     try:
         import nvidia  # the namespace package NVIDIA's wheels install into
     except ImportError:
-        pytest.fail("the nvidia-cuda-runtime-cu12 wheel (a numba-cuda[cu12] dependency) is not installed")
+        pytest.fail("the nvidia-cuda-runtime wheel is not installed: install gpucache_ext[cu12] or [cu13]")
     for root in nvidia.__path__:
-        header = Path(root) / "cuda_runtime" / "include" / "cuda_occupancy.h"
-        if header.is_file():
-            return header
-    pytest.fail(f"cuda_occupancy.h is in none of {list(nvidia.__path__)}: reinstall nvidia-cuda-runtime-cu12")
+        for folder in _RUNTIME_INCLUDES:
+            header = Path(root) / folder / "cuda_occupancy.h"
+            if header.is_file():
+                return header
+    pytest.fail(f"cuda_occupancy.h is in none of {list(nvidia.__path__)} ({', '.join(_RUNTIME_INCLUDES)}): "
+                "reinstall nvidia-cuda-runtime (-cu12 for CUDA 12)")
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from gpucache_ext.store.codec import FORMAT_VERSION, decode
 from gpucache_ext.store.disk import DiskTier
 
 from . import kernels
-from .helpers import run_python
+from .helpers import CUDA_MAJOR, run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -313,6 +313,8 @@ def test_per_target_variants_survive_on_disk(tmp_path):
     later = KernelCache(directory=tmp_path)  # empty memory: everything comes from disk
     same_answers = later.compile(kernels.tanh_kernel, sig, CompileConfig(sm=86, fastmath=True))
     assert same_answers.stages["llvm"].tier == "disk" and "tanh.approx" in same_answers.llvm_ir
+    if CUDA_MAJOR >= 13:
+        return  # (what follows needs a target before sm_75: CUDA 13 builds none)
     older = later.compile(kernels.tanh_kernel, sig, CompileConfig(sm=70, fastmath=True))
     assert not older.stages["llvm"].hit and "tanh.approx" not in older.llvm_ir
     fresh = KernelCache().compile(kernels.tanh_kernel, sig, CompileConfig(sm=70, fastmath=True))

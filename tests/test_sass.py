@@ -24,7 +24,7 @@ from gpucache_ext.toolchain.sass import Nvdisasm, SassUnavailable
 from . import helpers, kernels
 
 ROOT = Path(__file__).resolve().parent.parent
-ARCHS = (50, 60, 70, 75, 80, 86, 90, 100, 120)
+ARCHS = helpers.buildable((50, 60, 70, 75, 80, 86, 90, 100, 120))  # (CUDA 13: from sm_75)
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +101,7 @@ def test_sass_of_a_cubin(built):
         assert sass.disassembly(results[sm].cubin).label.startswith(f"SASS sm_{sm} ")
 
 
+@helpers.needs_pre_turing  # (nvdisasm 13 reads sm_75 and later: CUDA 13 builds nothing older)
 def test_older_archs_say_what_would_work(built):
     _, results, _, _ = built
     for sm in (50, 60, 70):
@@ -168,15 +169,15 @@ def test_compare_entries(built):
     assert compare_entries(cache, "cubin", cubins[0], cubins[0]).diff.identical
     assert [row.token for row in comparable_entries(cache, "cubin", cubins[0])] == [cubins[1]]
 
-    old = results[70].stages["cubin"].token
     problems = {
         ("llvm", precise.stages["llvm"].token, fast.stages["llvm"].token): "'llvm' entries cannot be compared",
         ("cubin", cubins[0], precise.stages["ptx"].token): "is a ptx entry, not a cubin one",
         ("cubin", cubins[0], "0123456789abcdef"): "no entry with a token starting 0123456789abcdef in the cache",
         ("cubin", cubins[0], "xyz"): "'xyz' is not a token",
         ("cubin", cubins[0], "abc"): "'abc' is not a token",
-        ("cubin", cubins[0], old): "cannot disassemble sm_70 code",
     }
+    if 70 in results:  # (CUDA 12: a target nvdisasm 13 cannot read)
+        problems[("cubin", cubins[0], results[70].stages["cubin"].token)] = "cannot disassemble sm_70 code"
     for args, message in problems.items():
         with pytest.raises(ValueError, match=message.replace("(", r"\(")):
             compare_entries(cache, *args)
@@ -223,6 +224,8 @@ def test_the_inspector_compares_an_entry_with_another(ip):
     inspector.select("llvm", precise.stages["llvm"].token)
     assert inspector.compare_with.layout.display == "none" and inspector.compare_view.value == ""
 
+    if helpers.CUDA_MAJOR >= 13:
+        return  # (what follows needs a target before sm_75: CUDA 13 builds none)
     old = cell(ip, "--sm 70 --quiet", TANH)  # nvdisasm 13 cannot read it: a note, not a failure
     inspector.select("cubin", old.stages["cubin"].token)
     assert "cannot disassemble sm_70 code" in inspector.entry_view.value

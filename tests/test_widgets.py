@@ -507,6 +507,8 @@ def test_sass_through_nvdisasm_per_architecture(ip):
     page = part(inspector, "gpucache-entry-view").get_state()["value"]
     assert "SASS sm_80 (nvdisasm 1" in page and html.escape(axpy.last.entry_name) in page and "EXIT" in page
 
+    if helpers.CUDA_MAJOR >= 13:
+        return  # (what follows needs a target before sm_75: CUDA 13 builds none)
     cell(ip, "--sm 70", AXPY)
     inspector.select("cubin", ip.user_ns["axpy"].last.stages["cubin"].token)
     page = part(inspector, "gpucache-entry-view").get_state()["value"]

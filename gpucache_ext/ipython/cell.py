@@ -6,6 +6,7 @@ had bound, and fails as a plain cell would (see `cell_errors`)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -252,6 +253,14 @@ def run_cell(shell, cell, request: CellRequest, line="", auto=False):
     return report, value
 
 
+def _with_created(cache, row):
+    """`row` with its entry's build time: a move is said from the variant built first, as
+    the inspector says it (a result alone has no time: the sweep's order would decide)."""
+    entry = cache.entry("cubin", row.token)
+    created = getattr(entry, "created", None)
+    return dataclasses.replace(row, created=created) if isinstance(created, (int, float)) else row
+
+
 def _variants_tables(context: _CellContext) -> List[VariantsTable]:
     """Per kernel of a sweep: its variants per architecture, with their
     occupancy at the cell's --block sizes, the best marked, and how the
@@ -266,7 +275,8 @@ def _variants_tables(context: _CellContext) -> List[VariantsTable]:
         for variant in kernel.variants:
             for result in variant.results.values():
                 results.append(result)
-                rows += [ResourceRow.from_result(each) for each in result.cubin_targets.values()]
+                rows += [_with_created(kernel.cache, ResourceRow.from_result(each))
+                         for each in result.cubin_targets.values()]
         if not rows:
             continue
         blocks = kernel.blocks or DEFAULT_BLOCKS

@@ -122,6 +122,13 @@ class Session:
             settings.redis_ttl()
         except settings.SettingError as exc:
             raise UsageError(str(exc)) from None
+        if not cuda_simulator_on():  # the cells will compile: a missing toolchain is said now, with its fix
+            from ..toolchain import ToolchainMissing, require
+
+            try:
+                require()
+            except ToolchainMissing as exc:
+                raise UsageError(str(exc)) from None
         from .cellcode import check_cell_syntax
         from .cell_errors import install_launch_errors
 

@@ -32,6 +32,8 @@ of numba's functions to those the first compile installs (`install_patches`).
 
 from __future__ import annotations
 
+# first: numba-cuda imports without libNVVM, nvJitLink and NVRTC; its import says which extra brings them
+from ..toolchain import required  # noqa: F401
 from ..artifacts import CubinArtifact, LLVMArtifact, PTXArtifact
 from .compiling import check_numba_runtime, def_line_of, install_patches
 from .numbering import symbol_uid

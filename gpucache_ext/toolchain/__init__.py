@@ -10,6 +10,14 @@ A stage's output depends on the versions of the tools that run it: Python and
 numba for typing (bytecode, type inference), llvmlite for lowering, libNVVM
 and libdevice for PTX, nvJitLink for the cubin.  Each stage token includes
 only its own part; the upstream token carries the rest.
+From lowering on each part also names the CUDA major (12 or 13: which of the
+extras ``gpucache_ext[cu12]``/``[cu13]`` is installed) and the tools' own
+releases, so that a cache written under one major is a miss under the other:
+libNVVM 12.9 and 13.x report the same ``nvvmVersion`` (2.0) and IR version,
+so libNVVM's part also holds the release and build its PTX header names.
+
+The toolchain must be installed at all (`require`): numba-cuda installs
+without libNVVM, nvJitLink and NVRTC, which come from one of the extras.
 
 Learning the libraries' part means loading them (libNVVM, NVRTC, nvJitLink)
 and reading libdevice and libcudadevrt: 10-25 ms, more than a hit costs.  So
@@ -56,7 +64,11 @@ log = logging.getLogger(__name__)
 #   OPT             debug info's isOptimized flag
 #   BOUNDSCHECK     bounds checks on array indexing
 #   FULL_TRACEBACKS debug printing in bounds-check failures
-SETTINGS_READ_BY_LOWERING = ("OPT", "BOUNDSCHECK", "FULL_TRACEBACKS")
+#   CUDA_DEBUG_POLY, CUDA_DEBUG_POLY_USE_TYPED_CONST  debug info of variables of several types: numba-cuda
+#                   turns it on where the CUDA runtime is 13.2 or later (`numba.cuda.debuginfo`), so a
+#                   minor release of CUDA 13 changes lowered code
+SETTINGS_READ_BY_LOWERING = ("OPT", "BOUNDSCHECK", "FULL_TRACEBACKS", "CUDA_DEBUG_POLY",
+                             "CUDA_DEBUG_POLY_USE_TYPED_CONST")
 
 # Settings that would change output but that the pipeline makes irrelevant:
 #   CUDA_DEBUGINFO_DEFAULT, OPT (as defaults): debug and opt are always passed.
@@ -97,7 +109,35 @@ def _version(dist: str) -> str:
 def _probe_nvvm() -> str:
     from cuda.bindings import nvvm
 
-    return ".".join(map(str, nvvm.version())) + "/ir" + ".".join(map(str, nvvm.ir_version()))
+    return (".".join(map(str, nvvm.version())) + "/ir" + ".".join(map(str, nvvm.ir_version()))
+            + "/" + _nvvm_build())
+
+
+# An empty module: what libNVVM writes for it is only its header, which names its release and build.
+_EMPTY_MODULE = """target triple = "nvptx64-nvidia-cuda"
+target datalayout = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+!nvvmir.version = !{{!0}}
+!0 = !{{i32 {0}, i32 {1}, i32 {2}, i32 {3}}}
+"""
+
+
+def _nvvm_build() -> str:
+    """libNVVM's release and build ("release 13.5, V13.5.37 CL-39125733"), from the header
+    of the PTX it writes for an empty module (``nvvmVersion`` says 2.0 from CUDA 11.2 to 13)."""
+    from cuda.bindings import nvvm
+
+    module = _EMPTY_MODULE.format(*nvvm.ir_version()).encode()
+    program = nvvm.create_program()
+    try:
+        nvvm.add_module_to_program(program, module, len(module), "gpucache_probe")
+        nvvm.compile_program(program, 0, [])  # (libNVVM's default target: one it builds)
+        ptx = bytearray(nvvm.get_compiled_result_size(program))
+        nvvm.get_compiled_result(program, ptx)
+    finally:
+        nvvm.destroy_program(program)
+    header = [line[2:].strip() for line in bytes(ptx).decode("ascii", "replace").splitlines()
+              if line.startswith("//") and ("Build ID" in line or "release" in line)]
+    return " ".join(header) or "unknown build"
 
 
 def _probe_nvjitlink() -> str:
@@ -246,6 +286,63 @@ def _locate_cudadevrt() -> Optional[str]:
         return None
 
 
+# ---------------------------------------------------------------------------
+# The CUDA major, and whether the toolchain is installed at all
+
+# What to install, in the words every error that needs it uses.
+INSTALL_CU12 = 'pip install "gpucache_ext[cu12]"'
+INSTALL_CU13 = 'pip install "gpucache_ext[cu13]"'
+# The libraries the stages load: libNVVM (ptx), nvJitLink (cubin), NVRTC (targets, linked .cu sources).
+_REQUIRED_LIBRARIES = {"nvvm": "libNVVM", "nvJitLink": "nvJitLink", "nvrtc": "NVRTC"}
+
+
+class ToolchainMissing(GpuCacheError, ImportError):
+    """No CUDA toolchain (libNVVM, nvJitLink, NVRTC) is installed: gpucache_ext
+    was installed without its ``cu12`` or ``cu13`` extra, and no CUDA toolkit
+    provides them.  An ImportError too: it is raised where the compile core is
+    first imported or used."""
+
+
+def cuda_major() -> int:
+    """The CUDA major of the installed toolchain: cuda-bindings' (12 or 13),
+    which loads the libraries of its own major only (libnvrtc.so.13...)."""
+    version = _version("cuda-bindings")
+    return int(version.split(".")[0]) if version[:1].isdigit() else 0
+
+
+_toolchain_found = False
+
+
+def require() -> None:
+    """Raise `ToolchainMissing` unless libNVVM, nvJitLink and NVRTC can be
+    found where cuda.bindings will look (the extras' wheels, conda, a CUDA
+    toolkit on the loader's path).  Found without loading where it can be;
+    asked of the loader only where not; once per process when found."""
+    global _toolchain_found
+    if _toolchain_found:
+        return
+    missing = [what for libname, what in _REQUIRED_LIBRARIES.items() if not _findable(libname)]
+    if missing:
+        major = cuda_major()
+        raise ToolchainMissing(
+            f"no CUDA toolchain: {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed "
+            f"(cuda-bindings {_version('cuda-bindings')} looks for CUDA {major or '?'}'s). gpucache_ext brings "
+            f"them with one of its extras: {INSTALL_CU12} (CUDA 12, the default: every target from sm_50) "
+            f"or {INSTALL_CU13} (CUDA 13: needs a CUDA 13 driver, r580 or later, and builds sm_75 and later)")
+    _toolchain_found = True
+
+
+def _findable(libname: str) -> bool:
+    if _locate_dynamic(libname) is not None:
+        return True
+    try:  # only the loader's own search would find it (LD_LIBRARY_PATH, a system toolkit): ask it
+        _loaded_dynamic(libname)
+        return True
+    except Exception:
+        log.debug("%s cannot be loaded", libname, exc_info=True)
+        return False
+
+
 class _Part(NamedTuple):
     probe: Callable[[], str]
     locate: Callable[[], Optional[str]]  # the file the probe will use, found cheaply
@@ -275,7 +372,7 @@ _STAGE_PARTS = {"typing": (), "llvm": (), "ptx": ("libnvvm", "libdevice"),
 # The memo
 
 MEMO_NAME = "toolchain-memo.json"
-_MEMO_FORMAT = 1
+_MEMO_FORMAT = 2  # 2: libNVVM's part names its release and build
 _MEMO_KEYS_PER_PART = 16  # environments sharing one folder each keep their entries
 
 # Environment variables that change where the libraries are looked for.
@@ -395,6 +492,7 @@ def _probe(name: str, directory: Optional[Path], path: Optional[str], key: Optio
     """Ask the tool, and remember the answer where it is known to be about the
     file that was located (the probe used that very file, unchanged)."""
     part = _PARTS[name]
+    require()  # (a missing toolchain said as such, not as the probe's failure deep in numba-cuda)
     probes[name] += 1
     value = part.probe()
     if directory is not None and key is not None:
@@ -461,10 +559,12 @@ def confirm(stage: str) -> None:
 
 def forget() -> None:
     """Drop this process's values (for tests): the next use asks or reads the memo again."""
+    global _toolchain_found
     with _lock:
         _values.clear()
         _unconfirmed.clear()
         _memos.clear()
+        _toolchain_found = False
     _environment.cache_clear()
     _cudadevrt_location.cache_clear()
     cudadevrt.cache_clear()
@@ -487,18 +587,22 @@ def stage_toolchain(stage: str, directory=None) -> dict:
             "numba-cuda": _version("numba-cuda"),
             "numpy": _version("numpy"),
         }
+    # (from lowering on: the CUDA major, said outright, and cuda-bindings, through which the tools are called)
+    cuda = {"cuda": str(cuda_major()), "cuda-bindings": _version("cuda-bindings")}
     if stage == "llvm":
-        return {"llvmlite": _version("llvmlite"), "numba-cuda": _version("numba-cuda")}
+        # (package versions only: checking an llvm entry loads no library, `gpucache verify`.  The
+        # NVVM IR numba-cuda writes carries libNVVM's IR version, 2.0 in CUDA 12 and 13 alike)
+        return {"llvmlite": _version("llvmlite"), "numba-cuda": _version("numba-cuda"), **cuda}
     if stage == "ptx":
         return {"libnvvm": _part("libnvvm", directory), "libdevice": _part("libdevice", directory)[:16],
-                "numba-cuda": _version("numba-cuda")}
+                "numba-cuda": _version("numba-cuda"), **cuda}
     if stage == "cubin":
         # NVRTC compiles the .cu sources linked in (numba's helpers among them)
         return {"nvjitlink": _part("nvjitlink", directory), "cuda-core": _version("cuda-core"),
                 "cudadevrt": _part("cudadevrt", directory)[:16], "nvrtc": _part("nvrtc", directory),
-                "numba-cuda": _version("numba-cuda")}
+                "numba-cuda": _version("numba-cuda"), **cuda}
     if stage == "fatbin":
-        return {"nvfatbin": _part("nvfatbin", directory), "cuda-bindings": _version("cuda-bindings")}
+        return {"nvfatbin": _part("nvfatbin", directory), **cuda}
     raise ValueError(f"unknown stage {stage!r}")
 
 
@@ -528,6 +632,11 @@ def numba_settings(reload: bool = True) -> dict:
         if seen != _numba_inputs:
             config.reload_config()
             _numba_inputs = seen
+    if not hasattr(config, "CUDA_DEBUG_POLY"):  # (set where numba-cuda's debuginfo is first imported)
+        try:
+            importlib.import_module("numba.cuda.debuginfo")
+        except Exception:  # numba's simulator: nothing is lowered
+            log.debug("numba-cuda's debuginfo could not be imported", exc_info=True)
     return {name: _plain(getattr(config, name, None)) for name in SETTINGS_READ_BY_LOWERING}
 
 
