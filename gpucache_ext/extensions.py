@@ -93,9 +93,8 @@ def _registries() -> List[Tuple[Any, str]]:
     classes = tuple(cls for cls, _ in kinds)
     found: Dict[int, Tuple[Any, str]] = {}
     for name in sorted(name for name in list(sys.modules) if name.split(".")[0] in ("numba", "numba_cuda")):
-        module = sys.modules.get(name)
-        for _, value in sorted(getattr(module, "__dict__", {}).items(), key=lambda item: str(item[0])):
-            if isinstance(value, classes) and id(value) not in found:
+        for value in _module_registries(name, sys.modules.get(name), classes):
+            if id(value) not in found:
                 found[id(value)] = (value, next(prefix for cls, prefix in kinds if isinstance(value, cls)))
     for context, prefix in contexts:
         for registry in list(context._registries):
@@ -106,6 +105,27 @@ def _registries() -> List[Tuple[Any, str]]:
 
 
 _FOUND_REGISTRIES: Optional[Tuple[tuple, list]] = None  # (what `_registries` was keyed on, its answer)
+
+
+def _module_registries(name: str, module, classes: tuple) -> list:
+    """The registries `module` holds (instances of `classes`), by attribute
+    name; a module is read again only where its namespace grew (a module
+    that was loading when last read) or the classes asked for changed, so a
+    cell that imports something costs the scan of what it loaded alone.  (A
+    registry only has an effect once a context installs it: those are read
+    from the contexts themselves, whatever a module holds.)"""
+    namespace = getattr(module, "__dict__", None) or {}
+    known = _MODULE_REGISTRIES.get(name)
+    if known is not None and known[0] is module and known[1] == len(namespace) and known[2] == classes:
+        return known[3]
+    members = [value for _, value in sorted(((str(key), value) for key, value in list(namespace.items())
+                                            if isinstance(value, classes)), key=lambda item: item[0])]
+    _MODULE_REGISTRIES[name] = (module, len(namespace), classes, members)
+    return members
+
+
+# module name -> (the module then, its namespace's size then, the classes asked for, its registries)
+_MODULE_REGISTRIES: Dict[str, Tuple[Any, int, tuple, list]] = {}
 
 
 def _entries(table) -> list:

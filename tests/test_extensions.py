@@ -319,3 +319,36 @@ def test_a_compile_reads_numbas_tables_once_a_hit_and_again_only_around_numbas_o
     assert found["built"] == [1 + 2, False]  # the token; before and after numba ran
     assert found["hit"] == [1, True]  # the token alone
     assert found["same_token"]  # (nothing numba derived became an input)
+
+
+def test_numbas_modules_are_read_again_only_where_they_changed_and_the_registries_are_those_a_full_read_finds():
+    seen = run_python("""
+        import json, sys, types
+        from gpucache_ext import extensions
+        from numba.cuda.typing.templates import Registry
+
+        def fresh():  # every module read again
+            extensions._FOUND_REGISTRIES = None
+            extensions._MODULE_REGISTRIES.clear()
+            return [id(r) for r, _ in extensions._registries()]
+
+        def again():  # as a compile after a cell reads them
+            extensions._FOUND_REGISTRIES = None
+            return [id(r) for r, _ in extensions._registries()]
+
+        first = fresh()
+        held = dict(extensions._MODULE_REGISTRIES)
+        probe = sys.modules["numba_cuda._gpucache_probe"] = types.ModuleType("numba_cuda._gpucache_probe")
+        import numba.cuda.fp16  # noqa: F401  (modules loaded since: read then)
+        loaded = again()
+        # (a module whose namespace is as it was is not read again: its entry is the one held)
+        kept = all(extensions._MODULE_REGISTRIES[name] is entry for name, entry in held.items()
+                   if len(sys.modules[name].__dict__) == entry[1])
+        loaded_alike = loaded == fresh()
+        probe.registry = Registry()  # a module's namespace grew since it was read
+        grown = again()
+        print(json.dumps({"first": len(first), "loaded": loaded_alike, "kept": kept, "new": len(loaded) > len(first),
+                          "grown": grown == fresh() and id(probe.registry) in grown}))
+        """, json_line=True)
+    assert seen == {"first": seen["first"], "loaded": True, "kept": True, "new": True, "grown": True}
+    assert seen["first"] > 0
