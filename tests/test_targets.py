@@ -77,3 +77,17 @@ def test_variant_memo_reports_what_it_drops():
     memo.put("c", frozenset(), "C2")  # replacing a variant drops the old value
     assert dropped == ["A", "C"]
     assert memo.get("a", (8, 6)) is None and memo.get("c", (8, 6)) == "C2"
+
+
+def test_the_flags_values_are_every_options_default_then_those_set_and_read_no_target():
+    from gpucache_ext.stages.compiling import lowering_flags, typing_flags
+
+    for flags in (typing_flags(CompileConfig(sm=86)), lowering_flags(CompileConfig(sm=80, fastmath=True, opt=0))):
+        expected = {name: flags._values.get(name, option.default) for name, option in flags.options.items()}
+        assert list(flags.values().items()) == list(expected.items())
+        assert flags.values()["compute_capability"] == flags._values["compute_capability"]
+        assert type(flags.values()["compute_capability"]) is tuple  # (not the tracked value: no read recorded)
+        copy = type(flags)(flags)
+        assert copy == flags and hash(copy) == hash(flags)
+        copy.fastmath = not flags.fastmath
+        assert copy != flags

@@ -41,8 +41,12 @@ class _TrackedFlags(CUDAFlags):
     for one target can serve another)."""
 
     def values(self):
-        # numba logs every option before each pass: not a read by the compiler.
-        return {name: self._values.get(name, option.default) for name, option in self.options.items()}
+        # numba logs every option before each pass: not a read by the compiler.  (Also its flags'
+        # hash and ==, thousands of times a compile: every option's default, then those set.)
+        defaults = _DEFAULTS.get(type(self))
+        if defaults is None:
+            defaults = _DEFAULTS[type(self)] = {name: option.default for name, option in self.options.items()}
+        return {**defaults, **self._values}
 
     def _summary_args(self):
         return [
@@ -50,6 +54,9 @@ class _TrackedFlags(CUDAFlags):
             for name, value in sorted(self._values.items())
             if name != "compute_capability" and self.options[name].default != value
         ]
+
+
+_DEFAULTS: Dict[type, Dict[str, Any]] = {}  # a flags class -> its options' defaults, in order
 
 
 def _read_cc(self):
