@@ -209,3 +209,20 @@ def test_a_compile_begun_and_finished_in_another_thread_is_the_compile(tmp_path)
     # filed as a compile files it: the same call now hits every stage
     again = cache.compile(func, sig, config)
     assert [s.outcome.name for s in again.stages.values()] == ["HIT"] * 4 and artifacts(again) == artifacts(result)
+
+
+def test_a_kernel_bound_at_its_decorator_builds_in_the_cells_thread(ip, monkeypatch):
+    # one kernel, or kernels with code between: nothing to overlap, so no worker thread is started
+    import threading
+
+    started = []
+    real = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), real(self))[1])
+    body = KERNELS.replace('@cuda.jit("void(float32[:], float32[:])")\ndef second',
+                           'print("between")\n\n@cuda.jit("void(float32[:], float32[:])")\ndef second').replace(
+        '@cuda.jit(["void', 'print("between")\n\n@cuda.jit(["void')
+    for source in (KERNELS.split("@cuda.jit(\"void(float32[:], float32[:])\")\ndef second")[0], body):
+        result, _ = _run(ip, monkeypatch, 2, "--sm 86 --quiet", source.replace("def third", "def third_"),
+                         K=1.5)
+        assert result.success, result.error_in_exec
+    assert not [name for name in started if name.startswith("gpucache-cell")], started

@@ -59,6 +59,10 @@ def compile_threads(env: Optional[Mapping[str, str]] = None) -> int:
         return os.cpu_count() or 1
 
 
+def _in_this_thread(work) -> None:
+    """Submit nothing: the kernel's ``compile_declared`` runs `work` when it takes the result."""
+
+
 class Pipelined:
     """The kernels of one cell, compiled one behind another (see the module)."""
 
@@ -87,7 +91,8 @@ class Pipelined:
             kernel.compile_declared()
             return
         try:
-            begun = kernel.begin_declared(self._submit)
+            # (a kernel bound at once builds its own ptx and cubin, in this thread: nothing to overlap)
+            begun = kernel.begin_declared(self._submit if wait else _in_this_thread)
         except BaseException:
             self.settle()  # (an earlier kernel's error first, as compiling one after another gives)
             raise
