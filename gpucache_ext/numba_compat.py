@@ -94,8 +94,10 @@ PATCHES = (
           "(stages.numbering._fresh_subroutine)"),
     Patch(f"{_BASE}.compile_subroutine", "function",
           "(self, builder, impl, sig, locals=None, flags=None, caching=True)",
-          "a helper found in numba's cache reads the target as its compile did "
-          "(stages.numbering._replayed_subroutine)"),
+          "numba's helper cache is keyed without the lowering context it inherits or the target: "
+          "during a compile of ours, helpers are shared by lowerings of the same context state, for "
+          "the targets their compile's reads hold for, and a helper found reads the target as its "
+          "compile did (stages.numbering._shared_subroutine)"),
     Patch(f"{_INLINE}.run_untyped_passes", "function", "(self, func, enable_ssa=False)",
           "a function inlined in a compile of ours is numbered afresh (stages.numbering._afresh_inside)"),
     Patch(f"{_INLINE}.inline_ir", "function", "(self, caller_ir, block, i, callee_ir, callee_freevars, "
@@ -209,7 +211,8 @@ SWAPS = (
          "each typing and lowering of ours"),
     Swap("numba.cuda.descriptor:cuda_target.target_context.cached_internal_func", "numbered_afresh",
          "numba's helper cache is keyed without the compile's flags or target: one per lowering config "
-         "during a compile of ours (stages.numbering._subroutine_cache)"),
+         "during a compile of ours, where the context's state cannot be read exactly "
+         "(stages.numbering._subroutine_cache)"),
     Swap("numba.cuda.cudadrv.nvrtc:Program", "nvrtc_program_captured",
          "numba's nvrtc.compile builds a cuda.core Program, which asks the driver before it returns PTX: "
          "a stand-in takes numba's exact NVRTC options instead (toolchain.linking._CapturedProgram)"),

@@ -58,9 +58,11 @@ def numbered_afresh():
     functions it compiles or inlines on its own are numbered by content
     (`numba_compat.PATCHES`).  And its helper cache (numba/cuda/core/base.py:913-946
     ``cached_internal_func``, keyed without the compile's flags or target)
-    handed a kernel a helper lowered for another: here it is one per
-    lowering config (`_subroutine_cache`).  Runs under numba's compiler lock
-    (the counters are process-wide).
+    handed a kernel a helper lowered for another: here helpers are shared by
+    the lowerings whose context state is the same, for the targets their
+    reads hold for (`_shared_subroutine`), and kept per lowering config where
+    that state cannot be read exactly (`_subroutine_cache`).  Runs under
+    numba's compiler lock (the counters are process-wide).
     """
     with numba_compat.numbered_afresh(_subroutine_cache(active.config)):
         yield
@@ -85,7 +87,7 @@ def _subroutine_cache(config: Optional[CompileConfig]) -> dict:
 def _fresh_subroutine(compile_no_cache):
     """numba's compile of a helper on a miss of its cache: numbered afresh
     (its text must not depend on the lowering that first needed it), and its
-    target reads kept with it (`_replayed_subroutine`)."""
+    target reads kept with it (`_shared_subroutine`)."""
 
     @functools.wraps(compile_no_cache)
     def compile_(self, *args, **kwargs):
@@ -99,18 +101,146 @@ def _fresh_subroutine(compile_no_cache):
     return compile_
 
 
-def _replayed_subroutine(compile_subroutine):
-    """numba's helper lookup: a helper found in the cache reads the target as
-    its compile did (or a kernel using it would seem valid for every target)."""
+def _shared_subroutine(compile_subroutine):
+    """numba's helper lookup (``context.compile_subroutine``), inside a compile
+    of ours: helpers shared by every lowering whose context they would be
+    lowered under is the same (`_lowering_state`), for every target their
+    compile's reads hold for (`_SharedHelpers`); a helper found reads the
+    target as its compile did (or a kernel using it would seem valid for
+    every target)."""
 
     @functools.wraps(compile_subroutine)
-    def compile_(self, *args, **kwargs):
-        cres = compile_subroutine(self, *args, **kwargs)
-        if active.config is not None:
-            targets.note(_subroutine_reads.get(cres.library, ()))
+    def compile_(self, builder, impl, sig, locals=None, flags=None, caching=True):
+        config = active.config
+        if config is None:
+            return compile_subroutine(self, builder, impl, sig, locals, flags, caching)
+        reads = _what_a_users_helper_reads(impl)
+        state = _lowering_state(self) if flags is None else None
+        if state is None:  # (the per-config cache `numbered_afresh` put in place; a user's helper: none)
+            cres = compile_subroutine(self, builder, impl, sig, locals, flags, caching and reads is None)
+        else:
+            had = "cached_internal_func" in vars(self)
+            saved = vars(self).get("cached_internal_func")
+            self.cached_internal_func = _SharedHelpers((state, lowering_settings(), reads), config.cc)
+            try:
+                cres = compile_subroutine(self, builder, impl, sig, locals, flags, caching)
+            finally:
+                if had:
+                    self.cached_internal_func = saved
+                else:
+                    del self.cached_internal_func
+        targets.note(_subroutine_reads.get(cres.library, ()))
         return cres
 
     return compile_
+
+
+def _what_a_users_helper_reads(impl) -> Optional[str]:
+    """numba keys a helper by its code and closure only (numba/cuda/core/base.py:924-935)
+    and types it against the live globals it reads: for numba's own helpers
+    those are numba's (its version is in every token), but a user's (an
+    extension's lowering compiling a function of its own with
+    ``context.compile_internal``) reads the user's, which change.  Its key then
+    also holds what it reads, described as the extension tables' scan
+    describes it (None for a helper that holds no user code)."""
+    from ..usercode import touches_user_code
+
+    if not touches_user_code(impl):
+        return None
+    from ..sources.describe import describe_registration
+    from ..tokens import digest
+
+    return digest(["user helper", describe_registration(impl)])
+
+
+# What a helper's lowering inherits from the context of the lowering that asks
+# for it (numba/cuda/core/base.py:875-910 ``_compile_subroutine_no_cache``
+# compiles it with default flags on that context; core/compiler.py:58-78
+# ``_make_subtarget`` sets fastmath, debuginfo, boundscheck and NRT only where
+# the flags turn them on, so the lowering's own stay): every attribute of the
+# context, by value where it is a plain value, and otherwise known to be the
+# same for every lowering of the process.
+_PER_LOWERING = frozenset({
+    "environment", "fndesc",  # the helper's own lowering sets its own (lowering.py:73-75)
+    "cached_internal_func",  # this cache
+})
+_PROCESS_CONSTANT = frozenset({
+    "_target_data",  # the data layout of libNVVM (target.py:237-241), made on first use
+    "nonconst_module_attrs",  # a cached property: cuda's special registers (target.py:251-270)
+})
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _lowering_state(context) -> Optional[tuple]:
+    """The state of numba's target context that a helper compiled under it can
+    read, exactly: plain values by value, fastmath by its flags, the error
+    model by its kind; every other attribute must be the process's own object
+    (the typing context, the registries, the codegen).  None where something
+    else differs (a numba that keeps more there): then helpers are kept per
+    lowering config, as before."""
+    from numba.cuda.core.callconv import ErrorModel
+    from numba.cuda.core.options import FastMathOptions
+    from numba.cuda.descriptor import cuda_target
+
+    base = vars(cuda_target.target_context)
+    state = []
+    for name, value in vars(context).items():
+        if name in _PER_LOWERING or name in _PROCESS_CONSTANT:
+            continue
+        if isinstance(value, _PLAIN):
+            state.append((name, type(value).__name__, value))
+        elif isinstance(value, FastMathOptions):
+            state.append((name, "fastmath", tuple(sorted(value.flags))))
+        elif isinstance(value, ErrorModel) and set(vars(value)) <= {"call_conv"}:
+            state.append((name, "error model", f"{type(value).__module__}.{type(value).__qualname__}"))
+        elif base.get(name, _UNSET) is not value:
+            log.debug("helpers kept per lowering config: the context's %s differs (%s)", name, type(value))
+            return None
+    return tuple(sorted(state))
+
+
+_UNSET = object()
+
+
+def lowering_settings() -> tuple:
+    """numba's settings that lowering reads (environment variables), as the llvm token has them."""
+    from ..toolchain import numba_settings
+
+    return tuple(sorted(numba_settings(reload=False).items()))
+
+
+# (lowering state, numba's own helper key) -> [(target reads, helper's compile result)]
+_shared_helpers: Dict[Any, list] = {}
+
+
+class _SharedHelpers:
+    """numba's helper cache as one lowering sees it (numba reads it with
+    ``get`` and ``[key]`` and fills it with ``[key] = cres``,
+    numba/cuda/core/base.py:936-943): the helpers compiled under the same
+    lowering state, for any target that answers their compile's target
+    questions the same way."""
+
+    __slots__ = ("state", "cc")
+
+    def __init__(self, state, cc):
+        self.state, self.cc = state, tuple(cc)
+
+    def get(self, key, default=None):
+        for reads, cres in _shared_helpers.get((self.state, key), ()):
+            if targets.holds_for(reads, self.cc):
+                return cres
+        return default
+
+    def __getitem__(self, key):
+        found = self.get(key, _UNSET)
+        if found is _UNSET:
+            raise KeyError(key)
+        return found
+
+    def __setitem__(self, key, cres):
+        reads = _subroutine_reads.get(cres.library, frozenset())
+        variants = _shared_helpers.setdefault((self.state, key), [])
+        variants[:] = [(r, c) for r, c in variants if r != reads] + [(reads, cres)]
 
 
 _internal_uids: Dict[int, Tuple[Any, tuple]] = {}  # uid -> (code, closure values) it numbers
@@ -264,7 +394,7 @@ replace_in_numba({
     "numba.cuda.types:Record.mangling_args": _record_mangling,
     "numba.cuda.core.base:BaseContext.insert_const_bytes": _stable_const_bytes,
     "numba.cuda.core.base:BaseContext._compile_subroutine_no_cache": _fresh_subroutine,
-    "numba.cuda.core.base:BaseContext.compile_subroutine": _replayed_subroutine,
+    "numba.cuda.core.base:BaseContext.compile_subroutine": _shared_subroutine,
     "numba.cuda.core.inline_closurecall:InlineWorker.run_untyped_passes": _afresh_inside,
     "numba.cuda.core.inline_closurecall:InlineWorker.inline_ir": _inlined_by_content,
 })
