@@ -505,7 +505,7 @@ def source_files_component(paths) -> dict:
     ptxas writes into the cubin ({DEBUG_SOURCES: component}, {} for none)."""
     if not paths:
         return {}
-    from .stages.llvm import source_file_stats
+    from .debuginfo import source_file_stats
     from .tokens import component
 
     stats = source_file_stats(paths)
@@ -594,7 +594,7 @@ STAGES_BEFORE = {"llvm": "typing", "ptx": "llvm", "cubin": "ptx"}
 def _changed_files(fresh, since: float) -> str:
     """The source files debug info names that were saved after `since` (all
     of them where none was: one deleted, or a time set back)."""
-    from .stages.llvm import debug_source_files, source_file_stats
+    from .debuginfo import debug_source_files, source_file_stats
 
     paths = debug_source_files(fresh.artifacts()["llvm"])
     stats = source_file_stats(paths)
@@ -635,7 +635,7 @@ def _sources_since(entry, ptx, config, find_upstream) -> Optional[str]:
     again like with like (None when it can): ptxas reads each file's size and
     time as it links, and they are not those the entry's token hashed (or the
     llvm entry naming the files is gone)."""
-    from .stages.llvm import debug_source_files
+    from .debuginfo import debug_source_files
 
     llvm = find_upstream("llvm", ptx.upstream, config.cc) if ptx.upstream else None
     if llvm is None:

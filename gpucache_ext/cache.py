@@ -35,7 +35,7 @@ import os
 import threading
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import queries
+from . import numba_compat, queries
 from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
 from .config import ALL_STAGES, CompileConfig, Targets
 from .extensions import derived_during
@@ -44,6 +44,7 @@ from .index import CacheIndex
 from .pipeline import CompilePlan, CompileRequest, Pipeline
 from .provenance import Provenance
 from .proxies import DeviceProxies
+from .signatures import normalize_signature
 from .results import (CacheStats, CompileResult, EntryInfo, FatbinResult, Outcome,  # noqa: F401
                       StageResult, StageStats, TierInfo, TierStats, parse_resources, short_signature)
 from .sources.functions import python_function
@@ -282,7 +283,7 @@ class KernelCache:
         map and call types): from memory where the typing stage is still
         cached, else typed now and kept (typed IR lives in memory only, so
         after a restart a disk hit has none).  Counted as a typing lookup."""
-        stages.check_numba_runtime()
+        numba_compat.check_numba_runtime()
         plan = self._plan(func, sig, config, link)
         with derived_during():
             return plan.typed().artifact
@@ -293,7 +294,7 @@ class KernelCache:
 
     @staticmethod
     def _request(func, sig, config: CompileConfig, link, **options) -> CompileRequest:
-        return CompileRequest(python_function(func), stages.normalize_signature(sig), config,
+        return CompileRequest(python_function(func), normalize_signature(sig), config,
                               _link_items(func, link), **options)
 
     def stats(self) -> CacheStats:

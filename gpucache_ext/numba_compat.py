@@ -360,3 +360,20 @@ def swap_target_exists(swap: Swap) -> bool:
     """Whether numba (as installed) still has the attribute `swap` assigns."""
     owner, attribute = _owner(swap.target)
     return hasattr(owner, attribute)
+
+
+def check_numba_runtime() -> None:
+    """Refuse to compile while numba-cuda's CUDA runtime (NRT) is on: numba
+    then adds reference counting to every kernel, and the pipeline, which
+    compiles without NRT, would give other code than numba's.  (Here, not in
+    `stages`: a compile every stage serves from a cache imports no compiler.)"""
+    from numba.cuda.core import config as nbconfig
+
+    from .errors import UnsupportedKernelError
+
+    if getattr(nbconfig, "CUDA_ENABLE_NRT", False):
+        raise UnsupportedKernelError(
+            "numba-cuda's CUDA runtime (NRT) is on (NUMBA_CUDA_ENABLE_NRT=1 or "
+            "numba.cuda.config.CUDA_ENABLE_NRT): gpucache_ext compiles without it, which would "
+            "not be the code numba-cuda compiles; turn it off to compile through the cache"
+        )

@@ -27,7 +27,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from . import definitions, queries, sessions, targets, toolchain
+from . import debuginfo, definitions, numba_compat, queries, sessions, targets, toolchain
 from .audit import source_files_component
 from .config import FIELD_STAGES, KEYED_ON_BYTES, ALL_STAGES, STAGES, CompileConfig, Targets
 from .errors import ConfigError, SnapshotChanged, UnsupportedKernelError
@@ -179,7 +179,7 @@ class Pipeline:
 
     def run(self, request: CompileRequest) -> CompileResult:
         """One target's four stages (or up to ``request.until``)."""
-        stages.check_numba_runtime()
+        numba_compat.check_numba_runtime()
         self._busy(True)
         try:
             for attempt in range(_ATTEMPTS):
@@ -205,7 +205,7 @@ class Pipeline:
         artifact, the config and the toolchain), then `Begun.result` here.
         A front that has to start again (a library replaced, an array changed
         while it was hashed) runs whole now, as `run` runs it."""
-        stages.check_numba_runtime()
+        numba_compat.check_numba_runtime()
         self._busy(True)
         try:
             plan = CompilePlan(self, request)
@@ -236,7 +236,7 @@ class Pipeline:
         requests = {sm: request.at(sm, until, audit=False if until == "ptx" else None)
                     for sm, until in targets_until.items()}
         plans = {sm: CompilePlan(self, each) for sm, each in requests.items()}
-        stages.check_numba_runtime()
+        numba_compat.check_numba_runtime()
         fronts = {}
         with derived_during():
             for sm, plan in plans.items():  # llvm one target after another: targets may share it
@@ -591,7 +591,7 @@ class CompilePlan:
         ptx = self._downstream("ptx", llvm)
         cubin = None
         if until != "ptx":
-            self._sources = stages.debug_source_files(llvm.artifact)
+            self._sources = debuginfo.debug_source_files(llvm.artifact)
             self._sources_part = source_files_component(self._sources)
             cubin = self._downstream("cubin", ptx, extra=self._sources_part)
         built = STAGES[:STAGES.index(until) + 1]

@@ -284,3 +284,27 @@ def test_ls_in_a_new_process_imports_no_numba(tmp_path):
     listed = {row["token"] for row in json.loads(seen["out"])}
     assert listed == {result.stages[stage].token for stage in ("llvm", "ptx", "cubin")}
     assert (seen["numba"], seen["numba_cuda"], seen["ipython"], seen["libraries"]) == ([], [], [], [])
+
+
+def test_a_compile_every_stage_serves_from_disk_imports_no_compiler(filled, tmp_path):
+    # a new process's first hit: numba's compiler (its lowering registries, what the stages import)
+    # is imported by the first stage that runs, never for a compile served from disk; a compile that
+    # then misses imports it and gives what a fresh cache gives
+    seen = run(REPORT + """
+import hashlib, sys
+from gpucache_ext import CompileConfig, KernelCache
+from tests import kernels
+cache = KernelCache(directory=sys.argv[1])
+hit = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
+served = sorted(m for m in sys.modules if m in ("gpucache_ext.stages", "numba.cuda.cudaimpl"))
+missed = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=90))
+_report(served=served, hit=[hit.stages[s].hit for s in ("llvm", "ptx", "cubin")],
+        missed=[missed.stages[s].hit for s in ("ptx", "cubin")],
+        digests=[hashlib.sha256(r.cubin).hexdigest() for r in (hit, missed)],
+        after=sorted(m for m in sys.modules if m in ("gpucache_ext.stages", "numba.cuda.cudaimpl")))
+""", filled)
+    assert seen["hit"] == [True, True, True] and seen["missed"] == [False, False]
+    assert seen["served"] == [], seen["served"]
+    assert seen["after"] == ["gpucache_ext.stages", "numba.cuda.cudaimpl"]
+    fresh = [KernelCache().compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=sm)).cubin for sm in (86, 90)]
+    assert seen["digests"] == [hashlib.sha256(c).hexdigest() for c in fresh]

@@ -254,19 +254,19 @@ print(json.dumps(rows))
 def test_a_lazy_import_that_fails_says_its_cause_and_where():
     """numpy 2.5 removed ``row_stack``, which numba-cuda 0.30 registers at
     import: ``from gpucache_ext import KernelCache`` then said only "cannot
-    import name".  Take ``row_stack`` away as numpy 2.5 does: a lazy name
-    that needs numba-cuda's compiler (``Kernel``), and the first compile of
-    a cache (which opens without it, as under numba's simulator), say the
-    cause and where."""
+    import name".  Take ``row_stack`` away as numpy 2.5 does: the cache and
+    ``Kernel`` open without numba-cuda's compiler (as under numba's
+    simulator, and for a compile every stage serves from a cache), and the
+    first compile, through a cache or ``jit``, says the cause and where."""
     from .helpers import run_python
 
     seen = run_python("""
         import json, numpy
         del numpy.row_stack
-        from gpucache_ext import CompileConfig, KernelCache  # (the cache opens without numba's compiler)
+        from gpucache_ext import CompileConfig, Kernel, KernelCache, jit  # (none needs numba's compiler)
         from tests import kernels
         seen = {}
-        for what, attempt in (("name", lambda: __import__("gpucache_ext", fromlist=["Kernel"]).Kernel),
+        for what, attempt in (("jit", lambda: jit(kernels.COPY_SIG)(kernels.copy)),
                               ("compile", lambda: KernelCache().compile(kernels.copy, kernels.COPY_SIG,
                                                                         CompileConfig(sm=86)))):
             try:
@@ -274,13 +274,13 @@ def test_a_lazy_import_that_fails_says_its_cause_and_where():
             except ImportError as error:
                 seen[what] = {"message": str(error), "cause": type(error.__cause__).__name__}
         print(json.dumps(seen))
-        """, json_line=True)
-    assert set(seen) == {"name", "compile"}
-    for what, prefix in (("name", "gpucache_ext.Kernel"), ("compile", "gpucache_ext.stages")):
+        """, json_line=True, env={"GPUCACHE_DIR": "off", "GPUCACHE_SM": "86"})
+    assert set(seen) == {"jit", "compile"}
+    for what in ("jit", "compile"):
         assert seen[what]["cause"] == "AttributeError"
         message = seen[what]["message"]
         assert "cannot import name" not in message
-        assert message.startswith(f"{prefix} could not be imported: AttributeError: "), message
+        assert message.startswith("gpucache_ext.stages could not be imported: AttributeError: "), message
         assert "has no attribute 'row_stack'" in message
         assert re.search(r"numba/cuda/np/arrayobj\.py, line \d+\)", message), message  # where it failed
 

@@ -289,7 +289,7 @@ class GpuCacheMagics(Magics):
     def _signatures(sigs):
         if cuda_simulator_on():  # (numba's simulator takes them as they are)
             return list(sigs)
-        from ..stages.typed import normalize_signature
+        from ..signatures import normalize_signature
 
         parsed = []
         for sig in sigs:

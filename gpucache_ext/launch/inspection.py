@@ -16,7 +16,7 @@ from numba.cuda.dispatcher import _DispatcherBase
 
 from ..cache import CompileResult
 from ..results import FatbinResult, short_signature
-from ..stages import normalize_signature
+from ..signatures import normalize_signature
 from .compiled import CachedKernel, LaunchError
 
 

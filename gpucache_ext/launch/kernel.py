@@ -60,7 +60,7 @@ from ..results import short_signature
 from .simulator import notice_simulator, simulated_kernel
 from .spec import KernelSpec
 from ..sources.functions import python_function
-from ..stages.typed import normalize_signature
+from ..signatures import normalize_signature
 from .variants import KernelVariants
 from .batch import BegunAhead
 

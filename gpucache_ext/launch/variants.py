@@ -18,7 +18,7 @@ from ..cache import CompileResult
 from ..config import CompileConfig, Targets
 from ..errors import ConfigError
 from ..results import FatbinResult, short_signature
-from ..stages import normalize_signature
+from ..signatures import normalize_signature
 from .compiled import LaunchError
 
 if TYPE_CHECKING:

@@ -35,7 +35,8 @@ from __future__ import annotations
 # first: numba-cuda imports without libNVVM, nvJitLink and NVRTC; its import says which extra brings them
 from ..toolchain import required  # noqa: F401
 from ..artifacts import CubinArtifact, LLVMArtifact, PTXArtifact
-from .compiling import check_numba_runtime, def_line_of, install_patches
+from ..numba_compat import check_numba_runtime
+from .compiling import def_line_of, install_patches
 from .numbering import symbol_uid
 from .typed import TypedFunction, normalize_signature, run_typing
 from .llvm import canonical_modules, debug_source_files, run_llvm, source_file_stats

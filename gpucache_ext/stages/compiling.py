@@ -29,7 +29,7 @@ from .. import numba_compat, targets
 from ..extensions import numba_runs
 from ..locks import compiler_lock
 from ..config import CompileConfig
-from ..errors import CompileError, UnsupportedKernelError
+from ..errors import CompileError
 
 # ---------------------------------------------------------------------------
 # numba flags
@@ -69,20 +69,6 @@ def _write_cc(self, value):
 
 
 _TrackedFlags.compute_capability = property(_read_cc, _write_cc)
-
-
-def check_numba_runtime() -> None:
-    """Refuse to compile while numba-cuda's CUDA runtime (NRT) is on: numba
-    then adds reference counting to every kernel, and the pipeline, which
-    compiles without NRT, would give other code than numba's."""
-    from numba.cuda.core import config as nbconfig
-
-    if getattr(nbconfig, "CUDA_ENABLE_NRT", False):
-        raise UnsupportedKernelError(
-            "numba-cuda's CUDA runtime (NRT) is on (NUMBA_CUDA_ENABLE_NRT=1 or "
-            "numba.cuda.config.CUDA_ENABLE_NRT): gpucache_ext compiles without it, which would "
-            "not be the code numba-cuda compiles; turn it off to compile through the cache"
-        )
 
 
 def typing_flags(config: CompileConfig) -> _TrackedFlags:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
-import re
 from typing import Tuple
 
 from numba.cuda.codegen import ExternalCodeLibrary
@@ -32,6 +30,7 @@ from .compiling import (
 )
 from .numbering import numbered_afresh, stable_shared_memory_names
 from .typed import TypedFunction
+from ..debuginfo import debug_source_files, source_file_stats  # noqa: F401  (the stages' names for them)
 
 
 def run_llvm(typed: TypedFunction, config: CompileConfig, external=frozenset()) -> LLVMArtifact:
@@ -92,45 +91,6 @@ def _library_modules(library):
     return [str(module)] + [text for texts in linked for text in texts]
 
 
-_DI_FILE = re.compile(r'!DIFile\(directory: "((?:[^"\\]|\\.)*)", filename: "((?:[^"\\]|\\.)*)"\)')
-
-
-def debug_source_files(llvm: LLVMArtifact) -> Tuple[str, ...]:
-    """The source files the debug info of `llvm` names (none without debug
-    info).  ptxas, inside nvJitLink, reads each one's size and modification
-    time from the file system and writes them into the cubin's line table:
-    they are inputs of the cubin stage (see `source_file_stats`)."""
-    found = getattr(llvm, "_debug_sources", None)  # (read once per artifact: its modules never change)
-    if found is None:
-        found = llvm._debug_sources = _debug_source_files(llvm)
-    return found
-
-
-def _debug_source_files(llvm: LLVMArtifact) -> Tuple[str, ...]:
-    found = set()
-    for module in llvm.modules:
-        if "!DIFile(" in module:
-            for directory, filename in _DI_FILE.findall(module):
-                found.add(os.path.join(_unescape(directory), _unescape(filename)))
-    return tuple(sorted(found))
-
-
-def _unescape(text: str) -> str:
-    return re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), text)
-
-
-def source_file_stats(paths) -> list:
-    """What ptxas records of each file debug info names: its size and
-    modification time, or that it is absent (a cell has no file)."""
-    stats = []
-    for path in paths:
-        try:
-            info = os.stat(path)
-        except OSError:
-            stats.append([path, "absent"])
-        else:
-            stats.append([path, info.st_size, info.st_mtime_ns])
-    return stats
 
 
 # ---------------------------------------------------------------------------

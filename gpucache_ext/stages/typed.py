@@ -4,12 +4,10 @@ types a signature gives."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from numba.cuda import types as nbtypes
-from numba.cuda.core import sigutils
 from numba.cuda.descriptor import cuda_target
 
 from .. import targets
@@ -17,6 +15,7 @@ from ..config import CompileConfig
 from ..errors import CompileError, UnsupportedKernelError
 from .compiling import TypingPipeline, compile_error, compiling_for, numba_compiling, typing_flags
 from .numbering import numbered_afresh
+from ..signatures import normalize_signature  # noqa: F401  (the stages' name for it)
 
 
 @dataclass
@@ -79,23 +78,3 @@ def run_typing(pyfunc, argtypes, config: CompileConfig, *, kernel: bool, uid: Op
     return TypedFunction(qualname, state, frozenset(reads))
 
 
-def normalize_signature(sig) -> Tuple[Any, ...]:
-    """Argument types of a signature string, numba signature or tuple of types."""
-    if isinstance(sig, str):  # parsed once: the parse reads numba's type names alone
-        return _parse_signature(sig)
-    return _normalize_signature(sig)
-
-
-@functools.lru_cache(maxsize=1024)
-def _parse_signature(sig: str) -> Tuple[Any, ...]:
-    return _normalize_signature(sig)
-
-
-def _normalize_signature(sig) -> Tuple[Any, ...]:
-    try:
-        args, return_type = sigutils.normalize_signature(sig)
-    except Exception as exc:
-        raise TypeError(f"invalid kernel signature {sig!r}: {exc}") from exc
-    if return_type not in (None, nbtypes.void, nbtypes.none):
-        raise TypeError(f"invalid kernel signature {sig!r}: a CUDA kernel must return void")
-    return tuple(args)
