@@ -308,3 +308,30 @@ _report(served=served, hit=[hit.stages[s].hit for s in ("llvm", "ptx", "cubin")]
     assert seen["after"] == ["gpucache_ext.stages", "numba.cuda.cudaimpl"]
     fresh = [KernelCache().compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=sm)).cubin for sm in (86, 90)]
     assert seen["digests"] == [hashlib.sha256(c).hexdigest() for c in fresh]
+
+
+def test_what_numbas_compiler_registers_as_a_compile_loads_it_is_not_walked_again():
+    # the first compile of a process loads numba's compiler (about 1,200 registrations of numba's own
+    # lowerings and templates): inside the compile they are numba's, so the next check of the tables
+    # (a kernel's first launch after a cell) walks none of them; a user's registration still counts
+    seen = run(REPORT + """
+from gpucache_ext import CompileConfig, KernelCache, extensions
+from tests import kernels
+assert "gpucache_ext.stages" not in __import__("sys").modules
+KernelCache().compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
+def unwalked():
+    return [label for label, table in extensions._containers() for entry in extensions._entries(table)
+            if extensions._key(entry) not in extensions._USER]
+after_compile = unwalked()
+from numba.cuda.extending import overload
+def double(x):
+    pass
+@overload(double, target="cuda")
+def double_impl(x):
+    return lambda x: 2 * x
+_report(after_compile=after_compile, derived=len(extensions._DERIVED), after_user=len(unwalked()),
+        users=len(extensions.user_registrations()))
+""")
+    assert len(seen["after_compile"]) <= 2, seen["after_compile"]  # (numba's typeof of a new array class...)
+    assert seen["derived"] > 1000
+    assert seen["after_user"] >= 1 and seen["users"] >= 1

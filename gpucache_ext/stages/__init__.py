@@ -32,6 +32,13 @@ of numba's functions to those the first compile installs (`install_patches`).
 
 from __future__ import annotations
 
+# numba's compiler loads with the stages (a compile that every stage serves from a cache loads
+# neither): inside a compile of the cache's, the lowerings and templates numba's modules register
+# as they load are numba's, not the user's (`extensions.derived_during`), and need no walk later
+from ..extensions import numba_runs
+
+numba_runs()
+
 # first: numba-cuda imports without libNVVM, nvJitLink and NVRTC; its import says which extra brings them
 from ..toolchain import required  # noqa: F401
 from ..artifacts import CubinArtifact, LLVMArtifact, PTXArtifact
