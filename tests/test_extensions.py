@@ -128,6 +128,7 @@ def test_user_overloads_methods_and_intrinsics_compile_and_track_their_edits():
     assert all(same["hits"].values())
 
 
+@pytest.mark.slow  # two interpreters (the next test's new process hits as well, quick)
 def test_a_new_process_with_the_same_registrations_hits_on_disk(tmp_path):
     steps = [[INTERVAL, "WIDTH_SCALE = 1.0", WIDTHS]]
     first = run_python(STEPS, json.dumps(steps), "widths", WIDTHS_SIG, "long", tmp_path, json_line=True)[0]

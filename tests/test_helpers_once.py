@@ -140,6 +140,7 @@ def test_a_helper_is_not_served_to_a_target_its_compile_answered_otherwise():
         numbering._shared_helpers.pop((("a state", ()), "key"), None)
 
 
+@pytest.mark.slow  # (the fallback path, as helpers were kept before)
 def test_a_context_attribute_it_cannot_read_exactly_keeps_helpers_per_config(heavy, monkeypatch):
     # a numba that keeps something more on its lowering context: fail closed to one helper table per
     # lowering config and target, as before helpers were shared

@@ -286,15 +286,17 @@ def test_ls_in_a_new_process_imports_no_numba(tmp_path):
     assert (seen["numba"], seen["numba_cuda"], seen["ipython"], seen["libraries"]) == ([], [], [], [])
 
 
-def test_a_compile_every_stage_serves_from_disk_imports_no_compiler(filled, tmp_path):
+def test_a_compile_every_stage_serves_from_disk_imports_no_compiler(tmp_path):
     # a new process's first hit: numba's compiler (its lowering registries, what the stages import)
     # is imported by the first stage that runs, never for a compile served from disk; a compile that
-    # then misses imports it and gives what a fresh cache gives
+    # then misses imports it and gives what a fresh cache gives (the audit, which recompiles in the
+    # background on purpose, is off)
+    KernelCache(directory=tmp_path, audit=False).compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
     seen = run(REPORT + """
 import hashlib, sys
 from gpucache_ext import CompileConfig, KernelCache
 from tests import kernels
-cache = KernelCache(directory=sys.argv[1])
+cache = KernelCache(directory=sys.argv[1], audit=False)
 hit = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
 served = sorted(m for m in sys.modules if m in ("gpucache_ext.stages", "numba.cuda.cudaimpl"))
 missed = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=90))
@@ -302,7 +304,7 @@ _report(served=served, hit=[hit.stages[s].hit for s in ("llvm", "ptx", "cubin")]
         missed=[missed.stages[s].hit for s in ("ptx", "cubin")],
         digests=[hashlib.sha256(r.cubin).hexdigest() for r in (hit, missed)],
         after=sorted(m for m in sys.modules if m in ("gpucache_ext.stages", "numba.cuda.cudaimpl")))
-""", filled)
+""", tmp_path)
     assert seen["hit"] == [True, True, True] and seen["missed"] == [False, False]
     assert seen["served"] == [], seen["served"]
     assert seen["after"] == ["gpucache_ext.stages", "numba.cuda.cudaimpl"]
@@ -310,6 +312,7 @@ _report(served=served, hit=[hit.stages[s].hit for s in ("llvm", "ptx", "cubin")]
     assert seen["digests"] == [hashlib.sha256(c).hexdigest() for c in fresh]
 
 
+@pytest.mark.slow  # an interpreter
 def test_what_numbas_compiler_registers_as_a_compile_loads_it_is_not_walked_again():
     # the first compile of a process loads numba's compiler (about 1,200 registrations of numba's own
     # lowerings and templates): inside the compile they are numba's, so the next check of the tables

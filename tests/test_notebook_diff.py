@@ -34,6 +34,7 @@ def test_the_comparison_finds_what_differs():
     assert not same_text("<DeviceNDArray object at 0x7f19b8044610>", "<HostArray object at 0x7f19b8044610>")
 
 
+@pytest.mark.slow  # two Jupyter kernels (tests/test_cell_errors.py: the same through nbclient, quick)
 def test_cells_that_fail_fail_alike_under_the_magic(tmp_path):
     """The quick sample: a typing error at a launch, a cell that raises after
     defining a kernel (it stays bound, as in a plain cell), a declared kernel
