@@ -61,6 +61,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
+from .debuginfo import debug_source_files, source_file_stats
 from .errors import GpuCacheWarning, SnapshotChanged
 from .tokens import short_token
 
@@ -501,11 +502,10 @@ DEBUG_SOURCES = "debug source files"  # (the cubin's component: see `source_file
 
 def source_files_component(paths) -> dict:
     """The cubin's extra input where debug info names source files (see
-    `stages.debug_source_files`): their sizes and modification times, which
+    `debuginfo.debug_source_files`): their sizes and modification times, which
     ptxas writes into the cubin ({DEBUG_SOURCES: component}, {} for none)."""
     if not paths:
         return {}
-    from .debuginfo import source_file_stats
     from .tokens import component
 
     stats = source_file_stats(paths)
@@ -594,8 +594,6 @@ STAGES_BEFORE = {"llvm": "typing", "ptx": "llvm", "cubin": "ptx"}
 def _changed_files(fresh, since: float) -> str:
     """The source files debug info names that were saved after `since` (all
     of them where none was: one deleted, or a time set back)."""
-    from .debuginfo import debug_source_files, source_file_stats
-
     paths = debug_source_files(fresh.artifacts()["llvm"])
     stats = source_file_stats(paths)
     present = [(path, rest[1]) for path, *rest in stats if rest != ["absent"]]
@@ -635,8 +633,6 @@ def _sources_since(entry, ptx, config, find_upstream) -> Optional[str]:
     again like with like (None when it can): ptxas reads each file's size and
     time as it links, and they are not those the entry's token hashed (or the
     llvm entry naming the files is gone)."""
-    from .debuginfo import debug_source_files
-
     llvm = find_upstream("llvm", ptx.upstream, config.cc) if ptx.upstream else None
     if llvm is None:
         return "    not audited: the llvm entry naming its source files is gone"

@@ -199,7 +199,7 @@ SWAPS = (
          "numba's: its own wrappers call it"),
     Swap("numba.cuda.core.config:CUDA_ENABLE_NRT", "nrt_off",
          "with NRT on numba adds reference counting to every kernel; the pipeline compiles without it "
-         "(compiling is refused while it is on: stages.check_numba_runtime), so it is off during a compile"),
+         "(compiling is refused while it is on: check_numba_runtime), so it is off during a compile"),
     Swap("numba.cuda.cudaimpl:_get_unique_smem_id", "smem_ids_named",
          "numba names each cuda.shared.array from a process-wide counter; during a lowering, after the "
          "function being lowered (stages.numbering.stable_shared_memory_names)"),

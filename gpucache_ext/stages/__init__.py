@@ -43,10 +43,12 @@ numba_runs()
 from ..toolchain import required  # noqa: F401
 from ..artifacts import CubinArtifact, LLVMArtifact, PTXArtifact
 from ..numba_compat import check_numba_runtime
+from ..signatures import normalize_signature
+from ..debuginfo import debug_source_files, source_file_stats
 from .compiling import def_line_of, install_patches
 from .numbering import symbol_uid
-from .typed import TypedFunction, normalize_signature, run_typing
-from .llvm import canonical_modules, debug_source_files, run_llvm, source_file_stats
+from .typed import TypedFunction, run_typing
+from .llvm import canonical_modules, run_llvm
 from .ptx import nvvm_options, run_ptx
 from .cubin import run_cubin
 from .device import DeviceProxy

@@ -30,7 +30,6 @@ from .compiling import (
 )
 from .numbering import numbered_afresh, stable_shared_memory_names
 from .typed import TypedFunction
-from ..debuginfo import debug_source_files, source_file_stats  # noqa: F401  (the stages' names for them)
 
 
 def run_llvm(typed: TypedFunction, config: CompileConfig, external=frozenset()) -> LLVMArtifact:
@@ -89,8 +88,6 @@ def _library_modules(library):
         )
     linked = sorted(_library_modules(lib) for lib in library._linking_libraries)
     return [str(module)] + [text for texts in linked for text in texts]
-
-
 
 
 # ---------------------------------------------------------------------------

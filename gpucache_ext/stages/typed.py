@@ -1,6 +1,6 @@
 """The typing stage: a Python function and its argument types -> typed numba
-IR (`TypedFunction`), which every lowering of it reuses; and the argument
-types a signature gives."""
+IR (`TypedFunction`), which every lowering of it reuses (the argument types a
+signature gives: `gpucache_ext.signatures`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from ..config import CompileConfig
 from ..errors import CompileError, UnsupportedKernelError
 from .compiling import TypingPipeline, compile_error, compiling_for, numba_compiling, typing_flags
 from .numbering import numbered_afresh
-from ..signatures import normalize_signature  # noqa: F401  (the stages' name for it)
 
 
 @dataclass

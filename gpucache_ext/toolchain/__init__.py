@@ -73,7 +73,7 @@ SETTINGS_READ_BY_LOWERING = ("OPT", "BOUNDSCHECK", "FULL_TRACEBACKS", "CUDA_DEBU
 # Settings that would change output but that the pipeline makes irrelevant:
 #   CUDA_DEBUGINFO_DEFAULT, OPT (as defaults): debug and opt are always passed.
 #   FORCE_CUDA_CC, CUDA_DEFAULT_PTX_CC: the arch always comes from CompileConfig.sm.
-#   CUDA_ENABLE_NRT: compiling is refused while it is on (stages.check_numba_runtime),
+#   CUDA_ENABLE_NRT: compiling is refused while it is on (numba_compat.check_numba_runtime),
 #   and it is forced off while compiling.
 NEUTRALISED_SETTINGS = (
     "CUDA_DEBUGINFO_DEFAULT", "FORCE_CUDA_CC", "CUDA_DEFAULT_PTX_CC", "CUDA_ENABLE_NRT",
