@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time, `__getattr__` belo
     from .audit import AuditWarning
     from .cache import KernelCache
     from .launch.decorators import jit
-    from .launch.compiled import LaunchError
+    from .launch.compiled import LaunchError, LaunchTypeError, LaunchValueError
     from .launch.kernel import Kernel
     from .results import (CacheStats, CompileResult, EntryInfo, LayerResult, Outcome, StageResult, StageStats,
                           TierStats)
@@ -39,7 +39,8 @@ _LAZY = {
     "KernelCache": "cache",
     "CompileResult": "results", "StageResult": "results", "LayerResult": "results", "Outcome": "results",
     "CacheStats": "results", "StageStats": "results", "TierStats": "results", "EntryInfo": "results",
-    "Kernel": "launch.kernel", "LaunchError": "launch.compiled", "jit": "launch.decorators",
+    "Kernel": "launch.kernel", "LaunchError": "launch.compiled",
+    "LaunchTypeError": "launch.compiled", "LaunchValueError": "launch.compiled", "jit": "launch.decorators",
     "AuditWarning": "audit",
 }
 # Modules that moved into subpackages (the store, the toolchain, launching):
@@ -142,7 +143,8 @@ def unload_ipython_extension(ipython):
 
 __all__ = [
     "CompileConfig", "KernelCache", "CompileResult", "StageResult", "LayerResult", "Outcome",
-    "CacheStats", "StageStats", "TierStats", "EntryInfo", "Kernel", "LaunchError", "jit",
+    "CacheStats", "StageStats", "TierStats", "EntryInfo", "Kernel", "LaunchError", "LaunchTypeError",
+    "LaunchValueError", "jit",
     "default_cache", "configure_default_cache", "current_session", "inspector",
     "FIELD_STAGES", "STAGES",
     "GpuCacheError", "ConfigError", "CompileError", "UnsupportedKernelError",

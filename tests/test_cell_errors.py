@@ -335,7 +335,7 @@ def test_a_launch_error_shows_at_the_users_launch_line(ip, capsys, magic):
     line = 4 if magic else 3
     assert f"Cell In[{number}], line {line}" in shown
     assert re.search(rf"^-+> {line} +good\[1, 1\]\(np.zeros\(4, np.float64\)\)$", shown, re.M), shown
-    assert "LaunchError: good: no signature accepts (float64[::1]); declared: (float32[:])" in shown
+    assert "LaunchTypeError: good: no signature accepts (float64[::1]); declared: (float32[:])" in shown
     assert "gpucache_ext/" not in shown and "numba" not in shown.replace("numba-cuda", "")
     ip.run_line_magic("tb", "")
     assert "gpucache_ext/launch/kernel.py" in plain("".join(capsys.readouterr()))

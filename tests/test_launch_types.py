@@ -270,3 +270,92 @@ def test_on_the_stand_in_driver_device_arrays_and_addresses_launch(tmp_path):
     assert "argument 1 (p) is float64, not float32*; pass the device address as an int" in seen["pointer"]
     launches = [c for c in done.calls if c["call"].startswith("cuLaunchKernel")]
     assert len(launches) == 3  # two of act, one of store: nothing launched for a refused one
+
+
+# ---------------------------------------------------------------------------
+# numba's exception types: a cell that catches the type numba raises for a
+# launch catches ours too (ours is a `LaunchError` and of numba's type)
+
+def _raised(launch):
+    try:
+        launch()
+    except Exception as exc:  # noqa: BLE001  (the type is what is compared)
+        return exc
+    raise AssertionError("the launch should have failed")
+
+
+CONFIGURATIONS = {
+    "no configuration": lambda k, r: k(r),
+    "one number": lambda k, r: k[1](r),
+    "five items": lambda k, r: k[1, 2, 3, 4, 5](r),
+    "a string": lambda k, r: k["x"](r),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONFIGURATIONS))
+def test_a_launch_configuration_error_is_of_numbas_type(case):
+    numbas = _raised(lambda: CONFIGURATIONS[case](cuda.jit(act), np.zeros(4, np.float32)))
+    kernel = Kernel(act, [ACT], CompileConfig(sm=80), KernelCache(), simulate=True)
+    ours = _raised(lambda: CONFIGURATIONS[case](kernel, np.zeros(4, np.float32)))
+    assert isinstance(ours, LaunchError)
+    assert isinstance(ours, type(numbas)), (type(ours).__mro__, type(numbas))
+    assert not isinstance(numbas, ValueError) or not isinstance(ours, TypeError) or isinstance(numbas, TypeError)
+
+
+def test_a_list_launch_as_numba_takes_it():
+    """numba takes any sequence of 2 to 4 items as a configuration (``k[[1, 4]]``)."""
+    kernel = Kernel(act, [ACT], CompileConfig(sm=80), KernelCache(), simulate=True)
+    r = np.zeros(4, np.float32)
+    kernel[[1, 4]](r, np.arange(4, dtype=np.float32))
+    assert list(r) == [0, 2, 4, 6]
+
+
+NUMBAS_LAUNCH_ERRORS = """
+import json, sys
+import numpy as np
+from numba import cuda
+import gpucache_ext
+
+def act(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = x[i] * 2
+
+SIGS = ["void(float32[:], float32[:])", "void(int32[:], int32[:])"]
+r, x = np.zeros(4, np.float32), np.arange(4, dtype=np.float32)
+CASES = {
+    "no configuration": lambda k: k(r, x),
+    "one number": lambda k: k[1](r, x),
+    "five items": lambda k: k[1, 2, 3, 4, 5](r, x),
+    "no signature takes float64": lambda k: k[1, 4](r, x.astype(np.float64)),
+    "one argument": lambda k: k[1, 4](r),
+    "mixed dtypes": lambda k: k[1, 4](r, x.astype(np.int32)),
+}
+seen = {}
+for name, launch in CASES.items():
+    for who, decorate in (("numba", cuda.jit), ("ours", gpucache_ext.jit)):
+        try:
+            launch(decorate(SIGS)(act))
+            seen[name, who] = None
+        except Exception as exc:
+            seen[name, who] = [c.__module__ + "." + c.__qualname__ for c in type(exc).__mro__]
+print(json.dumps({f"{n}|{w}": v for (n, w), v in seen.items()}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(fakecuda.skip_reason()), reason=fakecuda.skip_reason() or "")
+def test_numbas_launch_errors_and_ours_are_of_numbas_types_on_the_driver(tmp_path):
+    script = tmp_path / "launch_errors.py"
+    script.write_text(NUMBAS_LAUNCH_ERRORS)
+    done = fakecuda.run(script, cc=("8.0",), env={"GPUCACHE_DIR": str(tmp_path / "cache"),
+                                                  "GPUCACHE_REDIS_URL": "off", "GPUCACHE_SM": "80"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    cases = {key.split("|")[0] for key in seen}
+    assert len(cases) == 6
+    for case in cases:
+        numbas, ours = seen[f"{case}|numba"], seen[f"{case}|ours"]
+        assert numbas is not None, case
+        assert ours is not None and numbas[0] in ours, (case, numbas, ours)
+        assert "gpucache_ext.launch.compiled.LaunchError" in ours, (case, ours)

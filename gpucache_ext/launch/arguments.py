@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..results import short_signature, short_type
-from .compiled import LaunchError
+from .compiled import LaunchError, LaunchTypeError
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -82,7 +82,7 @@ def check_specialized(kernel: "Kernel", args: Sequence) -> None:
 
     signature = kernel.declared[0]
     if len(args) != len(signature):
-        raise LaunchError(f"{kernel.__name__} takes {len(signature)} arguments {short_signature(signature)}, "
+        raise LaunchTypeError(f"{kernel.__name__} takes {len(signature)} arguments {short_signature(signature)}, "
                           f"not {len(args)}")
     if kernel.options.get("extensions"):
         return
@@ -144,7 +144,8 @@ def first_mismatch(kernel: "Kernel", signature: Sequence, args: Sequence,
 
 
 def no_match_error(kernel: "Kernel", args: Sequence) -> LaunchError:
-    """The error for arguments that no declared signature accepts: per
+    """The error for arguments that no declared signature accepts (a
+    `TypeError` too, as numba's is): per
     signature, the first argument it refuses and how to pass it instead."""
     given = tuple(argument_type(value) for value in args)
     declared = list(kernel.overloads) or list(kernel.declared)
@@ -153,8 +154,8 @@ def no_match_error(kernel: "Kernel", args: Sequence) -> LaunchError:
     reasons = [(signature, _refusal(kernel, signature, args)) for signature in declared]
     reasons = [(signature, why) for signature, why in reasons if why]
     if len(reasons) == 1 and len(declared) == 1:
-        return LaunchError(f"{head}: {reasons[0][1]}")
-    return LaunchError("\n".join([head + ":", *(f"  {short_signature(s)}: {why}" for s, why in reasons)])
+        return LaunchTypeError(f"{head}: {reasons[0][1]}")
+    return LaunchTypeError("\n".join([head + ":", *(f"  {short_signature(s)}: {why}" for s, why in reasons)])
                        if reasons else head)
 
 

@@ -24,7 +24,21 @@ if TYPE_CHECKING:
 
 
 class LaunchError(GpuCacheError):
-    """A kernel cannot be launched as asked (no matching signature, wrong target)."""
+    """A kernel cannot be launched as asked (no matching signature, wrong target).
+
+    Where numba-cuda's dispatcher raises an error of its own type for the
+    same launch, ours is an instance of that type too (`LaunchValueError`,
+    `LaunchTypeError`), so code that catches numba's type catches ours."""
+
+
+class LaunchValueError(LaunchError, ValueError):
+    """A launch numba refuses with ``ValueError``: a kernel called without a
+    launch configuration, or a configuration of the wrong length."""
+
+
+class LaunchTypeError(LaunchError, TypeError):
+    """A launch numba refuses with ``TypeError``: arguments no signature
+    accepts (or several equally well), a configuration that is no sequence."""
 
 
 class CachedKernel(_Kernel):

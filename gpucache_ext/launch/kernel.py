@@ -50,7 +50,7 @@ from . import registry
 from .arguments import check_specialized, no_match_error, untypeable_refused
 from ..cache import CompileResult, KernelCache
 from ..config import CompileConfig
-from .compiled import CachedKernel, LaunchError, choose_image, runs_on
+from .compiled import CachedKernel, LaunchError, LaunchTypeError, LaunchValueError, choose_image, runs_on
 from .device import device_cc, gpu_available
 from ..errors import CompileError, ConfigError, as_numba_raises
 from .inspection import KernelInspection
@@ -346,7 +346,7 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
 
     def _explain_ambiguous(self, *args, **kws):
         actual = tuple(self.typeof_pyval(a) for a in args)
-        raise LaunchError(
+        raise LaunchTypeError(
             f"{self.__name__}: arguments {short_signature(actual)} match several signatures equally "
             f"well: {'; '.join(short_signature(d) for d in self.overloads)}; pass arguments of the exact "
             "types of one of them")
@@ -367,11 +367,19 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
 
     # -- launching -------------------------------------------------------------
     def __getitem__(self, launch):
-        if not isinstance(launch, tuple) or not 2 <= len(launch) <= 4:
-            raise LaunchError(
+        # numba's own checks, with its exception types: len() of what is given (TypeError), 2 to 4 items
+        try:
+            count = len(launch)
+        except TypeError:
+            raise LaunchTypeError(
+                f"launch {self.__name__} as kernel[blocks, threads] or "
+                f"kernel[blocks, threads, stream, shared_bytes], not kernel[{launch!r}]") from None
+        if count not in (2, 3, 4):
+            raise LaunchValueError(
                 f"launch {self.__name__} as kernel[blocks, threads] or "
                 "kernel[blocks, threads, stream, shared_bytes]"
             )
+        launch = tuple(launch)
         if self._on_simulator():
             return functools.partial(self._simulate, griddim=launch[0], blockdim=launch[1],
                                      stream=launch[2] if len(launch) > 2 else 0,
@@ -384,7 +392,8 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
         return self[griddim, blockdim, stream, sharedmem]
 
     def __call__(self, *args, **kwargs):
-        raise LaunchError(f"launch {self.__name__} with a configuration: {self.__name__}[blocks, threads](...)")
+        raise LaunchValueError(
+            f"launch {self.__name__} with a configuration: {self.__name__}[blocks, threads](...)")
 
     def call(self, args, launch_config):
         """numba's launch, after re-checking the variants at the first launch since a cell ran."""
