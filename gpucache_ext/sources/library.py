@@ -1,8 +1,9 @@
 """What a kernel reads from libraries: a library module (by its name and
 version), a library's function (by its place and version, and by its code
-and closure, since a library makes functions too), and the attributes read
-through a library module that its version does not vouch for (plain data,
-functions numba compiles), which numba reads again, live, as it types
+and closure, since a library makes functions too), and what is read through
+a library module, keyed by what it is now (data by value, functions by
+code, builtins and classes by what they are), since a program may rebind or
+write any module attribute; numba reads those again, live, as it types
 (`library_reads_changed`).  Whether a module is a library, and its
 version, `gpucache_ext.libraries` decides."""
 
@@ -17,7 +18,7 @@ from ..tokens import Component, component, digest
 from .code import code_digest
 from .describe import described_cells, describe_value, internal_function_digest
 from .snapshot import SourceIdentity
-from .values import EXACT_SCALARS, MISSING, short
+from .values import EXACT_SCALARS, MISSING, is_numba_type, short
 
 
 def library_function_data(func) -> list:
@@ -50,29 +51,77 @@ def library_module_component(name: str, version: str) -> Component:
 
 
 def check_library_chain(ident, label, path, module, chain, reads):
-    """Key what a library attribute chain reaches that its version does not
-    vouch for: plain data (``math.pi``, ``np.e``: module attributes can be
-    reassigned at run time) and a function numba compiles (``lib.f``: by its
-    code and closure, as a library function read as a global is).  Other
-    values (classes, numba's stubs) are the library's own, keyed by its
-    version.  Each step read from a namespace joins `reads`: numba reads the
-    chain again, live, as it types (`library_reads_changed`)."""
+    """Follow one attribute chain read through a library module; returns
+    (the value it reaches, where) or None where the chain breaks.  Each step
+    read from a namespace joins `reads`: numba reads the chain again, live,
+    as it types (`library_reads_changed`).  The walk keys the value
+    (`library_value_component`, or by content)."""
     value, where = module, path
     for attr in chain:
         namespace = getattr(value, "__dict__", None)
         value, where = getattr(value, attr, MISSING), f"{where}.{attr}"
         if value is MISSING:
-            return
+            return None
         if isinstance(namespace, (dict, pytypes.MappingProxyType)) and attr in namespace:
             reads.append((namespace, attr, namespace[attr], where))
-    if type(value) in EXACT_SCALARS or type(value) is complex or (
-            type(value) is tuple and all(type(v) in EXACT_SCALARS for v in value)):
-        ident.components[".".join((label, *chain))] = component(
-            describe_value(value), short(repr(value)))
-        return
-    pyfunc = getattr(value, "py_func", None) if not isinstance(value, pytypes.FunctionType) else value
+    return value, where
+
+
+def library_value_component(value) -> Optional[Component]:
+    """The component of a value read through a library module that is no
+    data (the walk keys data by content): what it is now, not the library's
+    version, since a program may rebind any module attribute (``math.sin =
+    math.cos``).  Plain scalars by value; a function numba compiles by its
+    code and closure; a builtin or ufunc by its place and name; a class as
+    the walk keys a class; an ``@intrinsic`` or another numba function by
+    its definition.  None for what numba reads of the library itself
+    (properties and other descriptors of its stubs): its version keys it."""
+    kind = type(value)
+    if kind in EXACT_SCALARS or kind is complex or (
+            kind is tuple and all(type(v) in EXACT_SCALARS for v in value)):
+        return component(describe_value(value), short(repr(value)))
+    pyfunc = value if kind is pytypes.FunctionType else getattr(value, "py_func", None)
     if isinstance(pyfunc, pytypes.FunctionType):
-        ident.components[".".join((label, *chain))] = _library_function_component(pyfunc)
+        return _library_function_component(pyfunc)
+    found = _LIBRARY_VALUES.get(id(value))
+    if found is not None and found[0] is value:
+        return found[1]
+    part = _identified(value)
+    if part is not None:
+        if len(_LIBRARY_VALUES) > 4096:
+            _LIBRARY_VALUES.clear()
+        _LIBRARY_VALUES[id(value)] = (value, part)  # (held: its id is not reused meanwhile)
+    return part
+
+
+def _identified(value) -> Optional[Component]:
+    """`library_value_component` of what does not change once made: builtins,
+    ufuncs, classes, numba's functions (memoised by identity)."""
+    if isinstance(value, (pytypes.BuiltinFunctionType, pytypes.BuiltinMethodType)):
+        module = getattr(value, "__module__", None) or "builtins"
+        owner = getattr(value, "__self__", None)
+        bound = [] if owner is None or isinstance(owner, pytypes.ModuleType) else [type(owner).__qualname__]
+        return component(["builtin", module, getattr(value, "__qualname__", repr(value)), *bound],
+                         f"builtin {module}.{value.__name__}")
+    if type(value).__name__ == "ufunc" and type(value).__module__ == "numpy":
+        return component(["numpy ufunc", value.__name__, value.nin, value.nout, value.types],
+                         f"ufunc {value.__name__}")
+    if isinstance(value, type):
+        from .describe import class_data
+
+        return component(class_data(value), f"class {value.__qualname__}")
+    if is_numba_type(value):
+        from .describe import type_data
+
+        return component(["numba type", type_data(value)], str(value))
+    defn = getattr(value, "_defn", None)  # an @intrinsic
+    if isinstance(defn, pytypes.FunctionType):
+        return Component(digest([type(value).__name__, _library_function_component(defn).digest]),
+                         f"{defn.__module__}.{defn.__qualname__}")
+    return None
+
+
+_LIBRARY_VALUES: Dict[int, Tuple[Any, Component]] = {}
 
 
 def _library_function_component(pyfunc) -> Component:

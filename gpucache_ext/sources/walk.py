@@ -16,6 +16,7 @@ import dataclasses
 import enum
 import functools
 import os
+import sys
 import types as pytypes
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -29,7 +30,7 @@ from .code import code_digest, code_reads
 from .describe import class_data, internal_function_digest, scalar_subclass, type_data, value_key
 from .functions import (cpu_compilation_disabled, declared_signatures, def_line, is_device_dispatcher, is_dispatcher,
                         is_numba_function, pure_python, python_function, registered_jitable, shown_signature)
-from .library import check_library_chain, library_function_data, library_module_component
+from .library import check_library_chain, library_function_data, library_module_component, library_value_component
 from .snapshot import (Binding, DeviceBinding, HostBuffer, ModuleClone, SequenceBinding, SourceIdentity,
                        ValueBinding, numpy_data)
 from .values import EXACT_SCALARS, MISSING, SCALAR_BASES, is_numba_type, short, shown
@@ -185,7 +186,9 @@ class _Walker:
         if version is not None:
             ident.components[label] = library_module_component(module.__name__, version)
             for chain in chains:
-                check_library_chain(ident, label, path, module, chain, self.library_reads)
+                found = check_library_chain(ident, label, path, module, chain, self.library_reads)
+                if found is not None:
+                    self._library_value(ident, ".".join((label, *chain)), *found)
             return ValueBinding(module)
         if () in chains:
             raise UnsupportedKernelError(
@@ -207,6 +210,20 @@ class _Walker:
             else:
                 attrs[attr] = self._read(ident, f"{label}.{attr}", where, value)
         return ModuleClone(module.__name__, module.__doc__, attrs)
+
+    def _library_value(self, ident, name, value, where) -> None:
+        """Key what a chain through a library module reached, as it is now:
+        data (numpy arrays and scalars, enum members, sequences of such) by
+        content, as a global is, and the rest by `library_value_component`
+        (which leaves a library's own descriptors to its version).  numba
+        reads the value live through the module, so nothing is bound."""
+        if _library_data(value):
+            data, _ = self._data(value, ident, label=where)
+            ident.components[name] = Component(digest(data), short(shown(value)))
+            return
+        part = library_value_component(value)
+        if part is not None:
+            ident.components[name] = part
 
     def _data_device(self, dispatcher, pyfunc, ident, label, with_location=None):
         """A device function (or one numba compiles as one): hashed by its own
@@ -373,6 +390,22 @@ class _Walker:
         if isinstance(value, list):  # a list can change after it is hashed: bind the items read now
             return data, SequenceBinding(list, list(value), plans)
         return data, (SequenceBinding(kind, value, plans) if any(p is not None for p in plans) else None)
+
+
+def _library_data(value) -> bool:
+    """Whether `value`, read through a library module, is data the walk keys
+    by content: numpy arrays, scalars and dtypes, enum members, scalars of
+    subclasses, and tuples and lists of these and plain scalars."""
+    kind = type(value)
+    if kind in EXACT_SCALARS or kind is complex:
+        return False  # (by `library_value_component`, memoised)
+    if kind in (tuple, list):
+        return any(_library_data(v) for v in value) and all(
+            type(v) in EXACT_SCALARS or type(v) is complex or _library_data(v) for v in value)
+    if isinstance(value, (enum.Enum, SCALAR_BASES)):
+        return True
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, (np.ndarray, np.generic, np.dtype))
 
 
 def _numba_data(value, qualname, label):
