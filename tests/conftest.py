@@ -122,6 +122,15 @@ def user_package(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def site_library(tmp_path, monkeypatch):
+    """A folder named site-packages on sys.path: what is installed there is a library's code."""
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+@pytest.fixture
 def change_while_typing(monkeypatch):
     """Make `change()` run after the next compile hashed what the kernel
     reads and before it is typed: what another thread writing at that

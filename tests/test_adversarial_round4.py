@@ -609,15 +609,6 @@ FACTORIES = {
 USES_S = "def kernel(r):\n    r[0] = S(r[0])\n"
 
 
-@pytest.fixture
-def site_library(tmp_path, monkeypatch):
-    """A folder named site-packages on sys.path: what is installed there is a library's code."""
-    site = tmp_path / "site-packages"
-    site.mkdir()
-    monkeypatch.syspath_prepend(str(site))
-    return site
-
-
 @pytest.mark.parametrize("kind", sorted(FACTORIES))
 def test_a_librarys_function_factory_called_with_another_value(site_library, kind):
     name = "scalelib_r4_" + kind.replace(" ", "_")

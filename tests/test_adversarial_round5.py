@@ -99,15 +99,6 @@ def cfglib(site_library, request):
     sys.modules.pop(name, None)
 
 
-@pytest.fixture
-def site_library(tmp_path, monkeypatch):
-    """A folder named site-packages on sys.path: what is installed there is a library's code."""
-    site = tmp_path / "site-packages"
-    site.mkdir()
-    monkeypatch.syspath_prepend(str(site))
-    return site
-
-
 def compiled_reading(name, expression, sig=F32):
     _, kernel = reading(f"import {name} as lib\ndef kernel(r):\n    r[0] = {expression}\n")
     cache = KernelCache()
