@@ -340,7 +340,7 @@ def forget_stale_builds(registered, current: str) -> None:
         for part in entry if isinstance(entry, tuple) else (entry,):
             # a template, or the function type of a global (``types.Function(template)``)
             for template in (part,) if isinstance(part, type) else getattr(part, "templates", ()) or ():
-                for memo in ("_impl_cache", "_compiled_overloads", "_inline_overloads"):
+                for memo in ("_impl_cache", "_compiled_overloads", "_inline_overloads", "_overload_cache"):
                     table = vars(template).get(memo) if isinstance(template, type) else None
                     if isinstance(table, dict):
                         table.clear()

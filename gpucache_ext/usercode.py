@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import os
 import sys
 import types as pytypes
 from typing import Any, Dict, Optional, Tuple
@@ -46,9 +47,28 @@ def library_file(filename: str) -> bool:
 
 
 def user_function(func) -> bool:
+    """Whether `func` is user code: code not loaded from an installed
+    package's file.  Code from a string (``exec``, a template) is the user's
+    unless it was run in a library's module (numba's generated code): also
+    exec'd into a module without a file (``types.ModuleType``) or into a
+    plain dict, whose functions have no module or one never imported."""
     code = getattr(func, "__code__", None)
-    return code is not None and not library_file(code.co_filename) and \
-        (not code.co_filename.startswith("<") or user_module(getattr(func, "__module__", None)))
+    if code is None or library_file(code.co_filename):
+        return False
+    return not code.co_filename.startswith("<") or not library_module(getattr(func, "__module__", None))
+
+
+def library_module(name: Optional[str]) -> bool:
+    """Whether the module called `name` is a loaded library module (one
+    whose file lies in an installed package, or Python's own)."""
+    if not name:
+        return False
+    if name == "builtins":
+        return True
+    module = sys.modules.get(name)
+    if module is None or user_module(name):
+        return False
+    return bool(libraries.module_files(module))
 
 
 def touches_user_code(value, depth: int = 0, seen=None) -> bool:
@@ -121,6 +141,11 @@ def _function_touches_user_code(func) -> bool:
     closure = func.__closure__
     if not closure:
         return False
+    if not numba_code(func.__code__.co_filename):
+        # another library's function closing over values: a factory's, whose closure holds what its
+        # caller passed (``lib.make_op(2.5)`` registering a lowering that multiplies by it), which
+        # that library's version does not key (numba's own closures are numba's code)
+        return True
     # a library's function closing over values (numba's lowering wrappers): walked afresh and
     # remembered while its closure holds the same objects, as classes are
     values = [cell_value(c) for c in closure]
@@ -136,6 +161,24 @@ def _function_touches_user_code(func) -> bool:
             break
     _remember(func, state, touches)
     return touches
+
+
+def numba_code(filename: str) -> bool:
+    """Whether code from `filename` is numba's or numba-cuda's own (a file in
+    their packages' folders)."""
+    known = _NUMBA_FILES.get(filename)
+    if known is None:
+        folders = []
+        for name in ("numba", "numba_cuda"):
+            module = sys.modules.get(name)
+            folders += [os.path.join(os.path.realpath(f), "") for f in getattr(module, "__path__", None) or ()]
+        known = any(os.path.realpath(filename).startswith(f) for f in folders)
+        if sys.modules.get("numba_cuda") is not None:  # (until both have loaded, a no may turn into a yes)
+            _NUMBA_FILES[filename] = known
+    return known
+
+
+_NUMBA_FILES: Dict[str, bool] = {}  # file name -> whether numba's or numba-cuda's
 
 
 def _wrapped_function(value):

@@ -14,8 +14,10 @@ failed on main before this round's fixes.
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -23,7 +25,7 @@ import pytest
 from gpucache_ext import CompileConfig, KernelCache
 
 from .files import write_source
-from .helpers import assert_fresh, reading
+from .helpers import assert_fresh, reading, run_python
 
 SM86 = CompileConfig(sm=86)
 F32 = "void(float32[:])"
@@ -154,3 +156,146 @@ def test_a_librarys_enum_member_rebound(cfglib):
     cache, kernel, before = compiled_reading(name, "1.0 if lib.MODE == lib.Mode.FAST else 2.0")
     lib.MODE = lib.Mode.SLOW
     check(cache, kernel, before=before)
+
+
+# ---------------------------------------------------------------------------
+# Registrations in numba's extension tables made by code that is no installed
+# package's file: generated code, and a library's factory closing over the
+# caller's value.  numba's tables are process-wide, so each case runs its cells
+# in new processes (`test_extensions.compiled`: one long-lived cache against a
+# fresh process at every step).
+
+GENERATED = '''
+import types as _types
+TEMPLATE = """
+from numba.cuda import types
+from numba.cuda.extending import type_callable, lower_builtin
+def op(x):
+    pass
+@type_callable(op)
+def type_op(context):
+    def typer(x):
+        return x
+    return typer
+@lower_builtin(op, types.float64)
+def lower_op(context, builder, sig, args):
+    return builder.fmul(args[0], context.get_constant(types.float64, {k}))
+"""
+{prepare}
+exec(compile(TEMPLATE.format(k={k}), "<generated>", "exec"), {namespace})
+op = {found}
+'''
+USES_OP = "def kernel(r):\n    r[0] = op(r[0])\n"
+INTO = {
+    "a module without a file": ("gen = _types.ModuleType('gen')", "gen.__dict__", "gen.op"),
+    "a plain dict": ("gen = {}", "gen", "gen['op']"),
+    "the notebook's namespace": ("", "globals()", "op"),
+}
+
+
+def generated(where, k):
+    prepare, namespace, found = INTO[where]
+    return GENERATED.format(prepare=prepare, namespace=namespace, found=found, k=k)
+
+
+@pytest.mark.slow  # six processes a case
+@pytest.mark.parametrize("where", sorted(INTO))
+def test_a_lowering_generated_from_a_template_run_again_with_another_constant(where):
+    from .test_extensions import compiled
+
+    seen = compiled([[generated(where, 2.5), USES_OP], [generated(where, 3.25)], [generated(where, 2.5)]],
+                    "kernel", F64)
+    assert seen[1]["ptx"] != seen[0]["ptx"]
+
+
+OPLIB = '''
+from numba.cuda import types
+from numba.cuda.extending import type_callable, lower_builtin
+
+
+def make_op(k):
+    def op(x):
+        pass
+
+    @type_callable(op)
+    def type_op(context):
+        def typer(x):
+            return x
+        return typer
+
+    @lower_builtin(op, types.float64)
+    def lower_op(context, builder, sig, args):
+        return builder.fmul(args[0], context.get_constant(types.float64, k))
+
+    return op
+'''
+FACTORY_CELLS = '''
+import sys
+sys.path.insert(0, {site!r})
+import oplib_r5
+op = oplib_r5.make_op({k})
+'''
+
+
+@pytest.mark.slow  # four processes
+def test_a_librarys_factory_registering_a_lowering_over_the_callers_value(site_library):
+    from .test_extensions import compiled
+
+    write_source(site_library / "oplib_r5" / "__init__.py", OPLIB)
+    cells = [FACTORY_CELLS.format(site=str(site_library), k=k) for k in (2.5, 3.25)]
+    seen = compiled([[cells[0], USES_OP], [cells[1]]], "kernel", F64)
+    assert seen[1]["ptx"] != seen[0]["ptx"]
+
+
+INTRINSIC = '''
+from numba.cuda.extending import intrinsic
+
+@intrinsic
+def passthrough(typingctx, x):
+    from numba.cuda.typing import signature
+    return signature(x, x), lambda context, builder, sig, args: args[0]
+'''
+USES_INTRINSIC = "def kernel(r):\n    r[0] = passthrough(r[0]) * 2\n"
+
+
+@pytest.mark.slow  # three processes
+def test_a_user_intrinsic_leaves_the_typing_token_alone_in_the_process_and_on_disk(tmp_path):
+    """numba's template for an ``@intrinsic`` holds its keyword arguments in a
+    mapping proxy and fills an ``_overload_cache`` as it types: neither may
+    make the next compile, or a new process's, miss."""
+    from .test_extensions import STEPS
+
+    steps = json.dumps([[INTRINSIC, USES_INTRINSIC], [], [INTRINSIC, USES_INTRINSIC]])
+    first = run_python(STEPS, steps, "kernel", F64, "long", tmp_path, json_line=True)
+    assert not any(first[0]["hits"].values())
+    assert all(all(step["hits"].values()) for step in first[1:]), [step["hits"] for step in first]
+    again = run_python(STEPS, json.dumps([[INTRINSIC, USES_INTRINSIC]]), "kernel", F64, "long", tmp_path,
+                       json_line=True)
+    assert all(again[0]["hits"].values()) and again[0]["cubin"] == first[0]["cubin"]
+
+
+def test_what_counts_as_user_code_for_numbas_tables(site_library):
+    """The quick suite's sample of the cases above, in-process: code from a
+    string is the user's unless run in a library's module; a library's
+    function closing over values is keyed by them; numba's own are numba's."""
+    from gpucache_ext.usercode import touches_user_code, user_function
+
+    made = {}
+    exec(compile("def op(x):\n    return x\n", "<generated>", "exec"), made)
+    module = types.ModuleType("gen_r5")
+    exec(compile("def op(x):\n    return x\n", "<generated>", "exec"), module.__dict__)
+    numbas = {"__name__": "numba.cuda.typing.templates"}
+    exec(compile("def op(x):\n    return x\n", "<generated>", "exec"), numbas)
+    assert user_function(made["op"]) and user_function(module.op) and not user_function(numbas["op"])
+    write_source(site_library / "factory_r5" / "__init__.py",
+                 "def make(k):\n    def impl(x):\n        return x * k\n    return impl\n")
+    library = importlib.import_module("factory_r5")
+    try:
+        assert not user_function(library.make) and touches_user_code(library.make(2.5))
+    finally:
+        sys.modules.pop("factory_r5", None)
+    from numba.cuda import cudaimpl
+
+    closures = [entry[0] for entry in cudaimpl.registry.functions
+                if isinstance(entry[0], types.FunctionType) and entry[0].__closure__]
+    assert closures and not any(touches_user_code(f) for f in closures)

@@ -260,6 +260,10 @@ def describe_registration(value, depth: int = 0) -> Any:
         return [type(value).__name__, [describe_registration(v, depth + 1) for v in value]]
     if isinstance(value, frozenset):
         return ["frozenset", sorted((describe_registration(v, depth + 1) for v in value), key=repr)]
+    if isinstance(value, (dict, pytypes.MappingProxyType)):
+        # (an @intrinsic's template holds its keyword arguments as a read-only mapping)
+        return [type(value).__name__, sorted(([repr(k), describe_registration(v, depth + 1)]
+                                              for k, v in value.items()), key=repr)]
     if isinstance(value, pytypes.FunctionType):
         if user_function(value):
             return ["user function", value.__module__, value.__qualname__, function_digest(value)]
@@ -322,5 +326,7 @@ def describe_class(cls, depth: int = 0) -> list:
 
 _describing = threading.local()  # the classes being described on this thread
 # what a template's class holds that is not what it was made from: numba's memos of
-# what it built (emptied by `forget_stale_builds`), abc's bookkeeping
-_NOT_STATE = frozenset({"_impl_cache", "_compiled_overloads", "_inline_overloads", "_abc_impl"})
+# what it built (emptied by `forget_stale_builds`; an @intrinsic's `_overload_cache`
+# fills as numba types it), abc's bookkeeping
+_NOT_STATE = frozenset({"_impl_cache", "_compiled_overloads", "_inline_overloads", "_overload_cache",
+                        "_abc_impl"})
