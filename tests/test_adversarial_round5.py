@@ -299,3 +299,23 @@ def test_what_counts_as_user_code_for_numbas_tables(site_library):
     closures = [entry[0] for entry in cudaimpl.registry.functions
                 if isinstance(entry[0], types.FunctionType) and entry[0].__closure__]
     assert closures and not any(touches_user_code(f) for f in closures)
+
+
+# ---------------------------------------------------------------------------
+# A notebook run twice in one kernel compiles nothing the second time
+
+IMPORTS_TYPES = "from numba import types\n"
+USES_TYPES = ("def kernel(r):\n    a = cuda.local.array(2, types.float64)\n    a[0] = r[0] / 3\n"
+              "    r[0] = a[0]\n")
+
+
+@pytest.mark.slow  # two processes
+def test_from_numba_import_types_run_again_after_the_first_compile_hits():
+    """numba binds ``numba.types`` to its redirect module as its compiler
+    loads: the import cell run again binds another module object, the same
+    types; a library module is keyed by the module it is, not by the name it
+    was reached by."""
+    from .test_extensions import compiled
+
+    seen = compiled([[IMPORTS_TYPES, USES_TYPES], [IMPORTS_TYPES, USES_TYPES]], "kernel", F64)
+    assert all(seen[1]["hits"].values()), seen[1]["why"]

@@ -184,7 +184,7 @@ class _Walker:
         what was read."""
         version = library_version(module)
         if version is not None:
-            ident.components[label] = library_module_component(module.__name__, version)
+            ident.components[label] = library_module_component(module_name(module), version)
             for chain in chains:
                 found = check_library_chain(ident, label, path, module, chain, self.library_reads)
                 if found is not None:
@@ -371,7 +371,7 @@ class _Walker:
                     f"{ident.qualname} reads user module {value.__name__} inside {label}; the cache "
                     "tracks user modules only as module.attribute read directly"
                 )
-            return ["module", value.__name__, version], None
+            return ["module", module_name(value), version], None
         raise UnsupportedKernelError(
             f"{ident.qualname} reads {label} of type {type(value).__qualname__} "
             f"({short(repr(value))}), which cannot be hashed into the cache token, so a change "
@@ -390,6 +390,18 @@ class _Walker:
         if isinstance(value, list):  # a list can change after it is hashed: bind the items read now
             return data, SequenceBinding(list, list(value), plans)
         return data, (SequenceBinding(kind, value, plans) if any(p is not None for p in plans) else None)
+
+
+def module_name(module) -> str:
+    """The name of the module `module` is: a redirect numba leaves under an
+    old name (``numba.types``, which ``from numba import types`` binds once
+    numba's compiler has loaded, ``numba.core.types`` before) is the module
+    it redirects to, whose attributes it holds."""
+    if type(module).__name__ == "_RedirectSubpackage":
+        target = getattr(module, "_RedirectSubpackage__new_module", None)
+        if isinstance(target, str):
+            return target
+    return module.__name__
 
 
 def _library_data(value) -> bool:
