@@ -38,6 +38,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from . import numba_compat, queries
 from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
 from .config import ALL_STAGES, CompileConfig, Targets
+from .errors import GpuCacheError
 from .extensions import derived_during
 from .importing import lazy_module
 from .index import CacheIndex
@@ -294,6 +295,14 @@ class KernelCache:
 
     @staticmethod
     def _request(func, sig, config: CompileConfig, link, **options) -> CompileRequest:
+        from .launch.device import simulator_imported
+
+        if simulator_imported():
+            raise GpuCacheError(
+                "numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1 when numba.cuda was imported), and "
+                "numba-cuda's compiler cannot be imported under it, so KernelCache cannot compile; unset "
+                "NUMBA_ENABLE_CUDASIM to compile (no GPU is needed), or use gpucache_ext.jit, whose kernels "
+                "run on the simulator while it is on")
         return CompileRequest(python_function(func), normalize_signature(sig), config,
                               _link_items(func, link), **options)
 

@@ -319,3 +319,35 @@ def test_from_numba_import_types_run_again_after_the_first_compile_hits():
 
     seen = compiled([[IMPORTS_TYPES, USES_TYPES], [IMPORTS_TYPES, USES_TYPES]], "kernel", F64)
     assert all(seen[1]["hits"].values()), seen[1]["why"]
+
+
+# ---------------------------------------------------------------------------
+# numba's simulator turned on inside a cell
+
+FLIPS_THE_SIMULATOR = """
+import numpy as np
+from numba import cuda, config
+before = config.ENABLE_CUDASIM
+config.ENABLE_CUDASIM = 1
+try:
+    @cuda.jit
+    def fill(r):
+        r[0] = 5
+
+    r = np.zeros(1)
+    fill[1, 1](r)
+finally:
+    config.ENABLE_CUDASIM = before
+kind = type(fill).__name__
+"""
+
+
+def test_the_simulator_turned_on_inside_a_cell_is_honoured_from_there_on(ip):
+    """numba's ``cuda.jit`` reads the switch as it decorates: a cell that turns
+    it on gets simulator kernels, under the magic as without it."""
+    kinds = []
+    for magic in ("", "%%gpukernel --sm 80 --quiet\n"):
+        result = ip.run_cell(magic + FLIPS_THE_SIMULATOR)
+        assert result.success, result.error_in_exec
+        kinds.append((ip.user_ns["kind"], list(ip.user_ns["r"])))
+    assert kinds == [("FakeCUDAKernel", [5.0])] * 2

@@ -175,3 +175,36 @@ def test_a_notebook_under_the_simulator_gives_the_plain_notebooks_outputs(monkey
             ([] if failed else [True])
         assert outputs(ours) == outputs(theirs)
     assert ("result", 1 + 1, "array([1., 2., 3., 4., 5., 6., 7., 8.], dtype=float32)") in outputs(magic.cells[1])
+
+
+def test_the_python_api_under_the_simulator_jit_as_numba_and_the_compile_api_says_why_not():
+    """``gpucache_ext.jit`` is numba's simulator ``jit`` there (the same
+    kernels, run in Python); ``KernelCache.compile`` refuses, naming the
+    simulator and the fix, since numba-cuda's compiler cannot load."""
+    seen = run_python("""
+        import json
+        import numpy as np
+        from numba import cuda
+        import gpucache_ext
+        from gpucache_ext import CompileConfig, GpuCacheError, KernelCache
+
+        def fill(r):
+            i = cuda.grid(1)
+            if i < r.size:
+                r[i] = i * 2.5
+
+        results = []
+        for decorate in (cuda.jit, gpucache_ext.jit, gpucache_ext.jit("void(float64[:])")):
+            kernel = decorate(fill)
+            r = np.zeros(4)
+            kernel[1, 4](r)
+            results.append([type(kernel).__name__, r.tolist()])
+        try:
+            KernelCache().compile(fill, "void(float64[:])", CompileConfig(sm=86))
+            refused = None
+        except GpuCacheError as exc:
+            refused = str(exc)
+        print(json.dumps({"results": results, "refused": refused}))
+        """, env=SIMULATOR, json_line=True)
+    assert seen["results"] == [["FakeCUDAKernel", [0.0, 2.5, 5.0, 7.5]]] * 3
+    assert "NUMBA_ENABLE_CUDASIM" in seen["refused"] and "unset" in seen["refused"]

@@ -19,6 +19,7 @@ from ..errors import CompileError
 from ..config import CompileConfig
 from ..launch.decorators import CACHED_LIBRARY_KERNELS, NUMBA_CORES, decorator_form, device_function
 from ..libraries import is_library_file, library_caller
+from ..launch.device import cuda_simulator_on
 from ..launch.batch import Pipelined
 from ..launch.kernel import Kernel
 from ..launch.spec import KernelSpec
@@ -119,6 +120,9 @@ class CellJit:
 
     def __call__(self, func_or_sig=None, device=False, **options):
         if self.active is None:
+            return _real_jit()(func_or_sig, device=device, **options)
+        if cuda_simulator_on():  # turned on inside the cell: from here on numba's simulator kernels, as numba
+            self.active.pipelined.settle()
             return _real_jit()(func_or_sig, device=device, **options)
         library = library_caller(sys._getframe(1))
         if library is not None and library not in CACHED_LIBRARY_KERNELS:

@@ -22,6 +22,10 @@ follows the device it is launched on.
 
 A device function (``device=True``) is numba's own dispatcher: the cache
 types and lowers it for each kernel that calls it, with its own options.
+
+Under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, or numba-cuda's
+``config.ENABLE_CUDASIM`` turned on since), it is numba's own ``cuda.jit``,
+as plain numba is: kernels run in Python and nothing is compiled or cached.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from .kernel import Kernel
+from .device import cuda_simulator_on
 from ..libraries import library_caller
 from ..options import check_options
 
@@ -45,8 +49,10 @@ def jit(func_or_sig=None, device: bool = False, **options: Any):
     changes nothing: every kernel is cached.
     """
     library = library_caller(sys._getframe(1))
-    if library is not None and (library not in CACHED_LIBRARY_KERNELS or (device and library in NUMBA_CORES)):
-        # a library's use of cuda.jit, where this stands in for it: numba's own
+    if cuda_simulator_on() or (library is not None and (
+            library not in CACHED_LIBRARY_KERNELS or (device and library in NUMBA_CORES))):
+        # numba's CUDA simulator (on at import, or turned on since: numba's jit reads it as it
+        # decorates), or a library's use of cuda.jit, where this stands in for it: numba's own
         from numba.cuda.decorators import jit as numba_jit
 
         return numba_jit(func_or_sig, device=device, **options)
@@ -98,6 +104,8 @@ def decorator_form(func_or_sig):
 
 
 def _decorate(func: Callable, sigs, device: bool, options) -> Any:
+    from .kernel import Kernel  # (the compile core: not imported where numba's simulator stands in)
+
     if device:
         return device_function(func, sigs, options, "@gpucache_ext.jit(device=True, ...)")
     kernel = Kernel(func, sigs, options=options, specialized=sigs.single)

@@ -42,6 +42,16 @@ def cuda_simulator_on() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
+def simulator_imported() -> bool:
+    """Whether ``numba.cuda`` was imported as numba's simulator (the variable
+    set when it loaded): numba-cuda's compiler cannot be imported then.  (A
+    program that turns the simulator on later keeps the compiler: numba's
+    ``cuda.jit`` then makes simulator kernels, and compiling still works.)"""
+    import numba.cuda
+
+    return not hasattr(numba.cuda, "_auto_device")
+
+
 def device_cc() -> Tuple[int, int]:
     """The current GPU's compute capability (needs a GPU)."""
     from numba import cuda
