@@ -344,4 +344,9 @@ def forget_stale_builds(registered, current: str) -> None:
                     table = vars(template).get(memo) if isinstance(template, type) else None
                     if isinstance(table, dict):
                         table.clear()
+    # and the proxies of library device functions numba reached (typed under the registrations then:
+    # a library's function calling a method a user's @overload_method defines)
+    device = sys.modules.get("gpucache_ext.stages.device")
+    if device is not None:
+        device.forget_library_proxies()
     _BUILT_FOR = current

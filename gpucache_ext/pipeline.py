@@ -612,7 +612,8 @@ class CompilePlan:
     def type_kernel(self):
         """The typing stage, typed from the snapshot through device proxies."""
         proxies = self.pipeline.proxies
-        proxy_for = proxies.fresh() if self.forced else proxies.get
+        extensions = None if self.extensions is None else self.extensions.digest
+        proxy_for = proxies.fresh(extensions) if self.forced else proxies.under(extensions)
         pyfunc = rebind(self.identity, proxy_for)
         typed = stages.run_typing(pyfunc, self.argtypes, self.config, kernel=True,
                                   uid=stages.symbol_uid(self.identity.digest), qualname=self.kernel,

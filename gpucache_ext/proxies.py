@@ -13,6 +13,7 @@ before is reused.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from typing import Callable
 
@@ -32,27 +33,36 @@ class DeviceProxies:
         self._limit = limit
         self._proxies: "OrderedDict[tuple, stages.DeviceProxy]" = OrderedDict()
 
-    def get(self, dispatcher, identity):
-        """The proxy for this device function object and identity: made once,
-        then reused.  The proxy holds its dispatcher, so the id stays its own."""
-        key = _proxy_key(dispatcher, identity)
+    def get(self, dispatcher, identity, extensions=None):
+        """The proxy for this device function object and identity, under the
+        numba extensions (the digest of `extensions.extensions_component`,
+        None without any) the kernel's typing token holds: made once, then
+        reused.  A device function types against numba's extension tables
+        too, so what it typed under other registrations is not reused (an
+        ``@overload_method`` registered again).  The proxy holds its
+        dispatcher, so the id stays its own."""
+        key = _proxy_key(dispatcher, identity, extensions)
         with self._lock:
             proxy = self._proxies.get(key)
             if proxy is None or proxy.original is not dispatcher:
-                proxy = self._new(dispatcher, identity, self.get)
+                proxy = self._new(dispatcher, identity, self.under(extensions), key)
             self._proxies.move_to_end(key)
             return proxy
 
-    def fresh(self) -> Callable:
+    def under(self, extensions) -> Callable:
+        """`get` for the device functions of a kernel typed under `extensions`."""
+        return functools.partial(self.get, extensions=extensions)
+
+    def fresh(self, extensions=None) -> Callable:
         """A proxy factory that makes new proxies (once per device function in
-        the compile that asks), for forced compiles."""
+        the compile that asks), for forced compiles; they replace those kept."""
         made = {}
 
         def proxy_for(dispatcher, identity):
-            key = _proxy_key(dispatcher, identity)
+            key = _proxy_key(dispatcher, identity, extensions)
             with self._lock:
                 if key not in made:
-                    made[key] = self._new(dispatcher, identity, proxy_for)
+                    made[key] = self._new(dispatcher, identity, proxy_for, key)
                 return made[key]
 
         return proxy_for
@@ -61,11 +71,10 @@ class DeviceProxies:
         with self._lock:
             self._proxies.clear()
 
-    def _new(self, dispatcher, identity, proxy_for):
+    def _new(self, dispatcher, identity, proxy_for, key):
         proxy = stages.DeviceProxy(dispatcher, rebind(identity, proxy_for), identity.digest, identity.declared,
                                    options=identity.options, debug_filename=identity.debug_filename,
                                    def_line=identity.def_line)
-        key = _proxy_key(dispatcher, identity)
         self._proxies[key] = proxy
         self._proxies.move_to_end(key)
         while len(self._proxies) > self._limit():
@@ -73,7 +82,8 @@ class DeviceProxies:
         return proxy
 
 
-def _proxy_key(dispatcher, identity) -> tuple:
+def _proxy_key(dispatcher, identity, extensions=None) -> tuple:
     """A device proxy's key: the function object (held by the proxy, so its id
-    stays its own while the proxy is kept) and the identity it was made from."""
-    return id(dispatcher), identity.digest
+    stays its own while the proxy is kept), the identity it was made from and
+    the numba extensions it is typed under."""
+    return id(dispatcher), identity.digest, extensions

@@ -351,3 +351,61 @@ def test_the_simulator_turned_on_inside_a_cell_is_honoured_from_there_on(ip):
         assert result.success, result.error_in_exec
         kinds.append((ip.user_ns["kind"], list(ip.user_ns["r"])))
     assert kinds == [("FakeCUDAKernel", [5.0])] * 2
+
+
+# ---------------------------------------------------------------------------
+# An @overload_method registered again, with another body, reached through a
+# device function or a library's function: what either typed under the first
+# registration is not reused (in the same process, the same cache)
+
+OVERLOADS_AGAIN = r'''
+import hashlib, importlib, json, sys
+from tests.helpers import notebook_namespace, run_cell
+from gpucache_ext import CompileConfig, KernelCache
+
+sys.path.insert(0, sys.argv[1])
+FIRST = """
+from numba.cuda import types
+from numba.cuda.extending import overload_method
+@overload_method(types.Array, "first_r5", target="cuda")
+def one(arr):
+    return lambda arr: arr[0] * 2.5
+"""
+AGAIN = """
+@overload_method(types.Array, "first_r5", target="cuda")
+def two(arr):
+    def impl(arr):
+        return arr[1] + 7.0
+    return impl
+"""
+KERNELS = {
+    "device function": "@cuda.jit(device=True)\ndef dev(r):\n    return r.first_r5()\n"
+                       "def kernel(r):\n    r[0] = dev(r)\n",
+    "library function": "import methodlib_r5\ndef kernel(r):\n    r[0] = methodlib_r5.first(r)\n",
+    "kernel": "def kernel(r):\n    r[0] = r.first_r5()\n",
+}
+config = CompileConfig(sm=86)
+sha = lambda result: hashlib.sha256(result.ptx.encode()).hexdigest()
+namespaces = {}
+for name, source in KERNELS.items():
+    namespaces[name] = notebook_namespace()
+    run_cell(namespaces[name], FIRST if name == "device function" else "from numba.cuda import types")
+    run_cell(namespaces[name], source)
+cache = KernelCache()
+before = {name: sha(cache.compile(ns["kernel"], "void(float64[:])", config)) for name, ns in namespaces.items()}
+run_cell(namespaces["device function"], AGAIN)
+seen = {}
+for name, ns in namespaces.items():
+    again = cache.compile(ns["kernel"], "void(float64[:])", config)
+    fresh = KernelCache().compile(ns["kernel"], "void(float64[:])", config)
+    seen[name] = [before[name] != sha(again), sha(again) == sha(fresh)]
+print(json.dumps(seen))
+'''
+METHODLIB = "import numba\n\n@numba.njit\ndef first(r):\n    return r.first_r5()\n"
+
+
+@pytest.mark.slow  # a process of its own (numba's tables)
+def test_an_overload_method_registered_again_through_device_and_library_functions(site_library):
+    write_source(site_library / "methodlib_r5" / "__init__.py", METHODLIB)
+    seen = run_python(OVERLOADS_AGAIN, site_library, json_line=True)
+    assert seen == {name: [True, True] for name in ("device function", "library function", "kernel")}, seen

@@ -201,6 +201,14 @@ def _lazy_key(proxy, args):
 _library_proxies: "weakref.WeakKeyDictionary[CUDADispatcher, DeviceProxy]" = weakref.WeakKeyDictionary()
 
 
+def forget_library_proxies() -> None:
+    """Drop every library device function's proxy: what they typed against
+    numba's extension tables is stale once user registrations change
+    (`extensions.forget_stale_builds`)."""
+    with compiler_lock():
+        _library_proxies.clear()
+
+
 def _route(dispatcher) -> "DeviceProxy":
     from ..sources import library_identity_digest
 
