@@ -38,7 +38,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from . import numba_compat, queries
 from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
 from .config import ALL_STAGES, CompileConfig, Targets
-from .errors import GpuCacheError
+from .errors import GpuCacheError, UnsupportedKernelError
 from .extensions import derived_during
 from .importing import lazy_module
 from .index import CacheIndex
@@ -303,6 +303,13 @@ class KernelCache:
                 "numba-cuda's compiler cannot be imported under it, so KernelCache cannot compile; unset "
                 "NUMBA_ENABLE_CUDASIM to compile (no GPU is needed), or use gpucache_ext.jit, whose kernels "
                 "run on the simulator while it is on")
+        targetoptions = getattr(func, "targetoptions", None)
+        if isinstance(targetoptions, dict) and targetoptions.get("device"):
+            name = getattr(func, "__name__", "the function")
+            raise UnsupportedKernelError(
+                f"{name} is a device function (cuda.jit(device=True)): KernelCache compiles kernels, which "
+                f"a device function becomes part of; compile a kernel that calls {name}, or, for the device "
+                f"function's own PTX, numba.cuda.compile_ptx({name}.py_func, sig, device=True, cc=...)")
         return CompileRequest(python_function(func), normalize_signature(sig), config,
                               _link_items(func, link), **options)
 

@@ -209,3 +209,19 @@ def test_numbas_explicit_signature_device_tests_are_equivalent():
     assert len(usecases) >= 4, records
     assert all(r["outcome"] == "equivalent" for r in usecases), usecases
 
+
+
+@pytest.mark.parametrize("decorate", ["numba", "gpucache_ext"])
+def test_the_compile_api_given_a_device_function_says_what_to_compile_instead(decorate):
+    """numba-cuda's ``add`` device function with its argument-only signature,
+    handed to `KernelCache.compile` (which compiles kernels): refused by name
+    with the fix, not a typing error about a return value; nothing is cached."""
+    from numba import cuda
+
+    jit = cuda.jit if decorate == "numba" else gpucache_ext.jit
+    device = jit(device=True)(add)
+    cache = KernelCache()
+    with pytest.raises(gpucache_ext.UnsupportedKernelError, match=r"add is a device function .*compile a kernel "
+                                                                    r"that calls add"):
+        cache.compile(device, "(int64, int64)", SM86)
+    assert sum(stats.entries for stats in cache.stats().stages.values()) == 0
