@@ -36,12 +36,13 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import types
 from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import UnsupportedKernelError
 from .sources.describe import describe_registration as describe
 from .tokens import Component, digest
-from .usercode import touches_user_code
+from .usercode import numba_code, touches_user_code
 
 # ---------------------------------------------------------------------------
 # What numba's tables hold
@@ -175,11 +176,13 @@ def _key(entry) -> Tuple[int, ...]:
 def user_registrations() -> List[Tuple[str, Any]]:
     """(table, entry) for each registration that involves user code, but for
     those numba made while the cache compiled (`derived_during`)."""
-    return [(label, entry) for label, entry, _ in _user_registrations()]
+    return [(label, entry) for label, entry, _, _ in _user_registrations()]
 
 
-def _user_registrations() -> List[Tuple[str, Any, int]]:
-    """(label, entry, the index of its table) of each user registration."""
+def _user_registrations() -> List[Tuple[str, Any, int, int]]:
+    """(label, entry, the index of its table, how many of a library's
+    registrations precede it in its table) of each user registration; what
+    numba derived while the cache compiled counts as neither."""
     global _LAST
     containers = _containers()
     state = _state(containers)
@@ -187,18 +190,78 @@ def _user_registrations() -> List[Tuple[str, Any, int]]:
         return list(_LAST[1])
     found = []
     for index, (label, table) in enumerate(containers):
-        for entry in _entries(table):
+        entries = _entries(table)
+        users = []  # (place in the table, entry)
+        for place, entry in enumerate(entries):
             key = _key(entry)
             user = _USER.get(key)
             if user is None:
                 user = _USER[key] = key not in _DERIVED and touches_user_code(entry)
                 _KEEP.append(entry)
             if user:
-                found.append((label, entry, index))
+                users.append((place, entry))
+        # (a library's registrations are told from numba's own between the user's first and last alone)
+        libraries, since = 0, users[0][0] if users else 0
+        for place, entry in users:
+            libraries += sum(1 for other in entries[since:place] if _a_librarys(label, other))
+            since = place + 1
+            found.append((label, entry, index, libraries))
     _LAST = (state, found)
     return list(found)
 
 
+def _a_librarys(label: str, entry) -> bool:
+    """Whether a registration is another library's: neither the user's, nor
+    numba's derived from what the tokens hold, nor numba's own (what
+    implements it is numba's code: the declarations numba loads as it first
+    compiles); memoised with `_USER`."""
+    key = _key(entry)
+    if _USER.get(key, True) or key in _DERIVED:
+        return False
+    known = _NUMBAS.get(key)
+    if known is None:
+        known = _NUMBAS[key] = _all_numbas(_implementation(label, entry), 0)
+    return not known
+
+
+def _implementation(label: str, entry) -> tuple:
+    """What implements a registration, without what it is looked up by."""
+    kind = label.split(" ")
+    if kind[0] == "lowering" and isinstance(entry, tuple):
+        return entry[:1]
+    if isinstance(entry, tuple):
+        return entry[1:]  # (a typed global's type, a handler table's handler)
+    return (entry,)
+
+
+def _all_numbas(parts, depth: int) -> bool:
+    """Whether every function in `parts` (templates by their body less their
+    key, numba function types by their templates, dispatchers and intrinsics
+    by their function) is numba's code, and there is one."""
+    found = False
+    for part in parts:
+        part = getattr(part, "__func__", part)
+        inner = getattr(part, "py_func", None) or getattr(part, "_defn", None)
+        if isinstance(part, types.FunctionType) or isinstance(inner, types.FunctionType):
+            if not numba_code((inner if isinstance(inner, types.FunctionType) else part).__code__.co_filename):
+                return False
+            found = True
+        elif isinstance(part, type) and depth < 3:
+            body = [value for name, value in vars(part).items() if name != "key"]
+            if (part.__module__ or "").split(".")[0] in ("numba", "numba_cuda"):
+                found = True
+            elif body and not _all_numbas(body, depth + 1):
+                return False
+            else:
+                found = found or bool(body)
+        elif isinstance(getattr(part, "templates", None), (list, tuple)) and depth < 3:
+            if not _all_numbas(part.templates, depth + 1):
+                return False
+            found = True
+    return found
+
+
+_NUMBAS: Dict[Tuple[int, ...], bool] = {}
 _LAST: Optional[Tuple[tuple, list]] = None  # the tables' `_state` and their user registrations then
 _DERIVED: set = set()  # keys of the entries numba registered while the cache compiled
 
@@ -281,39 +344,85 @@ def extensions_component() -> Optional[Component]:
     if not found:
         return None
     tables: Dict[int, list] = {}
-    for label, entry, index in found:
+    for label, entry, index, libraries in found:
         try:
-            tables.setdefault(index, [label, []])[1].append(describe(entry))
+            described = (describe(entry), describe(lookup_key(label, entry)), libraries)
         except UnsupportedKernelError as exc:
             raise UnsupportedKernelError(
                 f"a numba extension registered in user code ({label}: {_name(entry)}) reads what the "
                 f"cache cannot key: {exc}") from None
+        tables.setdefault(index, [label, []])[1].append(described)
     described = [[label, without_repeats(entries)] for label, entries in tables.values()]
-    registered = [(label, entry) for label, entry, _ in found]
+    registered = [(label, entry) for label, entry, _, _ in found]
     forget_stale_builds(registered, digest(described))
     return Component(digest(described), f"numba extensions in user code: {len(registered)} registrations")
 
 
+def lookup_key(label: str, entry) -> Any:
+    """What numba looks a registration up by in table `label`, widely enough
+    that registrations that may answer the same lookup share it: a typing
+    template's key (the function, or the type whose attributes it types), a
+    typed global's value, a lowering's function (whatever its types: a
+    generic signature matches where a specific one does), an attribute's
+    name (whatever its type), and one key for all casts and all constants; a
+    handler table's entry is its own key."""
+    kind = label.split(" ")
+    if kind[0] == "typing" and kind[1] in ("functions", "attributes"):
+        return ["template key", getattr(entry, "key", entry)]
+    if kind[0] == "typing" and isinstance(entry, tuple) and entry:
+        return ["global", entry[0]]
+    if kind[0] == "lowering" and isinstance(entry, tuple) and len(entry) > 1:
+        if kind[1] in ("functions", "getattrs", "setattrs"):  # ((impl, function or attribute name, types))
+            return [kind[1], entry[1]]
+        return [kind[1]]
+    return ["entry", entry]
+
+
 def without_repeats(entries: list) -> list:
-    """A table's user registrations, described, less each block that repeats
-    the block just before it (a cell run again registers its entries again).
-    numba picks among a key's registrations the first that fits (typing) or
-    the last (lowering, per signature); where a block S is directly followed
-    by an equal block S', either way it picks the same as without S' (an
-    entry of S' only where its equal in S would be picked): tables
-    P + S + S' + Q and P + S + Q act alike, so they get one token, and a
-    notebook run twice in one kernel hits."""
-    entries = list(entries)
+    """A table's user registrations, each as (its description, its
+    `lookup_key`'s, how many of a library's registrations precede it in the
+    table), less those that change no lookup: numba picks among a key's
+    registrations the first that fits (typing functions and attributes) or
+    the last (typed globals, lowerings), so tables that differ by such
+    entries act alike, get one token, and a notebook run twice in one kernel
+    hits.  Two rules, both sound for either order, where no library
+    registered anything between the entries compared (a library's entry for
+    the same key could be picked between them):
+
+    * a block S directly followed by an equal block S' (a cell run again):
+      P + S + S' + Q acts as P + S + Q (an entry of S' is picked only where
+      its equal in S would be);
+    * an entry equal to an earlier one with no registration for its key in
+      between (``twice``, ``thrice``, then ``twice`` again: a notebook's
+      second run): first-fit never reaches the later one before its equal,
+      and last-fit picks one of the two equals either way.
+
+    Returns the descriptions kept, in order."""
+    return [entries[at][0] for at in kept_entries(entries)]
+
+
+def kept_entries(entries: list) -> List[int]:
+    """The places of the entries `without_repeats` keeps."""
+    entries = list(enumerate(entries))
     at = 0
     while at < len(entries):
         for size in range(1, (len(entries) - at) // 2 + 1):
-            if entries[at:at + size] == entries[at + size:at + 2 * size]:
+            if [e[0] for _, e in entries[at:at + size]] == [e[0] for _, e in entries[at + size:at + 2 * size]] \
+                    and entries[at][1][2] == entries[at + 2 * size - 1][1][2]:
                 del entries[at + size:at + 2 * size]
-                at = max(0, at - size)  # (the shorter table may repeat anew just before)
+                at = 0  # (the shorter table may repeat anew, in a block that begins before)
                 break
         else:
             at += 1
-    return entries
+    kept: List[int] = []
+    last_for_key: Dict[str, Tuple[Any, int]] = {}  # a key's digest -> its last entry kept, and its place
+    for place, (described, key, libraries) in entries:
+        key_digest = digest(key)
+        if last_for_key.get(key_digest) == (described, libraries):
+            continue
+        last_for_key[key_digest] = (described, libraries)
+        kept.append(place)
+    return kept
 
 
 def _name(entry) -> str:

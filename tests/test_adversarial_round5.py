@@ -409,3 +409,117 @@ def test_an_overload_method_registered_again_through_device_and_library_function
     write_source(site_library / "methodlib_r5" / "__init__.py", METHODLIB)
     seen = run_python(OVERLOADS_AGAIN, site_library, json_line=True)
     assert seen == {name: [True, True] for name in ("device function", "library function", "kernel")}, seen
+
+
+# ---------------------------------------------------------------------------
+# Registrations collapsed only where numba's choice cannot change: proven on
+# tables of every shape (numba picks a key's first fitting registration as it
+# types functions and attributes, the last as it types globals and lowers)
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+TABLES = st.lists(st.tuples(st.sampled_from(["user", "user", "user", "library"]), st.integers(0, 3),
+                            st.integers(0, 2)), max_size=14)
+
+
+def _as_extensions_sees(table):
+    """The user entries of `table` as `extensions.without_repeats` gets them:
+    (description, key, how many library entries precede it), with their places."""
+    seen, libraries = [], 0
+    for place, (who, described, key) in enumerate(table):
+        if who == "library":
+            libraries += 1
+        else:
+            seen.append((place, ([described, key], key, libraries)))
+    return seen
+
+
+def _picks(table):
+    """Per key, the entry first-fit and last-fit pick (as described)."""
+    keys = {key for _, _, key in table}
+    return {key: ([(w, d) for w, d, k in table if k == key][0], [(w, d) for w, d, k in table if k == key][-1])
+            for key in keys}
+
+
+@settings(max_examples=300, deadline=None)
+@given(TABLES)
+def test_a_tables_repeats_are_left_out_only_where_no_pick_changes(table):
+    from gpucache_ext.extensions import kept_entries
+
+    users = _as_extensions_sees(table)
+    kept = {users[at][0] for at in kept_entries([entry for _, entry in users])}
+    reduced = [entry for place, entry in enumerate(table) if entry[0] == "library" or place in kept]
+    assert _picks(reduced) == _picks(table)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2)), max_size=8), st.integers(1, 3))
+def test_a_notebook_of_registrations_run_again_gets_the_first_runs_token(cells, runs):
+    """With no library registering in between, running the same registrations
+    again (and again) leaves the description as after the first run."""
+    from gpucache_ext.extensions import without_repeats
+
+    once = [([d, k], k, 0) for d, k in cells]
+    assert without_repeats(once * runs) == without_repeats(once)
+
+
+TWICE = """
+from numba.cuda.extending import overload
+def twice(x):
+    return x * 2
+@overload(twice, target="cuda")
+def twice_impl(x):
+    return lambda x: x * 2.0
+"""
+THRICE = """
+def thrice(x):
+    return x * 3
+@overload(thrice, target="cuda")
+def thrice_impl(x):
+    return lambda x: x * 3.0
+"""
+USES_TWICE = "def kernel(r):\n    r[0] = twice(r[0])\n"
+LOWERS = """
+from numba.cuda import types
+from numba.cuda.extending import type_callable, lower_builtin
+def op(x):
+    pass
+@type_callable(op)
+def type_op(context):
+    def typer(x):
+        return x
+    return typer
+@lower_builtin(op, types.float64)
+def lower_op(context, builder, sig, args):
+    return builder.fmul(args[0], context.get_constant(types.float64, {k}))
+"""
+LOWERS_AGAIN = """
+@lower_builtin(op, types.float64)
+def lower_op(context, builder, sig, args):
+    return builder.fmul(args[0], context.get_constant(types.float64, {k}))
+"""
+
+
+@pytest.mark.slow  # seven processes
+def test_registrations_interleaved_with_a_kernel_a_notebook_run_twice_hits():
+    """``twice``, the kernel, ``thrice``; then the same cells again: the second
+    ``twice`` changes no lookup, so its kernel hits what the first run built."""
+    from .test_extensions import compiled
+
+    seen = compiled([[TWICE, USES_TWICE], [THRICE], [TWICE, USES_TWICE], [THRICE]], "kernel", F64)
+    assert not any(seen[0]["hits"].values())
+    assert all(step["hits"]["typing"] and step["hits"]["llvm"] for step in seen[2:]), [s["hits"] for s in seen]
+
+
+@pytest.mark.slow  # eight processes
+def test_a_lowering_registered_again_after_another_for_its_key_is_kept():
+    """2.5, 3.25, then 2.5 again for the same function: numba lowers with the
+    last, so the third is not a repeat of the first."""
+    from .test_extensions import compiled
+
+    seen = compiled([[LOWERS.format(k=2.5), "def kernel(r):\n    r[0] = op(r[0])\n"],
+                     [LOWERS_AGAIN.format(k=3.25)], [LOWERS_AGAIN.format(k=2.5)], [LOWERS_AGAIN.format(k=2.5)]],
+                    "kernel", F64)
+    assert seen[1]["ptx"] != seen[0]["ptx"] and seen[2]["ptx"] == seen[0]["ptx"]
+    assert all(seen[3]["hits"].values())
