@@ -39,6 +39,7 @@ import threading
 import types
 from typing import Any, Dict, List, Optional, Tuple
 
+from .environment import environment_component
 from .errors import UnsupportedKernelError
 from .sources.describe import describe_registration as describe
 from .tokens import Component, digest
@@ -341,7 +342,10 @@ def extensions_component() -> Optional[Component]:
     """The component every typing token gets while user code has numba
     extension registrations (None without any: tokens as before)."""
     found = _user_registrations()
+    environment = environment_component()
     if not found:
+        if environment is not None:  # (what numba built while typing library code read it)
+            forget_stale_builds([], environment.digest)
         return None
     tables: Dict[int, list] = {}
     for label, entry, index, libraries in found:
@@ -354,7 +358,7 @@ def extensions_component() -> Optional[Component]:
         tables.setdefault(index, [label, []])[1].append(described)
     described = [[label, without_repeats(entries)] for label, entries in tables.values()]
     registered = [(label, entry) for label, entry, _, _ in found]
-    forget_stale_builds(registered, digest(described))
+    forget_stale_builds(registered, digest([described, None if environment is None else environment.digest]))
     return Component(digest(described), f"numba extensions in user code: {len(registered)} registrations")
 
 
@@ -440,8 +444,9 @@ def forget_stale_builds(registered, current: str) -> None:
     """numba memoises, per template and argument types, what a user
     ``@overload``, ``@overload_method``, ``@overload_attribute`` or
     ``@intrinsic`` built (the implementation and its compiled dispatcher);
-    built from registrations that have since changed, it is forgotten, so
-    that the next compile builds from what was hashed."""
+    built from registrations (or environment variables, see `environment`)
+    that have since changed, it is forgotten, so that the next compile
+    builds from what was hashed."""
     global _BUILT_FOR
     if _BUILT_FOR == current:
         return

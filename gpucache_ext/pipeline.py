@@ -31,6 +31,7 @@ from . import debuginfo, definitions, numba_compat, queries, sessions, targets, 
 from .audit import source_files_component
 from .config import FIELD_STAGES, KEYED_ON_BYTES, ALL_STAGES, STAGES, CompileConfig, Targets
 from .errors import ConfigError, SnapshotChanged, UnsupportedKernelError
+from .environment import environment_component
 from .extensions import derived_during, extensions_component
 from .importing import lazy_module
 from .index import CacheIndex, variant_token
@@ -527,9 +528,11 @@ class CompilePlan:
         config = self.config
         memo = self.pipeline.memo
         self.extensions = extensions_component()  # numba's extension tables, where user code registered
+        self.environment = environment_component()  # what code numba ran has read of the environment
         typing = make_token("typing", {
             **self.identity.components,
             **({"numba extensions": self.extensions} if self.extensions is not None else {}),
+            **({"environment": self.environment} if self.environment is not None else {}),
             "signature": signature_component(self.argtypes, self.signature_text[1:-1]),
             "toolchain": STAGE_TABLE["typing"].toolchain(),
         })
@@ -612,7 +615,10 @@ class CompilePlan:
     def type_kernel(self):
         """The typing stage, typed from the snapshot through device proxies."""
         proxies = self.pipeline.proxies
-        extensions = None if self.extensions is None else self.extensions.digest
+        # (a device function types against both: what it typed under others is not reused)
+        extensions = None if self.extensions is None and self.environment is None else (
+            None if self.extensions is None else self.extensions.digest,
+            None if self.environment is None else self.environment.digest)
         proxy_for = proxies.fresh(extensions) if self.forced else proxies.under(extensions)
         pyfunc = rebind(self.identity, proxy_for)
         typed = stages.run_typing(pyfunc, self.argtypes, self.config, kernel=True,

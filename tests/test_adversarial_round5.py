@@ -523,3 +523,84 @@ def test_a_lowering_registered_again_after_another_for_its_key_is_kept():
                     "kernel", F64)
     assert seen[1]["ptx"] != seen[0]["ptx"] and seen[2]["ptx"] == seen[0]["ptx"]
     assert all(seen[3]["hits"].values())
+
+
+# ---------------------------------------------------------------------------
+# What code numba runs reads of the environment: an @overload generator
+# reading a variable, in one process after another on one disk folder, and
+# the variable changed in the process
+
+READS_ENVIRONMENT = r'''
+import hashlib, json, os, sys
+from tests.helpers import notebook_namespace, run_cell
+from gpucache_ext import CompileConfig, KernelCache
+
+folder, changes = sys.argv[1], json.loads(sys.argv[2])
+ns = notebook_namespace()
+run_cell(ns, """
+import os
+from numba.cuda.extending import overload
+
+def scaled(x):
+    return x
+
+@overload(scaled, target="cuda")
+def scaled_impl(x):
+    s = float(os.environ.get("GPUCACHE_TEST_SCALE_R5", "2.5"))
+    return lambda x: x * s
+
+def kernel(r):
+    r[0] = scaled(r[0])
+""")
+cache = KernelCache(directory=folder, audit=False)
+seen = []
+for value in changes:
+    os.environ["GPUCACHE_TEST_SCALE_R5"] = value
+    result = cache.compile(ns["kernel"], "void(float64[:])", CompileConfig(sm=86))
+    seen.append({"ptx": hashlib.sha256(result.ptx.encode()).hexdigest(),
+                 "hits": [layer.hit for layer in result.stages.values()]})
+print(json.dumps(seen))
+'''
+
+
+@pytest.mark.slow  # four processes
+def test_an_overload_generator_reading_an_environment_variable(tmp_path):
+    """Each process and each value compiles what a brand-new process with no
+    cache compiles for that value; the same value hits on disk."""
+    def run(folder, *values):
+        return run_python(READS_ENVIRONMENT, folder, json.dumps(values), json_line=True)
+
+    first = run(tmp_path / "shared", "2.5")[0]
+    other = run(tmp_path / "shared", "3.25")[0]
+    again = run(tmp_path / "shared", "2.5")[0]
+    in_process = run(tmp_path / "own", "2.5", "3.25", "2.5")
+    fresh = {value: run(tmp_path / f"fresh-{value}", value)[0]["ptx"] for value in ("2.5", "3.25")}
+    assert first["ptx"] == again["ptx"] == fresh["2.5"] != other["ptx"] == fresh["3.25"]
+    assert not any(other["hits"]) and again["hits"][1:] == [True, True, True]
+    assert [step["ptx"] for step in in_process] == [fresh["2.5"], fresh["3.25"], fresh["2.5"]]
+
+
+def test_what_is_recorded_of_the_environment_inside_numbas_pipeline():
+    """The quick suite's sample: a read by user code (through ``os.getenv``,
+    ``get``, ``in``) is recorded and restarts the compile once; numba's own
+    re-read of every variable (its settings) is not."""
+    import os
+
+    from numba.core import config as numba_config
+
+    from gpucache_ext import environment
+
+    names = ["GPUCACHE_TEST_R5_GETENV", "GPUCACHE_TEST_R5_GET", "GPUCACHE_TEST_R5_IN"]
+    try:
+        with pytest.raises(environment.NewEnvironmentReads, match="GPUCACHE_TEST_R5_GET, GPUCACHE_TEST_R5_GETENV"):
+            with environment.recorded():
+                numba_config.reload_config()
+                os.getenv(names[0])
+                os.environ.get(names[1])
+                _ = names[2] in os.environ
+        assert set(names) <= set(environment.known()) and "PATH" not in environment.known()
+        with environment.recorded():  # (known now: no restart)
+            os.getenv(names[0])
+        assert environment.environment_component() is not None
+    finally:
+        environment._KNOWN.difference_update(names)

@@ -25,7 +25,7 @@ from numba.cuda.core.compiler_machinery import FunctionPass, PassManager, regist
 from numba.cuda.core.untyped_passes import TranslateByteCode
 from numba.cuda.flags import CUDAFlags
 
-from .. import numba_compat, targets
+from .. import environment, numba_compat, targets
 from ..extensions import numba_runs
 from ..locks import compiler_lock
 from ..config import CompileConfig
@@ -112,11 +112,12 @@ def lowering_key(config: CompileConfig):
 @contextlib.contextmanager
 def numba_compiling():
     """numba's global compiler lock (safe against Ctrl-C: `locks`), the CUDA
-    target, and NRT forced off (`numba_compat.nrt_off`).  Every run of
+    target, NRT forced off (`numba_compat.nrt_off`), and what code there
+    reads of the environment recorded (`environment.recorded`).  Every run of
     numba's pipeline (typing, lowering) is inside it: the first installs the
     patches (`install_patches`)."""
     install_patches()
-    with compiler_lock(), nbutils.numba_target_override(), numba_compat.nrt_off():
+    with compiler_lock(), nbutils.numba_target_override(), numba_compat.nrt_off(), environment.recorded():
         numba_runs()  # (what numba registers from here on follows from what was hashed)
         yield
 
