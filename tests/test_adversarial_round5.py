@@ -22,7 +22,9 @@ import types
 import numpy as np
 import pytest
 
-from gpucache_ext import CompileConfig, KernelCache
+from numba import cuda
+
+from gpucache_ext import CompileConfig, KernelCache, UnsupportedKernelError
 
 from .files import write_source
 from .helpers import assert_fresh, reading, run_python
@@ -156,6 +158,117 @@ def test_a_librarys_enum_member_rebound(cfglib):
     cache, kernel, before = compiled_reading(name, "1.0 if lib.MODE == lib.Mode.FAST else 2.0")
     lib.MODE = lib.Mode.SLOW
     check(cache, kernel, before=before)
+
+
+def test_a_numpy_constant_replaced_by_one_numpy_scalar_then_another(patched):
+    _, kernel = reading("import numpy as np\ndef kernel(r):\n    r[0] = np.pi\n")
+    cache = KernelCache()
+    patched(np, "pi", np.float32(3.0))
+    before = cache.compile(kernel, F64, SM86)
+    patched(np, "pi", np.float32(2.0))
+    check(cache, kernel, sig=F64, before=before)
+
+
+def test_an_operator_function_rebound(patched):
+    """``operator.add = operator.sub``: builtins of a library module by their name."""
+    import operator
+
+    _, kernel = reading("import operator\ndef kernel(r):\n    r[0] = operator.add(r[0], 1.0)\n")
+    cache = KernelCache()
+    before = cache.compile(kernel, F64, SM86)
+    patched(operator, "add", operator.sub)
+    check(cache, kernel, sig=F64, before=before)
+
+
+def installed(site_library, name, text):
+    write_source(site_library / name / "__init__.py", text)
+    return importlib.import_module(name)
+
+
+@pytest.fixture
+def installs(site_library):
+    """Install modules into the site folder for one test (forgotten after it)."""
+    names = []
+
+    def install(name, text):
+        names.append(name)
+        return installed(site_library, name, text)
+
+    yield install
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+def test_a_users_device_function_put_into_a_library_module_reads_a_global(installs):
+    """``lib.dev = dev``: numba compiles it from the globals it reads, so they key it."""
+    holder = installs("holder_r5", "dev = None\n")
+    ns, _ = reading("@cuda.jit(device=True)\ndef dev(x):\n    return x * G\n", name="dev", G=2.5)
+    holder.dev = ns["dev"]
+    _, kernel = reading("import holder_r5\ndef kernel(r):\n    r[0] = holder_r5.dev(r[0])\n")
+    cache = KernelCache()
+    before = cache.compile(kernel, F64, SM86)
+    ns["G"] = 3.25
+    check(cache, kernel, sig=F64, before=before)
+
+
+def test_an_intrinsic_held_by_a_library_module_rebound(installs):
+
+    library = installs("index_r5", "from numba import cuda\nindex = cuda.grid\n")
+    _, kernel = reading("import index_r5\ndef kernel(r):\n    r[0] = index_r5.index(1)\n")
+    cache = KernelCache()
+    before = cache.compile(kernel, F64, SM86)
+    library.index = cuda.gridsize
+    check(cache, kernel, sig=F64, before=before)
+
+
+def test_a_library_modules_getattr_serving_a_numpy_scalar_that_changes(installs):
+    """A PEP 562 ``__getattr__`` of an installed module: its answer now, not the module's version."""
+    library = installs("served_r5", "import numpy as np\nVALUE = [np.float32(2.5)]\n"
+                       "def __getattr__(name):\n    if name == 'SCALE':\n        return VALUE[0]\n"
+                       "    raise AttributeError(name)\n")
+    _, kernel = reading("import served_r5\ndef kernel(r):\n    r[0] = r[0] * served_r5.SCALE\n")
+    cache = KernelCache()
+    before = cache.compile(kernel, F32, SM86)
+    library.VALUE[0] = np.float32(3.25)
+    check(cache, kernel, before=before)
+
+
+def test_a_librarys_dtype_rebound(installs):
+    library = installs("dtype_r5", "import numpy as np\nDT = np.dtype('float32')\n")
+    _, kernel = reading("import dtype_r5\nfrom numba import cuda\ndef kernel(r):\n"
+                        "    a = cuda.local.array(2, dtype_r5.DT)\n    a[0] = r[0] / 3\n    r[0] = a[0]\n")
+    cache = KernelCache()
+    before = cache.compile(kernel, F64, SM86)
+    library.DT = np.dtype("float64")
+    check(cache, kernel, sig=F64, before=before)
+
+
+def test_a_users_array_put_into_a_library_module_written_in_place(installs):
+    library = installs("table_r5", "TABLE = None\n")
+    mine = np.arange(4, dtype=np.float32)
+    library.TABLE = mine
+    _, kernel = reading("import table_r5\ndef kernel(r):\n    r[0] = table_r5.TABLE[1]\n")
+    cache = KernelCache()
+    before = cache.compile(kernel, F32, SM86)
+    mine[1] = 9.5
+    check(cache, kernel, before=before)
+
+
+def test_a_function_importing_a_user_module_in_its_body_is_refused_with_the_fix(tmp_path, monkeypatch):
+    """An @overload generator's ``import cfg``: what it reads there is no global; refused, naming the fix."""
+    from gpucache_ext.sources import identify
+
+    (tmp_path / "cfg_r5.py").write_text("SCALE = 2.5\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ns, generator = reading("def generator(x):\n    import math\n    import cfg_r5\n    s = cfg_r5.SCALE\n"
+                            "    return lambda x: x * s\n", name="generator")
+    with pytest.raises(UnsupportedKernelError, match="imports user module cfg_r5 in its body.*import cfg_r5 at "
+                                                     "the top of the cell"):
+        identify(generator, False)
+    _, library_only = reading("def generator(x):\n    from numba.cuda.typing import signature\n"
+                              "    return signature\n", name="generator")
+    identify(library_only, False)  # (a library's module: keyed by its version)
+    sys.modules.pop("cfg_r5", None)
 
 
 # ---------------------------------------------------------------------------
@@ -361,7 +474,9 @@ def test_the_simulator_turned_on_inside_a_cell_is_honoured_from_there_on(ip):
 OVERLOADS_AGAIN = r'''
 import hashlib, importlib, json, sys
 from tests.helpers import notebook_namespace, run_cell
-from gpucache_ext import CompileConfig, KernelCache
+from numba import cuda
+
+from gpucache_ext import CompileConfig, KernelCache, UnsupportedKernelError
 
 sys.path.insert(0, sys.argv[1])
 FIRST = """
@@ -533,7 +648,9 @@ def test_a_lowering_registered_again_after_another_for_its_key_is_kept():
 READS_ENVIRONMENT = r'''
 import hashlib, json, os, sys
 from tests.helpers import notebook_namespace, run_cell
-from gpucache_ext import CompileConfig, KernelCache
+from numba import cuda
+
+from gpucache_ext import CompileConfig, KernelCache, UnsupportedKernelError
 
 folder, changes = sys.argv[1], json.loads(sys.argv[2])
 ns = notebook_namespace()

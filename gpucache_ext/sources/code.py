@@ -31,6 +31,7 @@ class CodeReads:
 
     globals: Dict[str, FrozenSet[Chain]]
     derefs: Dict[str, FrozenSet[Chain]]
+    imports: FrozenSet[Tuple[str, int]] = frozenset()  # (module name, level) of each import statement
 
 
 def _by_code(fn):
@@ -55,15 +56,20 @@ def _by_code(fn):
 
 @_by_code
 def code_reads(code) -> CodeReads:
-    found = {"global": {}, "deref": {}}
+    found = {"global": {}, "deref": {}, "import": set()}
     _collect_reads(code, found)
     return CodeReads({k: frozenset(v) for k, v in found["global"].items()},
-                     {k: frozenset(v) for k, v in found["deref"].items()})
+                     {k: frozenset(v) for k, v in found["deref"].items()}, frozenset(found["import"]))
 
 
 def _collect_reads(code, found):
     instructions = [i for i in dis.get_instructions(code) if i.opname not in _TRANSPARENT]
     for index, inst in enumerate(instructions):
+        if inst.opname == "IMPORT_NAME":
+            level = instructions[index - 2].argval if index >= 2 and instructions[index - 2].opname == "LOAD_CONST" \
+                else 0
+            found["import"].add((inst.argval, level if isinstance(level, int) else 0))
+            continue
         if inst.opname in _GLOBAL_LOADS:
             kind = "global"
         elif inst.opname in _DEREF_LOADS:

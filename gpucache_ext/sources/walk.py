@@ -131,6 +131,8 @@ class _Walker:
             parts["defaults"] = Component(digest(self._data(
                 (defaults, tuple(sorted((kwdefaults or {}).items()))), ident)[0]), "defaults")
         reads = code_reads(code)
+        if reads.imports:
+            _refuse_user_imports(qualname, reads.imports, namespace)
         for name in sorted(reads.globals):
             value = namespace.get(name, MISSING)
             kind = "global"
@@ -216,7 +218,16 @@ class _Walker:
         data (numpy arrays and scalars, enum members, sequences of such) by
         content, as a global is, and the rest by `library_value_component`
         (which leaves a library's own descriptors to its version).  numba
-        reads the value live through the module, so nothing is bound."""
+        reads the value live through the module, so nothing is bound.  A
+        user's function put there (``lib.dev = dev``, a device function or
+        one numba compiles) is keyed by its whole identity, the globals it
+        reads included, as numba compiles it from them."""
+        pyfunc = value if isinstance(value, pytypes.FunctionType) else (
+            getattr(value, "py_func", None) or getattr(value, "_defn", None))
+        if isinstance(pyfunc, pytypes.FunctionType) and file_origin(pyfunc.__code__.co_filename) is None:
+            ident.components[name] = Component(digest(["user function", type(value).__name__,
+                                                       self.function(pyfunc).digest]), short(shown(value)))
+            return
         if _library_data(value):
             data, _ = self._data(value, ident, label=where)
             ident.components[name] = Component(digest(data), short(shown(value)))
@@ -390,6 +401,34 @@ class _Walker:
         if isinstance(value, list):  # a list can change after it is hashed: bind the items read now
             return data, SequenceBinding(list, list(value), plans)
         return data, (SequenceBinding(kind, value, plans) if any(p is not None for p in plans) else None)
+
+
+def _refuse_user_imports(qualname: str, imports, namespace) -> None:
+    """A function that imports a user module in its body (an ``@overload``
+    generator running ``import cfg`` as numba types): what it reads there
+    is no global and is not keyed, so it is refused, with the fix.  Library
+    modules (``from numba.cuda.typing import signature``) are keyed by their
+    versions."""
+    import importlib.util
+    import sys
+
+    for name, level in sorted(imports):
+        try:
+            full = importlib.util.resolve_name("." * level + name, namespace.get("__package__") or
+                                               namespace.get("__name__") or "") if level else name
+            module = sys.modules.get(full)
+            origin = getattr(module, "__file__", None) if module is not None else \
+                getattr(importlib.util.find_spec(full.split(".")[0]) if "." not in full else None, "origin", None)
+        except (ImportError, ValueError, AttributeError):
+            continue  # (numba fails where Python fails)
+        if module is not None and library_version(module) is not None:
+            continue
+        if isinstance(origin, str) and origin not in ("built-in", "frozen") and file_origin(origin) is None:
+            raise UnsupportedKernelError(
+                f"{qualname} imports user module {full} in its body, and what it reads there is not "
+                f"keyed (numba runs it as it compiles: an @overload generator, an @intrinsic); import "
+                f"{full} at the top of the cell or file and read {full.split('.')[-1]}.name there: a "
+                f"module read through a global is keyed by the attributes read")
 
 
 def module_name(module) -> str:
