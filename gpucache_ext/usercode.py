@@ -130,8 +130,9 @@ def _plainly_not_user(value) -> bool:
     if kind is staticmethod:
         value = value.__func__
         kind = type(value)
-    if kind is pytypes.FunctionType:
-        return value.__closure__ is None and _FILES.get(value.__code__.co_filename) is True
+    if kind is pytypes.FunctionType:  # (numba's own: another library's may be made at run time)
+        filename = value.__code__.co_filename
+        return value.__closure__ is None and _FILES.get(filename) is True and _NUMBA_FILES.get(filename) is True
     return kind in _OPAQUE or (isinstance(value, type) and value in _LIBRARY_CLASSES)
 
 
@@ -140,7 +141,9 @@ def _function_touches_user_code(func) -> bool:
         return True
     closure = func.__closure__
     if not closure:
-        return False
+        # another library's function made as it runs (a factory's inner function, a template
+        # exec'd under the library's file name with the caller's constant): not its module's own
+        return not numba_code(func.__code__.co_filename) and not library_function(func)
     if not numba_code(func.__code__.co_filename):
         # another library's function closing over values: a factory's, whose closure holds what its
         # caller passed (``lib.make_op(2.5)`` registering a lowering that multiplies by it), which
@@ -211,6 +214,16 @@ def numba_made(cls) -> bool:
     numba's own, or a subclass of one (``type()``'d templates, whose module
     may read ``abc``)."""
     return any((getattr(c, "__module__", None) or "").split(".")[0] in ("numba", "numba_cuda") for c in cls.__mro__)
+
+
+def library_function(func) -> bool:
+    """A function a ``def`` in a library's module made, found under its name
+    there: its code is that library's, keyed by its version."""
+    qualname = getattr(func, "__qualname__", "")
+    found = sys.modules.get(getattr(func, "__module__", None) or "")
+    for part in qualname.split("."):
+        found = vars(found).get(part) if hasattr(found, "__dict__") else None  # (no module __getattr__ runs)
+    return found is func and "<locals>" not in qualname and not user_module(func.__module__)
 
 
 @functools.cache

@@ -721,3 +721,42 @@ def test_what_is_recorded_of_the_environment_inside_numbas_pipeline():
         assert environment.environment_component() is not None
     finally:
         environment._KNOWN.difference_update(names)
+
+
+TEMPLATING_LIBRARY = '''
+from numba.cuda import types
+from numba.cuda.extending import type_callable, lower_builtin
+
+TEMPLATE = """
+def lower_op(context, builder, sig, args):
+    return builder.fmul(args[0], context.get_constant(types.float64, {k}))
+"""
+
+
+def make_op(k):
+    def op(x):
+        pass
+
+    @type_callable(op)
+    def type_op(context):
+        def typer(x):
+            return x
+        return typer
+
+    namespace = {"types": types}
+    exec(compile(TEMPLATE.format(k=k), __file__, "exec"), namespace)  # (under the library's own file name)
+    lower_builtin(op, types.float64)(namespace["lower_op"])
+    return op
+'''
+
+
+@pytest.mark.slow  # four processes
+def test_a_librarys_factory_registering_a_lowering_it_generates_under_its_own_file_name(site_library):
+    """No closure holds the caller's value: the generated code does.  A
+    function a library makes as it runs is keyed by its code."""
+    from .test_extensions import compiled
+
+    write_source(site_library / "oplib_r5" / "__init__.py", TEMPLATING_LIBRARY)
+    cells = [FACTORY_CELLS.format(site=str(site_library), k=k) for k in (2.5, 3.25)]
+    seen = compiled([[cells[0], USES_OP], [cells[1]]], "kernel", F64)
+    assert seen[1]["ptx"] != seen[0]["ptx"]

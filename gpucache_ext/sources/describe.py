@@ -268,7 +268,7 @@ def describe_registration(value, depth: int = 0) -> Any:
         if user_function(value):
             return ["user function", value.__module__, value.__qualname__, function_digest(value)]
         return ["library function", value.__module__, value.__qualname__,
-                class_version(value) or "stdlib",
+                class_version(value) or "stdlib", code_digest(value.__code__, False),
                 [describe_registration(cell_value(c), depth + 1) for c in value.__closure__ or ()]]
     if isinstance(value, (staticmethod, classmethod)):
         return [type(value).__name__, describe_registration(value.__func__, depth + 1)]
