@@ -168,19 +168,30 @@ def _function_touches_user_code(func) -> bool:
 
 def numba_code(filename: str) -> bool:
     """Whether code from `filename` is numba's or numba-cuda's own (a file in
-    their packages' folders)."""
+    their packages' folders, as imported or as resolved)."""
     known = _NUMBA_FILES.get(filename)
     if known is None:
-        folders = []
-        for name in ("numba", "numba_cuda"):
-            module = sys.modules.get(name)
-            folders += [os.path.join(os.path.realpath(f), "") for f in getattr(module, "__path__", None) or ()]
-        known = any(os.path.realpath(filename).startswith(f) for f in folders)
-        if sys.modules.get("numba_cuda") is not None:  # (until both have loaded, a no may turn into a yes)
+        folders = _numba_folders()
+        known = filename.startswith(folders[0]) if folders[0] else False
+        if folders[1]:  # (until both have loaded, a no may turn into a yes)
             _NUMBA_FILES[filename] = known
     return known
 
 
+def _numba_folders() -> Tuple[Tuple[str, ...], bool]:
+    """numba's and numba-cuda's package folders (each as imported and
+    resolved), and whether both have loaded."""
+    global _FOLDERS
+    if _FOLDERS is None or not _FOLDERS[1]:
+        folders = []
+        for name in ("numba", "numba_cuda"):
+            for folder in getattr(sys.modules.get(name), "__path__", None) or ():
+                folders += [os.path.join(folder, ""), os.path.join(os.path.realpath(folder), "")]
+        _FOLDERS = (tuple(dict.fromkeys(folders)), sys.modules.get("numba_cuda") is not None)
+    return _FOLDERS
+
+
+_FOLDERS: Optional[Tuple[Tuple[str, ...], bool]] = None
 _NUMBA_FILES: Dict[str, bool] = {}  # file name -> whether numba's or numba-cuda's
 
 

@@ -16,9 +16,11 @@ with the numbers in them equal within a float tolerance.
     magic = notebook_diff.run(cells, "magic", "fakecuda", tmp_path / "magic")
     assert notebook_diff.differences(plain, magic) == []
 
-``python -m tests.notebook_diff [simulator|fakecuda] [NAME...]`` runs the
-tutorial notebooks (tests/tutorial_notebooks.py; all without names) both
-ways and prints what differed.
+``python -m tests.notebook_diff [simulator|fakecuda] [--again] [NAME or FILE.ipynb...]``
+runs the tutorial notebooks (tests/tutorial_notebooks.py; all without names;
+``doc-examples``: numba-cuda's documentation examples as one notebook), or
+notebook files, both ways and prints what differed; ``--again`` runs each
+a second time in the same kernel and says what that compiled.
 """
 
 from __future__ import annotations
@@ -200,22 +202,51 @@ def differences(plain: Run, magic: Run) -> List[str]:
     return found
 
 
+def notebook_cells(path: Path) -> List[str]:
+    """The code cells of a notebook file, in order (shell escapes and
+    IPython's other line magics are kept: the kernel runs them as written)."""
+    import nbformat
+
+    notebook = nbformat.read(str(path), as_version=4)
+    return [cell.source for cell in notebook.cells if cell.cell_type == "code" and cell.source.strip()]
+
+
 def main(argv) -> int:
+    """``python -m tests.notebook_diff [simulator|fakecuda] [--again] [NAME or FILE.ipynb ...]``:
+    each notebook run as written and under the magic, compared cell by cell;
+    with ``--again``, each is run a second time in the same kernel, compared
+    too, and what the second pass compiled is counted."""
     import tempfile
 
     from .tutorial_notebooks import NOTEBOOKS
 
+    again = "--again" in argv
+    argv = [arg for arg in argv if arg != "--again"]
     where = argv[0] if argv else "fakecuda"
-    chosen = {name: NOTEBOOKS[name] for name in argv[1:]} or NOTEBOOKS
+    names = argv[1:]
+    from .tutorial_notebooks import doc_examples_notebook
+
+    chosen = {name: notebook_cells(Path(name)) if name.endswith(".ipynb") else
+              doc_examples_notebook() if name == "doc-examples" else NOTEBOOKS[name] for name in names} or NOTEBOOKS
     differing = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for name, cells in chosen.items():
-            plain = run(cells, "plain", where, Path(tmp) / name / "plain")
-            magic = run(cells, "magic", where, Path(tmp) / name / "magic")
+        for index, (name, cells) in enumerate(chosen.items()):
+            folder = Path(tmp) / str(index)
+            if name.endswith(".ipynb"):  # (its data files beside it, as the notebook reads them)
+                import shutil
+
+                shutil.copytree(Path(name).parent, folder / "plain", dirs_exist_ok=True)
+                shutil.copytree(Path(name).parent, folder / "magic", dirs_exist_ok=True)
+            plain = run(cells, "plain", where, folder / "plain", again=again)
+            magic = run(cells, "magic", where, folder / "magic", again=again)
             found = differences(plain, magic)
+            if again:
+                found += [f"second run: {line}" for line in differences(
+                    dataclasses.replace(plain, cells=plain.again), dataclasses.replace(magic, cells=magic.again))]
             differing += bool(found)
+            second = f"; second run compiled {sum(magic.misses.values())} stage(s) {magic.misses}" if again else ""
             print(f"{name}: {len(cells)} cells, {'same' if not found else f'{len(found)} differ'}"
-                  f" ({plain.seconds:.1f} s as written, {magic.seconds:.1f} s under the magic)")
+                  f" ({plain.seconds:.1f} s as written, {magic.seconds:.1f} s under the magic{second})")
             for line in found:
                 print("  " + line)
     print(f"{differing} of {len(chosen)} notebooks differ")

@@ -57,6 +57,7 @@ def test_a_builtin_of_a_library_module_rebound(patched):
     check(cache, kernel, before=before)
 
 
+@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
 def test_a_library_float_replaced_by_numpy_scalars(patched):
     """``math.e = np.float32(math.e)``, then another numpy scalar: each is the value compiled."""
     _, kernel = reading("import math\ndef kernel(r):\n    r[0] = math.e\n")
@@ -67,6 +68,7 @@ def test_a_library_float_replaced_by_numpy_scalars(patched):
     check(cache, kernel, sig=F64, before=before)
 
 
+@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
 def test_a_numpy_ufunc_of_numpy_rebound(patched):
     _, kernel = reading("import numpy as np\ndef kernel(r):\n    r[0] = np.sin(r[0])\n")
     cache = KernelCache()
@@ -109,6 +111,7 @@ def compiled_reading(name, expression, sig=F32):
     return cache, kernel, cache.compile(kernel, sig, SM86)
 
 
+@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
 def test_a_librarys_numpy_scalar_reassigned(cfglib):
     name, lib = cfglib
     cache, kernel, before = compiled_reading(name, "r[0] * lib.SCALE")
@@ -125,6 +128,7 @@ def test_a_librarys_table_written_in_place(cfglib):
     check(cache, kernel, before=before)
 
 
+@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
 def test_a_librarys_tuple_of_numpy_scalars_reassigned(cfglib):
     name, lib = cfglib
     cache, kernel, before = compiled_reading(name, "r[0] * lib.PAIR[0]")
@@ -132,6 +136,7 @@ def test_a_librarys_tuple_of_numpy_scalars_reassigned(cfglib):
     check(cache, kernel, before=before)
 
 
+@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
 def test_a_librarys_class_rebound(cfglib):
     """``lib.CAST = np.float64``: the kernel converts to another type."""
     name, lib = cfglib
@@ -140,6 +145,7 @@ def test_a_librarys_class_rebound(cfglib):
     check(cache, kernel, sig=F64, before=before)
 
 
+@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
 def test_a_librarys_numba_type_rebound(cfglib):
     from numba.cuda import types
 
@@ -153,6 +159,7 @@ def test_a_librarys_numba_type_rebound(cfglib):
     check(cache, kernel, sig=F64, before=before)
 
 
+@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
 def test_a_librarys_enum_member_rebound(cfglib):
     name, lib = cfglib
     cache, kernel, before = compiled_reading(name, "1.0 if lib.MODE == lib.Mode.FAST else 2.0")
@@ -160,6 +167,7 @@ def test_a_librarys_enum_member_rebound(cfglib):
     check(cache, kernel, before=before)
 
 
+@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
 def test_a_numpy_constant_replaced_by_one_numpy_scalar_then_another(patched):
     _, kernel = reading("import numpy as np\ndef kernel(r):\n    r[0] = np.pi\n")
     cache = KernelCache()
@@ -169,6 +177,7 @@ def test_a_numpy_constant_replaced_by_one_numpy_scalar_then_another(patched):
     check(cache, kernel, sig=F64, before=before)
 
 
+@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
 def test_an_operator_function_rebound(patched):
     """``operator.add = operator.sub``: builtins of a library module by their name."""
     import operator
@@ -211,6 +220,7 @@ def test_a_users_device_function_put_into_a_library_module_reads_a_global(instal
     check(cache, kernel, sig=F64, before=before)
 
 
+@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
 def test_an_intrinsic_held_by_a_library_module_rebound(installs):
 
     library = installs("index_r5", "from numba import cuda\nindex = cuda.grid\n")
@@ -221,6 +231,7 @@ def test_an_intrinsic_held_by_a_library_module_rebound(installs):
     check(cache, kernel, sig=F64, before=before)
 
 
+@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
 def test_a_library_modules_getattr_serving_a_numpy_scalar_that_changes(installs):
     """A PEP 562 ``__getattr__`` of an installed module: its answer now, not the module's version."""
     library = installs("served_r5", "import numpy as np\nVALUE = [np.float32(2.5)]\n"
@@ -233,6 +244,7 @@ def test_a_library_modules_getattr_serving_a_numpy_scalar_that_changes(installs)
     check(cache, kernel, before=before)
 
 
+@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
 def test_a_librarys_dtype_rebound(installs):
     library = installs("dtype_r5", "import numpy as np\nDT = np.dtype('float32')\n")
     _, kernel = reading("import dtype_r5\nfrom numba import cuda\ndef kernel(r):\n"
@@ -243,6 +255,7 @@ def test_a_librarys_dtype_rebound(installs):
     check(cache, kernel, sig=F64, before=before)
 
 
+@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
 def test_a_users_array_put_into_a_library_module_written_in_place(installs):
     library = installs("table_r5", "TABLE = None\n")
     mine = np.arange(4, dtype=np.float32)

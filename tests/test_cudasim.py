@@ -177,6 +177,7 @@ def test_a_notebook_under_the_simulator_gives_the_plain_notebooks_outputs(monkey
     assert ("result", 1 + 1, "array([1., 2., 3., 4., 5., 6., 7., 8.], dtype=float32)") in outputs(magic.cells[1])
 
 
+@pytest.mark.slow  # an interpreter (CI's simulator step runs this module whole)
 def test_the_python_api_under_the_simulator_jit_as_numba_and_the_compile_api_says_why_not():
     """``gpucache_ext.jit`` is numba's simulator ``jit`` there (the same
     kernels, run in Python); ``KernelCache.compile`` refuses, naming the

@@ -367,7 +367,18 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
 
     # -- launching -------------------------------------------------------------
     def __getitem__(self, launch):
-        # numba's own checks, with its exception types: len() of what is given (TypeError), 2 to 4 items
+        if type(launch) is not tuple or not 2 <= len(launch) <= 4:
+            launch = self._as_numba_takes(launch)
+        if self._on_simulator():
+            return functools.partial(self._simulate, griddim=launch[0], blockdim=launch[1],
+                                     stream=launch[2] if len(launch) > 2 else 0,
+                                     sharedmem=launch[3] if len(launch) > 3 else 0)
+        return CUDADispatcher.configure(self, *launch)  # numba's launch configuration
+
+    def _as_numba_takes(self, launch) -> tuple:
+        """A launch configuration other than a tuple of 2 to 4 items, as numba
+        takes it: any sequence of 2 to 4 items; else numba's exception types,
+        a TypeError where it has no length, a ValueError for another length."""
         try:
             count = len(launch)
         except TypeError:
@@ -379,12 +390,7 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
                 f"launch {self.__name__} as kernel[blocks, threads] or "
                 "kernel[blocks, threads, stream, shared_bytes]"
             )
-        launch = tuple(launch)
-        if self._on_simulator():
-            return functools.partial(self._simulate, griddim=launch[0], blockdim=launch[1],
-                                     stream=launch[2] if len(launch) > 2 else 0,
-                                     sharedmem=launch[3] if len(launch) > 3 else 0)
-        return CUDADispatcher.configure(self, *launch)  # numba's launch configuration
+        return tuple(launch)
 
     def configure(self, griddim, blockdim, stream=0, sharedmem=0):
         """The kernel configured for a launch, as numba's ``configure``:

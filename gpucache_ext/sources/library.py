@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 from ..libraries import class_version, file_origin
 from ..tokens import Component, component, digest
 from .code import code_digest
-from .describe import described_cells, describe_value, internal_function_digest
+from .describe import class_data, described_cells, describe_value, internal_function_digest, type_data
 from .snapshot import SourceIdentity
 from .values import EXACT_SCALARS, MISSING, is_numba_type, short
 
@@ -67,6 +67,14 @@ def check_library_chain(ident, label, path, module, chain, reads):
     return value, where
 
 
+def known_library_value(value):
+    """The component `library_value_component` gave `value` before, where it
+    depends on the value's identity alone (a builtin, a library's class, a
+    property of numba's stubs: None), else `MISSING`."""
+    found = _LIBRARY_VALUES.get(id(value))
+    return found[1] if found is not None and found[0] is value else MISSING
+
+
 def library_value_component(value) -> Optional[Component]:
     """The component of a value read through a library module that is no
     data (the walk keys data by content): what it is now, not the library's
@@ -75,7 +83,8 @@ def library_value_component(value) -> Optional[Component]:
     code and closure; a builtin or ufunc by its place and name; a class as
     the walk keys a class; an ``@intrinsic`` or another numba function by
     its definition.  None for what numba reads of the library itself
-    (properties and other descriptors of its stubs): its version keys it."""
+    (properties and other descriptors of its stubs): its version keys it.
+    Memoised by identity where the answer depends on it alone."""
     kind = type(value)
     if kind in EXACT_SCALARS or kind is complex or (
             kind is tuple and all(type(v) in EXACT_SCALARS for v in value)):
@@ -83,45 +92,43 @@ def library_value_component(value) -> Optional[Component]:
     pyfunc = value if kind is pytypes.FunctionType else getattr(value, "py_func", None)
     if isinstance(pyfunc, pytypes.FunctionType):
         return _library_function_component(pyfunc)
-    found = _LIBRARY_VALUES.get(id(value))
-    if found is not None and found[0] is value:
-        return found[1]
-    part = _identified(value)
-    if part is not None:
+    found = known_library_value(value)
+    if found is not MISSING:
+        return found
+    part, stable = _identified(value)
+    if stable:
         if len(_LIBRARY_VALUES) > 4096:
             _LIBRARY_VALUES.clear()
         _LIBRARY_VALUES[id(value)] = (value, part)  # (held: its id is not reused meanwhile)
     return part
 
 
-def _identified(value) -> Optional[Component]:
-    """`library_value_component` of what does not change once made: builtins,
-    ufuncs, classes, numba's functions (memoised by identity)."""
+def _identified(value) -> Tuple[Optional[Component], bool]:
+    """`library_value_component` of builtins, ufuncs, classes, numba types and
+    numba's functions, and whether it depends on the value's identity alone
+    (not for a user's class, whose body can change, or a user's intrinsic)."""
     if isinstance(value, (pytypes.BuiltinFunctionType, pytypes.BuiltinMethodType)):
         module = getattr(value, "__module__", None) or "builtins"
         owner = getattr(value, "__self__", None)
         bound = [] if owner is None or isinstance(owner, pytypes.ModuleType) else [type(owner).__qualname__]
         return component(["builtin", module, getattr(value, "__qualname__", repr(value)), *bound],
-                         f"builtin {module}.{value.__name__}")
+                         f"builtin {module}.{value.__name__}"), True
     if type(value).__name__ == "ufunc" and type(value).__module__ == "numpy":
         return component(["numpy ufunc", value.__name__, value.nin, value.nout, value.types],
-                         f"ufunc {value.__name__}")
+                         f"ufunc {value.__name__}"), True
     if isinstance(value, type):
-        from .describe import class_data
-
-        return component(class_data(value), f"class {value.__qualname__}")
+        return component(class_data(value), f"class {value.__qualname__}"), class_version(value) is not None
     if is_numba_type(value):
-        from .describe import type_data
-
-        return component(["numba type", type_data(value)], str(value))
+        return component(["numba type", type_data(value)], str(value)), True
     defn = getattr(value, "_defn", None)  # an @intrinsic
     if isinstance(defn, pytypes.FunctionType):
-        return Component(digest([type(value).__name__, _library_function_component(defn).digest]),
-                         f"{defn.__module__}.{defn.__qualname__}")
-    return None
+        return (Component(digest([type(value).__name__, _library_function_component(defn).digest]),
+                          f"{defn.__module__}.{defn.__qualname__}"),
+                file_origin(defn.__code__.co_filename) is not None and defn.__closure__ is None)
+    return None, True
 
 
-_LIBRARY_VALUES: Dict[int, Tuple[Any, Component]] = {}
+_LIBRARY_VALUES: Dict[int, Tuple[Any, Optional[Component]]] = {}
 
 
 def _library_function_component(pyfunc) -> Component:

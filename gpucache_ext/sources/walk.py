@@ -30,7 +30,8 @@ from .code import code_digest, code_reads
 from .describe import class_data, internal_function_digest, scalar_subclass, type_data, value_key
 from .functions import (cpu_compilation_disabled, declared_signatures, def_line, is_device_dispatcher, is_dispatcher,
                         is_numba_function, pure_python, python_function, registered_jitable, shown_signature)
-from .library import check_library_chain, library_function_data, library_module_component, library_value_component
+from .library import (check_library_chain, known_library_value, library_function_data, library_module_component,
+                      library_value_component)
 from .snapshot import (Binding, DeviceBinding, HostBuffer, ModuleClone, SequenceBinding, SourceIdentity,
                        ValueBinding, numpy_data)
 from .values import EXACT_SCALARS, MISSING, SCALAR_BASES, is_numba_type, short, shown
@@ -222,6 +223,11 @@ class _Walker:
         user's function put there (``lib.dev = dev``, a device function or
         one numba compiles) is keyed by its whole identity, the globals it
         reads included, as numba compiles it from them."""
+        known = known_library_value(value)  # (numba's stubs, builtins: by identity, at once)
+        if known is not MISSING:
+            if known is not None:
+                ident.components[name] = known
+            return
         pyfunc = value if isinstance(value, pytypes.FunctionType) else (
             getattr(value, "py_func", None) or getattr(value, "_defn", None))
         if isinstance(pyfunc, pytypes.FunctionType) and file_origin(pyfunc.__code__.co_filename) is None:
