@@ -273,10 +273,64 @@ def doc_examples_notebook(only=None):
                      for name, path, _, body in found)]
 
 
+# numba's extension API as notebooks use it, with the cases a second run in the same kernel
+# used to compile again (issue 53): ``from numba import types`` before the first compile, an
+# @intrinsic and its typing template's memo, overloads.  (Every registration enters every
+# kernel's typing token: a kernel compiled before a later registration compiles once more
+# when next launched, and in a second run; tests/test_adversarial_round5.py covers the
+# registrations interleaved with kernels.)
+EXTENDING_TWICE = [
+    """\
+import numpy as np
+from numba import cuda, types
+from numba.cuda.extending import intrinsic, overload, overload_method""",
+    """\
+@intrinsic
+def halved(typingctx, x):
+    from numba.cuda.typing import signature
+
+    def codegen(context, builder, sig, args):
+        return builder.fmul(args[0], context.get_constant(sig.args[0], 0.5))
+    return signature(x, x), codegen""",
+    """\
+def twice(x):
+    return x * 2
+
+@overload(twice, target="cuda")
+def twice_impl(x):
+    return lambda x: x * 2
+
+@overload_method(types.Array, "head", target="cuda")
+def head(arr):
+    return lambda arr: arr[0]""",
+    """\
+@cuda.jit
+def first(r):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = twice(halved(r[i]))
+
+r = np.arange(4, dtype=np.float64)
+first[1, 4](r)
+r""",
+    """\
+@cuda.jit
+def second(r):
+    tmp = cuda.local.array(2, types.float64)
+    tmp[0] = twice(r.head())
+    r[0] = tmp[0]
+
+r = np.ones(4)
+second[1, 1](r)
+first[1, 4](r)
+r""",
+]
+
 NOTEBOOKS = {
     "ufuncs": UFUNCS,
     "basics": BASICS,
     "random_and_streams": RANDOM_AND_STREAMS,
     "extension_type": EXTENSION_TYPE,
     "cells_that_fail": CELLS_THAT_FAIL,
+    "extending_twice": EXTENDING_TWICE,
 }
