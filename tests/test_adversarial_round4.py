@@ -624,6 +624,7 @@ def test_a_librarys_function_factory_called_with_another_value(site_library, kin
         sys.modules.pop(name, None)  # (only the library's own module: numba's stay loaded)
 
 
+@pytest.mark.slow  # an interpreter (the quick suite's sample: a library's factories, above)
 def test_a_register_jitable_function_generated_under_a_library_file_name():
     # (in a process of its own: numba's tables keep the registration, which, made by code under a
     # library's file name at run time, is keyed by its code in every later typing token)
