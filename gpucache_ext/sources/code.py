@@ -66,8 +66,8 @@ def _collect_reads(code, found):
     instructions = [i for i in dis.get_instructions(code) if i.opname not in _TRANSPARENT]
     for index, inst in enumerate(instructions):
         if inst.opname == "IMPORT_NAME":
-            level = instructions[index - 2].argval if index >= 2 and instructions[index - 2].opname == "LOAD_CONST" \
-                else 0
+            before = instructions[index - 2] if index >= 2 else None  # (the level: 0 absolute, else relative)
+            level = before.argval if before is not None and before.opname in ("LOAD_CONST", "LOAD_SMALL_INT") else 0
             found["import"].add((inst.argval, level if isinstance(level, int) else 0))
             continue
         if inst.opname in _GLOBAL_LOADS:
