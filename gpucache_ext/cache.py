@@ -38,7 +38,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from . import numba_compat, queries
 from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
 from .config import ALL_STAGES, CompileConfig, Targets
-from .errors import GpuCacheError, UnsupportedKernelError
+from .errors import GpuCacheError, SnapshotChanged, UnsupportedKernelError
 from .extensions import derived_during
 from .importing import lazy_module
 from .index import CacheIndex
@@ -285,9 +285,15 @@ class KernelCache:
         cached, else typed now and kept (typed IR lives in memory only, so
         after a restart a disk hit has none).  Counted as a typing lookup."""
         numba_compat.check_numba_runtime()
-        plan = self._plan(func, sig, config, link)
-        with derived_during():
-            return plan.typed().artifact
+        for attempt in range(3):
+            plan = self._plan(func, sig, config, link)
+            try:
+                with derived_during():
+                    return plan.typed().artifact
+            except SnapshotChanged:  # (what typing read changed, or is read for the first time: again)
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def _plan(self, func, sig, config, link) -> "CompilePlan":
         """The plan (tokens) of these inputs, for the queries that compile nothing."""

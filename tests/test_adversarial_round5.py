@@ -684,6 +684,9 @@ def kernel(r):
 """)
 cache = KernelCache(directory=folder, audit=False)
 seen = []
+if len(changes) > 1:  # (the typed IR alone, asked first: it types again, as a compile does, without an error)
+    os.environ["GPUCACHE_TEST_SCALE_R5"] = changes[0]
+    KernelCache(audit=False).typed(ns["kernel"], "void(float64[:])", CompileConfig(sm=86))
 for value in changes:
     os.environ["GPUCACHE_TEST_SCALE_R5"] = value
     result = cache.compile(ns["kernel"], "void(float64[:])", CompileConfig(sm=86))
