@@ -267,6 +267,63 @@ def test_a_users_array_put_into_a_library_module_written_in_place(installs):
     check(cache, kernel, before=before)
 
 
+@pytest.mark.slow
+def test_a_librarys_table_baked_into_constant_memory_written_in_place(cfglib):
+    """``cuda.const.array_like(lib.TABLE)``: numba bakes the values, the token must hold them."""
+    name, lib = cfglib
+    _, kernel = reading(f"import {name} as lib\nfrom numba import cuda\ndef kernel(r):\n"
+                        "    t = cuda.const.array_like(lib.TABLE)\n    r[0] = t[1]\n")
+    cache = KernelCache()
+    before = cache.compile(kernel, F32, SM86)
+    lib.TABLE[1] = 7.75
+    check(cache, kernel, before=before)
+
+
+@pytest.mark.slow
+def test_a_librarys_module_attribute_rebound_to_another_module(installs):
+    """``lib.m = othermath`` after ``lib.m = math``: what ``lib.m.cos`` reaches is another function."""
+    library = installs("modattr_r5", "import math as m\n")
+    other = installs("othermath_r5", "from math import sin as cos\n")
+    _, kernel = reading("import modattr_r5\ndef kernel(r):\n    r[0] = modattr_r5.m.cos(r[0])\n")
+    cache = KernelCache()
+    before = cache.compile(kernel, F64, SM86)
+    library.m = other
+    check(cache, kernel, sig=F64, before=before)
+
+
+@pytest.mark.slow
+def test_a_closure_over_a_library_module_whose_value_changes(cfglib):
+    name, lib = cfglib
+    ns, _ = reading(f"def make():\n    import {name} as m\n    def kernel(r):\n        r[0] = r[0] * m.SCALE\n"
+                    "    return kernel\n", name="make")
+    kernel = ns["make"]()
+    cache = KernelCache()
+    before = cache.compile(kernel, F32, SM86)
+    lib.SCALE = np.float32(6.5)
+    check(cache, kernel, before=before)
+
+
+@pytest.mark.slow
+def test_a_device_functions_read_through_a_library_module(cfglib):
+    name, lib = cfglib
+    _, kernel = reading(f"import {name} as lib\n@cuda.jit(device=True)\ndef dev(x):\n    return x * lib.SCALE\n"
+                        "def kernel(r):\n    r[0] = dev(r[0])\n")
+    cache = KernelCache()
+    before = cache.compile(kernel, F32, SM86)
+    lib.SCALE = np.float32(6.5)
+    check(cache, kernel, before=before)
+
+
+@pytest.mark.slow
+def test_a_librarys_numpy_float64_a_float_subclass_reassigned(cfglib):
+    """``np.float64`` is a subclass of ``float``: by its value, as a numpy scalar."""
+    name, lib = cfglib
+    lib.SCALE = np.float64(2.5)
+    cache, kernel, before = compiled_reading(name, "r[0] * lib.SCALE", sig=F64)
+    lib.SCALE = np.float64(3.25)
+    check(cache, kernel, sig=F64, before=before)
+
+
 def test_a_function_importing_a_user_module_in_its_body_is_refused_with_the_fix(tmp_path, monkeypatch):
     """An @overload generator's ``import cfg``: what it reads there is no global; refused, naming the fix."""
     from gpucache_ext.sources import identify
