@@ -13,9 +13,11 @@ failed on main before this round's fixes.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import math
+import operator
 import sys
 import types
 
@@ -39,6 +41,16 @@ def check(cache, kernel, sig=F32, config=SM86, before=None):
     return assert_fresh(cache, kernel, sig, config, differs_from=before)
 
 
+@contextlib.contextmanager
+def edited(kernel, sig=F32):
+    """Compile `kernel` in a long-lived cache; after the block's edit, the cache's compile
+    must equal a fresh one and differ from the first."""
+    cache = KernelCache()
+    before = cache.compile(kernel, sig, SM86)
+    yield
+    check(cache, kernel, sig=sig, before=before)
+
+
 # ---------------------------------------------------------------------------
 # Values reached through a library module: keyed by what they are now
 
@@ -48,33 +60,29 @@ def patched(monkeypatch):
     return monkeypatch.setattr
 
 
-def test_a_builtin_of_a_library_module_rebound(patched):
-    """``math.sin = math.cos`` in a cell: the kernel calls another libdevice function."""
-    _, kernel = reading("import math\ndef kernel(r):\n    r[0] = math.sin(r[0])\n")
+# what is rebound: (module, attribute, the kernel's expression, its signature, the value compiled
+# first (None: as the module has it), the value compiled next)
+REBOUND = {
+    "math.sin = math.cos": (math, "sin", "math.sin(r[0])", F32, None, math.cos),  # (another libdevice call)
+    # equal to Python at float32, another constant at float64; then another numpy scalar
+    "math.e as numpy scalars": (math, "e", "math.e", F64, np.float32(math.e), np.float32(2.5)),
+    "np.sin = np.cos": (np, "sin", "np.sin(r[0])", F32, None, np.cos),
+    "np.pi as numpy scalars": (np, "pi", "np.pi", F64, np.float32(3.0), np.float32(2.0)),
+    "operator.add = operator.sub": (operator, "add", "operator.add(r[0], 1.0)", F64, None, operator.sub),
+}
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, marks=() if case == "math.sin = math.cos" else pytest.mark.slow)
+                                  for case in REBOUND])  # (the quick suite's sample: the builtin)
+def test_an_attribute_of_a_library_module_rebound(patched, case):
+    module, attribute, expression, sig, first, then = REBOUND[case]
+    _, kernel = reading(f"import {module.__name__}\nimport numpy as np\ndef kernel(r):\n    r[0] = {expression}\n")
     cache = KernelCache()
-    before = cache.compile(kernel, F32, SM86)
-    patched(math, "sin", math.cos)
-    check(cache, kernel, before=before)
-
-
-@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
-def test_a_library_float_replaced_by_numpy_scalars(patched):
-    """``math.e = np.float32(math.e)``, then another numpy scalar: each is the value compiled."""
-    _, kernel = reading("import math\ndef kernel(r):\n    r[0] = math.e\n")
-    cache = KernelCache()
-    patched(math, "e", np.float32(math.e))
-    before = cache.compile(kernel, F64, SM86)
-    patched(math, "e", np.float32(2.5))
-    check(cache, kernel, sig=F64, before=before)
-
-
-@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
-def test_a_numpy_ufunc_of_numpy_rebound(patched):
-    _, kernel = reading("import numpy as np\ndef kernel(r):\n    r[0] = np.sin(r[0])\n")
-    cache = KernelCache()
-    before = cache.compile(kernel, F32, SM86)
-    patched(np, "sin", np.cos)
-    check(cache, kernel, before=before)
+    if first is not None:
+        patched(module, attribute, first)
+    before = cache.compile(kernel, sig, SM86)
+    patched(module, attribute, then)
+    check(cache, kernel, sig=sig, before=before)
 
 
 CONFIG_LIBRARY = """\
@@ -153,10 +161,8 @@ def test_a_librarys_numba_type_rebound(cfglib):
     _, kernel = reading(f"import {name} as lib\nfrom numba import cuda\n"
                         "def kernel(r):\n    a = cuda.local.array(2, lib.KIND)\n    a[0] = r[0] / 3\n"
                         "    r[0] = a[0]\n")
-    cache = KernelCache()
-    before = cache.compile(kernel, F64, SM86)
-    lib.KIND = types.float64
-    check(cache, kernel, sig=F64, before=before)
+    with edited(kernel, F64):
+        lib.KIND = types.float64
 
 
 @pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
@@ -165,28 +171,6 @@ def test_a_librarys_enum_member_rebound(cfglib):
     cache, kernel, before = compiled_reading(name, "1.0 if lib.MODE == lib.Mode.FAST else 2.0")
     lib.MODE = lib.Mode.SLOW
     check(cache, kernel, before=before)
-
-
-@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
-def test_a_numpy_constant_replaced_by_one_numpy_scalar_then_another(patched):
-    _, kernel = reading("import numpy as np\ndef kernel(r):\n    r[0] = np.pi\n")
-    cache = KernelCache()
-    patched(np, "pi", np.float32(3.0))
-    before = cache.compile(kernel, F64, SM86)
-    patched(np, "pi", np.float32(2.0))
-    check(cache, kernel, sig=F64, before=before)
-
-
-@pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
-def test_an_operator_function_rebound(patched):
-    """``operator.add = operator.sub``: builtins of a library module by their name."""
-    import operator
-
-    _, kernel = reading("import operator\ndef kernel(r):\n    r[0] = operator.add(r[0], 1.0)\n")
-    cache = KernelCache()
-    before = cache.compile(kernel, F64, SM86)
-    patched(operator, "add", operator.sub)
-    check(cache, kernel, sig=F64, before=before)
 
 
 def installed(site_library, name, text):
@@ -214,10 +198,8 @@ def test_a_users_device_function_put_into_a_library_module_reads_a_global(instal
     ns, _ = reading("@cuda.jit(device=True)\ndef dev(x):\n    return x * G\n", name="dev", G=2.5)
     holder.dev = ns["dev"]
     _, kernel = reading("import holder_r5\ndef kernel(r):\n    r[0] = holder_r5.dev(r[0])\n")
-    cache = KernelCache()
-    before = cache.compile(kernel, F64, SM86)
-    ns["G"] = 3.25
-    check(cache, kernel, sig=F64, before=before)
+    with edited(kernel, F64):
+        ns["G"] = 3.25
 
 
 @pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
@@ -225,10 +207,8 @@ def test_an_intrinsic_held_by_a_library_module_rebound(installs):
 
     library = installs("index_r5", "from numba import cuda\nindex = cuda.grid\n")
     _, kernel = reading("import index_r5\ndef kernel(r):\n    r[0] = index_r5.index(1)\n")
-    cache = KernelCache()
-    before = cache.compile(kernel, F64, SM86)
-    library.index = cuda.gridsize
-    check(cache, kernel, sig=F64, before=before)
+    with edited(kernel, F64):
+        library.index = cuda.gridsize
 
 
 @pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
@@ -238,10 +218,8 @@ def test_a_library_modules_getattr_serving_a_numpy_scalar_that_changes(installs)
                        "def __getattr__(name):\n    if name == 'SCALE':\n        return VALUE[0]\n"
                        "    raise AttributeError(name)\n")
     _, kernel = reading("import served_r5\ndef kernel(r):\n    r[0] = r[0] * served_r5.SCALE\n")
-    cache = KernelCache()
-    before = cache.compile(kernel, F32, SM86)
-    library.VALUE[0] = np.float32(3.25)
-    check(cache, kernel, before=before)
+    with edited(kernel):
+        library.VALUE[0] = np.float32(3.25)
 
 
 @pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
@@ -249,10 +227,8 @@ def test_a_librarys_dtype_rebound(installs):
     library = installs("dtype_r5", "import numpy as np\nDT = np.dtype('float32')\n")
     _, kernel = reading("import dtype_r5\nfrom numba import cuda\ndef kernel(r):\n"
                         "    a = cuda.local.array(2, dtype_r5.DT)\n    a[0] = r[0] / 3\n    r[0] = a[0]\n")
-    cache = KernelCache()
-    before = cache.compile(kernel, F64, SM86)
-    library.DT = np.dtype("float64")
-    check(cache, kernel, sig=F64, before=before)
+    with edited(kernel, F64):
+        library.DT = np.dtype("float64")
 
 
 @pytest.mark.slow  # (the quick suite's sample of the class: the builtin, the table, lib.dev)
@@ -261,10 +237,8 @@ def test_a_users_array_put_into_a_library_module_written_in_place(installs):
     mine = np.arange(4, dtype=np.float32)
     library.TABLE = mine
     _, kernel = reading("import table_r5\ndef kernel(r):\n    r[0] = table_r5.TABLE[1]\n")
-    cache = KernelCache()
-    before = cache.compile(kernel, F32, SM86)
-    mine[1] = 9.5
-    check(cache, kernel, before=before)
+    with edited(kernel):
+        mine[1] = 9.5
 
 
 @pytest.mark.slow
@@ -273,10 +247,8 @@ def test_a_librarys_table_baked_into_constant_memory_written_in_place(cfglib):
     name, lib = cfglib
     _, kernel = reading(f"import {name} as lib\nfrom numba import cuda\ndef kernel(r):\n"
                         "    t = cuda.const.array_like(lib.TABLE)\n    r[0] = t[1]\n")
-    cache = KernelCache()
-    before = cache.compile(kernel, F32, SM86)
-    lib.TABLE[1] = 7.75
-    check(cache, kernel, before=before)
+    with edited(kernel):
+        lib.TABLE[1] = 7.75
 
 
 @pytest.mark.slow
@@ -285,10 +257,8 @@ def test_a_librarys_module_attribute_rebound_to_another_module(installs):
     library = installs("modattr_r5", "import math as m\n")
     other = installs("othermath_r5", "from math import sin as cos\n")
     _, kernel = reading("import modattr_r5\ndef kernel(r):\n    r[0] = modattr_r5.m.cos(r[0])\n")
-    cache = KernelCache()
-    before = cache.compile(kernel, F64, SM86)
-    library.m = other
-    check(cache, kernel, sig=F64, before=before)
+    with edited(kernel, F64):
+        library.m = other
 
 
 @pytest.mark.slow
@@ -297,10 +267,8 @@ def test_a_closure_over_a_library_module_whose_value_changes(cfglib):
     ns, _ = reading(f"def make():\n    import {name} as m\n    def kernel(r):\n        r[0] = r[0] * m.SCALE\n"
                     "    return kernel\n", name="make")
     kernel = ns["make"]()
-    cache = KernelCache()
-    before = cache.compile(kernel, F32, SM86)
-    lib.SCALE = np.float32(6.5)
-    check(cache, kernel, before=before)
+    with edited(kernel):
+        lib.SCALE = np.float32(6.5)
 
 
 @pytest.mark.slow
@@ -308,10 +276,8 @@ def test_a_device_functions_read_through_a_library_module(cfglib):
     name, lib = cfglib
     _, kernel = reading(f"import {name} as lib\n@cuda.jit(device=True)\ndef dev(x):\n    return x * lib.SCALE\n"
                         "def kernel(r):\n    r[0] = dev(r[0])\n")
-    cache = KernelCache()
-    before = cache.compile(kernel, F32, SM86)
-    lib.SCALE = np.float32(6.5)
-    check(cache, kernel, before=before)
+    with edited(kernel):
+        lib.SCALE = np.float32(6.5)
 
 
 @pytest.mark.slow
@@ -348,9 +314,8 @@ def test_a_function_importing_a_user_module_in_its_body_is_refused_with_the_fix(
 # in new processes (`test_extensions.compiled`: one long-lived cache against a
 # fresh process at every step).
 
-GENERATED = '''
-import types as _types
-TEMPLATE = """
+# a lowering for a stub function `op` that multiplies by a constant
+OP_LOWERING = """
 from numba.cuda import types
 from numba.cuda.extending import type_callable, lower_builtin
 def op(x):
@@ -364,10 +329,8 @@ def type_op(context):
 def lower_op(context, builder, sig, args):
     return builder.fmul(args[0], context.get_constant(types.float64, {k}))
 """
-{prepare}
-exec(compile(TEMPLATE.format(k={k}), "<generated>", "exec"), {namespace})
-op = {found}
-'''
+GENERATED = ("import types as _types\nTEMPLATE = " + repr(OP_LOWERING) + "\n{prepare}\n"
+             'exec(compile(TEMPLATE.format(k={k}), "<generated>", "exec"), {namespace})\nop = {found}\n')
 USES_OP = "def kernel(r):\n    r[0] = op(r[0])\n"
 INTO = {
     "a module without a file": ("gen = _types.ModuleType('gen')", "gen.__dict__", "gen.op"),
@@ -665,20 +628,7 @@ def thrice_impl(x):
     return lambda x: x * 3.0
 """
 USES_TWICE = "def kernel(r):\n    r[0] = twice(r[0])\n"
-LOWERS = """
-from numba.cuda import types
-from numba.cuda.extending import type_callable, lower_builtin
-def op(x):
-    pass
-@type_callable(op)
-def type_op(context):
-    def typer(x):
-        return x
-    return typer
-@lower_builtin(op, types.float64)
-def lower_op(context, builder, sig, args):
-    return builder.fmul(args[0], context.get_constant(types.float64, {k}))
-"""
+LOWERS = OP_LOWERING
 LOWERS_AGAIN = """
 @lower_builtin(op, types.float64)
 def lower_op(context, builder, sig, args):
