@@ -301,21 +301,7 @@ class KernelCache:
 
     @staticmethod
     def _request(func, sig, config: CompileConfig, link, **options) -> CompileRequest:
-        from .launch.device import simulator_imported
-
-        if simulator_imported():
-            raise GpuCacheError(
-                "numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1 when numba.cuda was imported), and "
-                "numba-cuda's compiler cannot be imported under it, so KernelCache cannot compile; unset "
-                "NUMBA_ENABLE_CUDASIM to compile (no GPU is needed), or use gpucache_ext.jit, whose kernels "
-                "run on the simulator while it is on")
-        targetoptions = getattr(func, "targetoptions", None)
-        if isinstance(targetoptions, dict) and targetoptions.get("device"):
-            name = getattr(func, "__name__", "the function")
-            raise UnsupportedKernelError(
-                f"{name} is a device function (cuda.jit(device=True)): KernelCache compiles kernels, which "
-                f"a device function becomes part of; compile a kernel that calls {name}, or, for the device "
-                f"function's own PTX, numba.cuda.compile_ptx({name}.py_func, sig, device=True, cc=...)")
+        _refuse_what_cannot_compile(func)
         return CompileRequest(python_function(func), normalize_signature(sig), config,
                               _link_items(func, link), **options)
 
@@ -515,3 +501,24 @@ def _check_stage(stage):
     if stage not in ALL_STAGES:
         raise ValueError(f"unknown stage {stage!r}; use one of {list(ALL_STAGES)}")
     return stage
+
+
+def _refuse_what_cannot_compile(func) -> None:
+    """Refuse, naming the fix, a compile that cannot be: under numba's
+    simulator (numba-cuda's compiler cannot be imported), or of a device
+    function (a kernel is what compiles; a device function becomes part of one)."""
+    from .launch.device import simulator_imported
+
+    if simulator_imported():
+        raise GpuCacheError(
+            "numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1 when numba.cuda was imported), and "
+            "numba-cuda's compiler cannot be imported under it, so KernelCache cannot compile; unset "
+            "NUMBA_ENABLE_CUDASIM to compile (no GPU is needed), or use gpucache_ext.jit, whose kernels "
+            "run on the simulator while it is on")
+    targetoptions = getattr(func, "targetoptions", None)
+    if isinstance(targetoptions, dict) and targetoptions.get("device"):
+        name = getattr(func, "__name__", "the function")
+        raise UnsupportedKernelError(
+            f"{name} is a device function (cuda.jit(device=True)): KernelCache compiles kernels, which "
+            f"a device function becomes part of; compile a kernel that calls {name}, or, for the device "
+            f"function's own PTX, numba.cuda.compile_ptx({name}.py_func, sig, device=True, cc=...)")
