@@ -12,7 +12,7 @@ in the compiling thread is recorded (`recorded`): reads by numba's own code
 and by this package are not (numba re-reads its ``NUMBA_*`` settings, which
 the tokens hold as settings).  The first time a variable is read, the compile
 starts again (`NewEnvironmentReads`, a `SnapshotChanged`): the variable joins
-the variables every typing token holds by value (`environment_component`),
+the variables every typing token holds by value (`environment_components`),
 so nothing is filed under a token that did not hold what it was built from.
 A new process learns them again on its first compile of such code (one
 typing more), and until then its tokens, lacking them, match no entry built
@@ -29,10 +29,10 @@ import contextlib
 import os
 import sys
 import threading
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from .errors import SnapshotChanged
-from .tokens import Component, component
+from .tokens import Component, component, digest
 
 _KNOWN: set = set()  # the variables code in numba's pipeline has read in this process
 _recording = threading.local()  # per thread: the names read in the open `recorded` block (None outside)
@@ -104,11 +104,19 @@ def known() -> List[str]:
     return sorted(_KNOWN)
 
 
-def environment_component() -> Optional[Component]:
-    """The typing token's component for the variables `known` names, by
-    their values now (None while there are none)."""
-    if not _KNOWN:
-        return None
-    names = sorted(_KNOWN)
-    return component([[name, os.environ.get(name)] for name in names],
-                     "environment read while compiling: " + ", ".join(names))
+def environment_components() -> Dict[str, Component]:
+    """The typing token's components for the variables `known` names, one a
+    variable (``environment SCALE``, so that a miss names it), by their
+    values now (none while there are none)."""
+    return {f"environment {name}": component([name, os.environ.get(name)], short(repr(os.environ.get(name))))
+            for name in sorted(_KNOWN)}
+
+
+def environment_digest() -> Optional[str]:
+    """One digest of `environment_components` (None while there are none)."""
+    parts = environment_components()
+    return digest({name: part.digest for name, part in parts.items()}) if parts else None
+
+
+def short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -39,7 +39,7 @@ import threading
 import types
 from typing import Any, Dict, List, Optional, Tuple
 
-from .environment import environment_component
+from .environment import environment_digest
 from .errors import UnsupportedKernelError
 from .sources.describe import describe_registration as describe
 from .tokens import Component, digest
@@ -342,10 +342,10 @@ def extensions_component() -> Optional[Component]:
     """The component every typing token gets while user code has numba
     extension registrations (None without any: tokens as before)."""
     found = _user_registrations()
-    environment = environment_component()
+    environment = environment_digest()
     if not found:
         if environment is not None:  # (what numba built while typing library code read it)
-            forget_stale_builds([], environment.digest)
+            forget_stale_builds([], environment)
         return None
     tables: Dict[int, list] = {}
     for label, entry, index, libraries in found:
@@ -358,7 +358,7 @@ def extensions_component() -> Optional[Component]:
         tables.setdefault(index, [label, []])[1].append(described)
     described = [[label, without_repeats(entries)] for label, entries in tables.values()]
     registered = [(label, entry) for label, entry, _, _ in found]
-    forget_stale_builds(registered, digest([described, None if environment is None else environment.digest]))
+    forget_stale_builds(registered, digest([described, environment]))
     return Component(digest(described), f"numba extensions in user code: {len(registered)} registrations")
 
 

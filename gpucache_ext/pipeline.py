@@ -31,7 +31,7 @@ from . import debuginfo, definitions, numba_compat, queries, sessions, targets, 
 from .audit import source_files_component
 from .config import FIELD_STAGES, KEYED_ON_BYTES, ALL_STAGES, STAGES, CompileConfig, Targets
 from .errors import ConfigError, SnapshotChanged, UnsupportedKernelError
-from .environment import environment_component
+from .environment import environment_components
 from .extensions import derived_during, extensions_component
 from .importing import lazy_module
 from .index import CacheIndex, variant_token
@@ -47,7 +47,7 @@ from .store.claims import Claim
 from .store.tiered import TieredStore
 from .store.tiers import Entry
 from .units import format_seconds
-from .tokens import Component, Token, component, make_token, short_token
+from .tokens import Component, Token, component, digest, make_token, short_token
 from .toolchain import fatbin, numba_settings, toolchain_component
 
 # numba-cuda's compiler, imported by the first compile: the cache opens, lists and reports
@@ -528,11 +528,12 @@ class CompilePlan:
         config = self.config
         memo = self.pipeline.memo
         self.extensions = extensions_component()  # numba's extension tables, where user code registered
-        self.environment = environment_component()  # what code numba ran has read of the environment
+        environment = environment_components()  # what code numba ran has read of the environment
+        self.environment = digest({name: part.digest for name, part in environment.items()}) if environment else None
         typing = make_token("typing", {
             **self.identity.components,
             **({"numba extensions": self.extensions} if self.extensions is not None else {}),
-            **({"environment": self.environment} if self.environment is not None else {}),
+            **environment,
             "signature": signature_component(self.argtypes, self.signature_text[1:-1]),
             "toolchain": STAGE_TABLE["typing"].toolchain(),
         })
@@ -617,8 +618,7 @@ class CompilePlan:
         proxies = self.pipeline.proxies
         # (a device function types against both: what it typed under others is not reused)
         extensions = None if self.extensions is None and self.environment is None else (
-            None if self.extensions is None else self.extensions.digest,
-            None if self.environment is None else self.environment.digest)
+            None if self.extensions is None else self.extensions.digest, self.environment)
         proxy_for = proxies.fresh(extensions) if self.forced else proxies.under(extensions)
         pyfunc = rebind(self.identity, proxy_for)
         typed = stages.run_typing(pyfunc, self.argtypes, self.config, kernel=True,
