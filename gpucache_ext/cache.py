@@ -38,8 +38,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from . import numba_compat, queries
 from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
 from .config import ALL_STAGES, CompileConfig, Targets
-from .errors import GpuCacheError, SnapshotChanged, UnsupportedKernelError
-from .extensions import derived_during
+from .errors import GpuCacheError, UnsupportedKernelError
 from .importing import lazy_module
 from .index import CacheIndex
 from .pipeline import CompilePlan, CompileRequest, Pipeline
@@ -285,15 +284,8 @@ class KernelCache:
         cached, else typed now and kept (typed IR lives in memory only, so
         after a restart a disk hit has none).  Counted as a typing lookup."""
         numba_compat.check_numba_runtime()
-        for attempt in range(3):
-            plan = self._plan(func, sig, config, link)
-            try:
-                with derived_during():
-                    return plan.typed().artifact
-            except SnapshotChanged:  # (what typing read changed, or is read for the first time: again)
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        request = self._request(func, sig, CompileConfig() if config is None else config, link)
+        return self.pipeline.attempted(request, lambda plan: plan.typed().artifact)[1]
 
     def _plan(self, func, sig, config, link) -> "CompilePlan":
         """The plan (tokens) of these inputs, for the queries that compile nothing."""

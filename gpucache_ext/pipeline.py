@@ -183,21 +183,26 @@ class Pipeline:
         numba_compat.check_numba_runtime()
         self._busy(True)
         try:
-            for attempt in range(_ATTEMPTS):
-                plan = CompilePlan(self, request)  # (a plan reloads numba's settings)
-                try:
-                    with derived_during():  # (what numba registers meanwhile follows from what was hashed)
-                        result = plan.run()
-                    break
-                # a library was replaced since its fingerprint was read, or an array
-                # changed between its hash and its copy: hash and compile again
-                except (toolchain.ToolchainChanged, SnapshotChanged) as exc:
-                    if request.identity is not None and isinstance(exc, SnapshotChanged):
-                        raise
-                    _give_up_after(attempt, plan, exc)
+            plan, result = self.attempted(request, CompilePlan.run)
         finally:
             self._busy(False)
         return self._finish(request, plan, result)
+
+    def attempted(self, request: CompileRequest, step: Callable[["CompilePlan"], Any]) -> Tuple["CompilePlan", Any]:
+        """A new plan of `request` and `step(plan)`, made again from a new
+        snapshot while what it reads changes under it (up to `_ATTEMPTS`)."""
+        for attempt in range(_ATTEMPTS):
+            plan = CompilePlan(self, request)  # (a plan reloads numba's settings)
+            try:
+                with derived_during():  # (what numba registers meanwhile follows from what was hashed)
+                    return plan, step(plan)
+            # a library was replaced since its fingerprint was read, an array changed between
+            # its hash and its copy, an environment variable was read for the first time: again
+            except (toolchain.ToolchainChanged, SnapshotChanged) as exc:
+                if request.identity is not None and isinstance(exc, SnapshotChanged):
+                    raise
+                _give_up_after(attempt, plan, exc)
+        raise AssertionError("unreachable: the last attempt raises")
 
     def begin(self, request: CompileRequest) -> "Begun":
         """`run` in two halves: typing and llvm now, in this thread (they read
