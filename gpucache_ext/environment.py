@@ -29,10 +29,11 @@ import contextlib
 import os
 import sys
 import threading
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from .errors import SnapshotChanged
-from .tokens import Component, component, digest
+from .sources.values import short
+from .tokens import Component, component
 
 _KNOWN: set = set()  # the variables code in numba's pipeline has read in this process
 _recording = threading.local()  # per thread: the names read in the open `recorded` block (None outside)
@@ -110,13 +111,3 @@ def environment_components() -> Dict[str, Component]:
     values now (none while there are none)."""
     return {f"environment {name}": component([name, os.environ.get(name)], short(repr(os.environ.get(name))))
             for name in sorted(_KNOWN)}
-
-
-def environment_digest() -> Optional[str]:
-    """One digest of `environment_components` (None while there are none)."""
-    parts = environment_components()
-    return digest({name: part.digest for name, part in parts.items()}) if parts else None
-
-
-def short(text: str, limit: int = 40) -> str:
-    return text if len(text) <= limit else text[:limit - 3] + "..."

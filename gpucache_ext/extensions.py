@@ -39,7 +39,6 @@ import threading
 import types
 from typing import Any, Dict, List, Optional, Tuple
 
-from .environment import environment_digest
 from .errors import UnsupportedKernelError
 from .sources.describe import describe_registration as describe
 from .tokens import Component, digest
@@ -338,11 +337,12 @@ def _derive(before) -> None:
                 _KEEP.append(entry)
 
 
-def extensions_component() -> Optional[Component]:
+def extensions_component(environment: Optional[str] = None) -> Optional[Component]:
     """The component every typing token gets while user code has numba
-    extension registrations (None without any: tokens as before)."""
+    extension registrations (None without any: tokens as before).
+    `environment`: the digest of the token's environment components (see
+    `environment`), what numba's memos of user builds were built under too."""
     found = _user_registrations()
-    environment = environment_digest()
     if not found:
         if environment is not None:  # (what numba built while typing library code read it)
             forget_stale_builds([], environment)

@@ -47,7 +47,7 @@ from .store.claims import Claim
 from .store.tiered import TieredStore
 from .store.tiers import Entry
 from .units import format_seconds
-from .tokens import Component, Token, component, digest, make_token, short_token
+from .tokens import Component, Token, component, make_token, parts_digest, short_token
 from .toolchain import fatbin, numba_settings, toolchain_component
 
 # numba-cuda's compiler, imported by the first compile: the cache opens, lists and reports
@@ -532,9 +532,10 @@ class CompilePlan:
     def _tokens(self) -> Dict[str, Token]:
         config = self.config
         memo = self.pipeline.memo
-        self.extensions = extensions_component()  # numba's extension tables, where user code registered
         environment = environment_components()  # what code numba ran has read of the environment
-        self.environment = digest({name: part.digest for name, part in environment.items()}) if environment else None
+        self.environment = parts_digest(environment) if environment else None
+        # numba's extension tables, where user code registered
+        self.extensions = extensions_component(self.environment)
         typing = make_token("typing", {
             **self.identity.components,
             **({"numba extensions": self.extensions} if self.extensions is not None else {}),
