@@ -42,7 +42,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .errors import UnsupportedKernelError
 from .sources.describe import describe_registration as describe
 from .tokens import Component, digest
-from .usercode import numba_code, touches_user_code
+from .usercode import numba_code, numba_named, touches_user_code
 
 # ---------------------------------------------------------------------------
 # What numba's tables hold
@@ -93,7 +93,7 @@ def _registries() -> List[Tuple[Any, str]]:
             kinds.append((cls, prefix))
     classes = tuple(cls for cls, _ in kinds)
     found: Dict[int, Tuple[Any, str]] = {}
-    for name in sorted(name for name in list(sys.modules) if name.split(".")[0] in ("numba", "numba_cuda")):
+    for name in sorted(name for name in list(sys.modules) if numba_named(name)):
         for value in _module_registries(name, sys.modules.get(name), classes):
             if id(value) not in found:
                 found[id(value)] = (value, next(prefix for cls, prefix in kinds if isinstance(value, cls)))
@@ -248,7 +248,7 @@ def _all_numbas(parts, depth: int) -> bool:
             found = True
         elif isinstance(part, type) and depth < 3:
             body = [value for name, value in vars(part).items() if name != "key"]
-            if (part.__module__ or "").split(".")[0] in ("numba", "numba_cuda"):
+            if numba_named(part.__module__):
                 found = True
             elif body and not _all_numbas(body, depth + 1):
                 return False

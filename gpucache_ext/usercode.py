@@ -166,6 +166,14 @@ def _function_touches_user_code(func) -> bool:
     return touches
 
 
+NUMBA_PACKAGES = ("numba", "numba_cuda")
+
+
+def numba_named(module: Optional[str]) -> bool:
+    """Whether the module called `module` is numba's or numba-cuda's."""
+    return bool(module) and module.split(".")[0] in NUMBA_PACKAGES
+
+
 def numba_code(filename: str) -> bool:
     """Whether code from `filename` is numba's or numba-cuda's own (a file in
     their packages' folders, as imported or as resolved)."""
@@ -184,7 +192,7 @@ def _numba_folders() -> Tuple[Tuple[str, ...], bool]:
     global _FOLDERS
     if _FOLDERS is None or not _FOLDERS[1]:
         folders = []
-        for name in ("numba", "numba_cuda"):
+        for name in NUMBA_PACKAGES:
             for folder in getattr(sys.modules.get(name), "__path__", None) or ():
                 folders += [os.path.join(folder, ""), os.path.join(os.path.realpath(folder), "")]
         _FOLDERS = (tuple(dict.fromkeys(folders)), sys.modules.get("numba_cuda") is not None)
@@ -224,17 +232,14 @@ def numba_made(cls) -> bool:
     """A class numba makes (or may make) around what it is given: one of
     numba's own, or a subclass of one (``type()``'d templates, whose module
     may read ``abc``)."""
-    return any((getattr(c, "__module__", None) or "").split(".")[0] in ("numba", "numba_cuda") for c in cls.__mro__)
+    return any(numba_named(getattr(c, "__module__", None)) for c in cls.__mro__)
 
 
 def library_function(func) -> bool:
     """A function a ``def`` in a library's module made, found under its name
-    there: its code is that library's, keyed by its version."""
-    qualname = getattr(func, "__qualname__", "")
-    found = sys.modules.get(getattr(func, "__module__", None) or "")
-    for part in qualname.split("."):
-        found = vars(found).get(part) if hasattr(found, "__dict__") else None  # (no module __getattr__ runs)
-    return found is func and "<locals>" not in qualname and not user_module(func.__module__)
+    there: its code is that library's, keyed by its version (not one a
+    factory or a template made as the library ran)."""
+    return _a_library_modules_own(func)
 
 
 @functools.cache
@@ -243,11 +248,18 @@ def library_class(cls) -> bool:
     its name there: its body is that library's code.  (numba's extension API
     makes classes around user code with ``type()``, or inside functions,
     never as a library module's own attributes.)"""
-    qualname = getattr(cls, "__qualname__", "")
-    found = sys.modules.get(cls.__module__)
+    return _a_library_modules_own(cls)
+
+
+def _a_library_modules_own(value) -> bool:
+    """Whether `value` is found under its qualified name in its module, a
+    library's, and was not made inside a function."""
+    qualname = getattr(value, "__qualname__", "")
+    module = getattr(value, "__module__", None)
+    found = sys.modules.get(module or "")
     for part in qualname.split("."):
         found = vars(found).get(part) if hasattr(found, "__dict__") else None  # (no module __getattr__ runs)
-    return found is cls and "<locals>" not in qualname and not user_module(cls.__module__)
+    return found is value and "<locals>" not in qualname and not user_module(module)
 
 
 def numba_type(value) -> bool:
