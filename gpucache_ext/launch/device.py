@@ -42,6 +42,7 @@ def cuda_simulator_on() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
+@functools.lru_cache(maxsize=1)  # (how numba.cuda was imported does not change)
 def simulator_imported() -> bool:
     """Whether ``numba.cuda`` was imported as numba's simulator (the variable
     set when it loaded): numba-cuda's compiler cannot be imported then.  (A

@@ -416,15 +416,17 @@ def _refuse_user_imports(qualname: str, imports, namespace) -> None:
     modules (``from numba.cuda.typing import signature``) are keyed by their
     versions."""
     import importlib.util
-    import sys
 
     for name, level in sorted(imports):
         try:
             full = importlib.util.resolve_name("." * level + name, namespace.get("__package__") or
                                                namespace.get("__name__") or "") if level else name
             module = sys.modules.get(full)
-            origin = getattr(module, "__file__", None) if module is not None else \
-                getattr(importlib.util.find_spec(full.split(".")[0]) if "." not in full else None, "origin", None)
+            if module is not None:
+                origin = getattr(module, "__file__", None)
+            else:  # (not imported yet: where a top-level module would come from; found without importing it)
+                spec = importlib.util.find_spec(full) if "." not in full else None
+                origin = getattr(spec, "origin", None)
         except (ImportError, ValueError, AttributeError):
             continue  # (numba fails where Python fails)
         if module is not None and library_version(module) is not None:
