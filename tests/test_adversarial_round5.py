@@ -354,10 +354,12 @@ def test_a_lowering_generated_from_a_template_run_again_with_another_constant(wh
     assert seen[1]["ptx"] != seen[0]["ptx"]
 
 
+# a library whose factory makes a stub `op`, types it, and registers a lowering (`lower`:
+# the caller's value `k` in a closure, or in code it generates from `template`)
 OPLIB = '''
 from numba.cuda import types
 from numba.cuda.extending import type_callable, lower_builtin
-
+{template}
 
 def make_op(k):
     def op(x):
@@ -369,12 +371,13 @@ def make_op(k):
             return x
         return typer
 
-    @lower_builtin(op, types.float64)
-    def lower_op(context, builder, sig, args):
-        return builder.fmul(args[0], context.get_constant(types.float64, k))
-
+{lower}
     return op
 '''
+CLOSING_OVER_K = OPLIB.format(template="", lower='''    @lower_builtin(op, types.float64)
+    def lower_op(context, builder, sig, args):
+        return builder.fmul(args[0], context.get_constant(types.float64, k))
+''')
 FACTORY_CELLS = '''
 import sys
 sys.path.insert(0, {site!r})
@@ -387,7 +390,7 @@ op = oplib_r5.make_op({k})
 def test_a_librarys_factory_registering_a_lowering_over_the_callers_value(site_library):
     from .test_extensions import compiled
 
-    write_source(site_library / "oplib_r5" / "__init__.py", OPLIB)
+    write_source(site_library / "oplib_r5" / "__init__.py", CLOSING_OVER_K)
     cells = [FACTORY_CELLS.format(site=str(site_library), k=k) for k in (2.5, 3.25)]
     seen = compiled([[cells[0], USES_OP], [cells[1]]], "kernel", F64)
     assert seen[1]["ptx"] != seen[0]["ptx"]
@@ -746,31 +749,15 @@ def test_what_is_recorded_of_the_environment_inside_numbas_pipeline():
         environment._KNOWN.difference_update(names)
 
 
-TEMPLATING_LIBRARY = '''
-from numba.cuda import types
-from numba.cuda.extending import type_callable, lower_builtin
-
+TEMPLATING_LIBRARY = OPLIB.format(template='''
 TEMPLATE = """
 def lower_op(context, builder, sig, args):
     return builder.fmul(args[0], context.get_constant(types.float64, {k}))
 """
-
-
-def make_op(k):
-    def op(x):
-        pass
-
-    @type_callable(op)
-    def type_op(context):
-        def typer(x):
-            return x
-        return typer
-
-    namespace = {"types": types}
+''', lower='''    namespace = {"types": types}
     exec(compile(TEMPLATE.format(k=k), __file__, "exec"), namespace)  # (under the library's own file name)
     lower_builtin(op, types.float64)(namespace["lower_op"])
-    return op
-'''
+''')
 
 
 @pytest.mark.slow  # four processes
