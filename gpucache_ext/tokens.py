@@ -26,9 +26,10 @@ from .reasons import Reason
 # cutoff); 4: floats by their bits, ints by value, types by numba's complete
 # keys, builtins and every value typing reads from one snapshot; 5: a linked
 # .cu source's digest covers what NVRTC reads, by its search rules (the llvm
-# and ptx artifacts carry such digests for numba's shim sources).  Entries of
+# and ptx artifacts carry such digests for numba's shim sources); 6: the uid in
+# symbol names has 16 digits (`stages.numbering.symbol_uid`).  Entries of
 # earlier schemas are never looked up again (misses).
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def _canonical(value: Any) -> Any:

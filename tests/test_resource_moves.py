@@ -375,3 +375,13 @@ def test_moves_come_in_the_order_they_matter_each_once():
     at_90 = dataclasses.replace(_row(fields={"sm": 90}, shared_bytes=3072), created=5.0)
     texts = [m.text for m in resource_moves([base, at_90, fast, fast_90])]
     assert texts == ["shared memory appears at sm_90 (0 B -> 3.0 KiB) against sm_86"]  # once, not per pair
+
+
+def test_symbol_uids_are_of_one_length():
+    """The uid in a kernel's symbol names has 16 digits whatever its source's
+    digest: a symbol's length (and so the cubin's bytes) does not move with it."""
+    from gpucache_ext.stages.numbering import symbol_uid
+
+    digests = ["0" * 64, "f" * 64, "000000000001" + "0" * 52, "e8d4a5100000" + "0" * 52, "123456789abc" + "0" * 52]
+    assert {len(str(symbol_uid(d))) for d in digests} == {16}
+    assert len({symbol_uid(d) for d in digests}) == len(digests)

@@ -27,8 +27,11 @@ log = logging.getLogger(__name__)
 
 
 def symbol_uid(identity_digest: str) -> int:
-    """The number numba puts in symbol names, derived from the source identity."""
-    return int(identity_digest[:12], 16)
+    """The number numba puts in symbol names, derived from the source
+    identity; always of 16 digits, so that a symbol's length, and the cubin's
+    size and layout with it, do not move with the digest (an edit that
+    changes nothing else moved a kernel's cubin bytes across targets)."""
+    return 10 ** 15 + int(identity_digest[:12], 16)  # (12 hex digits: below 2 ** 48 < 9 * 10 ** 15)
 
 
 @contextlib.contextmanager
