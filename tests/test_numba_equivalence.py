@@ -355,3 +355,30 @@ def test_a_cpu_jit_function_that_cannot_compile_fails_as_in_numba():
     with pytest.raises(CompileError, match=message) as raised:
         KernelCache().compile(ns["add_kernel"], sig, SM86)
     assert raised.value.stage == "typing"
+
+
+def test_a_function_passed_as_an_argument_is_named_as_numba_names_it():
+    # numba names the type of a function passed to a device function after its
+    # dispatcher's repr, address included (twelve hex digits), in the callee's
+    # mangled name: the pipeline's number in its place must have that length,
+    # or the symbol's length prefix differs (its test_make_function_to_jit_function)
+    ns = notebook_namespace()
+    run_cell(ns, """
+@cuda.jit
+def consumer(func, *args):
+    return func(*args)
+
+def closure():
+    @cuda.jit
+    def inner(x):
+        return x * 3
+    return inner
+
+inner = closure()
+
+def kernel(out, x):
+    out[0] = consumer(inner, x)
+""")
+    sig = "void(int64[:], int64)"
+    result = KernelCache().compile(ns["kernel"], sig, SM86)
+    assert normalise_ptx(result.ptx) == normalise_ptx(numba_ptx(ns["kernel"], sig))

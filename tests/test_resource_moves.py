@@ -380,8 +380,12 @@ def test_moves_come_in_the_order_they_matter_each_once():
 def test_symbol_uids_are_of_one_length():
     """The uid in a kernel's symbol names has 16 digits whatever its source's
     digest: a symbol's length (and so the cubin's bytes) does not move with it."""
-    from gpucache_ext.stages.numbering import symbol_uid
+    from gpucache_ext.stages.numbering import _next_uid, address_of, symbol_uid
 
     digests = ["0" * 64, "f" * 64, "000000000001" + "0" * 52, "e8d4a5100000" + "0" * 52, "123456789abc" + "0" * 52]
     assert {len(str(symbol_uid(d))) for d in digests} == {16}
     assert len({symbol_uid(d) for d in digests}) == len(digests)
+    # the next free number (two functions alike) and the uid written as an address keep their lengths
+    assert {len(str(_next_uid(symbol_uid(d)))) for d in digests} == {16}
+    assert {len(address_of(symbol_uid(d))) for d in digests} == {14}
+    assert len({address_of(symbol_uid(d)) for d in digests}) == len(digests)

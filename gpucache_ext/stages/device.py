@@ -26,7 +26,7 @@ from ..locks import compiler_lock
 from ..options import device_options
 from .compiling import active, compile_error, compiling_for, lowering_key, replace_in_numba
 from .llvm import lower
-from .numbering import proxied_uids, symbol_uid
+from .numbering import address_of, proxied_uids, symbol_uid
 from .typed import run_typing
 
 
@@ -83,7 +83,7 @@ class DeviceProxy(CUDADispatcher):
         (different in every process and compile), this one the identity's
         number in its place."""
         uid = symbol_uid(getattr(self, "identity_digest", None) or "0")
-        return f"{type(self).__name__}(<function {self.py_func.__qualname__} at 0x{uid:x}>)"
+        return f"{type(self).__name__}(<function {self.py_func.__qualname__} at {address_of(uid)}>)"
 
     def get_call_template(self, args, kws):
         """As numba's, but with declared signatures the call is typed against

@@ -31,7 +31,23 @@ def symbol_uid(identity_digest: str) -> int:
     identity; always of 16 digits, so that a symbol's length, and the cubin's
     size and layout with it, do not move with the digest (an edit that
     changes nothing else moved a kernel's cubin bytes across targets)."""
-    return 10 ** 15 + int(identity_digest[:12], 16)  # (12 hex digits: below 2 ** 48 < 9 * 10 ** 15)
+    return _UID_BASE + int(identity_digest[:12], 16)  # (12 hex digits: below 2 ** 48 < 9 * 10 ** 15)
+
+
+_UID_BASE = 10 ** 15
+
+
+def _next_uid(uid: int) -> int:
+    """The uid after `uid`, of the same 16 digits (wrapping within them)."""
+    return _UID_BASE + (uid - _UID_BASE + 1) % (1 << 48)
+
+
+def address_of(uid: int) -> str:
+    """A symbol uid written as numba's dispatchers write their function's
+    address in their repr (which numba puts in the mangled name of what a
+    function is passed to): twelve hex digits, as a heap address has, so
+    that the symbol's length is numba's and does not move with the uid."""
+    return f"0x{(uid - _UID_BASE) % (1 << 48):012x}"
 
 
 @contextlib.contextmanager
@@ -267,7 +283,7 @@ def _internal_uid(pyfunc) -> int:
     uid = symbol_uid(internal_function_digest(pyfunc))
     holder = (pyfunc.__code__, tuple(_closure_contents(pyfunc)))
     while not _same(_internal_uids.setdefault(uid, holder), holder):
-        uid = (uid + 1) % (1 << 48)
+        uid = _next_uid(uid)
     return uid
 
 
@@ -350,7 +366,8 @@ def _dispatcher_repr(numba_repr):
     def repr_(self):
         if active.config is None:
             return numba_repr(self)
-        return f"{type(self).__name__}(<function {self.py_func.__qualname__} at 0x{_internal_uid(self.py_func):x}>)"
+        address = address_of(_internal_uid(self.py_func))
+        return f"{type(self).__name__}(<function {self.py_func.__qualname__} at {address}>)"
 
     return repr_
 
