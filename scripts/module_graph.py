@@ -5,12 +5,20 @@
     python scripts/module_graph.py --sizes    # the largest modules and classes, against the limits
 
 Read from the source with `ast` (nothing is imported): an edge A -> B for every
-``import`` of B in A, at module level or inside a function (an import inside a
-function defers the cycle to run time, it does not remove it; such edges are
-marked ``(lazy)``); imports under ``if TYPE_CHECKING:`` are left out (they
-never run).  A cycle is a strongly connected set of two or more modules.
-Private names imported from another module (``from .disk import _read_head``)
-are listed too.
+way A reaches B, each of a kind the output shows:
+
+    import    an ``import`` of B at module level
+    function  an ``import`` of B inside a function (it defers the cycle to run
+              time, it does not remove it)
+    lazy      B's name as a string literal handed to ``lazy_module``,
+              ``importlib.import_module`` or a ``sys.modules`` lookup
+    type      an ``import`` of B under ``if TYPE_CHECKING:`` (it never runs, but
+              A is written against B all the same)
+
+A module reached several ways keeps the first kind of that list.  A cycle is a
+strongly connected set of two or more modules, whatever the kinds of its
+edges.  Private names imported from another module (``from .disk import
+_read_head``) are listed too.
 """
 
 from __future__ import annotations
@@ -18,7 +26,6 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 PACKAGE = "gpucache_ext"
@@ -39,47 +46,80 @@ def resolve(current: str, is_package: bool, level: int, name: str | None) -> str
     return ".".join(base + ([name] if name else []))
 
 
+KINDS = ("import", "function", "lazy", "type")  # strongest first
+_BY_NAME = ("lazy_module", "import_module")  # calls whose string argument names a module
+
+
 def graph():
+    """(modules {name: path}, edges {module: {target: kind}}, private [(module, base, name)])."""
     modules = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
-    edges = defaultdict(dict)  # module -> {imported module: lazy?}
-    private = []
+    edges, private = {}, []
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
-        top_level = {id(node) for node in tree.body}
-        is_package = path.name == "__init__.py"
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = resolve(name, is_package, node.level, node.module)
-                targets = []
-                for alias in node.names:
-                    sub = f"{base}.{alias.name}"
-                    if sub in modules:
-                        targets.append(sub)
-                    else:
-                        targets.append(base)
-                        if alias.name.startswith("_") and base.startswith(PACKAGE) and base != name:
-                            private.append((name, base, alias.name))
-            else:
-                continue
-            if _in_type_checking(tree, node):  # for annotations only: never imported at run time
-                continue
-            lazy = id(node) not in top_level
-            for target in targets:
-                while target and target not in modules:
-                    target = target.rpartition(".")[0]
-                if target and target != name and target.startswith(PACKAGE):
-                    edges[name][target] = edges[name].get(target, True) and lazy
+        found, names = module_edges(name, path.read_text(), modules, is_package=path.name == "__init__.py")
+        if found:
+            edges[name] = found
+        private += names
     return modules, edges, private
 
 
-def _in_type_checking(tree, node) -> bool:
-    for top in tree.body:
-        if isinstance(top, ast.If) and "TYPE_CHECKING" in ast.unparse(top.test):
-            if any(child is node for child in ast.walk(top)):
-                return True
-    return False
+def module_edges(name, source, modules, is_package=False):
+    """The edges of module `name` whose text is `source`, {target: kind}, and
+    the private names it imports from other modules, [(name, base, attribute)]."""
+    found, private = {}, []
+
+    def add(target, kind):
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != name and target.startswith(PACKAGE):
+            if target not in found or KINDS.index(kind) < KINDS.index(found[target]):
+                found[target] = kind
+
+    def visit(node, kind):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            kind = "type"
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and kind == "import":
+            kind = "function"
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name, kind)
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve(name, is_package, node.level, node.module)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in modules:
+                    add(sub, kind)
+                else:
+                    add(base, kind)
+                    if alias.name.startswith("_") and base.startswith(PACKAGE) and base != name:
+                        private.append((name, base, alias.name))
+        else:
+            named = _named_module(node)
+            if named is not None:
+                add(named, "lazy")
+        for child in ast.iter_child_nodes(node):
+            visit(child, kind)
+
+    visit(ast.parse(source), "import")
+    return found, private
+
+
+def _named_module(node):
+    """The string literal `node` hands over as a module's name, if any:
+    ``lazy_module("m")``, ``importlib.import_module("m")``, ``sys.modules.get("m")``,
+    ``sys.modules["m"]``, ``"m" in sys.modules``."""
+    def literal(value):
+        return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
+
+    if isinstance(node, ast.Call) and node.args:
+        function = ast.unparse(node.func)
+        if function.rpartition(".")[2] in _BY_NAME or function in ("sys.modules.get", "sys.modules.pop"):
+            return literal(node.args[0])
+    elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == "sys.modules":
+        return literal(node.slice)
+    elif isinstance(node, ast.Compare) and len(node.comparators) == 1 \
+            and isinstance(node.ops[0], (ast.In, ast.NotIn)) and ast.unparse(node.comparators[0]) == "sys.modules":
+        return literal(node.left)
+    return None
 
 
 MAX_MODULE_LINES, MAX_CLASS_LINES = 900, 400  # what still reads as one thing
@@ -129,6 +169,9 @@ def cycles(modules, edges):
     return sorted(found)
 
 
+_DOT_STYLES = {"import": "", "function": " [style=dashed]", "lazy": " [style=dotted]", "type": " [color=gray]"}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dot", action="store_true", help="print the graph in graphviz's dot language")
@@ -148,16 +191,18 @@ def main() -> int:
     if args.dot:
         print("digraph gpucache_ext {")
         for source, targets in sorted(edges.items()):
-            for target, lazy in sorted(targets.items()):
-                print(f'  "{short(source)}" -> "{short(target)}"{" [style=dashed]" if lazy else ""};')
+            for target, kind in sorted(targets.items()):
+                print(f'  "{short(source)}" -> "{short(target)}"{_DOT_STYLES[kind]};')
         print("}")
         return 0
     for source in modules:
         targets = edges.get(source, {})
-        shown = ", ".join(short(t) + (" (lazy)" if lazy else "") for t, lazy in sorted(targets.items()))
+        shown = ", ".join(short(t) + ("" if kind == "import" else f" ({kind})") for t, kind in sorted(targets.items()))
         print(f"{short(source)}: {shown or '-'}")
     found = cycles(modules, edges)
-    print(f"\n{len(modules)} modules, {sum(map(len, edges.values()))} edges, {len(found)} cycles")
+    kinds = [kind for targets in edges.values() for kind in targets.values()]
+    print(f"\n{len(modules)} modules, {len(kinds)} edges ("
+          + ", ".join(f"{kinds.count(kind)} {kind}" for kind in KINDS) + f"), {len(found)} cycles")
     for component in found:
         print("  cycle: " + " <-> ".join(map(short, component)))
     print(f"{len(private)} private names imported from another module")
