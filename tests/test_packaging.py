@@ -94,7 +94,6 @@ def _module_graph():
 # sys.modules edges (issue 54), each to be broken and taken off this list: a
 # new cycle fails the test, and so does one that is gone but still listed.
 KNOWN_CYCLES = [
-    ["cache", "pipeline", "queries", "queries.compare", "queries.misses", "queries.resources"],
     ["extensions", "results", "stages", "stages.compiling", "stages.cubin", "stages.device", "stages.llvm",
      "stages.numbering", "stages.ptx", "stages.typed"],
     ["launch.arguments", "launch.batch", "launch.compiled", "launch.inspection", "launch.kernel",

@@ -3,7 +3,8 @@
 Every query here only reads: it counts no lookup, fills no tier and records
 no miss.  The miss explanations and `predict` are given the cache's
 read-only `CacheIndex` (``cache.index``), the others its public API
-(``entry``, ``entries``).  The cache itself, the inspector and the
+(``entry``, ``entries``: `reading.CacheReader`, so that no query imports
+the cache that imports them).  The cache itself, the inspector and the
 ``gpucache`` command ask them; none of them keeps a second copy.
 
 - `gpucache_ext.queries.misses`: why an entry missed (`miss_reasons`,

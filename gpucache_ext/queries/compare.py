@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 from ..results import EntryInfo
 from ..toolchain.sass import DiffRow, SassUnavailable, SideBySide, disassembly, side_by_side, side_by_side_text
 from ..tokens import find_token, short_name, short_token
+from .reading import CacheReader
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..cache import KernelCache
     from ..store.tiers import Entry
 
 
@@ -27,7 +27,7 @@ COMPARED_STAGES = ("ptx", "cubin")
 _PTX_TARGET = re.compile(r"^\s*\.target\s+sm_(\d+)", re.M)
 
 
-def find_entry(cache: "KernelCache", given: str, stage: Optional[str] = None) -> Tuple[str, str]:
+def find_entry(cache: CacheReader, given: str, stage: Optional[str] = None) -> Tuple[str, str]:
     """(stage, token) of the one entry whose token is `given` or starts with
     it (6 hex digits at least), of `stage` or any; ValueError naming the
     problem (not a token, no such entry, more than one) otherwise."""
@@ -36,7 +36,7 @@ def find_entry(cache: "KernelCache", given: str, stage: Optional[str] = None) ->
                       f" among the cached {stage} entries" if stage else " in the cache")
 
 
-def comparable_entries(cache: "KernelCache", stage: str, token: str) -> List[EntryInfo]:
+def comparable_entries(cache: CacheReader, stage: str, token: str) -> List[EntryInfo]:
     """The other entries of the same kernel at `stage`, newest first: what
     entry `token` can be compared with (`compare_entries`)."""
     rows = cache.entries(stage=stage)
@@ -121,7 +121,7 @@ def compare_artifacts(stage: str, left: "Entry", right: "Entry", context: int = 
     return EntryComparison(stage, a, b, diff)
 
 
-def compare_entries(cache: "KernelCache", stage: str, token_a: str, token_b: str,
+def compare_entries(cache: CacheReader, stage: str, token_a: str, token_b: str,
                     context: int = 3) -> EntryComparison:
     """Two cached entries of `stage` side by side: PTX for "ptx", SASS for
     "cubin".  Tokens may be given by their first 6 hex digits or more.

@@ -27,9 +27,9 @@ from ..reasons import ADDED, CHANGED, REMOVED, Reason
 from ..tokens import Component, explain_difference, make_token, short_name
 from ..store.tiers import DROPPED
 from ..units import format_age
+from .reading import CacheReader
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..cache import KernelCache
     from ..index import CacheIndex
     from ..store.tiers import Entry
 
@@ -168,7 +168,7 @@ def explain_miss(index: "CacheIndex", stage: str, kernel: str, components: Mappi
     return reasons or (Reason("entry was evicted or cleared"),)
 
 
-def nearest_entry(cache: "KernelCache", stage: str, token: str) -> Tuple[Optional["Entry"], List[str]]:
+def nearest_entry(cache: CacheReader, stage: str, token: str) -> Tuple[Optional["Entry"], List[str]]:
     """The other cached entry of the same kernel and stage whose token
     components differ least from this one's, in any tier: (entry, the names
     that differ), or (None, [])."""
@@ -185,7 +185,7 @@ def nearest_entry(cache: "KernelCache", stage: str, token: str) -> Tuple[Optiona
     return (others[found[0]], found[2]) if found else (None, [])
 
 
-def built_from(cache: "KernelCache", stage: str, token: str,
+def built_from(cache: CacheReader, stage: str, token: str,
                kernel: str) -> List[Tuple[EntryInfo, Dict[str, int]]]:
     """The cubin entries downstream of one entry (same kernel), with the
     resources their link logs report.  A ptx or cubin entry names the bytes it

@@ -11,15 +11,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import FOLLOW_FASTMATH, summary_fields
 from ..results import EntryInfo, applied_summary, parse_resources, short_signature
 from ..units import format_bytes
 from .misses import Sources
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..cache import KernelCache
+from .reading import CacheReader
 
 
 # How resources move across a kernel's cubin variants
@@ -183,7 +181,7 @@ def _arch(info: EntryInfo) -> str:
     return words[0] if words and words[0].startswith("sm_") else "?"
 
 
-def resource_rows(cache: "KernelCache", kernel: str, signature=None) -> List[ResourceRow]:
+def resource_rows(cache: CacheReader, kernel: str, signature=None) -> List[ResourceRow]:
     """One `ResourceRow` per cached cubin entry of `kernel` (a qualified name
     or its last part), in every tier, of one `signature` (as entries show it,
     or argument types) if given; by signature, target, then age (oldest first).
@@ -208,7 +206,7 @@ def resource_rows(cache: "KernelCache", kernel: str, signature=None) -> List[Res
     return sorted(rows, key=lambda row: (row.kernel, row.signature, _sm_number(row.arch), row.created))
 
 
-def fatbin_rows(cache: "KernelCache", entry) -> List[ResourceRow]:
+def fatbin_rows(cache: CacheReader, entry) -> List[ResourceRow]:
     """One `ResourceRow` per cubin of a fatbin entry whose cubin entry is
     still cached (by architecture): the fatbin's resources side by side."""
     rows = []
