@@ -1,49 +1,56 @@
 """Why a stage was built, as data: `Reason`, words that know what they are about.
 
 A miss is explained in words ("sm 86 -> 80", "llvm input changed", "global K
-2.5 -> 3.25 (read by activate)") and those words are what every tier keeps
-and every view shows.  Code that filters or groups reasons (a stage whose
-only reason is that the stage before it changed, a fatbin member's own
-reasons without the target that tells targets apart) asks a reason what it
-is about instead of reading its words: its `kind`, the token `component` it
-names ("sm", "global K", "llvm", "code") and the device functions it was
-found within, innermost first.
+2.5 -> 3.25 (read by activate)") and those words are what every view shows.
+Code that filters or groups reasons (a stage whose only reason is that the
+stage before it changed, a fatbin member's own reasons without the target
+that tells targets apart) asks a reason what it is about instead of reading
+its words: its `kind`, the token `component` it names ("sm", "global K",
+"llvm", "code"), the values it shows (`old`, `new`) and the device functions
+it was found within, innermost first.
 
-`Reason` is a `str`, so reasons compare, hash, join, print and persist as the
-words they always were; `Reason.of` gives the data back for words read from a
-tier written by an older version (or any plain string).
+`Reason` is a `str`, so reasons compare, hash, join and print as the words
+they always were.  A stored entry keeps both: the words (what every version
+and every listing reads) and, beside them, the data (`Reason.data`), which
+`Reason.stored` puts back together, so that a process reading the entry after
+a restart has the reason the build gave, a multi-word component's change
+included.  `Reason.of` gives what data plain words can tell, for entries
+written before the data was kept (or any plain string).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Tuple
+from typing import Any, Mapping, Sequence, Tuple
 
-__all__ = ["Reason", "ADDED", "REMOVED", "CHANGED", "UPSTREAM", "NOTE"]
+__all__ = ["Reason", "ADDED", "REMOVED", "CHANGED", "UPSTREAM", "NOTE", "KINDS"]
 
 ADDED = "added"  # a component the nearest entry lacked ("global K added (2.5)")
 REMOVED = "removed"  # a component only the nearest entry had
 CHANGED = "changed"  # a component whose value or digest differs ("opt 3 -> 0", "code changed")
 UPSTREAM = "upstream"  # the stage before this one gave another artifact ("llvm input changed")
 NOTE = "note"  # anything else: a first compile, an entry dropped, a forced rebuild, a refusal
+KINDS = (ADDED, REMOVED, CHANGED, UPSTREAM, NOTE)
 
 _STAGES = ("typing", "llvm", "ptx", "cubin")
 _ONE_WORD_CHANGE = re.compile(r"\w+ \S+ -> \S+\Z")
+_TEXT_FIELDS = ("component", "old", "new")  # (`Reason.data`'s fields besides kind and within)
 
 
 class Reason(str):
     """One reason a stage was built: its words (the `str` itself) and what it
-    is about (`kind`, `component`, `within`)."""
+    is about (`kind`, `component`, `old` and `new` values, `within`)."""
 
-    __slots__ = ("kind", "component", "within")
+    __slots__ = ("kind", "component", "within", "old", "new")
 
-    def __new__(cls, text: str, kind: str = NOTE, component: str = "", within: Tuple[str, ...] = ()):
+    def __new__(cls, text: str, kind: str = NOTE, component: str = "", within: Tuple[str, ...] = (),
+                old: str = "", new: str = ""):
         self = super().__new__(cls, text)
-        self.kind, self.component, self.within = kind, component, tuple(within)
+        self.kind, self.component, self.within, self.old, self.new = kind, component, tuple(within), old, new
         return self
 
     def __reduce__(self):
-        return (Reason, (str(self), self.kind, self.component, self.within))
+        return (Reason, (str(self), self.kind, self.component, self.within, self.old, self.new))
 
     def __repr__(self) -> str:
         return f"Reason({str(self)!r}, kind={self.kind!r}, component={self.component!r})"
@@ -52,16 +59,16 @@ class Reason(str):
 
     @classmethod
     def added(cls, name: str, shown: str) -> "Reason":
-        return cls(f"{name} added ({shown})", ADDED, name)
+        return cls(f"{name} added ({shown})", ADDED, name, new=shown)
 
     @classmethod
     def removed(cls, name: str, shown: str) -> "Reason":
-        return cls(f"{name} removed (was {shown})", REMOVED, name)
+        return cls(f"{name} removed (was {shown})", REMOVED, name, old=shown)
 
     @classmethod
     def changed(cls, name: str, old: str = "", new: str = "") -> "Reason":
         """"opt 3 -> 0"; "code changed" where the values read alike."""
-        return cls(f"{name} {old} -> {new}" if old != new else f"{name} changed", CHANGED, name)
+        return cls(f"{name} {old} -> {new}" if old != new else f"{name} changed", CHANGED, name, old=old, new=new)
 
     @classmethod
     def upstream(cls, stage: str) -> "Reason":
@@ -79,7 +86,41 @@ class Reason(str):
             text = f"{self} (read by {label})"
         else:
             text = f"device function {label}: {self}"
-        return Reason(text, self.kind, self.component, self.within + (label,))
+        return Reason(text, self.kind, self.component, self.within + (label,), self.old, self.new)
+
+    # -- stored: the words, and the data beside them ---------------------------
+
+    def data(self) -> dict:
+        """What this reason is about, for an entry's header (JSON): its kind,
+        and its component, values and path where it has them."""
+        found: dict = {"kind": self.kind}
+        found.update((name, getattr(self, name)) for name in _TEXT_FIELDS if getattr(self, name))
+        if self.within:
+            found["within"] = list(self.within)
+        return found
+
+    @classmethod
+    def stored(cls, words: Sequence[str], data: Any = None) -> Tuple["Reason", ...]:
+        """The reasons an entry's header keeps: each of `words` with its
+        `data` where the header has data that fits (one well-formed mapping
+        per reason); else as `Reason.of` reads the words (an entry written
+        before the data was kept)."""
+        words = [str(w) for w in words]
+        if not isinstance(data, list) or len(data) != len(words):
+            return tuple(map(cls.of, words))
+        return tuple(cls._with_data(w, d) for w, d in zip(words, data))
+
+    @classmethod
+    def _with_data(cls, words: str, data: Any) -> "Reason":
+        """`words` as the reason `data` says, or as `Reason.of` reads them where it does not fit."""
+        if not isinstance(data, Mapping) or data.get("kind") not in KINDS:
+            return cls.of(words)
+        fields = {name: data.get(name, "") for name in _TEXT_FIELDS}
+        within = data.get("within", [])
+        if not all(isinstance(v, str) for v in fields.values()) or not isinstance(within, list) or not all(
+                isinstance(label, str) for label in within):
+            return cls.of(words)
+        return cls(words, data["kind"], fields["component"], tuple(within), fields["old"], fields["new"])
 
     # -- plain words back to data ----------------------------------------------
 
@@ -95,10 +136,12 @@ class Reason(str):
         if rest == "input changed" and head in _STAGES:
             return cls(text, UPSTREAM, head)
         if _ONE_WORD_CHANGE.match(text):  # a one-word component's values: a config field's, "sm 86 -> 80"
-            return cls(text, CHANGED, head)
+            old, new = text[len(head) + 1:].split(" -> ")
+            return cls(text, CHANGED, head, old=old, new=new)
         return cls(text)
 
     @property
     def is_upstream(self) -> bool:
         """Whether this says only that the stage before gave another artifact."""
         return self.kind == UPSTREAM
+

@@ -4,7 +4,10 @@
 
 The header holds the format version, the stage, the token and every token
 component (so the key can be checked on load, and misses explained in another
-process), the kernel, signature and config summary, the stage's toolchain,
+process), the kernel, signature and config summary, why it was built (each
+reason's words, which every version reads, and beside them in
+"reasons_data" what each is about: `Reason.data`; an entry written before
+that was kept reads its reasons from their words), the stage's toolchain,
 when it was made, the payload's size, and how the payload splits into the
 artifact's parts.  The checksum covers header and payload: any flipped bit
 or missing byte is caught.  With a secret, the disk and shared tiers sign
@@ -83,6 +86,7 @@ def encode(stage: str, entry: Entry) -> bytes:
         "components": {name: component_json(c) for name, c in entry.components.items()},
         "toolchain": stage_toolchain(stage),
         "marker": entry.is_marker,
+        "reasons_data": [Reason.of(reason).data() for reason in entry.reasons],
         "meta": meta,
         "parts": [len(p) for p in parts],
         "size": len(payload),
@@ -192,8 +196,9 @@ def _entry(header: Dict, artifact, nbytes: int) -> Entry:
     fields = {name: header.get(name, default) for name, default in HEADER_FIELDS}
     if fields["token"] is None or fields["kernel"] is None or fields["created"] is None:
         raise KeyError("token, kernel or created")
-    fields.update(reasons=tuple(map(Reason.of, fields["reasons"])), created=float(fields["created"]),
-                  seconds=float(fields["seconds"]), typing_seconds=float(fields["typing_seconds"] or 0.0),
+    fields.update(reasons=Reason.stored(fields["reasons"], header.get("reasons_data")),
+                  created=float(fields["created"]), seconds=float(fields["seconds"]),
+                  typing_seconds=float(fields["typing_seconds"] or 0.0),
                   upstream=str(fields["upstream"] or ""),
                   place=fields["place"] if isinstance(fields["place"], str) and fields["place"] else None)
     components = {name: component_from_json(c) for name, c in header["components"].items()}
