@@ -8,15 +8,13 @@ import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
+from .artifacts import CubinArtifact, LLVMArtifact, PTXArtifact
 from .config import STAGES, CompileConfig, Targets
 from .toolchain.sass import SassUnavailable, disassemble  # noqa: F401  (their home is `sass`; importable here too)
 from .tokens import Component, short_token
 from .units import format_seconds
-
-if TYPE_CHECKING:  # annotations only: stages imports numba-cuda, which reading cache files must not
-    from . import stages
 
 
 class Outcome(str, enum.Enum):
@@ -225,9 +223,9 @@ class CompileResult:
     signature: Tuple[Any, ...]
     config: CompileConfig
     stages: Dict[str, StageResult]  # per stage, in pipeline order
-    _llvm: stages.LLVMArtifact = field(repr=False)
-    _ptx: stages.PTXArtifact = field(repr=False)
-    _cubin: stages.CubinArtifact = field(repr=False)
+    _llvm: LLVMArtifact = field(repr=False)
+    _ptx: PTXArtifact = field(repr=False)
+    _cubin: CubinArtifact = field(repr=False)
     # When the cache audited this compile: its `gpucache_ext.audit.AuditOutcome`
     # (after a mismatch, the artifacts above are the fresh ones).
     audit: Any = field(default=None, repr=False)
