@@ -27,8 +27,9 @@ libraries are keyed by those libraries' versions, as ever.
 
 numba also memoises, per template and argument types, what a user
 ``@overload`` or ``@intrinsic`` built; those memos are emptied whenever the
-registrations change (`forget_stale_builds`), so that what is compiled is
-what was hashed.
+registrations change (`forget_stale_builds`), and so is what the modules
+above built under them and registered with `also_forget`, so that what is
+compiled is what was hashed.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import contextlib
 import sys
 import threading
 import types
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import UnsupportedKernelError
 from .sources.describe import describe_registration as describe
@@ -438,6 +439,16 @@ def _name(entry) -> str:
 
 
 _BUILT_FOR: Optional[str] = None  # the registrations' digest numba's memos of user builds hold
+_ALSO_FORGET: List[Callable[[], None]] = []  # what else drops builds typed under the registrations
+
+
+def also_forget(forget: Callable[[], None]) -> None:
+    """Have `forget` called whenever `forget_stale_builds` forgets numba's
+    memos: what a module above this one built under the registrations (the
+    stages' proxies of library device functions) registers itself here, as it
+    loads, so that this module names none of them."""
+    if forget not in _ALSO_FORGET:
+        _ALSO_FORGET.append(forget)
 
 
 def forget_stale_builds(registered, current: str) -> None:
@@ -458,9 +469,6 @@ def forget_stale_builds(registered, current: str) -> None:
                     table = vars(template).get(memo) if isinstance(template, type) else None
                     if isinstance(table, dict):
                         table.clear()
-    # and the proxies of library device functions numba reached (typed under the registrations then:
-    # a library's function calling a method a user's @overload_method defines)
-    device = sys.modules.get("gpucache_ext.stages.device")
-    if device is not None:
-        device.forget_library_proxies()
+    for forget in _ALSO_FORGET:
+        forget()
     _BUILT_FOR = current

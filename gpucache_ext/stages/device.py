@@ -22,6 +22,7 @@ from numba.cuda.dispatcher import CUDADispatcher
 from .. import targets, tokens
 from ..config import CompileConfig
 from ..errors import CompileError, UnsupportedKernelError
+from ..extensions import also_forget
 from ..locks import compiler_lock
 from ..options import device_options
 from .compiling import active, compile_error, compiling_for, lowering_key, replace_in_numba
@@ -204,9 +205,13 @@ _library_proxies: "weakref.WeakKeyDictionary[CUDADispatcher, DeviceProxy]" = wea
 def forget_library_proxies() -> None:
     """Drop every library device function's proxy: what they typed against
     numba's extension tables is stale once user registrations change
-    (`extensions.forget_stale_builds`)."""
+    (`extensions.forget_stale_builds`: a library's function calling a method
+    a user's @overload_method defines)."""
     with compiler_lock():
         _library_proxies.clear()
+
+
+also_forget(forget_library_proxies)
 
 
 def _route(dispatcher) -> "DeviceProxy":
