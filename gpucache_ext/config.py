@@ -9,11 +9,12 @@ from the table makes the test suite fail (fail closed).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
 import logging
 import re
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import ConfigError
 
@@ -26,28 +27,6 @@ ALL_STAGES = STAGES + ("fatbin",)
 # The stages keyed on the bytes of the artifact before them (early cutoff):
 # a hit there may come from an upstream stage rebuilt to the same bytes.
 KEYED_ON_BYTES = ("ptx", "cubin")
-
-# Which stages read each field directly.  A stage also depends on every field
-# read upstream, through the upstream token it hashes.
-#
-# `sm` is read by ptx (-arch=compute_XY) and cubin (sm_XY).  Lowering reads it
-# only for a few operations (float64 atomic add below sm_60, tanh under
-# fastmath below sm_75, any @overload that asks): the pipeline records whether
-# typing or lowering read it, and adds it to those tokens only when they did.
-FIELD_STAGES = {
-    "sm": ("ptx", "cubin"),
-    "opt": ("ptx",),
-    "fastmath": ("llvm", "ptx"),
-    "ftz": ("ptx",),
-    "prec_div": ("ptx",),
-    "prec_sqrt": ("ptx",),
-    "fma": ("ptx",),
-    "debug": ("llvm", "ptx"),
-    "lineinfo": ("llvm",),
-    "max_registers": ("cubin",),
-    "launch_bounds": ("llvm",),
-    "lto": ("ptx", "cubin"),
-}
 
 # Fields that, left at None, follow fastmath (see `CompileConfig.nvvm_math`).
 FOLLOW_FASTMATH = ("ftz", "prec_div", "prec_sqrt")
@@ -187,6 +166,123 @@ def _normalise_launch_bounds(value):
     )
 
 
+_ON = ("on", "true", "yes", "1")
+_OFF = ("off", "false", "no", "0")
+_NONE = ("none", "off", "no")
+
+
+def _opt_item(item: str) -> int:
+    if item in ("0", "1", "2", "3"):
+        return int(item)
+    raise ValueError("is no optimisation level (0, 1, 2 or 3)")
+
+
+def _switch_item(item: str) -> bool:
+    if item.lower() in _ON:
+        return True
+    if item.lower() in _OFF:
+        return False
+    raise ValueError("is neither on nor off")
+
+
+def _registers_item(item: str) -> Optional[int]:
+    if item.lower() in _NONE:
+        return None
+    try:
+        value = int(item)
+    except ValueError:
+        raise ValueError("is no register count (1-255) or none") from None
+    if not 1 <= value <= 255:
+        raise ValueError("is out of range: a thread has 1 to 255 registers (none: no cap)")
+    return value
+
+
+def _bounds_text(text: str) -> Tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError("use T[,B[,C]] (max threads per block, min blocks per SM, max blocks per "
+                         "cluster), e.g. --launch-bounds 256,2") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """How a `CompileConfig` field is given on a command line (the magic's
+    line, ``gpucache warm``), and which stages read it: declared once, with
+    the field (`_field`); the magic's arguments, ``gpucache warm``'s flags,
+    sweeps and `FIELD_STAGES` are made from these declarations.
+
+    ``kind``: "value" (text, through `parse`), "switch" (present: True),
+    "either" (``--x`` / ``--no-x``; absent: None), "optional" (``--x`` alone:
+    `const`; ``--x off,on``: through `parse`).  A `sweepable` flag may list
+    several values (``--opt 2,3``), each parsed by `parse` (an item's error:
+    a `ValueError` saying what it is not), and compiles a variant each."""
+
+    stages: Tuple[str, ...]  # the stages whose tokens read the field directly
+    help: str
+    kind: str = "value"
+    parse: Optional[Callable[[str], Any]] = None
+    sweepable: bool = False
+    metavar: Optional[str] = None
+    example: str = ""  # how a list of values is written (for a sweepable flag's errors)
+    const: Any = None
+    name: str = ""  # the field's (set by `_flags`)
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def argument(self) -> Tuple[Tuple[str, ...], Dict[str, Any]]:
+        """``add_argument``'s arguments for this flag (argparse's, or IPython's ``@argument``)."""
+        kwargs: Dict[str, Any] = {"help": self.help}
+        if self.kind == "switch":
+            kwargs["action"] = "store_true"
+        elif self.kind == "either":
+            kwargs.update(action=argparse.BooleanOptionalAction, default=None)
+        else:
+            kwargs.update(default=None, metavar=self.metavar)
+            if self.kind == "optional":
+                kwargs.update(nargs="?", const=self.const)
+        return (self.option,), kwargs
+
+    def values(self, text: Any) -> tuple:
+        """The values a flag's text gives: one, or (a sweepable flag) several
+        joined by commas; a `ValueError` names the flag, the text and what is
+        allowed."""
+        if self.kind in ("switch", "either") or text is None or self.parse is None:
+            return (text,)
+        if not self.sweepable:
+            try:
+                return (self.parse(str(text)),)
+            except ValueError as exc:
+                raise ValueError(f"{self.option} {text}: {exc}") from None
+        return parse_list(text, self.parse, self.option, self.example)
+
+
+def parse_list(text: Any, parse: Callable[[str], Any], option: str, example: str) -> tuple:
+    """Values written as a flag lists them (``--opt 2,3``), each once."""
+    items = [item.strip() for item in str(text).split(",")]
+    if any(not item for item in items):
+        raise ValueError(f"{option} {text}: an empty value; list values as {example}")
+    values: List[Any] = []
+    for item in items:
+        try:
+            value = parse(item)
+        except ValueError as exc:
+            raise ValueError(f"{option} {text}: {item!r} {exc}; list values as {example}") from None
+        if value in values:
+            raise ValueError(f"{option} {text}: {item!r} is listed twice; list each value once")
+        values.append(value)
+    return tuple(values)
+
+
+def _field(default: Any, flag: Flag) -> Any:
+    return dataclasses.field(default=default, metadata={"flag": flag})
+
+
+_FOLLOW = "(default: follow --fastmath)"
+
+
 @dataclasses.dataclass(frozen=True)
 class CompileConfig:
     """Everything that changes what a kernel compiles to.
@@ -199,18 +295,36 @@ class CompileConfig:
     field and its default give the same token.
     """
 
-    sm: Any = 86
-    opt: int = 3
-    fastmath: bool = False
-    ftz: Optional[bool] = None
-    prec_div: Optional[bool] = None
-    prec_sqrt: Optional[bool] = None
-    fma: Optional[bool] = None
-    debug: bool = False
-    lineinfo: bool = False
-    max_registers: Optional[int] = None
-    launch_bounds: Any = None
-    lto: bool = False
+    # `sm` is read by ptx (-arch=compute_XY) and cubin (sm_XY).  Lowering reads it
+    # only for a few operations (float64 atomic add below sm_60, tanh under
+    # fastmath below sm_75, any @overload that asks): the pipeline records whether
+    # typing or lowering read it, and adds it to those tokens only when they did
+    # (`TARGET_TRACKED_STAGES`).  A stage also depends on every field read
+    # upstream, through the upstream token it hashes.
+    sm: Any = _field(86, Flag(("ptx", "cubin"), metavar="SM[,SM...]",
+                              help="target: 86, 8.6 or sm_86; several, 80,86,90: a fatbin with a cubin for each"))
+    opt: int = _field(3, Flag(("ptx",), parse=_opt_item, sweepable=True, metavar="N[,N...]", example="--opt 2,3",
+                              help="libNVVM optimisation level 0-3 (default 3); several (2,3): a variant each"))
+    fastmath: bool = _field(False, Flag(
+        ("llvm", "ptx"), kind="optional", const="on", parse=_switch_item, sweepable=True, metavar="off,on",
+        example="--fastmath off,on (or --fastmath alone: on)",
+        help="fast math in lowering and libNVVM; off,on: a variant each"))
+    ftz: Optional[bool] = _field(None, Flag(("ptx",), kind="either", help=f"flush denormals to zero {_FOLLOW}"))
+    prec_div: Optional[bool] = _field(None, Flag(("ptx",), kind="either", help=f"IEEE division {_FOLLOW}"))
+    prec_sqrt: Optional[bool] = _field(None, Flag(("ptx",), kind="either", help=f"IEEE square root {_FOLLOW}"))
+    fma: Optional[bool] = _field(None, Flag(("ptx",), kind="either",
+                                            help="contract multiply-add (default: on, with or without --fastmath)"))
+    debug: bool = _field(False, Flag(("llvm", "ptx"), kind="switch",
+                                     help="full debug information (use with --opt 0)"))
+    lineinfo: bool = _field(False, Flag(("llvm",), kind="switch", help="line information for profilers"))
+    max_registers: Optional[int] = _field(None, Flag(
+        ("cubin",), parse=_registers_item, sweepable=True, metavar="N[,N...]", example="--max-registers 32,64,none",
+        help="register limit per thread (1-255); several (32,64,none): a variant each"))
+    launch_bounds: Any = _field(None, Flag(
+        ("llvm",), parse=_bounds_text, metavar="T[,B[,C]]",
+        help="max threads per block[, min blocks per SM[, max blocks per cluster]]"))
+    lto: bool = _field(False, Flag(("ptx", "cubin"), kind="switch",
+                                   help="link-time optimisation (LTO-IR through nvJitLink)"))
 
     def __post_init__(self):
         object.__setattr__(self, "sm", parse_sm(self.sm))
@@ -287,6 +401,94 @@ class CompileConfig:
             if f.name != "sm" and value != f.default:
                 parts.append(f"{f.name}={value}")
         return " ".join(parts)
+
+
+def _flags() -> Tuple[Flag, ...]:
+    undeclared = [f.name for f in dataclasses.fields(CompileConfig) if "flag" not in f.metadata]
+    if undeclared:  # (fail closed: a field no stage is said to read would enter no token)
+        raise TypeError(f"CompileConfig fields {undeclared} declare no Flag: declare each with _field(default, "
+                        "Flag(stages, ...)), naming the stages that read it")
+    return tuple(dataclasses.replace(f.metadata["flag"], name=f.name) for f in dataclasses.fields(CompileConfig))
+
+
+# Every field's flag, in the order of the fields.
+FLAGS: Tuple[Flag, ...] = _flags()
+FLAG_OF: Dict[str, Flag] = {flag.name: flag for flag in FLAGS}
+# Which stages read each field directly (see `CompileConfig`).  The heart of
+# the cache's soundness: a stage's token hashes exactly the fields it reads.
+FIELD_STAGES: Dict[str, Tuple[str, ...]] = {flag.name: flag.stages for flag in FLAGS}
+# The fields a flag may list, in the order their values vary in a sweep (the last fastest).
+SWEPT: Tuple[str, ...] = tuple(flag.name for flag in FLAGS if flag.sweepable)
+
+
+def option_of(field: Optional[str]) -> str:
+    """The flag a field is given with (``--max-registers``); ``--ptx`` for a fatbin's PTX target."""
+    return FLAG_OF[field].option if field in FLAG_OF else "--" + (field or "").replace("_", "-")
+
+
+def add_config_arguments(add: Callable[..., Any], leave_out: Tuple[str, ...] = ("sm",)) -> None:
+    """Declare every config field's flag (but `leave_out`'s) with `add`
+    (``parser.add_argument``), in the order of the fields."""
+    for flag in FLAGS:
+        if flag.name not in leave_out:
+            args, kwargs = flag.argument()
+            add(*args, **kwargs)
+
+
+def config_from_flags(given: Any, sm: Any) -> Tuple["CompileConfig", Dict[str, tuple]]:
+    """The config that parsed flags (`given`: an argparse namespace with an
+    attribute per field, None where not given) say for target `sm`, at each
+    swept field's first value, and the swept fields' values ({field: values},
+    for `gpucache_ext.sweeps.combinations`).  A `ValueError` (a `ConfigError`
+    where the value is out of a field's range) names the flag."""
+    fields: Dict[str, Any] = {}
+    swept: Dict[str, tuple] = {}
+    for flag in FLAGS:
+        text = getattr(given, flag.name, None)
+        if flag.name == "sm" or text is None or (flag.kind == "switch" and not text):
+            continue
+        values = flag.values(text)
+        if flag.sweepable:
+            swept[flag.name] = values
+        fields[flag.name] = values[0]
+    return CompileConfig(sm=sm, **fields), swept
+
+
+def with_consts(words: List[str]) -> List[str]:
+    """Command-line `words` with the value of a flag that may stand alone
+    (``--fastmath``: on) written out where the next word is not a value of
+    it: argparse would take ``gpucache warm --fastmath nb.ipynb``'s path for
+    the flag's value."""
+    out: List[str] = []
+    for index, word in enumerate(words):
+        out.append(word)
+        flag = next((f for f in FLAGS if f.kind == "optional" and f.option == word), None)
+        if flag is None:
+            continue
+        following = words[index + 1] if index + 1 < len(words) else None
+        try:
+            standing_alone = following is None or following.startswith("-") or not flag.values(following)
+        except ValueError:
+            standing_alone = True
+        if standing_alone:
+            out.append(str(flag.const))
+    return out
+
+
+def flags_text(given: Any) -> List[str]:
+    """The flags (but --sm) that parsed `given` holds, as words a command line takes again."""
+    words: List[str] = []
+    for flag in FLAGS:
+        value = getattr(given, flag.name, None)
+        if flag.name == "sm" or value is None:
+            continue
+        if flag.kind == "switch":
+            words += [flag.option] if value else []
+        elif flag.kind == "either":
+            words.append(flag.option if value else "--no-" + flag.option[2:])
+        else:
+            words += [flag.option, str(value)]
+    return words
 
 
 # where a config summary's next field starts ("launch_bounds=(200, 2)" holds a

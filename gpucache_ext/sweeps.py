@@ -21,42 +21,9 @@ combinations; it imports nothing of IPython.
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
-from .config import MAX_THREADS_PER_BLOCK, CompileConfig
-
-# the fields a flag may list, in the order their values vary in `combinations`
-# (the last one fastest), and the flag each is given with
-SWEPT = {"opt": "--opt", "fastmath": "--fastmath", "max_registers": "--max-registers"}
-_ON = ("on", "true", "yes", "1")
-_OFF = ("off", "false", "no", "0")
-_NONE = ("none", "off", "no")
-
-
-def _opt(item: str) -> int:
-    if item in ("0", "1", "2", "3"):
-        return int(item)
-    raise ValueError("is no optimisation level (0, 1, 2 or 3)")
-
-
-def _switch(item: str) -> bool:
-    if item.lower() in _ON:
-        return True
-    if item.lower() in _OFF:
-        return False
-    raise ValueError("is neither on nor off")
-
-
-def _registers(item: str) -> Optional[int]:
-    if item.lower() in _NONE:
-        return None
-    try:
-        value = int(item)
-    except ValueError:
-        raise ValueError("is no register count (1-255) or none") from None
-    if not 1 <= value <= 255:
-        raise ValueError("is out of range: a thread has 1 to 255 registers (none: no cap)")
-    return value
+from .config import FLAG_OF, MAX_THREADS_PER_BLOCK, SWEPT, CompileConfig, parse_list
 
 
 def _block(item: str) -> int:
@@ -82,34 +49,21 @@ def _bytes(item: str) -> int:
     return value
 
 
+# what a flag lists that is no config field (the config fields' flags are declared with them: `config.Flag`)
 _PARSERS: Dict[str, Tuple[Callable[[str], object], str]] = {
-    "opt": (_opt, "--opt 2,3"),
-    "fastmath": (_switch, "--fastmath off,on (or --fastmath alone: on)"),
-    "max_registers": (_registers, "--max-registers 32,64,none"),
     "block": (_block, "--block 128,256,512"),
     "dynamic_shared": (_bytes, "--dynamic-shared 4K"),
 }
 
 
-def parse_values(field: str, text: str, flag: Optional[str] = None) -> tuple:
-    """The values of `field` ("opt", "fastmath", "max_registers" or "block")
-    written as a flag takes them: one, or several joined by commas.  A
-    `ValueError` names the flag, the value and what is allowed."""
+def parse_values(field: str, text: str) -> tuple:
+    """The values of `field` (a sweepable config field, "block" or
+    "dynamic_shared") written as a flag takes them: one, or several joined by
+    commas.  A `ValueError` names the flag, the value and what is allowed."""
+    if field in FLAG_OF:
+        return FLAG_OF[field].values(text)
     parse, example = _PARSERS[field]
-    flag = flag or SWEPT.get(field, "--" + field.replace("_", "-"))
-    items = [item.strip() for item in str(text).split(",")]
-    if any(not item for item in items):
-        raise ValueError(f"{flag} {text}: an empty value; list values as {example}")
-    values = []
-    for item in items:
-        try:
-            value = parse(item)
-        except ValueError as exc:
-            raise ValueError(f"{flag} {text}: {item!r} {exc}; list values as {example}") from None
-        if value in values:
-            raise ValueError(f"{flag} {text}: {item!r} is listed twice; list each value once")
-        values.append(value)
-    return tuple(values)
+    return parse_list(text, parse, "--" + field.replace("_", "-"), example)
 
 
 def combinations(base: CompileConfig, values: Dict[str, Sequence]) -> List[CompileConfig]:

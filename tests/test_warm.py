@@ -61,6 +61,16 @@ def test_a_modules_kernels_are_warmed_for_every_target_and_config(tmp_path, modu
                                                                                                   "cubin")}
 
 
+def test_the_flags_may_come_before_the_path_as_warms_help_shows_them(tmp_path, module):
+    # (the flags were passed on as they came: the words after --opt were taken for the path)
+    done = gpucache("warm", "--sm", "86", "--opt", "2", "--fastmath", "--launch-bounds", "128,2", module,
+                    "--dir", tmp_path / "cache", "--json", expect=1)
+    found = json.loads(done.stdout)
+    assert [row["config"] for row in found["built"]] == ["sm_86 opt=2 fastmath=True launch_bounds=(128, 2)"]
+    done = gpucache("warm", "--sm", "86", "--opt", "5", tmp_path / "nb.ipynb", expect=2)
+    assert "--opt 5: '5' is no optimisation level" in done.stderr  # (refused before a notebook runs)
+
+
 def test_warm_refuses_what_it_cannot_do_and_names_the_fix(tmp_path, module):
     done = gpucache("warm", module, "--sm", "86", "--dir", tmp_path, "--block", "128", expect=2)
     assert "unrecognized arguments: --block" in done.stderr and "--max-registers" in done.stderr

@@ -12,7 +12,7 @@ and check the shared (Redis) cache.
     gpucache verify [--fix] [--toolchain]   check every entry: signature, key, checksum (toolchain)
     gpucache verify --recompile [--sample F]  compile entries again and compare
     gpucache verify --shared [--fix]        check every shared entry's signature, key and checksum
-    gpucache warm NOTEBOOK_OR_MODULE --sm 80,86 [-- FLAGS]  build its kernels into the cache ahead of a job
+    gpucache warm NOTEBOOK_OR_MODULE --sm 80,86 [FLAGS]  build its kernels into the cache ahead of a job
 
 --dir picks the cache folder (default: GPUCACHE_DIR, else the platform's user
 cache folder); --redis-url the shared cache, for stats, explain and verify
@@ -47,6 +47,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from ..config import with_consts
 from ..store import settings
 from ..store.disk import DiskTier, configured_directory
 from ..store.signing import Keyring
@@ -101,10 +102,10 @@ def _disk_tier(args) -> Optional[DiskTier]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and args.command != "warm":  # (warm passes the magic's flags on to the kernels it builds)
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.flags = extra
+    # (a flag that may stand alone, --fastmath, must not take warm's path for its value)
+    args, extra = parser.parse_known_args(with_consts([str(word) for word in (sys.argv[1:] if argv is None else argv)]))
+    if extra:  # (the command's usage, which names the flags it takes)
+        parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
 
     def out(value):
         print(json.dumps(value, indent=2, default=str) if args.json else value)

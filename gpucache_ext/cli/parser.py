@@ -134,4 +134,5 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
     add_explain(add)
     add_warm(add)
+    parser.commands = sub.choices  # (each command's parser: its usage names its own flags)
     return parser

@@ -24,7 +24,6 @@ something could not be warmed, 0 otherwise.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import itertools
@@ -35,6 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
+from ..config import Targets, add_config_arguments, config_from_flags, flags_text
 from .output import CommandError
 
 _FLAG_RE = re.compile(r"^(\s*%%gpukernel\b)(.*)$")
@@ -47,18 +47,18 @@ def add_warm(add) -> None:
     warm.add_argument("target", metavar="NOTEBOOK_OR_MODULE",
                       help="a notebook (.ipynb), a module's dotted name, or a .py file")
     warm.add_argument("--sm", required=True, metavar="SM[,SM...]", help="the targets, e.g. 80,86,90")
+    add_config_arguments(warm.add_argument)  # the magic's flags, as the config declares them
     warm.add_argument("--timeout", type=float, default=600, help="seconds a notebook cell may run (default 600)")
-    warm.epilog = ("Other flags are the magic's (--opt, --fastmath, --max-registers, --ftz, --prec-div, "
-                   "--prec-sqrt, --fma, --lineinfo, --debug, --lto), e.g. --fastmath on --max-registers 32,64.")
 
 
 def cmd_warm(disk, args, out) -> int:
     env = _tier_environment(args)
     target = args.target
+    configs = _configs(args)  # (a bad flag is refused before a notebook runs)
     if target.endswith(".ipynb"):
-        found = warm_notebook(Path(target), args.sm, list(args.flags), env, args.timeout)
+        found = warm_notebook(Path(target), args.sm, flags_text(args), env, args.timeout)
     else:
-        found = warm_module(target, args.sm, list(args.flags), env)
+        found = warm_module(target, configs, env)
     if args.json:
         out(found)
     else:
@@ -79,12 +79,11 @@ def _tier_environment(args) -> Dict[str, str]:
 
 # -- a module ------------------------------------------------------------------
 
-def warm_module(target: str, sms: str, flags: List[str], env: Dict[str, str]) -> Dict[str, Any]:
+def warm_module(target: str, configs: List[Any], env: Dict[str, str]) -> Dict[str, Any]:
     """Import `target` with the tiers of `env`, and compile each of its
     ``gpucache_ext.jit`` kernels with declared signatures for every config
-    of `sms` and `flags`."""
+    of `configs` (`_configs`)."""
     os.environ.update(env)
-    configs = _configs(sms, flags)
     module = _import(target)
     from ..launch.kernel import Kernel
     from ..options import config_with_options
@@ -110,51 +109,18 @@ def warm_module(target: str, sms: str, flags: List[str], env: Dict[str, str]) ->
     return {"target": target, "built": built, "cached": cached, "not_warmed": not_warmed}
 
 
-def _configs(sms: str, flags: List[str]):
-    """The configs `--sm` and the magic's `flags` give: each target, times a
+def _configs(args) -> List[Any]:
+    """The configs the parsed flags give: each target of ``--sm``, times a
     sweep's combinations of the listed values."""
-    from ..config import CompileConfig, Targets
-    from ..sweeps import combinations, parse_values
+    from ..sweeps import combinations
 
-    parser = _flag_parser()
     try:
-        parsed, unknown = parser.parse_known_args(flags)
-    except argparse.ArgumentError as exc:  # (Python 3.13 raises where 3.11 calls error())
-        parser.error(str(exc))
-    if unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    try:
-        targets = Targets(sms).sms
-        swept = {field: parse_values(field, given) for field, given in (
-            ("opt", parsed.opt), ("fastmath", parsed.fastmath), ("max_registers", parsed.max_registers))
-            if given is not None}
-        first = {field: values[0] for field, values in swept.items()}
-        base = CompileConfig(sm=targets[0], opt=first.get("opt", 3), fastmath=first.get("fastmath", False),
-                             ftz=parsed.ftz, prec_div=parsed.prec_div, prec_sqrt=parsed.prec_sqrt,
-                             fma=parsed.fma, debug=parsed.debug, lineinfo=parsed.lineinfo,
-                             max_registers=first.get("max_registers"), lto=parsed.lto)
+        targets = Targets(args.sm).sms
+        base, swept = config_from_flags(args, targets[0])
         variants = combinations(base, swept) if swept else [base]
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     return [variant.replace(sm=sm) for sm in targets for variant in variants]
-
-
-def _flag_parser():
-    parser = argparse.ArgumentParser(prog="gpucache warm ... --", add_help=False, exit_on_error=False)
-    parser.add_argument("--opt")
-    parser.add_argument("--fastmath", nargs="?", const="on")
-    parser.add_argument("--max-registers")
-    for name in ("--ftz", "--prec-div", "--prec-sqrt", "--fma"):
-        parser.add_argument(name, action=argparse.BooleanOptionalAction, default=None)
-    for name in ("--lineinfo", "--debug", "--lto"):
-        parser.add_argument(name, action="store_true")
-
-    def refuse(message):
-        raise CommandError(f"{message}; a module's kernels take --opt, --fastmath, --max-registers (lists "
-                           "for a sweep), --ftz, --prec-div, --prec-sqrt, --fma, --lineinfo, --debug, --lto")
-
-    parser.error = refuse
-    return parser
 
 
 def _import(target: str):

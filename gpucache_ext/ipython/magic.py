@@ -15,7 +15,6 @@ puts back the names it had bound to kernels, so earlier kernels stay usable.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import os
 from typing import TYPE_CHECKING, Dict, List
@@ -27,7 +26,7 @@ from IPython.display import display
 from traitlets import Bool, Unicode, default
 
 from ..defaults import default_cache
-from ..config import ALL_STAGES, CompileConfig, Targets, supported_ccs
+from ..config import ALL_STAGES, FLAG_OF, FLAGS, Targets, config_from_flags, option_of, supported_ccs
 from ..launch.device import cuda_simulator_on, default_sm, gpu_available
 from ..launch.spec import KernelSpec
 from ..errors import ConfigError
@@ -43,24 +42,13 @@ if TYPE_CHECKING:
 # first used: under numba's CUDA simulator they cannot be, and the magic still loads)
 
 
-_FLAG_OF_FIELD = {
-    "sm": "--sm", "opt": "--opt", "fastmath": "--fastmath", "ftz": "--ftz",
-    "prec_div": "--prec-div", "prec_sqrt": "--prec-sqrt", "fma": "--fma", "debug": "--debug",
-    "lineinfo": "--lineinfo", "max_registers": "--max-registers",
-    "launch_bounds": "--launch-bounds", "lto": "--lto", "ptx": "--ptx",
-}
-
-
-def _parse_launch_bounds(text):
-    if text is None:
-        return None
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise UsageError(
-            f"--launch-bounds {text}: use T[,B[,C]] (max threads per block, min blocks "
-            "per SM, max blocks per cluster), e.g. --launch-bounds 256,2"
-        ) from None
+def _config_arguments(magic):
+    """The magic's arguments for the config's fields (but --sm), as the fields declare them (`config.Flag`)."""
+    for flag in reversed(FLAGS):  # (IPython adds the arguments in the order the decorators are written)
+        if flag.name != "sm":
+            args, kwargs = flag.argument()
+            magic = argument(*args, **kwargs)(magic)
+    return magic
 
 
 def _parse(magic, line):
@@ -155,33 +143,15 @@ class GpuCacheMagics(Magics):
 
     # -- %%gpukernel -------------------------------------------------------------
     @magic_arguments(name="%gpukernel")  # IPython prefixes one %: the usage reads %%gpukernel
-    @argument("--sm", help="target: 86, 8.6 or sm_86 (default: the current GPU's, else GPUCACHE_SM, "
-                           "else 86); several, 80,86,90: a fatbin with a cubin for each")
+    @argument("--sm", help=FLAG_OF["sm"].help.replace("target:", "target (default: the current GPU's, else "
+                                                       "GPUCACHE_SM, else 86):"))
     @argument("--ptx", metavar="SM", help="with several targets: whose PTX the fatbin carries for newer "
                                           "GPUs, at most the lowest target (default: the lowest), or none")
-    @argument("--opt", default=None, metavar="N[,N...]",
-              help="libNVVM optimisation level 0-3 (default 3); several (2,3): a variant each")
-    @argument("--fastmath", nargs="?", const="on", default=None, metavar="off,on",
-              help="fast math in lowering and libNVVM; off,on: a variant each")
-    @argument("--ftz", action=argparse.BooleanOptionalAction, default=None,
-              help="flush denormals to zero (default: follow --fastmath)")
-    @argument("--prec-div", action=argparse.BooleanOptionalAction, default=None,
-              help="IEEE division (default: follow --fastmath)")
-    @argument("--prec-sqrt", action=argparse.BooleanOptionalAction, default=None,
-              help="IEEE square root (default: follow --fastmath)")
-    @argument("--fma", action=argparse.BooleanOptionalAction, default=None,
-              help="contract multiply-add (default: on, with or without --fastmath)")
-    @argument("--lineinfo", action="store_true", help="line information for profilers")
-    @argument("--debug", action="store_true", help="full debug information (use with --opt 0)")
-    @argument("--max-registers", metavar="N[,N...]",
-              help="register limit per thread (1-255); several (32,64,none): a variant each")
+    @_config_arguments
     @argument("--block", metavar="N[,N...]",
               help="block sizes (threads) whose occupancy the report shows, e.g. 128,256,512")
     @argument("--dynamic-shared", metavar="BYTES",
               help="dynamic shared memory a block is launched with (4096 or 4K), for occupancy")
-    @argument("--launch-bounds", metavar="T[,B[,C]]",
-              help="max threads per block[, min blocks per SM[, max blocks per cluster]]")
-    @argument("--lto", action="store_true", help="link-time optimisation (LTO-IR through nvJitLink)")
     @argument("--sig", action="append", default=[], metavar="SIG",
               help="signature for kernels without one, e.g. 'void(float32[:])'; repeatable")
     @argument("--force", action="store_true", help="recompile every stage and store the results")
@@ -237,35 +207,24 @@ class GpuCacheMagics(Magics):
         values), its `Targets` where --sm lists several (or --ptx is given),
         the sweep's variants, and the flags."""
         targets = None
-        try:  # several values of a flag: a sweep (`gpucache_ext.sweeps`), its first values bound
-            swept = {field: parse_values(field, given) for field, given in (
-                ("opt", args.opt), ("fastmath", args.fastmath), ("max_registers", args.max_registers))
-                if given is not None}
+        try:
             blocks = parse_values("block", args.block) if args.block is not None else ()
             dynamic = parse_values("dynamic_shared", args.dynamic_shared) if args.dynamic_shared else (0,)
             if len(dynamic) > 1:
                 raise ValueError(f"--dynamic-shared {args.dynamic_shared}: give one size (the kernel's launches "
                                  "use one)")
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        first = {field: values[0] for field, values in swept.items()}
-        try:
             sm = args.sm if args.sm is not None else self.resolved_default_sm()
             if "," in str(sm) or args.ptx is not None:
                 targets = Targets(sm, args.ptx)
                 sm = targets.sms[0]
-            config = CompileConfig(
-                sm=sm, opt=first.get("opt", 3), fastmath=first.get("fastmath", False),
-                ftz=args.ftz, prec_div=args.prec_div, prec_sqrt=args.prec_sqrt, fma=args.fma,
-                debug=args.debug, lineinfo=args.lineinfo, max_registers=first.get("max_registers"),
-                launch_bounds=_parse_launch_bounds(args.launch_bounds), lto=args.lto,
-            )
+            # several values of a flag: a sweep (`gpucache_ext.sweeps`), its first values bound
+            config, swept = config_from_flags(args, sm)
             variants = combinations(config, swept) if any(len(v) > 1 for v in swept.values()) else ()
             return KernelSpec(config, targets, pinned=args.sm is not None or targets is not None,
                               variants=tuple(variants), blocks=tuple(blocks), dynamic_shared=dynamic[0],
                               simulate=args.simulate, force=args.force, audit=True if args.audit else None)
         except ConfigError as exc:
-            flag = _FLAG_OF_FIELD.get(exc.field, exc.field)
+            flag = option_of(exc.field)
             given = getattr(args, (exc.field or "").replace("-", "_"), None)
             if exc.field == "sm" and args.sm is None:
                 raise UsageError(f"default target {sm!r} (GpuCacheMagics.default_sm or "
@@ -277,6 +236,8 @@ class GpuCacheMagics(Magics):
                     else "--ptx 80 or --ptx compute_80; --ptx none for no PTX"
                 raise UsageError(f"{flag} {given}: {which}{exc.why}; use one of {targets} ({written})") from None
             raise UsageError(f"{flag} {given}: {exc}") from None
+        except ValueError as exc:  # (a flag's text: it names the flag)
+            raise UsageError(str(exc)) from None
 
     def resolved_default_sm(self):
         """The target for cells without --sm, as `gpucache_ext.launch.device.default_sm`
