@@ -9,7 +9,7 @@ or PTX for the driver).  `LaunchError`: a kernel cannot be launched as asked.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Tuple
+from typing import Any, Mapping, Protocol, Tuple
 
 from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.dispatcher import _Kernel
@@ -19,8 +19,19 @@ from ..errors import GpuCacheError
 from ..results import FatbinResult
 from ..tokens import short_name
 
-if TYPE_CHECKING:
-    from .kernel import Kernel
+
+class VariantOwner(Protocol):
+    """What a compiled variant asks of the `Kernel` that holds it: its
+    options (extensions, the shared memory carveout) and the image a device
+    loads (`Kernel.image_for`).  Declared here so that the variant is written
+    against what it asks, not against `Kernel`, which imports this module."""
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """The options the kernel was declared with."""
+
+    def image_for(self, result: CompileResult, cc: Tuple[int, int]):
+        """What a GPU of `cc` loads for `result`, as a cuda.core ``ObjectCode``."""
 
 
 class LaunchError(GpuCacheError):
@@ -48,7 +59,7 @@ class CachedKernel(_Kernel):
     ``.resources``, ``.stages``...), and its resource figures come from the
     compile where no GPU has loaded it."""
 
-    def __init__(self, owner: "Kernel", result: CompileResult):  # numba's compiling __init__ is not called
+    def __init__(self, owner: VariantOwner, result: CompileResult):  # numba's compiling __init__ is not called
         from numba.cuda import types as nbtypes
         from numba.cuda import typing as nbtyping
 
@@ -140,7 +151,7 @@ class CachedCodeLibrary(CUDACodeLibrary):
     device is the one `Kernel.image_for` chooses for that device's
     architecture, made once per architecture (numba loads it once per device)."""
 
-    def __init__(self, owner: "Kernel", result: CompileResult):
+    def __init__(self, owner: VariantOwner, result: CompileResult):
         from numba.cuda.descriptor import cuda_target
 
         super().__init__(cuda_target.target_context.codegen(), result.kernel, entry_name=result.entry_name,
@@ -214,4 +225,4 @@ def _ptx_image(result: CompileResult, cc: Tuple[int, int]):
     return ObjectCode.from_ptx(result.ptx.encode())  # bytes: cuda.core reads a str as a file name
 
 
-__all__ = ["LaunchError", "CachedKernel", "CachedCodeLibrary", "runs_on", "choose_image"]
+__all__ = ["LaunchError", "CachedKernel", "CachedCodeLibrary", "VariantOwner", "runs_on", "choose_image"]
