@@ -11,11 +11,22 @@ compiled them (`stale_reasons`).  Nothing here imports numba.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Protocol, Tuple
 
 if TYPE_CHECKING:
     from ..cache import CompileResult, KernelCache
-    from .kernel import Kernel
+
+
+class LiveKernel(Protocol):
+    """What the registry asks of a live `Kernel`: the cache it compiles
+    through and what changed since one of its results.  Declared here so that
+    the registry is written against what it asks, not against `Kernel`,
+    which registers itself here."""
+
+    cache: "KernelCache"
+
+    def changed_since(self, result: "CompileResult") -> Tuple[str, ...]:
+        """What changed in the kernel's inputs since `result` was built; () where nothing did."""
 
 # refresh_all's count: a kernel that last checked its inputs at another count checks them again
 generation = 0
@@ -32,16 +43,16 @@ def refresh_all() -> None:
 # (`compiled_by`): what a view that holds only results (the cell's report, the
 # inspector) re-checks them with.  Keyed by id, each entry checked against its
 # weak reference (an id is reused once its object is gone).
-_kernels: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
+_kernels: "weakref.WeakSet[LiveKernel]" = weakref.WeakSet()
 _compiled_by: Dict[int, Tuple[Any, Any]] = {}
 
 
-def add_kernel(kernel: "Kernel") -> None:
+def add_kernel(kernel: LiveKernel) -> None:
     """Count `kernel` among the live ones (`live_kernels`) while it lives."""
     _kernels.add(kernel)
 
 
-def note_compiled(kernel: "Kernel", result: "CompileResult") -> None:
+def note_compiled(kernel: LiveKernel, result: "CompileResult") -> None:
     """`kernel` compiled `result` (`compiled_by`), while both live."""
     key = id(result)
 
@@ -52,7 +63,7 @@ def note_compiled(kernel: "Kernel", result: "CompileResult") -> None:
     _compiled_by[key] = (weakref.ref(result, gone), weakref.ref(kernel))
 
 
-def compiled_by(result: "CompileResult") -> Optional["Kernel"]:
+def compiled_by(result: "CompileResult") -> Optional[LiveKernel]:
     """The live `Kernel` that compiled `result` (None where none is known)."""
     found = _compiled_by.get(id(result))
     if found is None or found[0]() is not result:
@@ -60,7 +71,7 @@ def compiled_by(result: "CompileResult") -> Optional["Kernel"]:
     return found[1]()
 
 
-def live_kernels(cache: Optional["KernelCache"] = None) -> "list[Kernel]":
+def live_kernels(cache: Optional["KernelCache"] = None) -> "list[LiveKernel]":
     """The Kernels alive in this process (those compiling through `cache` where given)."""
     return [kernel for kernel in list(_kernels) if cache is None or kernel.cache is cache]
 
@@ -74,4 +85,4 @@ def stale_reasons(result: "CompileResult") -> Optional[Tuple[str, ...]]:
     return None if kernel is None else kernel.changed_since(result)
 
 
-__all__ = ["refresh_all", "add_kernel", "note_compiled", "compiled_by", "live_kernels", "stale_reasons"]
+__all__ = ["LiveKernel", "refresh_all", "add_kernel", "note_compiled", "compiled_by", "live_kernels", "stale_reasons"]
