@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import numba_compat, queries
 from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
@@ -51,6 +51,7 @@ from .sources.functions import python_function
 from .store import settings
 from .store.disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
 from .store.disk import OFF_VALUES, configured_directory
+from .store.registry import DEFAULT_TIERS, tier_names
 from .store.tiered import TieredStore
 from .store.tiers import Entry, Tier
 from .tokens import Token
@@ -76,7 +77,8 @@ class KernelCache:
     order after memory; a hit in a lower tier fills the ones above it:
     ``directory`` adds a disk tier there (capped at ``max_disk_bytes``),
     ``redis_url`` a shared Redis tier (keys under ``redis_prefix``, expiring
-    after ``redis_ttl``), ``tiers`` any others.  `KernelCache.from_environment`
+    after ``redis_ttl``), ``tiers`` any others (tiers, or tier names:
+    ``"module:Class"``, see `gpucache_ext.store.registry`).  `KernelCache.from_environment`
     builds one from the ``GPUCACHE_*`` variables.  Safe to use from several
     threads and, through the disk tier, from several processes.
 
@@ -104,7 +106,7 @@ class KernelCache:
     def __init__(self, max_entries=None, max_bytes=None, *, directory=None,
                  max_disk_bytes: Optional[int] = DEFAULT_DISK_BYTES, redis_url: Optional[str] = None,
                  secret: settings.SecretArgument = None, allow_unsigned: Optional[bool] = None,
-                 redis_prefix: Optional[str] = None, redis_ttl=None, tiers: Sequence[Tier] = (),
+                 redis_prefix: Optional[str] = None, redis_ttl=None, tiers: Sequence[Union[Tier, str]] = (),
                  audit=None, audit_background: bool = True, wait=None):
         # guards the memory tiers, counters and records; never held while a
         # persistent tier is read or written, nor while a stage compiles
@@ -156,7 +158,10 @@ class KernelCache:
         user cache folder; ``off`` for none), overridden by `directory`.
         ``GPUCACHE_MAX_BYTES``: the disk tier's cap (default 1 GiB).
         ``GPUCACHE_REDIS_URL``: a shared Redis tier, overridden by
-        `redis_url` (``"off"``: none).  ``GPUCACHE_AUDIT``: audit hits ("all",
+        `redis_url` (``"off"``: none).  ``GPUCACHE_TIERS``: the persistent
+        tiers, by name (`gpucache_ext.store.registry`: ``disk``, ``shared``, a
+        user's class as ``module:Class``; default ``disk,shared``; the
+        built-in ones are asked first).  ``GPUCACHE_AUDIT``: audit hits ("all",
         or a fraction such as 0.1; see `gpucache_ext.audit`).  Signing, the key
         prefix and expiry are read as the constructor reads them (``GPUCACHE_SECRET``...).
         """
@@ -177,7 +182,10 @@ class KernelCache:
             redis_url = env.get("GPUCACHE_REDIS_URL")
         if redis_url is not None and str(redis_url).strip().lower() in OFF_VALUES:
             redis_url = None  # "off" (or empty): no shared tier, whatever the environment says
-        return cls(directory=directory, max_disk_bytes=max_disk_bytes, redis_url=redis_url, **kwargs)
+        named = tier_names(env.get("GPUCACHE_TIERS"))  # (the built-in ones first, then the others named)
+        kwargs["tiers"] = [name for name in named if name not in DEFAULT_TIERS] + list(kwargs.get("tiers", ()))
+        return cls(directory=directory if "disk" in named else None, max_disk_bytes=max_disk_bytes,
+                   redis_url=redis_url if "shared" in named else None, **kwargs)
 
     # -- public API --------------------------------------------------------
     def compile(self, func, sig, config: Optional[CompileConfig] = None, *,

@@ -50,6 +50,7 @@ from typing import List, Optional
 from ..config import with_consts
 from ..store import settings
 from ..store.disk import DiskTier, configured_directory
+from ..store.registry import TierSettings, tier_kind
 from ..store.signing import Keyring
 from .cleanup import cmd_clear, cmd_prune
 from .explain import cmd_explain
@@ -95,9 +96,9 @@ def _disk_tier(args) -> Optional[DiskTier]:
             raise
         args.disk_problem = str(exc)
         return None
-    # signed entries are checked with the secrets a compile here would use
-    return DiskTier(folder, max_bytes=None, keyring=Keyring(settings.secrets(), allow_unsigned=True),
-                    warn=False)
+    # signed entries are checked with the secrets a compile here would use; the command evicts nothing
+    return tier_kind("disk").from_settings(TierSettings(keyring=Keyring(settings.secrets(), allow_unsigned=True),
+                                                        directory=folder, max_disk_bytes=None, quiet=True))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -40,10 +40,11 @@ def shared_tier(url: str):
     """The shared tier as a cache here would make it (settings from the
     environment), checked to answer; raises `UnsignedSharedTier` for a tier
     without a secret and no opt-in, `CommandError` for anything else."""
-    from ..store.shared import RedisNotInstalled, RedisTier, UnsignedSharedTier
+    from ..store.registry import shared_settings, tier_kind
+    from ..store.shared import RedisNotInstalled, UnsignedSharedTier
 
     try:
-        tier = RedisTier(url, settings.keyring(), timeout=_REDIS_TIMEOUT)
+        tier = tier_kind("shared").from_settings(shared_settings(url, timeout=_REDIS_TIMEOUT, quiet=True))
     except UnsignedSharedTier:
         raise
     except (settings.SettingError, RedisNotInstalled) as exc:

@@ -127,6 +127,18 @@ class DiskTier(Tier):
     name = "disk"
     stages = PERSISTENT_STAGES
 
+    @classmethod
+    def from_settings(cls, settings) -> Optional["DiskTier"]:
+        """The disk tier `settings` (`registry.TierSettings`) ask for, in
+        their folder (created private where it is the default one); None
+        without a folder.  It reads entries signed or not (a folder is as
+        private as its owner makes it), and signs with the first secret."""
+        if settings.directory is None:
+            return None
+        directory = Path(settings.directory).expanduser()
+        return cls(directory, settings.max_disk_bytes, keyring=Keyring(settings.keyring.secrets, True),
+                   private=directory == default_directory(), warn=not settings.quiet)
+
     def __init__(self, directory, max_bytes: Optional[int] = DEFAULT_MAX_BYTES, *,
                  keyring: Optional[Keyring] = None, private: bool = False, warn: bool = True):
         if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 1):

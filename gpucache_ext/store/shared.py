@@ -95,6 +95,17 @@ class RedisTier(Tier):
     name = "shared"
     stages = PERSISTENT_STAGES
 
+    @classmethod
+    def from_settings(cls, settings) -> Optional["RedisTier"]:
+        """The shared tier `settings` (`registry.TierSettings`) ask for, at
+        their URL; None without one.  Raises `UnsignedSharedTier` where the
+        keyring has no secret and unsigned entries are not allowed."""
+        if not settings.redis_url:
+            return None
+        timeout = {} if settings.timeout is None else {"timeout": settings.timeout}
+        return cls(settings.redis_url, settings.keyring, prefix=settings.redis_prefix, ttl=settings.redis_ttl,
+                   **timeout)
+
     def __init__(self, url: str, keyring: Optional[Keyring] = None, *, secret=None,
                  allow_unsigned: Optional[bool] = None, prefix: Optional[str] = None,
                  ttl=None, timeout: float = 0.5, retry_after: float = 30.0):

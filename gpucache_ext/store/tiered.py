@@ -17,20 +17,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-import warnings
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import ALL_STAGES
-from ..errors import SecurityWarning
 from ..index import find_for_target
 from ..results import EntryInfo, StageStats, TierInfo, TierStats
 from ..tokens import Token, short_name
 from .claims import CLAIM_SECONDS, WAIT_SECONDS, Claim, Renewal, new_owner
-from .disk import DiskTier, default_directory
-from .shared import RedisTier, UnsignedSharedTier, display_url
-from .signing import Keyring
+from .registry import DEFAULT_TIERS, TierSettings, build_tiers
 from .tiers import Entry, MemoryTier, Tier
 
 
@@ -79,29 +74,17 @@ class TieredStore:
     @classmethod
     def configured(cls, max_entries: Mapping[str, int], max_bytes: Mapping[str, Optional[int]], lock, *,
                    directory=None, max_disk_bytes: Optional[int], redis_url: Optional[str], keyring,
-                   redis_prefix: Optional[str], redis_ttl, tiers: Sequence[Tier] = (),
+                   redis_prefix: Optional[str], redis_ttl, tiers: Sequence[Any] = (),
                    wait_seconds: float = WAIT_SECONDS, claim_seconds: float = CLAIM_SECONDS) -> "TieredStore":
         """The tiers `KernelCache`'s arguments ask for: a memory tier per stage
         (bounded per stage), a disk tier in `directory`, a shared Redis tier at
         `redis_url` (left out, with a `SecurityWarning`, where `keyring` lets
-        it be unsigned), then `tiers`."""
+        it be unsigned), then `tiers` (tiers, or their names: `store.registry`)."""
         memory = {stage: MemoryTier(max_entries[stage], max_bytes[stage]) for stage in ALL_STAGES}
-        persistent: List[Tier] = []
-        refused: List[TierInfo] = []  # configured tiers left out, as `tier_info` shows them
-        if directory is not None:
-            directory = Path(directory).expanduser()
-            persistent.append(DiskTier(directory, max_disk_bytes, keyring=Keyring(keyring.secrets, True),
-                                       private=directory == default_directory()))
-        if redis_url:
-            try:
-                persistent.append(RedisTier(redis_url, keyring, prefix=redis_prefix, ttl=redis_ttl))
-            except UnsignedSharedTier as exc:
-                warnings.warn(str(exc), SecurityWarning, stacklevel=3)
-                refused.append(TierInfo(
-                    "shared", display_url(redis_url), signed=False, used=False,
-                    note="no secret (set GPUCACHE_SECRET, or GPUCACHE_SHARED_UNSIGNED=1 "
-                         "to use it unsigned)"))
-        return cls(memory, persistent + list(tiers), refused, lock, wait_seconds, claim_seconds)
+        built = TierSettings(keyring=keyring, directory=directory, max_disk_bytes=max_disk_bytes,
+                             redis_url=redis_url or None, redis_prefix=redis_prefix, redis_ttl=redis_ttl)
+        persistent, refused = build_tiers(DEFAULT_TIERS + tuple(tiers), built)
+        return cls(memory, persistent, refused, lock, wait_seconds, claim_seconds)
 
     # -- finding and filing ---------------------------------------------------
     def tiers_for(self, stage: str) -> List[Tier]:
