@@ -24,7 +24,7 @@ never used later: the entries it filed stay cached.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Protocol, Tuple
 
 from . import registry
 
@@ -32,9 +32,8 @@ if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
     from ..config import CompileConfig
-    from .kernel import Kernel
 
-__all__ = ["BegunAhead", "Pipelined", "compile_threads"]
+__all__ = ["BegunAhead", "DeclaredKernel", "Pipelined", "compile_threads"]
 
 
 # how many threads a cell's kernels compile in; 1: one kernel at a time, at its decorator
@@ -59,6 +58,21 @@ def compile_threads(env: Optional[Mapping[str, str]] = None) -> int:
         return os.cpu_count() or 1
 
 
+class DeclaredKernel(Protocol):
+    """What `Pipelined` asks of a declared `Kernel` (its `BegunAhead` part and
+    ``compile_declared``).  Declared here so that the pipeline is written
+    against what it asks, not against `Kernel`, which imports this module."""
+
+    def begin_declared(self, submit: Callable[[Callable[[], None]], Any]) -> bool:
+        """Begin what ``compile_declared`` is about to compile; False where nothing was begun."""
+
+    def compile_declared(self) -> Any:
+        """Compile (or take what was begun for) every declared signature."""
+
+    def drop_begun(self) -> None:
+        """Forget what was begun and nobody took."""
+
+
 def _in_this_thread(work) -> None:
     """Submit nothing: the kernel's ``compile_declared`` runs `work` when it takes the result."""
 
@@ -70,10 +84,10 @@ class Pipelined:
         self.threads = threads or compile_threads()
         self._pool: Optional["ThreadPoolExecutor"] = None
         # begun, not bound yet, in the order declared: (kernel, the caller's mark of its decorator)
-        self.waiting: List[Tuple["Kernel", Any]] = []
+        self.waiting: List[Tuple[DeclaredKernel, Any]] = []
         # the kernel whose binding raised after its decorator had returned, and its mark: where
         # the error belongs (compiled one at a time, that decorator would have raised it)
-        self.failed: Optional[Tuple["Kernel", Any]] = None
+        self.failed: Optional[Tuple[DeclaredKernel, Any]] = None
 
     def _submit(self, work) -> None:
         if self._pool is None:
@@ -82,7 +96,7 @@ class Pipelined:
             self._pool = ThreadPoolExecutor(self.threads - 1 or 1, thread_name_prefix="gpucache-cell")
         self._pool.submit(work)
 
-    def declared(self, kernel: "Kernel", wait: bool, mark: Callable[[], Any] = lambda: None) -> None:
+    def declared(self, kernel: DeclaredKernel, wait: bool, mark: Callable[[], Any] = lambda: None) -> None:
         """`kernel`'s declared signatures, at its decorator: begun, the
         kernels waiting before it bound, and it bound too unless `wait`
         (then `mark()` is kept with it, for `failed`)."""
