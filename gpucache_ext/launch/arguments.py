@@ -27,13 +27,28 @@ from __future__ import annotations
 import ctypes
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, Tuple
 
 from ..results import short_signature, short_type
 from .compiled import LaunchError, LaunchTypeError
 
-if TYPE_CHECKING:
-    from .kernel import Kernel
+
+class Dispatching(Protocol):
+    """What the checks read of a `Kernel`: numba's dispatcher (its function,
+    typing context, loaded variants, options and whether it compiles for its
+    arguments) and the signatures it declared.  Declared here so that the
+    checks are written against what they read, not against `Kernel`, which
+    imports this module; numba's C dispatch is handed the kernel itself."""
+
+    __name__: str
+    py_func: Callable
+    typingctx: Any
+    overloads: Mapping[Tuple, Any]
+    options: Mapping[str, Any]
+    _can_compile: bool
+    specialized: bool
+    declared: Tuple[Tuple, ...]
+    takes_addresses: bool
 
 
 @dataclass(frozen=True)
@@ -75,7 +90,7 @@ def argument_type(value):
     return types.pyobject if found is None else found
 
 
-def check_specialized(kernel: "Kernel", args: Sequence) -> None:
+def check_specialized(kernel: Dispatching, args: Sequence) -> None:
     """Raise `LaunchError` where `kernel`'s one signature does not accept
     `args` as numba's dispatch would decide (see the module's docstring)."""
     from numba.cuda.cext import _dispatcher
@@ -103,7 +118,7 @@ def check_specialized(kernel: "Kernel", args: Sequence) -> None:
 
 
 @contextlib.contextmanager
-def untypeable_refused(kernel: "Kernel", args: Sequence):
+def untypeable_refused(kernel: Dispatching, args: Sequence):
     """Around numba's dispatch of `args`: its ValueError for an argument it
     has no type for is a `LaunchError` naming it where `refuse_untypeable` says so."""
     try:
@@ -113,7 +128,7 @@ def untypeable_refused(kernel: "Kernel", args: Sequence):
         raise
 
 
-def refuse_untypeable(kernel: "Kernel", args: Sequence) -> None:
+def refuse_untypeable(kernel: Dispatching, args: Sequence) -> None:
     """Called where a launch raised ValueError: numba's dispatch raises it for
     an argument it has no type for, which, where only declared signatures
     launch, is a `LaunchError` naming the argument.  Returns (the caller
@@ -128,7 +143,7 @@ def refuse_untypeable(kernel: "Kernel", args: Sequence) -> None:
         raise no_match_error(kernel, args) from None
 
 
-def first_mismatch(kernel: "Kernel", signature: Sequence, args: Sequence,
+def first_mismatch(kernel: Dispatching, signature: Sequence, args: Sequence,
                    addresses: bool = False) -> Optional[Mismatch]:
     """The first of `args` that `signature` does not accept (None: all are
     accepted); `addresses`: a ``CPointer`` parameter takes an integer address."""
@@ -143,7 +158,7 @@ def first_mismatch(kernel: "Kernel", signature: Sequence, args: Sequence,
     return None
 
 
-def no_match_error(kernel: "Kernel", args: Sequence) -> LaunchError:
+def no_match_error(kernel: Dispatching, args: Sequence) -> LaunchError:
     """The error for arguments that no declared signature accepts (a
     `TypeError` too, as numba's is): per
     signature, the first argument it refuses and how to pass it instead."""
@@ -159,7 +174,7 @@ def no_match_error(kernel: "Kernel", args: Sequence) -> LaunchError:
                        if reasons else head)
 
 
-def _refusal(kernel: "Kernel", signature, args) -> Optional[str]:
+def _refusal(kernel: Dispatching, signature, args) -> Optional[str]:
     if len(args) != len(signature):
         return f"takes {len(signature)} arguments, not {len(args)}"
     mismatch = first_mismatch(kernel, signature, args, addresses=kernel.specialized)
