@@ -63,12 +63,13 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from .debuginfo import debug_source_files, source_file_stats
 from .errors import GpuCacheWarning, SnapshotChanged
+from .stagespec import STAGE_SPEC, TARGET_PERSISTENT_STAGES
 from .tokens import short_token
 
 if TYPE_CHECKING:
     from .results import CompileResult
 
-AUDITED_STAGES = ("llvm", "ptx", "cubin")  # typed IR has no bytes to compare
+AUDITED_STAGES = TARGET_PERSISTENT_STAGES  # (typed IR has no bytes to compare)
 log = logging.getLogger(__name__)
 
 
@@ -570,7 +571,7 @@ def input_changes(cached, fresh, since: float) -> Dict[str, List[str]]:
     for stage in AUDITED_STAGES:
         pairs = [(name, cached.stages[stage].components.get(name), fresh.stages[stage].components.get(name))
                  for name in sorted(set(cached.stages[stage].components) | set(fresh.stages[stage].components))
-                 if name != STAGES_BEFORE[stage]]
+                 if name != STAGE_SPEC[stage].upstream]
         if stage == "llvm" and "typing" in cached.stages and "typing" in fresh.stages:
             old, new = cached.stages["typing"].components, fresh.stages["typing"].components
             pairs = [(name, old.get(name), new.get(name)) for name in sorted(set(old) | set(new))] + pairs
@@ -587,8 +588,6 @@ def input_changes(cached, fresh, since: float) -> Dict[str, List[str]]:
             changes[stage] = reasons
     return changes
 
-
-STAGES_BEFORE = {"llvm": "typing", "ptx": "llvm", "cubin": "ptx"}
 
 
 def _changed_files(fresh, since: float) -> str:

@@ -17,22 +17,12 @@ import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import ConfigError
+from .stagespec import ALL_STAGES, KEYED_ON_BYTES, STAGES, TARGET_TRACKED_STAGES  # noqa: F401 (the config's readers)
 
 log = logging.getLogger(__name__)
 
-STAGES = ("typing", "llvm", "ptx", "cubin")
-# Every stage the cache keeps: the four stages each target goes through
-# (`STAGES`), then the fatbin a list of targets is assembled into (see `Targets`).
-ALL_STAGES = STAGES + ("fatbin",)
-# The stages keyed on the bytes of the artifact before them (early cutoff):
-# a hit there may come from an upstream stage rebuilt to the same bytes.
-KEYED_ON_BYTES = ("ptx", "cubin")
-
 # Fields that, left at None, follow fastmath (see `CompileConfig.nvvm_math`).
 FOLLOW_FASTMATH = ("ftz", "prec_div", "prec_sqrt")
-
-# Stages that may read the target while they run (tracked, see above).
-TARGET_TRACKED_STAGES = ("typing", "llvm")
 
 # What each CUDA major's NVRTC builds (12.9's and 13.5's), used only where it cannot be
 # asked (a toolchain that is not installed: compiling then says so, `toolchain.require`).

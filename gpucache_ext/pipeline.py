@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tup
 
 from . import debuginfo, definitions, numba_compat, queries, sessions, targets, toolchain
 from .audit import source_files_component
-from .config import FIELD_STAGES, KEYED_ON_BYTES, ALL_STAGES, STAGES, CompileConfig, Targets
+from .config import FIELD_STAGES, ALL_STAGES, STAGES, CompileConfig, Targets
 from .errors import ConfigError, SnapshotChanged, UnsupportedKernelError
 from .environment import environment_components
 from .extensions import derived_during, extensions_component
@@ -41,7 +41,8 @@ from .sources.describe import signature_component
 from .sources.library import library_reads_changed
 from .sources.snapshot import rebind
 from .sources.walk import identify
-from .store.codec import PERSISTENT_STAGES, content_digest
+from .stagespec import STAGE_SPEC
+from .store.codec import content_digest
 from .store.disk import DiskTier
 from .store.claims import Claim
 from .store.tiered import TieredStore
@@ -101,20 +102,21 @@ class Stage(NamedTuple):
         return toolchain_component(self.name, memo)
 
 
-def _stage(name: str, upstream: Optional[str], build: Callable[[Any, Any], Any]) -> Stage:
-    return Stage(name, upstream, tuple(field for field, read in FIELD_STAGES.items() if name in read),
-                 name in PERSISTENT_STAGES, name in KEYED_ON_BYTES, build)
+def _stage(name: str, build: Callable[[Any, Any], Any]) -> Stage:
+    """The driver's view of stage `name`, as `stagespec` declares it, with its build."""
+    spec = STAGE_SPEC[name]
+    return Stage(name, spec.upstream, tuple(field for field, read in FIELD_STAGES.items() if name in read),
+                 spec.persisted, spec.keyed_on_bytes, build)
 
 
 STAGE_TABLE: Dict[str, Stage] = {stage.name: stage for stage in (
-    _stage("typing", None, lambda plan, _: plan.type_kernel()),
-    _stage("llvm", "typing", lambda plan, typed: plan.lower(typed)),
-    _stage("ptx", "llvm", lambda plan, llvm: stages.run_ptx(llvm, plan.config, plan.kernel)),
-    _stage("cubin", "ptx", lambda plan, ptx: plan.link_cubin(ptx)),
-    _stage("fatbin", "cubin", lambda job, _: fatbin.assemble(job.cubins, job.ptx_member, job.entry_name,
-                                                              job.kernel)),
+    _stage("typing", lambda plan, _: plan.type_kernel()),
+    _stage("llvm", lambda plan, typed: plan.lower(typed)),
+    _stage("ptx", lambda plan, llvm: stages.run_ptx(llvm, plan.config, plan.kernel)),
+    _stage("cubin", lambda plan, ptx: plan.link_cubin(ptx)),
+    _stage("fatbin", lambda job, _: fatbin.assemble(job.cubins, job.ptx_member, job.entry_name, job.kernel)),
 )}
-assert tuple(STAGE_TABLE) == ALL_STAGES
+assert tuple(STAGE_TABLE) == ALL_STAGES  # (a stage declared without its build, or built undeclared)
 
 
 class Filing(NamedTuple):

@@ -108,3 +108,27 @@ def test_the_old_name_of_every_stage_still_reads_and_says_it_is_deprecated():
         assert config.LAYERS == config.ALL_STAGES == config.STAGES + ("fatbin",)
     with pytest.raises(AttributeError):
         config.NO_SUCH_NAME  # noqa: B018
+
+
+def test_the_stages_are_what_their_declarations_say(monkeypatch):
+    """Every stage tuple, the driver's table and the toolchain part of a
+    token are made from the stage declarations (`stagespec.STAGE_SPECS`):
+    changing a declaration changes what each reads."""
+    from gpucache_ext import pipeline, stagespec, toolchain
+    from gpucache_ext.store import codec
+
+    specs = stagespec.STAGE_SPECS
+    assert STAGES == tuple(s.name for s in specs if s.per_target) == ("typing", "llvm", "ptx", "cubin")
+    assert codec.PERSISTENT_STAGES == stagespec.PERSISTENT_STAGES == ("llvm", "ptx", "cubin", "fatbin")
+    for spec in specs:
+        stage = pipeline.STAGE_TABLE[spec.name]
+        assert (stage.upstream, stage.persisted, stage.keyed_on_bytes) == (spec.upstream, spec.persisted,
+                                                                          spec.keyed_on_bytes)
+        assert stage.fields == tuple(f for f, read in FIELD_STAGES.items() if spec.name in read)
+        assert tuple(toolchain.stage_toolchain(spec.name)) == spec.tools
+    # a tool declared for a stage enters its toolchain part (and so its token), with no other edit
+    monkeypatch.setitem(stagespec.STAGE_SPEC, "fatbin", dataclasses.replace(stagespec.STAGE_SPEC["fatbin"],
+                                                                   tools=("nvfatbin", "numpy")))
+    assert set(toolchain.stage_toolchain("fatbin")) == {"nvfatbin", "numpy"}
+    with pytest.raises(ValueError, match="unknown stage 'sass'"):
+        toolchain.stage_toolchain("sass")

@@ -51,10 +51,11 @@ import threading
 from collections import Counter
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 from .. import numba_compat
 from ..errors import GpuCacheError
+from ..stagespec import STAGE_SPEC
 from ..store.signing import Keyring
 from ..tokens import Component, component
 
@@ -577,33 +578,27 @@ def supported_archs(directory=None) -> Tuple[Tuple[int, int], ...]:
     return tuple(tuple(int(x) for x in cc.split(".")) for cc in text.split())
 
 
+# How each tool a stage declares (`config.StageSpec.tools`) is named in its
+# token: a package's version, or a library's part (its version and digest,
+# remembered in a disk tier's folder, `_part`).
+_TOOLS: Dict[str, Callable[[Any], str]] = {
+    "python": lambda directory: platform.python_implementation() + " " + platform.python_version(),
+    "cuda": lambda directory: str(cuda_major()),
+    "libdevice": lambda directory: _part("libdevice", directory)[:16],
+    "cudadevrt": lambda directory: _part("cudadevrt", directory)[:16],
+    **{library: functools.partial(lambda library, directory: _part(library, directory), library)
+       for library in ("libnvvm", "nvjitlink", "nvrtc", "nvfatbin")},
+}
+
+
 def stage_toolchain(stage: str, directory=None) -> dict:
-    """The tool versions `stage` runs with, as a dict (learned once per process;
-    `directory`: a disk tier's folder, where they are remembered between processes)."""
-    if stage == "typing":
-        return {
-            "python": platform.python_implementation() + " " + platform.python_version(),
-            "numba": _version("numba"),
-            "numba-cuda": _version("numba-cuda"),
-            "numpy": _version("numpy"),
-        }
-    # (from lowering on: the CUDA major, said outright, and cuda-bindings, through which the tools are called)
-    cuda = {"cuda": str(cuda_major()), "cuda-bindings": _version("cuda-bindings")}
-    if stage == "llvm":
-        # (package versions only: checking an llvm entry loads no library, `gpucache verify`.  The
-        # NVVM IR numba-cuda writes carries libNVVM's IR version, 2.0 in CUDA 12 and 13 alike)
-        return {"llvmlite": _version("llvmlite"), "numba-cuda": _version("numba-cuda"), **cuda}
-    if stage == "ptx":
-        return {"libnvvm": _part("libnvvm", directory), "libdevice": _part("libdevice", directory)[:16],
-                "numba-cuda": _version("numba-cuda"), **cuda}
-    if stage == "cubin":
-        # NVRTC compiles the .cu sources linked in (numba's helpers among them)
-        return {"nvjitlink": _part("nvjitlink", directory), "cuda-core": _version("cuda-core"),
-                "cudadevrt": _part("cudadevrt", directory)[:16], "nvrtc": _part("nvrtc", directory),
-                "numba-cuda": _version("numba-cuda"), **cuda}
-    if stage == "fatbin":
-        return {"nvfatbin": _part("nvfatbin", directory), **cuda}
-    raise ValueError(f"unknown stage {stage!r}")
+    """The tool versions `stage` runs with, as its spec declares them, as a
+    dict (learned once per process; `directory`: a disk tier's folder, where
+    they are remembered between processes)."""
+    spec = STAGE_SPEC.get(stage)
+    if spec is None:
+        raise ValueError(f"unknown stage {stage!r}")
+    return {tool: _TOOLS[tool](directory) if tool in _TOOLS else _version(tool) for tool in spec.tools}
 
 
 def toolchain_component(stage: str, directory=None) -> Component:
