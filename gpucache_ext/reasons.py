@@ -1,4 +1,5 @@
-"""Why a stage was built, as data: `Reason`, words that know what they are about.
+"""Why a stage was built, as data: `Reason`, words that know what they are
+about; and the phrases every view builds from reasons, worded here alone.
 
 A miss is explained in words ("sm 86 -> 80", "llvm input changed", "global K
 2.5 -> 3.25 (read by activate)") and those words are what every view shows.
@@ -16,14 +17,19 @@ and every listing reads) and, beside them, the data (`Reason.data`), which
 a restart has the reason the build gave, a multi-word component's change
 included.  `Reason.of` gives what data plain words can tell, for entries
 written before the data was kept (or any plain string).
+
+The phrases the cell report, ``gpucache explain`` and the inspector build
+from reasons and stages (`and_join`, `own`, `cutoff_phrase`) are worded here
+too, once, so that they read alike everywhere.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence, Tuple
+from typing import Any, Iterable, List, Mapping, Sequence, Tuple
 
-__all__ = ["Reason", "ADDED", "REMOVED", "CHANGED", "UPSTREAM", "NOTE", "KINDS"]
+__all__ = ["Reason", "ADDED", "REMOVED", "CHANGED", "UPSTREAM", "NOTE", "KINDS", "and_join", "own",
+           "cutoff_phrase"]
 
 ADDED = "added"  # a component the nearest entry lacked ("global K added (2.5)")
 REMOVED = "removed"  # a component only the nearest entry had
@@ -145,3 +151,26 @@ class Reason(str):
         """Whether this says only that the stage before gave another artifact."""
         return self.kind == UPSTREAM
 
+
+# -- the phrases built from reasons, for every view -------------------------
+
+
+def and_join(names: Sequence[str]) -> str:
+    """"ptx", "ptx and cubin", "llvm, ptx and cubin": stages, tiers, members."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def own(reasons: Iterable[str]) -> List[Reason]:
+    """Reasons less "llvm input changed" and the like: what the stage before
+    already says of itself."""
+    return [r for r in map(Reason.of, reasons) if not r.is_upstream]
+
+
+def cutoff_phrase(stage: str, reasons: Iterable[str], reused: Sequence[str]) -> str:
+    """`stage` rebuilt to the same bytes as before (early cutoff), so that
+    the stages `reused` after it were found: "ptx rebuilt (opt 3 -> 2), same
+    bytes: cubin reused"."""
+    reasons = list(reasons)
+    why = f" ({', '.join(reasons)})" if reasons else ""
+    return f"{stage} rebuilt{why}, same bytes: {and_join(reused)} reused"

@@ -45,7 +45,7 @@ from types import SimpleNamespace
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..config import FIELD_STAGES, STAGES, CompileConfig
-from ..reasons import Reason
+from ..reasons import Reason, and_join, cutoff_phrase, own
 from ..store.codec import PERSISTENT_STAGES
 from ..store.tiers import DROPPED
 from ..tokens import short_name, short_token
@@ -162,11 +162,6 @@ def _sm(held: Held) -> Optional[int]:
     return (held.config_fields or {}).get("sm")
 
 
-def _own(reasons) -> List[str]:
-    """Reasons less "llvm input changed" and the like (what the stage before says itself)."""
-    return [r for r in map(Reason.of, reasons) if not r.is_upstream]
-
-
 def _says_upstream_changed(reasons, stage: str) -> bool:
     return any(r.is_upstream and r.component == _before(stage) for r in map(Reason.of, reasons))
 
@@ -260,7 +255,7 @@ class Build:
         if not self.why:
             return None
         stage, reasons = self.why[-1]
-        return stage, tuple(_own(reasons)) or reasons
+        return stage, tuple(own(reasons)) or reasons
 
     @property
     def cutoffs(self) -> List[Tuple[str, Tuple[str, ...], List[str]]]:
@@ -273,7 +268,7 @@ class Build:
                     if later.outcome != HIT:
                         break
                     reused.append(later.stage)
-                found.append((step.stage, tuple(_own(step.reasons)), reused))
+                found.append((step.stage, tuple(own(step.reasons)), reused))
         return found
 
     def as_dict(self, now: float) -> dict:
@@ -285,21 +280,9 @@ class Build:
                 "why": [{"stage": stage, "reasons": list(reasons)} for stage, reasons in self.why],
                 "root_cause": None if root is None else {"stage": root[0], "reasons": list(root[1])},
                 "cutoffs": [{"stage": stage, "reasons": list(reasons), "reused": reused,
-                             "text": cutoff_text(stage, reasons, reused)}
+                             "text": cutoff_phrase(stage, reasons, reused)}
                             for stage, reasons, reused in self.cutoffs],
                 "other_targets": list(self.other_targets)}
-
-
-def cutoff_text(stage: str, reasons: Sequence[str], reused: Sequence[str]) -> str:
-    """A stage rebuilt to the same bytes, in the cell report's words:
-    "ptx rebuilt (opt 3 -> 2), same bytes: cubin reused"."""
-    why = f" ({', '.join(reasons)})" if reasons else ""
-    return f"{stage} rebuilt{why}, same bytes: {and_join(list(reused))} reused"
-
-
-def and_join(names: List[str]) -> str:
-    """"ptx", "ptx and cubin", "llvm, ptx and cubin" (as the cell report joins stages)."""
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _merged(why) -> List[Tuple[List[str], Tuple[str, ...]]]:
@@ -559,7 +542,7 @@ def build_lines(build: Build, now: float) -> List[str]:
     else:
         lines.append("  nothing was built")
     for stage, reasons, reused in build.cutoffs:
-        lines.append(f"  early cutoff: {cutoff_text(stage, reasons, reused)}")
+        lines.append(f"  early cutoff: {cutoff_phrase(stage, reasons, reused)}")
     if build.other_targets:
         shown = " ".join(str(sm) for sm in build.other_targets)
         lines.append(f"  also built for {', '.join(f'sm_{sm}' for sm in build.other_targets)}: "

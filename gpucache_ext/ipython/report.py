@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, NamedTuple, Opt
 from ..results import FatbinResult, Outcome, short_signature  # noqa: F401  (re-exported)
 from ..config import FOLLOW_FASTMATH, ALL_STAGES, STAGES, summary_fields
 from ..tokens import short_name, short_token
-from ..reasons import Reason
+from ..reasons import Reason, and_join, cutoff_phrase, own  # noqa: F401  (and_join re-exported)
 from ..units import format_seconds
 
 if TYPE_CHECKING:  # annotations only: cache imports numba-cuda, which the gpucache command must not
@@ -163,11 +163,6 @@ def refusals_between(before: Iterable[TierInfo], after: Iterable[TierInfo]) -> D
     return found
 
 
-def and_join(names: List[str]) -> str:
-    """"ptx", "ptx and cubin", "llvm, ptx and cubin"."""
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
 def _reused_after(result: CompileResult, stage: str) -> List[str]:
     """The stages after `stage` that hit one after the other: those a rebuild
     of `stage` to the same bytes left reused."""
@@ -179,12 +174,10 @@ def _reused_after(result: CompileResult, stage: str) -> List[str]:
     return reused
 
 
-def cutoff_phrase(result: CompileResult, stage: str, reasons: Iterable[str]) -> str:
-    """`stage` (a miss) rebuilt to the same bytes as before, for people:
-    "ptx rebuilt (opt 3 -> 2), same bytes: cubin reused"."""
-    reasons = list(reasons)
-    why = f" ({', '.join(reasons)})" if reasons else ""
-    return f"{stage} rebuilt{why}, same bytes: {and_join(_reused_after(result, stage))} reused"
+def _cutoff(result: CompileResult, stage: str, reasons: Iterable[str]) -> str:
+    """`stage` (a miss) rebuilt to the same bytes as before, with the stages
+    of `result` that were reused after it (`cutoff_phrase`)."""
+    return cutoff_phrase(stage, reasons, _reused_after(result, stage))
 
 
 def cut_off(result: CompileResult) -> List[str]:
@@ -200,15 +193,10 @@ def _built(result: CompileResult) -> List[str]:
     return [stage for stage in STAGES if stage in result.stages]
 
 
-def _own(reasons: Iterable[str]) -> List[str]:
-    """Reasons less "llvm input changed" and the like (what the stage before already says)."""
-    return [r for r in map(Reason.of, reasons) if not r.is_upstream]
-
-
 def cutoff_text(result: CompileResult) -> List[str]:
     """A `cutoff_phrase` per stage of `result` rebuilt to the same bytes, with
     every reason it missed for."""
-    return [cutoff_phrase(result, stage, _own(result.stages[stage].reasons)) for stage in cut_off(result)]
+    return [_cutoff(result, stage, own(result.stages[stage].reasons)) for stage in cut_off(result)]
 
 
 def why_text(result: CompileResult) -> str:
@@ -224,7 +212,7 @@ def why_text(result: CompileResult) -> str:
     same_bytes = cut_off(result)
     for stage, found in reasons.items():
         new = []
-        for reason in _own(found):
+        for reason in own(found):
             field = reason.component
             if fastmath and field in FOLLOW_FASTMATH and getattr(result.config, field, None) is None:
                 continue
@@ -232,7 +220,7 @@ def why_text(result: CompileResult) -> str:
                 said.add(reason)
                 new.append(reason)
         if stage in same_bytes:
-            parts.append(cutoff_phrase(result, stage, new))
+            parts.append(_cutoff(result, stage, new))
         elif new:
             parts.append(f"{stage}: {', '.join(new)}")
     return "; ".join(parts)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple, Union
+from typing import Dict, Iterable, Optional, Tuple, Union
 
 from ..config import ALL_STAGES
+from ..reasons import and_join
 from ..units import entries_phrase
 
 EVERY_STAGE = "all"  # the stage to clear: every stage
@@ -27,11 +28,6 @@ def tier_label(tier) -> str:
     (``disk (/home/me/.cache/gpucache)``, ``shared (redis://host:6379/0 prefix gpucache)``)."""
     location = str(getattr(tier, "location", "") or "")
     return tier.name if not location or location == tier.name else f"{tier.name} ({location})"
-
-
-def and_join(parts: List[str]) -> str:
-    """"a", "a and b", "a, b and c"."""
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def persistent_tiers(cache) -> "OrderedDict[str, list]":
@@ -170,5 +166,5 @@ def plan_clear(cache, stage: Optional[str] = None,
     return ClearPlan(cache, clear_stage(stage), clear_tiers(cache, tiers))
 
 
-__all__ = ["ClearOutcome", "ClearPlan", "EVERY_STAGE", "EVERY_TIER", "MEMORY_ONLY", "and_join", "clear_stage",
+__all__ = ["ClearOutcome", "ClearPlan", "EVERY_STAGE", "EVERY_TIER", "MEMORY_ONLY", "clear_stage",
            "clear_tiers", "describe_tier", "persistent_tiers", "plan_clear", "tier_label"]

@@ -59,6 +59,7 @@ from ..config import ALL_STAGES
 from .clearing import InspectorClearing
 from ..queries import (COMPARED_STAGES, Sources, built_from, comparable_entries, compare_entries, fatbin_rows,
                        nearest_entry, resource_moves, resource_rows, variant_occupancy)
+from ..reasons import own
 from ..units import format_seconds
 from ..toolchain.sass import Sass, SassUnavailable, disassembly
 from ..history import CellHistory
@@ -180,8 +181,7 @@ def earlier_rows(cache, rows) -> Dict[str, Tuple[str, ...]]:
         if now is None or row.source is None or source_digest(now) == row.source:
             continue
         before = _typing_components(cache, row.token)
-        reasons = () if before is None else tuple(
-            reason for reason in miss_reasons("typing", now, before) if not reason.is_upstream)
+        reasons = () if before is None else tuple(own(miss_reasons("typing", now, before)))
         found[row.token] = reasons or ("its inputs changed",)
     return found
 
