@@ -147,3 +147,22 @@ def test_any_reasons_go_through_an_entry_as_the_same_data(found):
                                        digest=DIGEST))
     assert [facts(r) for r in codec.decode(data, "cubin", token.hex).reasons] == [facts(r) for r in found]
     assert [facts(r) for r in codec.header_entry(data).reasons] == [facts(r) for r in found]
+
+
+def test_the_phrases_built_from_reasons_are_worded_once():
+    """The cell report, ``gpucache explain``, clearing and the inspector use
+    one `and_join`, one `own` and one early-cutoff phrase."""
+    from gpucache_ext import reasons as wording
+    from gpucache_ext.cli import explain
+    from gpucache_ext.ipython import report
+    from gpucache_ext.queries import clearing
+
+    assert report.and_join is explain.and_join is clearing.and_join is wording.and_join
+    assert report.own is explain.own is wording.own and explain.cutoff_phrase is wording.cutoff_phrase
+    assert [wording.and_join(n) for n in (["ptx"], ["ptx", "cubin"], ["llvm", "ptx", "cubin"])] == [
+        "ptx", "ptx and cubin", "llvm, ptx and cubin"]
+    found = [Reason.upstream("llvm"), Reason.changed("opt", "3", "2"), "global K 1 -> 2"]
+    assert wording.own(found) == ["opt 3 -> 2", "global K 1 -> 2"]
+    assert wording.cutoff_phrase("ptx", wording.own(found), ["cubin"]) == (
+        "ptx rebuilt (opt 3 -> 2, global K 1 -> 2), same bytes: cubin reused")
+    assert wording.cutoff_phrase("llvm", [], ["ptx", "cubin"]) == "llvm rebuilt, same bytes: ptx and cubin reused"
