@@ -11,7 +11,7 @@ state (``sweep``, ``results``, ``_variant_results``) and binds through
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple, TypeVar
 
 from . import registry
 from ..cache import CompileResult
@@ -21,8 +21,7 @@ from ..results import FatbinResult, short_signature
 from ..signatures import normalize_signature
 from .compiled import LaunchError
 
-if TYPE_CHECKING:
-    from .kernel import Kernel
+_Kernel = TypeVar("_Kernel", bound="KernelVariants")  # the kernel this is a part of: `use` binds and returns it
 
 
 class Variant(NamedTuple):
@@ -126,7 +125,7 @@ class KernelVariants:
                 found[key] = dict(tokens["typing"].components)
         return found
 
-    def use(self, **fields) -> "Kernel":
+    def use(self: _Kernel, **fields) -> _Kernel:
         """Bind the variant whose config is the bound one's with `fields`
         changed (``kernel.use(max_registers=64, fastmath=True)``): its entries
         are in the cache, so nothing compiles where nothing changed.  Binding
