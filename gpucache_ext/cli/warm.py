@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from ..config import Targets, add_config_arguments, config_from_flags, flags_text
+from ..stagespec import STAGE_SPEC
 from .output import CommandError
 
 _FLAG_RE = re.compile(r"^(\s*%%gpukernel\b)(.*)$")
@@ -104,7 +105,7 @@ def warm_module(target: str, configs: List[Any], env: Dict[str, str]) -> Dict[st
             config = config_with_options(config, kernel.options)
             result = kernel.cache.compile(kernel.py_func, argtypes, config, link=kernel.options.get("link") or ())
             row = {"kernel": name, "signature": short_signature(argtypes), "config": config.summary()}
-            (built if any(not done.hit for stage, done in result.stages.items() if stage != "typing")
+            (built if any(not done.hit for stage, done in result.stages.items() if STAGE_SPEC[stage].persisted)
              else cached).append(row)
     return {"target": target, "built": built, "cached": cached, "not_warmed": not_warmed}
 
@@ -204,8 +205,8 @@ def warm_notebook(path: Path, sms: str, flags: List[str], env: Dict[str, str], t
                     "at its first launch; give it a signature (@cuda.jit(\"void(...)\")) or --sig in its "
                     "%%gpukernel line"} for name in report.get("lazy", ())]
     stats = report.get("stats", {})
-    built = sum(misses for stage, (_, misses) in stats.items() if stage != "typing")
-    cached = sum(hits for stage, (hits, _) in stats.items() if stage != "typing")
+    built = sum(misses for stage, (_, misses) in stats.items() if STAGE_SPEC[stage].persisted)
+    cached = sum(hits for stage, (hits, _) in stats.items() if STAGE_SPEC[stage].persisted)
     if not magic_cells:
         not_warmed.append({"what": str(path), "why": "it has no %%gpukernel cell"})
     return {"target": str(path), "cells": len(magic_cells), "built": built, "cached": cached,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optio
 from ..config import STAGES, CompileConfig
 from ..results import EntryInfo, Outcome, parse_resources
 from ..reasons import ADDED, CHANGED, REMOVED, Reason
+from ..stagespec import STAGE_SPEC
 from ..tokens import Component, explain_difference, make_token, short_name
 from ..store.tiers import DROPPED
 from ..units import format_age
@@ -343,7 +344,7 @@ class Sources:
             if stage == "typing":
                 return self._remember(path, source_digest(entry.components), self.found)
             # (a fatbin names its first cubin: they all come from the same code)
-            upstream = "cubin" if stage == "fatbin" else STAGES[STAGES.index(stage) - 1]
+            upstream = STAGE_SPEC[stage].upstream
             if stage == "llvm":  # llvm entries name typing's token; ptx and cubin the entry they came from
                 part = entry.components.get(upstream)
                 if part is not None and part.parts:  # (and carry its components: typed IR is not stored)
