@@ -583,12 +583,3 @@ class Targets:
     def __str__(self) -> str:
         return self.summary()
 
-
-def __getattr__(name):
-    if name == "LAYERS":  # (its old name: "stage" is the one word for what the cache keeps)
-        import warnings
-
-        warnings.warn("gpucache_ext.config.LAYERS is deprecated: use ALL_STAGES (the same tuple)",
-                      DeprecationWarning, stacklevel=2)
-        return ALL_STAGES
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

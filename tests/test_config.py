@@ -101,13 +101,12 @@ def test_diff_and_summary():
     assert CompileConfig(sm=80, opt=0).summary() == "sm_80 opt=0"
 
 
-def test_the_old_name_of_every_stage_still_reads_and_says_it_is_deprecated():
+def test_a_stage_has_one_name_in_the_config():
     import gpucache_ext.config as config
 
-    with pytest.warns(DeprecationWarning, match="use ALL_STAGES"):
-        assert config.LAYERS == config.ALL_STAGES == config.STAGES + ("fatbin",)
+    assert config.ALL_STAGES == config.STAGES + ("fatbin",)
     with pytest.raises(AttributeError):
-        config.NO_SUCH_NAME  # noqa: B018
+        config.LAYERS  # noqa: B018 (the name of a release that never was)
 
 
 def test_the_stages_are_what_their_declarations_say(monkeypatch):

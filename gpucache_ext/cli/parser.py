@@ -60,8 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     def _stage_option(command):
         command.add_argument("--stage", choices=PERSISTENT_STAGES, help="only this stage's entries")
-        # the option's name before 0.2, still accepted
-        command.add_argument("--layer", dest="stage", choices=PERSISTENT_STAGES, help=argparse.SUPPRESS)
 
     add = functools.partial(sub.add_parser, parents=[json_after])
     add("stats", help="entries, bytes and signatures per stage and tier",
