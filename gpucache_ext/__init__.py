@@ -12,10 +12,7 @@ cubin), `cache` (the per-stage tiers and miss explanations).
 """
 
 import importlib
-import importlib.abc
 import importlib.util
-import sys
-import warnings
 from typing import TYPE_CHECKING
 
 from .config import FIELD_STAGES, STAGES, CompileConfig
@@ -29,7 +26,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time, `__getattr__` belo
     from .launch.decorators import jit
     from .launch.compiled import LaunchError, LaunchTypeError, LaunchValueError
     from .launch.kernel import Kernel
-    from .results import (CacheStats, CompileResult, EntryInfo, LayerResult, Outcome, StageResult, StageStats,
+    from .results import (CacheStats, CompileResult, EntryInfo, Outcome, StageResult, StageStats,
                           TierStats)
 
 # The names of modules that import numba-cuda (and so take a second or more),
@@ -37,48 +34,12 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time, `__getattr__` belo
 # command and reading cache files import no numba.
 _LAZY = {
     "KernelCache": "cache",
-    "CompileResult": "results", "StageResult": "results", "LayerResult": "results", "Outcome": "results",
+    "CompileResult": "results", "StageResult": "results", "Outcome": "results",
     "CacheStats": "results", "StageStats": "results", "TierStats": "results", "EntryInfo": "results",
     "Kernel": "launch.kernel", "LaunchError": "launch.compiled",
     "LaunchTypeError": "launch.compiled", "LaunchValueError": "launch.compiled", "jit": "launch.decorators",
     "AuditWarning": "audit",
 }
-# Modules that moved into subpackages (the store, the toolchain, launching):
-# their old names still import, as the same module objects, with a DeprecationWarning.
-MOVED = {
-    "tiers": "store.tiers", "codec": "store.codec", "disk": "store.disk", "shared": "store.shared",
-    "signing": "store.signing", "settings": "store.settings", "fsutil": "store.fsutil",
-    "linking": "toolchain.linking", "fatbin": "toolchain.fatbin", "sass": "toolchain.sass",
-    "kernel": "launch.kernel", "simulator": "launch.simulator", "decorators": "launch.decorators",
-    "device": "launch.device", "widgets.render": "views",
-}
-
-
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports a moved module's old name as the module at its new one."""
-
-    def __init__(self):
-        self._specs = {}  # old name -> the module's own spec, while it is being imported
-
-    def find_spec(self, fullname, path=None, target=None):
-        old = fullname[len(__name__) + 1:] if fullname.startswith(__name__ + ".") else None
-        return importlib.util.spec_from_loader(fullname, self) if old in MOVED else None
-
-    def create_module(self, spec):
-        new = f"{__name__}.{MOVED[spec.name[len(__name__) + 1:]]}"
-        warnings.warn(f"{spec.name} moved to {new}; import it from there", DeprecationWarning, stacklevel=2)
-        module = importlib.import_module(new)
-        self._specs[spec.name] = module.__spec__  # (importing sets __spec__ to the old name's: put it back)
-        return module
-
-    def exec_module(self, module):
-        module.__spec__ = self._specs.pop(module.__spec__.name, module.__spec__)
-
-
-if not any(type(finder).__name__ == "_MovedModules" for finder in sys.meta_path):
-    sys.meta_path.insert(0, _MovedModules())
-
-
 def __getattr__(name):
     module = _LAZY.get(name)
     if module is not None:
@@ -142,7 +103,7 @@ def unload_ipython_extension(ipython):
 
 
 __all__ = [
-    "CompileConfig", "KernelCache", "CompileResult", "StageResult", "LayerResult", "Outcome",
+    "CompileConfig", "KernelCache", "CompileResult", "StageResult", "Outcome",
     "CacheStats", "StageStats", "TierStats", "EntryInfo", "Kernel", "LaunchError", "LaunchTypeError",
     "LaunchValueError", "jit",
     "default_cache", "configure_default_cache", "current_session", "inspector",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 import re
 import threading
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional, Tuple
@@ -95,7 +94,6 @@ class StageResult:
 
 
 # The name earlier versions used.
-LayerResult = StageResult
 
 
 @dataclass(frozen=True, eq=False)
@@ -241,13 +239,6 @@ class CompileResult:
     # guards the three artifacts: an audit that finds a mismatch replaces them
     # (`replace_artifacts`) while a kernel may be reading them
     _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
-
-    @property
-    def layers(self) -> Dict[str, StageResult]:
-        """The name earlier versions used for `stages` (deprecated)."""
-        warnings.warn("CompileResult.layers is deprecated: use CompileResult.stages (the same dict)",
-                      DeprecationWarning, stacklevel=2)
-        return self.stages
 
     @property
     def links(self):

@@ -534,14 +534,12 @@ def test_from_environment_turns_a_tier_off_with_off(tmp_path, monkeypatch):
     assert KernelCache.from_environment(directory="off", redis_url="none").tiers == []
 
 
-def test_the_old_name_layers_still_works_and_says_it_is_deprecated():
-    result = KernelCache().compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
-    with pytest.warns(DeprecationWarning, match="use CompileResult.stages"):
-        layers = result.layers
-    assert layers is result.stages and layers["cubin"].token == result.stages["cubin"].token
-    from gpucache_ext import LayerResult, StageResult
+def test_a_result_names_its_stages_one_way():
+    import gpucache_ext
 
-    assert LayerResult is StageResult
+    result = KernelCache().compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    assert set(result.stages) == {"typing", "llvm", "ptx", "cubin"}
+    assert not hasattr(result, "layers") and not hasattr(gpucache_ext, "LayerResult")
 
 
 def test_misses_list_the_persistent_tiers_once_per_stage(tmp_path):
