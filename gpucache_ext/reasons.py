@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, List, Mapping, Sequence, Tuple
 
+from .stagespec import STAGES
+
 __all__ = ["Reason", "ADDED", "REMOVED", "CHANGED", "UPSTREAM", "NOTE", "KINDS", "and_join", "own",
            "cutoff_phrase"]
 
@@ -38,7 +40,6 @@ UPSTREAM = "upstream"  # the stage before this one gave another artifact ("llvm 
 NOTE = "note"  # anything else: a first compile, an entry dropped, a forced rebuild, a refusal
 KINDS = (ADDED, REMOVED, CHANGED, UPSTREAM, NOTE)
 
-_STAGES = ("typing", "llvm", "ptx", "cubin")
 _ONE_WORD_CHANGE = re.compile(r"\w+ \S+ -> \S+\Z")
 _TEXT_FIELDS = ("component", "old", "new")  # (`Reason.data`'s fields besides kind and within)
 
@@ -139,7 +140,7 @@ class Reason(str):
             return text
         text = str(text)
         head, _, rest = text.partition(" ")
-        if rest == "input changed" and head in _STAGES:
+        if rest == "input changed" and head in STAGES:
             return cls(text, UPSTREAM, head)
         if _ONE_WORD_CHANGE.match(text):  # a one-word component's values: a config field's, "sm 86 -> 80"
             old, new = text[len(head) + 1:].split(" -> ")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..store.codec import PERSISTENT_STAGES
+from ..stagespec import PERSISTENT_STAGES
 from ..units import format_bytes
 from .output import CommandError, Progress
 

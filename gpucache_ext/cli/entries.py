@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..store.codec import PERSISTENT_STAGES, BadEntry, decode, read_header
+from ..store.codec import BadEntry, decode, read_header
+from ..stagespec import PERSISTENT_STAGES
 from ..store.disk import DiskTier, read_head
 from ..store.signing import Rejected, strip
 from ..tokens import find_token, short_name, short_token

@@ -46,7 +46,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..config import FIELD_STAGES, STAGES, CompileConfig
 from ..reasons import Reason, and_join, cutoff_phrase, own
-from ..store.codec import PERSISTENT_STAGES
+from ..stagespec import PERSISTENT_STAGES, TARGET_PERSISTENT_STAGES
 from ..store.tiers import DROPPED
 from ..tokens import short_name, short_token
 from ..units import format_age
@@ -61,7 +61,7 @@ __all__ = ["CachedEntries", "Step", "Build", "add_explain", "cmd_explain", "entr
 _SAME_BUILD_SECONDS = 0.5
 # how a miss says its very entry was cached and dropped since (`queries.explain_miss`)
 _DROPPED_ENTRY = "entry was "
-_BUILT_STAGES = ("llvm", "ptx", "cubin")  # those a target's build stores (typing: memory only)
+_BUILT_STAGES = TARGET_PERSISTENT_STAGES  # (those a target's build stores; typing: memory only)
 
 BUILT, HIT, NOT_NEEDED, GONE, MISSING = "built", "hit", "not needed", "gone", "not cached"
 

@@ -8,7 +8,8 @@ import time
 from typing import List
 
 from ..config import summary_fields
-from ..store.codec import PERSISTENT_STAGES, BadEntry, decode, read_header
+from ..store.codec import BadEntry, decode, read_header
+from ..stagespec import PERSISTENT_STAGES
 from ..store.signing import Rejected, strip
 from ..tokens import short_token
 from ..units import format_age, format_bytes

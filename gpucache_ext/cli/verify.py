@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..store.codec import CORRUPT, OK, OTHER_TOOLCHAIN, PERSISTENT_STAGES, PREVIOUS_SECRET, check_stored
+from ..store.codec import CORRUPT, OK, OTHER_TOOLCHAIN, PREVIOUS_SECRET, check_stored
+from ..stagespec import PERSISTENT_STAGES
 from ..store.disk import DiskTier, configured_directory
 from ..store.shared import display_url
 from ..store.signing import BAD_SIGNATURE, OTHER_SECRET, UNSIGNED

@@ -33,7 +33,6 @@ from ..toolchain import stage_toolchain
 
 MAGIC = b"GPUCACHE"
 FORMAT_VERSION = 1
-PERSISTENT_STAGES = ("llvm", "ptx", "cubin", "fatbin")  # typed IR is not portable
 _HEADER_LIMIT = 16 << 20
 
 
