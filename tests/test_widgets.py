@@ -737,19 +737,6 @@ def test_kernels_of_one_short_name_in_two_modules_show_their_qualified_names(ip)
     assert {"pkg.first.axpy", "pkg.second.axpy"} <= set(names)
 
 
-def test_the_renderers_old_module_name_still_works_and_says_where_they_moved(monkeypatch):
-    import importlib
-    import sys
-
-    from gpucache_ext import views
-
-    monkeypatch.delitem(sys.modules, "gpucache_ext.widgets.render", raising=False)
-    with pytest.warns(DeprecationWarning, match="moved to gpucache_ext.views"):
-        render = importlib.import_module("gpucache_ext.widgets.render")
-    assert render.STYLE is views.STYLE and render.chart_svg is views.chart_svg
-    assert "summary_html" in dir(render)
-
-
 # -- clearing: memory only unless the persistent tiers are chosen, and then after a confirmation ----------
 
 
