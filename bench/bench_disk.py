@@ -121,7 +121,7 @@ def audited_cell(runs):
 def fill(directory, count, size=8192, keyring=None):
     from gpucache_ext.store.codec import content_digest
     from gpucache_ext.store.disk import DiskTier
-    from gpucache_ext.stages import CubinArtifact
+    from gpucache_ext.backends.numba_cuda.stages import CubinArtifact
     from gpucache_ext.store.tiers import Entry
     from gpucache_ext.tokens import component, make_token
 

@@ -7,7 +7,7 @@ The kernel (``cmath.exp/sqrt/log/tanh/acos/asinh``, ``w ** n``,
 in its helper cache, keyed without the lowering context or the target.  The
 pipeline shares a helper between lowerings whose context is the same
 (fastmath, debug info, error model, ...) for every target its compile's
-target questions answer alike (`gpucache_ext.stages.numbering`).
+target questions answer alike (`gpucache_ext.backends.numba_cuda.stages.numbering`).
 
 Each run starts two fresh interpreters (alternating which goes first), both
 on the recording stand-in driver (tests/fakecuda: numba asks for a device

@@ -657,8 +657,8 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
     built: then with why) or "failed".
     """
     from .config import CompileConfig
-    from .stages.cubin import run_cubin
-    from .stages.ptx import run_ptx
+    from .backends.numba_cuda.stages.cubin import run_cubin
+    from .backends.numba_cuda.stages.ptx import run_ptx
 
     if stage == "fatbin" and not entry.is_marker:
         return _reassemble(entry, find_upstream, tainted)

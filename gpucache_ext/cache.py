@@ -58,7 +58,7 @@ from .tokens import Token
 
 # numba-cuda's compiler, imported by the first compile: the cache opens, lists and reports
 # without it (under numba's CUDA simulator numba-cuda's compiler cannot be imported at all)
-stages = lazy_module("gpucache_ext.stages")
+stages = lazy_module("gpucache_ext.backends.numba_cuda.stages")
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ own compiles run numba's code unchanged.
 
 `PATCHES` says, for each, what is replaced, numba's signature when it was
 checked, and why.  `install` applies them once (a second call changes
-nothing), with the replacements `gpucache_ext.stages` makes from numba's
-originals (`gpucache_ext.stages.install_patches`, on the first compile:
+nothing), with the replacements `gpucache_ext.backends.numba_cuda.stages` makes from numba's
+originals (`gpucache_ext.backends.numba_cuda.stages.install_patches`, on the first compile:
 importing gpucache_ext changes nothing of numba's); `original` gives numba's
 function back.
 
@@ -68,12 +68,12 @@ _INLINE = "numba.cuda.core.inline_closurecall:InlineWorker"
 PATCHES = (
     Patch(f"{_DISPATCHER}.get_call_template", "function", "(self, args, kws)",
           "a call to a device function is typed by its proxy: the snapshot's function with its own "
-          "options, not the live dispatcher (stages.device._routed)"),
+          "options, not the live dispatcher (backends.numba_cuda.stages.device._routed)"),
     Patch(f"{_DISPATCHER}.compile_device", "function", "(self, args, return_type=None)",
-          "compiling a device function for a call goes to its proxy (stages.device._routed)"),
+          "compiling a device function for a call goes to its proxy (backends.numba_cuda.stages.device._routed)"),
     Patch(f"{_DISPATCHER}.get_overload", "function", "(self, sig)",
           "the overload of a device function comes from its proxy; while typing, a key lowering "
-          "resolves later (stages.device._routed)"),
+          "resolves later (backends.numba_cuda.stages.device._routed)"),
     Patch(f"{_DISPATCHER}.__repr__", "function", "(self)",
           "numba's repr holds the function's address, and repr reaches symbol names and error text: "
           "a number from the source identity instead (stages.numbering._dispatcher_repr)"),

@@ -21,25 +21,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import threading
 import time
 from collections import deque
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from . import debuginfo, definitions, numba_compat, queries, sessions, targets, toolchain
+from . import backends, debuginfo, definitions, queries, sessions, targets, toolchain
 from .audit import source_files_component
 from .config import FIELD_STAGES, ALL_STAGES, STAGES, CompileConfig, Targets
 from .errors import ConfigError, SnapshotChanged, UnsupportedKernelError
-from .environment import environment_components
-from .extensions import derived_during, extensions_component
-from .importing import lazy_module
 from .index import CacheIndex, variant_token
 from .reasons import Reason
 from .results import CompileResult, FatbinResult, Outcome, StageResult, short_signature
 from .sources.describe import signature_component
 from .sources.library import library_reads_changed
-from .sources.snapshot import rebind
 from .sources.walk import identify
 from .stagespec import STAGE_SPEC
 from .store.codec import content_digest
@@ -48,12 +45,9 @@ from .store.claims import Claim
 from .store.tiered import TieredStore
 from .store.tiers import Entry
 from .units import format_seconds
-from .tokens import Component, Token, component, make_token, parts_digest, short_token
-from .toolchain import fatbin, numba_settings, toolchain_component
+from .tokens import Component, Token, component, make_token, short_token
+from .toolchain import fatbin, toolchain_component
 
-# numba-cuda's compiler, imported by the first compile: the cache opens, lists and reports
-# without it (under numba's CUDA simulator numba-cuda's compiler cannot be imported at all)
-stages = lazy_module("gpucache_ext.stages")
 
 _ATTEMPTS = 3  # compiles of one kernel before what it reads is declared too unsteady to cache
 
@@ -102,6 +96,10 @@ class Stage(NamedTuple):
         return toolchain_component(self.name, memo)
 
 
+def _built_by_backend(name: str, plan: "CompilePlan", upstream):
+    return plan.backend.build(name, plan, upstream)
+
+
 def _stage(name: str, build: Callable[[Any, Any], Any]) -> Stage:
     """The driver's view of stage `name`, as `stagespec` declares it, with its build."""
     spec = STAGE_SPEC[name]
@@ -110,10 +108,8 @@ def _stage(name: str, build: Callable[[Any, Any], Any]) -> Stage:
 
 
 STAGE_TABLE: Dict[str, Stage] = {stage.name: stage for stage in (
-    _stage("typing", lambda plan, _: plan.type_kernel()),
-    _stage("llvm", lambda plan, typed: plan.lower(typed)),
-    _stage("ptx", lambda plan, llvm: stages.run_ptx(llvm, plan.config, plan.kernel)),
-    _stage("cubin", lambda plan, ptx: plan.link_cubin(ptx)),
+    # a target's stages: built by the plan's backend (`backends.Backend.build`)
+    *(_stage(name, functools.partial(_built_by_backend, name)) for name in STAGES),
     _stage("fatbin", lambda job, _: fatbin.assemble(job.cubins, job.ptx_member, job.entry_name, job.kernel)),
 )}
 assert tuple(STAGE_TABLE) == ALL_STAGES  # (a stage declared without its build, or built undeclared)
@@ -158,6 +154,7 @@ class Pipeline:
         self.index = index
         self._lock = lock
         self.proxies = proxies
+        self.backend = backends.backend()  # the compiler every plan of this pipeline compiles with
         self._busy = busy
         self.flights = Flights()  # one build at a time per (stage, token)
         self.observers: List[Callable[[CompileRequest, Any, CompileResult], None]] = []
@@ -182,7 +179,7 @@ class Pipeline:
 
     def run(self, request: CompileRequest) -> CompileResult:
         """One target's four stages (or up to ``request.until``)."""
-        numba_compat.check_numba_runtime()
+        self.backend.check_can_compile()
         self._busy(True)
         try:
             plan, result = self.attempted(request, CompilePlan.run)
@@ -196,7 +193,7 @@ class Pipeline:
         for attempt in range(_ATTEMPTS):
             plan = CompilePlan(self, request)  # (a plan reloads numba's settings)
             try:
-                with derived_during():  # (what numba registers meanwhile follows from what was hashed)
+                with self.backend.compiling():
                     return plan, step(plan)
             # a library was replaced since its fingerprint was read, an array changed between
             # its hash and its copy, an environment variable was read for the first time: again
@@ -213,11 +210,11 @@ class Pipeline:
         artifact, the config and the toolchain), then `Begun.result` here.
         A front that has to start again (a library replaced, an array changed
         while it was hashed) runs whole now, as `run` runs it."""
-        numba_compat.check_numba_runtime()
+        self.backend.check_can_compile()
         self._busy(True)
         try:
             plan = CompilePlan(self, request)
-            with derived_during():
+            with self.backend.compiling():
                 front = plan.front()
         except (toolchain.ToolchainChanged, SnapshotChanged):
             self._busy(False)
@@ -244,9 +241,9 @@ class Pipeline:
         requests = {sm: request.at(sm, until, audit=False if until == "ptx" else None)
                     for sm, until in targets_until.items()}
         plans = {sm: CompilePlan(self, each) for sm, each in requests.items()}
-        numba_compat.check_numba_runtime()
+        self.backend.check_can_compile()
         fronts = {}
-        with derived_during():
+        with self.backend.compiling():
             for sm, plan in plans.items():  # llvm one target after another: targets may share it
                 try:
                     fronts[sm] = plan.front()
@@ -498,6 +495,7 @@ class CompilePlan:
 
     def __init__(self, pipeline: Pipeline, request: CompileRequest):
         self.pipeline = pipeline
+        self.backend = pipeline.backend
         self.request = request
         self.pyfunc, self.argtypes, self.config = request.pyfunc, request.argtypes, request.config
         self.link = request.link
@@ -534,18 +532,13 @@ class CompilePlan:
     def _tokens(self) -> Dict[str, Token]:
         config = self.config
         memo = self.pipeline.memo
-        environment = environment_components()  # what code numba ran has read of the environment
-        self.environment = parts_digest(environment) if environment else None
-        # numba's extension tables, where user code registered
-        self.extensions = extensions_component(self.environment)
         typing = make_token("typing", {
             **self.identity.components,
-            **({"numba extensions": self.extensions} if self.extensions is not None else {}),
-            **environment,
+            **self.backend.typing_components(self),
             "signature": signature_component(self.argtypes, self.signature_text[1:-1]),
             "toolchain": STAGE_TABLE["typing"].toolchain(),
         })
-        settings = self.settings = numba_settings()
+        settings = self.settings = self.backend.settings()
         toolchains = {stage: STAGE_TABLE[stage].toolchain(memo) for stage in STAGES[1:]}
         links = tuple((link.digest, link.name) for link in self.identity.links)
         # what the later stages' tokens are made of besides typing's: the same
@@ -603,9 +596,9 @@ class CompilePlan:
         ptx = self._downstream("ptx", llvm)
         cubin = None
         if until != "ptx":
-            self._sources = debuginfo.debug_source_files(llvm.artifact)
-            self._sources_part = source_files_component(self._sources)
-            cubin = self._downstream("cubin", ptx, extra=self._sources_part)
+            self.sources = debuginfo.debug_source_files(llvm.artifact)
+            self.sources_part = source_files_component(self.sources)
+            cubin = self._downstream("cubin", ptx, extra=self.sources_part)
         built = STAGES[:STAGES.index(until) + 1]
         return CompileResult(self.kernel, self.argtypes, self.config,
                              {s: self.stages[s] for s in built},
@@ -620,44 +613,8 @@ class CompilePlan:
         rebuilt = self.stages[upstream.stage].outcome is Outcome.MISS
         return self.pipeline.obtain(stage, self, token, upstream, cutoff=rebuilt, built_from=upstream.token)
 
-    # -- the builds (`STAGE_TABLE`) -----------------------------------------------
-    def type_kernel(self):
-        """The typing stage, typed from the snapshot through device proxies."""
-        proxies = self.pipeline.proxies
-        # (a device function types against both: what it typed under others is not reused)
-        extensions = None if self.extensions is None and self.environment is None else (
-            None if self.extensions is None else self.extensions.digest, self.environment)
-        proxy_for = proxies.fresh(extensions) if self.forced else proxies.under(extensions)
-        pyfunc = rebind(self.identity, proxy_for)
-        typed = stages.run_typing(pyfunc, self.argtypes, self.config, kernel=True,
-                                  uid=stages.symbol_uid(self.identity.digest), qualname=self.kernel,
-                                  fresh=self.forced, debug_filename=self.identity.debug_filename,
-                                  def_line=self.identity.def_line)
-        # keep the proxies the typed IR refers to alive as long as it is cached
-        typed.proxies = tuple(proxy_for(dispatcher, dev) for dispatcher, dev in self.identity.devices)
-        typed.snapshot_bytes = self.identity.snapshot_bytes
-        self._check_library_reads("typed")
-        return typed
-
-    def lower(self, typed):
-        """The llvm stage, lowered with the numba settings its token hashed:
-        numba reads them from its config module as it lowers, where another
-        thread may have set one meanwhile (then the compile starts again)."""
-        llvm = stages.run_llvm(typed, self.config, self.identity.link_keys)
-        if numba_settings(reload=False) != self.settings:
-            raise SnapshotChanged(f"numba's settings changed while {self.kernel} was being lowered")
-        self._check_library_reads("lowered")
-        return llvm
-
-    def link_cubin(self, ptx):
-        """The cubin stage; the source files a lineinfo cubin names are hashed
-        in its token, and must not change while nvJitLink reads them."""
-        cubin = stages.run_cubin(ptx, self.config, self.kernel, self.identity.links)
-        if source_files_component(self._sources) != self._sources_part:
-            raise SnapshotChanged(f"a source file of {self.kernel} changed while it was being linked")
-        return cubin
-
-    def _check_library_reads(self, doing: str) -> None:
+    # -- what the builds ask of the plan (`backends.Backend.build`) -------------------
+    def check_library_reads(self, doing: str) -> None:
         """numba reads a library module's attributes live as it types and
         lowers: one replaced since they were hashed (another thread, a
         reload) starts the compile again."""

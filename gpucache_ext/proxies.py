@@ -21,7 +21,7 @@ from .importing import lazy_module
 from .sources.snapshot import rebind
 
 # numba-cuda's compiler, imported by the first compile (see `gpucache_ext.cache`)
-stages = lazy_module("gpucache_ext.stages")
+stages = lazy_module("gpucache_ext.backends.numba_cuda.stages")
 
 
 class DeviceProxies:

@@ -27,7 +27,7 @@ from .reasons import Reason
 # keys, builtins and every value typing reads from one snapshot; 5: a linked
 # .cu source's digest covers what NVRTC reads, by its search rules (the llvm
 # and ptx artifacts carry such digests for numba's shim sources); 6: the uid in
-# symbol names has 16 digits (`stages.numbering.symbol_uid`), and is
+# symbol names has 16 digits (`backends.numba_cuda.stages.numbering.symbol_uid`), and is
 # written in a function's repr as a 12-digit address (`address_of`).  Entries of
 # earlier schemas are never looked up again (misses).
 SCHEMA_VERSION = 6

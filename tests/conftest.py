@@ -135,17 +135,19 @@ def change_while_typing(monkeypatch):
     """Make `change()` run after the next compile hashed what the kernel
     reads and before it is typed: what another thread writing at that
     moment would do."""
-    from gpucache_ext.pipeline import CompilePlan
+    from gpucache_ext import backends
 
     pending = []
-    original = CompilePlan.type_kernel
+    backend = backends.backend()
+    original = backend.build
 
-    def run_typing(plan):
-        while pending:
-            pending.pop(0)()
-        return original(plan)
+    def build(stage, plan, upstream):
+        if stage == backend.stages[0]:  # (the typing stage: after the tokens, before typing)
+            while pending:
+                pending.pop(0)()
+        return original(stage, plan, upstream)
 
-    monkeypatch.setattr(CompilePlan, "type_kernel", run_typing)
+    monkeypatch.setattr(backend, "build", build)
     return pending.append
 
 

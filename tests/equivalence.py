@@ -40,11 +40,11 @@ outside a compile of ours or from an object with no content to number by:
 
 * a helper whose closure holds a value with no process-independent
   description (`sources.describe.describe_value` falls back to identity), or one that
-  describes like another without being equal to it (`stages.numbering._internal_uid`);
+  describes like another without being equal to it (`backends.numba_cuda.stages.numbering._internal_uid`);
 * an ``@overload(inline="always")`` implementation whose IR numba's own
   compile made and kept first: its variables made by ``mk_unique_var`` keep
   that compile's numbers (the callee's name is renumbered:
-  `stages.numbering._inlined_by_content`);
+  `backends.numba_cuda.stages.numbering._inlined_by_content`);
 * a function type numba's own compile made first for a dispatcher passed as
   an argument (its name, with an address, stays the type's);
 * numba-cuda's polymorphic-variable debug info (``CUDA_DEBUG_POLY``, off with
@@ -187,7 +187,7 @@ def numbas_helpers() -> dict:
     cmath, fp16 shims), keyed without the compile's flags: a kernel compiled
     with lineinfo or fastmath after one without reuses helpers lowered
     without them, so numba's output follows the process's history (the
-    pipeline's does not: `stages.numbering._subroutine_cache`)."""
+    pipeline's does not: `backends.numba_cuda.stages.numbering._subroutine_cache`)."""
     from numba.cuda.descriptor import cuda_target
 
     return cuda_target.target_context.cached_internal_func

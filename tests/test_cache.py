@@ -319,7 +319,7 @@ def test_explain_predicts_misses_without_compiling():
 def test_lowered_device_functions_are_unregistered_when_dropped():
     from numba.cuda.descriptor import cuda_target
 
-    from gpucache_ext.stages.device import _DeviceImplKey
+    from gpucache_ext.backends.numba_cuda.stages.device import _DeviceImplKey
 
     def registered():
         return sum(isinstance(k, _DeviceImplKey) for k in cuda_target.target_context._defns)

@@ -155,7 +155,7 @@ def test_tb_afterwards_shows_the_whole_chain(ip, capsys):
     ip.run_line_magic("tb", "")
     full = plain("".join(capsys.readouterr()))
     assert "The above exception was the direct cause of the following exception" in full
-    assert "CompileError" in full and "gpucache_ext/stages/" in full and "numba" in full
+    assert "CompileError" in full and "gpucache_ext/backends/numba_cuda/stages/" in full and "numba" in full
 
 
 def test_the_history_keeps_the_error_as_the_cell_showed_it(ip, capsys):
@@ -316,7 +316,7 @@ def test_a_lazy_kernel_that_fails_to_type_shows_at_its_launch_then_its_line(ip, 
     assert "gpucache_ext/" not in shown and "numba/" not in shown
     assert shown.count("Traceback (most recent call last)") == 1, shown
     ip.run_line_magic("tb", "")
-    assert "gpucache_ext/stages/" in plain("".join(capsys.readouterr()))
+    assert "gpucache_ext/backends/numba_cuda/stages/" in plain("".join(capsys.readouterr()))
 
 
 @pytest.mark.parametrize("magic", ["", "%%gpukernel --sm 80 --quiet\n"])

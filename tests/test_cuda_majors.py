@@ -122,7 +122,7 @@ from gpucache_ext import toolchain
 toolchain._REQUIRED_LIBRARIES["cufft"] = "cuFFT"
 said = {}
 try:
-    import gpucache_ext.stages
+    import gpucache_ext.backends.numba_cuda.stages
 except ImportError as error:
     said["import"] = [type(error).__name__, str(error)]
 from gpucache_ext import CompileConfig, KernelCache

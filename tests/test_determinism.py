@@ -6,7 +6,7 @@ process-wide, and collects the libraries a kernel links (its device
 functions) in a set, so its NVVM IR follows what the process compiled before
 and its module order follows memory addresses.  The pipeline numbers from
 content, keeps numba's helpers per lowering config and orders modules
-canonically (`stages.numbering.numbered_afresh`, `stages.canonical_modules`).
+canonically (`backends.numba_cuda.stages.numbering.numbered_afresh`, `backends.numba_cuda.stages.canonical_modules`).
 
 The slow tests compile in fresh interpreters, each with its own
 PYTHONHASHSEED (and address layout), its own history (what numba and the

@@ -1,7 +1,7 @@
 """numba's helpers (the functions ``cmath``, ``**`` and friends lower through
 ``context.compile_internal``) are compiled once per lowering state and shared
 by every config and target that leaves their lowering unchanged
-(`stages.numbering._shared_subroutine`).
+(`backends.numba_cuda.stages.numbering._shared_subroutine`).
 
 numba's own helper cache is keyed without the lowering context a helper
 inherits: a fastmath kernel compiled after a plain one gets the plain one's
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpucache_ext import CompileConfig, KernelCache
-from gpucache_ext.stages import numbering
+from gpucache_ext.backends.numba_cuda.stages import numbering
 
 from .helpers import artifacts, buildable, notebook_namespace, run_cell, run_python
 
@@ -208,7 +208,7 @@ USERS_HELPER = '''
 import json, re
 from tests.helpers import notebook_namespace, run_cell
 from gpucache_ext import CompileConfig, KernelCache
-from gpucache_ext.stages import numbering
+from gpucache_ext.backends.numba_cuda.stages import numbering
 
 ns = notebook_namespace()
 run_cell(ns, """

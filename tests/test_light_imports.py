@@ -99,7 +99,7 @@ assert KernelCache.__module__ == "gpucache_ext.cache" and Kernel.__module__ == "
 assert all(getattr(gpucache_ext, name) is not None for name in gpucache_ext.__all__)
 assert callable(gpucache_ext.configure_default_cache) and callable(gpucache_ext.inspector)
 assert callable(gpucache_ext.load_ipython_extension) and gpucache_ext.defaults._default_cache is None
-assert gpucache_ext.stages.LLVMArtifact is gpucache_ext.artifacts.LLVMArtifact
+assert gpucache_ext.backends.numba_cuda.stages.LLVMArtifact is gpucache_ext.artifacts.LLVMArtifact
 _report(before=before, version=gpucache_ext.__version__)
 """)
     assert seen["before"] == []
@@ -298,16 +298,16 @@ from gpucache_ext import CompileConfig, KernelCache
 from tests import kernels
 cache = KernelCache(directory=sys.argv[1], audit=False)
 hit = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
-served = sorted(m for m in sys.modules if m in ("gpucache_ext.stages", "numba.cuda.cudaimpl"))
+served = sorted(m for m in sys.modules if m in ("gpucache_ext.backends.numba_cuda.stages", "numba.cuda.cudaimpl"))
 missed = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=90))
 _report(served=served, hit=[hit.stages[s].hit for s in ("llvm", "ptx", "cubin")],
         missed=[missed.stages[s].hit for s in ("ptx", "cubin")],
         digests=[hashlib.sha256(r.cubin).hexdigest() for r in (hit, missed)],
-        after=sorted(m for m in sys.modules if m in ("gpucache_ext.stages", "numba.cuda.cudaimpl")))
+        after=sorted(m for m in sys.modules if m in ("gpucache_ext.backends.numba_cuda.stages", "numba.cuda.cudaimpl")))
 """, tmp_path)
     assert seen["hit"] == [True, True, True] and seen["missed"] == [False, False]
     assert seen["served"] == [], seen["served"]
-    assert seen["after"] == ["gpucache_ext.stages", "numba.cuda.cudaimpl"]
+    assert seen["after"] == ["gpucache_ext.backends.numba_cuda.stages", "numba.cuda.cudaimpl"]
     fresh = [KernelCache().compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=sm)).cubin for sm in (86, 90)]
     assert seen["digests"] == [hashlib.sha256(c).hexdigest() for c in fresh]
 
@@ -320,7 +320,7 @@ def test_what_numbas_compiler_registers_as_a_compile_loads_it_is_not_walked_agai
     seen = run(REPORT + """
 from gpucache_ext import CompileConfig, KernelCache, extensions
 from tests import kernels
-assert "gpucache_ext.stages" not in __import__("sys").modules
+assert "gpucache_ext.backends.numba_cuda.stages" not in __import__("sys").modules
 KernelCache().compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
 def unwalked():
     return [label for label, table in extensions._containers() for entry in extensions._entries(table)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucache_ext import numba_compat, stages
+from gpucache_ext import numba_compat
+from gpucache_ext.backends.numba_cuda import stages
 
 from .helpers import run_python
 
@@ -20,7 +21,7 @@ from .helpers import run_python
 def test_numbas_signature_is_the_one_the_patch_was_written_against(patch):
     assert numba_compat.numba_signature(patch.target) == patch.signature, (
         f"numba-cuda changed {patch.target}; read its new code, then update the replacement "
-        f"in gpucache_ext.stages and the patch ({patch.why})")
+        f"in gpucache_ext.backends.numba_cuda.stages and the patch ({patch.why})")
 
 
 def test_every_patch_is_installed_once_and_keeps_numbas_original():
@@ -48,7 +49,8 @@ def test_a_missing_replacement_is_refused_before_anything_is_patched():
 def test_importing_the_pipeline_patches_nothing_the_first_compile_patches_all():
     seen = run_python("""
         import json
-        from gpucache_ext import CompileConfig, numba_compat, stages
+        from gpucache_ext import CompileConfig, numba_compat
+        from gpucache_ext.backends.numba_cuda import stages
         before = sorted(numba_compat.installed())
 
         def kernel(out):

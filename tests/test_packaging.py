@@ -181,7 +181,7 @@ def test_the_store_imports_nothing_above_it():
     stages, launching or the IPython layers, so they can be read alone
     (the ``gpucache`` command does)."""
     modules, edges, _ = _module_graph().graph()
-    above = ("gpucache_ext.cache", "gpucache_ext.stages", "gpucache_ext.launch", "gpucache_ext.ipython",
+    above = ("gpucache_ext.cache", "gpucache_ext.backends", "gpucache_ext.launch", "gpucache_ext.ipython",
              "gpucache_ext.widgets", "gpucache_ext.queries")
     store = {name: edges.get(name, {}) for name in modules if name.startswith("gpucache_ext.store.")}
     assert len(store) == 10 and sum(map(len, store.values())) > 10  # the store's imports were read (10: registry)
@@ -190,7 +190,7 @@ def test_the_store_imports_nothing_above_it():
 
     assert {name: [t for t in targets if is_above(t)] for name, targets in store.items()} == \
         {name: [] for name in store}
-    assert is_above("gpucache_ext.stages.device") and not is_above("gpucache_ext.stagespec")
+    assert is_above("gpucache_ext.backends.numba_cuda.stages.device") and not is_above("gpucache_ext.stagespec")
 
 
 def test_no_module_imports_another_modules_private_names():
@@ -284,7 +284,8 @@ def test_a_lazy_import_that_fails_says_its_cause_and_where():
         assert seen[what]["cause"] == "AttributeError"
         message = seen[what]["message"]
         assert "cannot import name" not in message
-        assert message.startswith("gpucache_ext.stages could not be imported: AttributeError: "), message
+        assert message.startswith("gpucache_ext.backends.numba_cuda.stages could not be imported: "
+                                  "AttributeError: "), message
         assert "has no attribute 'row_stack'" in message
         assert re.search(r"numba/cuda/np/arrayobj\.py, line \d+\)", message), message  # where it failed
 

@@ -145,7 +145,7 @@ import sys, time
 from gpucache_ext import CompileConfig, KernelCache
 from gpucache_ext.store.codec import content_digest
 from gpucache_ext.store.disk import DiskTier
-from gpucache_ext.stages import CubinArtifact
+from gpucache_ext.backends.numba_cuda.stages import CubinArtifact
 from gpucache_ext.store.tiers import Entry
 from gpucache_ext.tokens import component, make_token
 tier = DiskTier(sys.argv[1], max_bytes=None)

@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from gpucache_ext.queries import miss_reasons
 from gpucache_ext.reasons import ADDED, CHANGED, NOTE, REMOVED, UPSTREAM, Reason
-from gpucache_ext.stages import CubinArtifact
+from gpucache_ext.backends.numba_cuda.stages import CubinArtifact
 from gpucache_ext.store import codec
 from gpucache_ext.store.disk import DiskTier
 from gpucache_ext.store.signing import Keyring

@@ -380,7 +380,7 @@ def test_moves_come_in_the_order_they_matter_each_once():
 def test_symbol_uids_are_of_one_length():
     """The uid in a kernel's symbol names has 16 digits whatever its source's
     digest: a symbol's length (and so the cubin's bytes) does not move with it."""
-    from gpucache_ext.stages.numbering import _next_uid, address_of, symbol_uid
+    from gpucache_ext.backends.numba_cuda.stages.numbering import _next_uid, address_of, symbol_uid
 
     digests = ["0" * 64, "f" * 64, "000000000001" + "0" * 52, "e8d4a5100000" + "0" * 52, "123456789abc" + "0" * 52]
     assert {len(str(symbol_uid(d))) for d in digests} == {16}

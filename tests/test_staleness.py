@@ -341,8 +341,8 @@ def test_numba_settings_reach_device_function_lowering(monkeypatch):
 
 
 def test_force_types_and_lowers_device_functions_again(monkeypatch):
-    from gpucache_ext import stages
-    from gpucache_ext.stages import device
+    from gpucache_ext.backends.numba_cuda import stages
+    from gpucache_ext.backends.numba_cuda.stages import device
 
     ns = notebook_namespace()
     run_cell(ns, DEVICE_CELL)
@@ -615,7 +615,7 @@ def test_library_device_functions_compile_for_the_kernels_target_with_their_own_
         assert lowered_flags(plain, "xoroshiro") == lowered_flags(fast, "xoroshiro")
         assert_fresh(cache, ns[name], sig, CompileConfig(sm=90, debug=True, opt=0))
     # forced: fresh proxies for the library helpers too, same bytes
-    from gpucache_ext.stages import device
+    from gpucache_ext.backends.numba_cuda.stages import device
 
     before = {id(proxy) for proxy in device._library_proxies.values()}
     assert artifacts(cache.compile(ns["direct"], sig, SM80, force=True)) == fresh(ns["direct"], sig, SM80)

@@ -80,7 +80,7 @@ def test_variant_memo_reports_what_it_drops():
 
 
 def test_the_flags_values_are_every_options_default_then_those_set_and_read_no_target():
-    from gpucache_ext.stages.compiling import lowering_flags, typing_flags
+    from gpucache_ext.backends.numba_cuda.stages.compiling import lowering_flags, typing_flags
 
     for flags in (typing_flags(CompileConfig(sm=86)), lowering_flags(CompileConfig(sm=80, fastmath=True, opt=0))):
         expected = {name: flags._values.get(name, option.default) for name, option in flags.options.items()}

@@ -25,11 +25,11 @@ from numba.cuda.core.compiler_machinery import FunctionPass, PassManager, regist
 from numba.cuda.core.untyped_passes import TranslateByteCode
 from numba.cuda.flags import CUDAFlags
 
-from .. import environment, numba_compat, targets
-from ..extensions import numba_runs
-from ..locks import compiler_lock
-from ..config import CompileConfig
-from ..errors import CompileError
+from .... import environment, numba_compat, targets
+from ....extensions import numba_runs
+from ....locks import compiler_lock
+from ....config import CompileConfig
+from ....errors import CompileError
 
 # ---------------------------------------------------------------------------
 # numba flags
@@ -103,7 +103,7 @@ def lowering_key(config: CompileConfig):
     """What a device function's lowering depends on besides its typed IR: the
     lowering fields and numba's settings that lowering reads (as the llvm
     token), so a memoised lowering is reused only where the kernel's would be."""
-    from ..toolchain import numba_settings
+    from ....toolchain import numba_settings
 
     settings = numba_settings(reload=False)
     return tuple(sorted(config.stage_fields("llvm").items())) + tuple(sorted(settings.items()))

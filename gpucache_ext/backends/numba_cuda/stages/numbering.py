@@ -19,8 +19,8 @@ import types as pytypes
 import weakref
 from typing import Any, Dict, Optional, Tuple
 
-from .. import numba_compat, targets
-from ..config import CompileConfig
+from .... import numba_compat, targets
+from ....config import CompileConfig
 from .compiling import active, lowering_key, replace_in_numba
 
 log = logging.getLogger(__name__)
@@ -162,12 +162,12 @@ def _what_a_users_helper_reads(impl) -> Optional[str]:
     ``context.compile_internal``) reads the user's, which change.  Its key then
     also holds what it reads, described as the extension tables' scan
     describes it (None for a helper that holds no user code)."""
-    from ..usercode import touches_user_code
+    from ....usercode import touches_user_code
 
     if not touches_user_code(impl):
         return None
-    from ..sources.describe import describe_registration
-    from ..tokens import digest
+    from ....sources.describe import describe_registration
+    from ....tokens import digest
 
     return digest(["user helper", describe_registration(impl)])
 
@@ -223,7 +223,7 @@ _UNSET = object()
 
 def lowering_settings() -> tuple:
     """numba's settings that lowering reads (environment variables), as the llvm token has them."""
-    from ..toolchain import numba_settings
+    from ....toolchain import numba_settings
 
     return tuple(sorted(numba_settings(reload=False).items()))
 
@@ -275,7 +275,7 @@ def _internal_uid(pyfunc) -> int:
     so the same in every process.  Unique as numba's counter is: a function
     whose content describes like another's but is not equal to it takes the
     next free number (then only that one follows the process's history)."""
-    from ..sources import internal_function_digest
+    from ....sources import internal_function_digest
 
     uid = proxied_uids.get(pyfunc)
     if uid is not None:

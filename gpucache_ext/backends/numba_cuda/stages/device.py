@@ -19,12 +19,12 @@ from numba.cuda.core.base import OverloadSelector
 from numba.cuda.descriptor import cuda_target
 from numba.cuda.dispatcher import CUDADispatcher
 
-from .. import targets, tokens
-from ..config import CompileConfig
-from ..errors import CompileError, UnsupportedKernelError
-from ..extensions import also_forget
-from ..locks import compiler_lock
-from ..options import device_options
+from .... import targets, tokens
+from ....config import CompileConfig
+from ....errors import CompileError, UnsupportedKernelError
+from ....extensions import also_forget
+from ....locks import compiler_lock
+from ....options import device_options
 from .compiling import active, compile_error, compiling_for, lowering_key, replace_in_numba
 from .llvm import lower
 from .numbering import address_of, proxied_uids, symbol_uid
@@ -108,7 +108,7 @@ class DeviceProxy(CUDADispatcher):
         if typed is None:
             declared = dict(self.declared)
             if self.declared and args not in declared:
-                from ..results import short_signature
+                from ....results import short_signature
 
                 raise CompileError(self.py_func.__qualname__, "typing",
                                    f"no declared signature takes {short_signature(args)}")
@@ -215,7 +215,7 @@ also_forget(forget_library_proxies)
 
 
 def _route(dispatcher) -> "DeviceProxy":
-    from ..sources import library_identity_digest
+    from ....sources import library_identity_digest
 
     pyfunc = dispatcher.py_func
     digest = library_identity_digest(pyfunc)
@@ -223,7 +223,7 @@ def _route(dispatcher) -> "DeviceProxy":
         # user code numba compiles on its own while compiling the kernel: an @overload's
         # implementation (what built it is in every typing token: `extensions`), keyed by
         # everything it reads, as a device function is
-        from ..sources import identify
+        from ....sources import identify
 
         digest = tokens.digest(["user function numba compiles", pyfunc.__module__, pyfunc.__qualname__,
                                 identify(pyfunc, with_location=False).digest])

@@ -3,10 +3,10 @@ and the kernel's external code, for a config's sm -> cubin (`CubinArtifact`)."""
 
 from __future__ import annotations
 
-from ..artifacts import CubinArtifact, PTXArtifact
-from ..config import CompileConfig
-from ..errors import CompileError, UnsupportedKernelError
-from ..toolchain import linking
+from ....artifacts import CubinArtifact, PTXArtifact
+from ....config import CompileConfig
+from ....errors import CompileError, UnsupportedKernelError
+from ....toolchain import linking
 from .compiling import compile_error
 
 
@@ -26,7 +26,7 @@ def _link(ptx: PTXArtifact, config: CompileConfig, output: str, external=()):
     )
     objects.extend(linking.object_codes(_link_inputs(ptx) + list(external), config.cc, ptx.ltoir is not None))
     if ptx.cooperative:
-        from ..toolchain import cudadevrt
+        from ....toolchain import cudadevrt
 
         objects.append(ObjectCode.from_library(cudadevrt(), name="libcudadevrt.a"))
     linker = Linker(*objects, options=options)

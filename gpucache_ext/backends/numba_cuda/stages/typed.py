@@ -10,9 +10,9 @@ from typing import Any, Dict, Optional, Tuple
 from numba.cuda import types as nbtypes
 from numba.cuda.descriptor import cuda_target
 
-from .. import targets
-from ..config import CompileConfig
-from ..errors import CompileError, UnsupportedKernelError
+from .... import targets
+from ....config import CompileConfig
+from ....errors import CompileError, UnsupportedKernelError
 from .compiling import TypingPipeline, compile_error, compiling_for, numba_compiling, typing_flags
 from .numbering import numbered_afresh
 
