@@ -35,7 +35,7 @@ import os
 import threading
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import numba_compat, queries
+from . import queries
 from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
 from .config import ALL_STAGES, CompileConfig, Targets
 from .errors import GpuCacheError, UnsupportedKernelError
@@ -43,7 +43,7 @@ from .importing import lazy_module
 from .index import CacheIndex
 from .pipeline import CompilePlan, CompileRequest, Pipeline
 from .provenance import Provenance
-from .proxies import DeviceProxies
+from .backends.numba_cuda.proxies import DeviceProxies
 from .signatures import normalize_signature
 from .results import (CacheStats, CompileResult, EntryInfo, FatbinResult, Outcome,  # noqa: F401
                       StageResult, StageStats, TierInfo, TierStats, parse_resources, short_signature)
@@ -291,7 +291,7 @@ class KernelCache:
         map and call types): from memory where the typing stage is still
         cached, else typed now and kept (typed IR lives in memory only, so
         after a restart a disk hit has none).  Counted as a typing lookup."""
-        numba_compat.check_numba_runtime()
+        self.pipeline.backend.check_can_compile()
         request = self._request(func, sig, CompileConfig() if config is None else config, link)
         return self.pipeline.attempted(request, lambda plan: plan.typed().artifact)[1]
 

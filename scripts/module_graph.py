@@ -15,7 +15,9 @@ way A reaches B, each of a kind the output shows:
     type      an ``import`` of B under ``if TYPE_CHECKING:`` (it never runs, but
               A is written against B all the same)
 
-A module reached several ways keeps the first kind of that list.  A cycle is a
+Reaching a module reaches the packages it is in (their ``__init__`` runs
+first), but those of A itself.  A module reached several ways keeps the
+first kind of that list.  A cycle is a
 strongly connected set of two or more modules, whatever the kinds of its
 edges.  Private names imported from another module (``from .disk import
 _read_head``) are listed too.
@@ -70,9 +72,15 @@ def module_edges(name, source, modules, is_package=False):
     def add(target, kind):
         while target and target not in modules:
             target = target.rpartition(".")[0]
-        if target and target != name and target.startswith(PACKAGE):
-            if target not in found or KINDS.index(kind) < KINDS.index(found[target]):
-                found[target] = kind
+        if not target.startswith(PACKAGE + "."):
+            return
+        # importing a module runs its packages' __init__ first: each is reached too
+        # (but the packages `name` is in, which ran before it)
+        parts = target.split(".")
+        for reached in (".".join(parts[:end]) for end in range(2, len(parts) + 1)):
+            if reached != name and reached in modules and not name.startswith(reached + "."):
+                if reached not in found or KINDS.index(kind) < KINDS.index(found[reached]):
+                    found[reached] = kind
 
     def visit(node, kind):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):

@@ -596,7 +596,7 @@ def _picks(table):
 @settings(max_examples=300, deadline=None)
 @given(TABLES)
 def test_a_tables_repeats_are_left_out_only_where_no_pick_changes(table):
-    from gpucache_ext.extensions import kept_entries
+    from gpucache_ext.backends.numba_cuda.extensions import kept_entries
 
     users = _as_extensions_sees(table)
     kept = {users[at][0] for at in kept_entries([entry for _, entry in users])}
@@ -609,7 +609,7 @@ def test_a_tables_repeats_are_left_out_only_where_no_pick_changes(table):
 def test_a_notebook_of_registrations_run_again_gets_the_first_runs_token(cells, runs):
     """With no library registering in between, running the same registrations
     again (and again) leaves the description as after the first run."""
-    from gpucache_ext.extensions import without_repeats
+    from gpucache_ext.backends.numba_cuda.extensions import without_repeats
 
     once = [([d, k], k, 0) for d, k in cells]
     assert without_repeats(once * runs) == without_repeats(once)
@@ -731,7 +731,7 @@ def test_what_is_recorded_of_the_environment_inside_numbas_pipeline():
 
     from numba.core import config as numba_config
 
-    from gpucache_ext import environment
+    from gpucache_ext.backends.numba_cuda import environment
 
     names = ["GPUCACHE_TEST_R5_GETENV", "GPUCACHE_TEST_R5_GET", "GPUCACHE_TEST_R5_IN"]
     try:

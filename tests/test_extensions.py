@@ -164,7 +164,7 @@ def test_without_registrations_in_user_code_tokens_are_as_before():
     seen = run_python("""
         import json
         from gpucache_ext import CompileConfig, KernelCache
-        from gpucache_ext.extensions import extensions_component, user_registrations
+        from gpucache_ext.backends.numba_cuda.extensions import extensions_component, user_registrations
         from tests import kernels
         tokens = KernelCache().tokens(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))
         print(json.dumps({"component": extensions_component() is None, "registrations": len(user_registrations()),
@@ -276,7 +276,8 @@ def test_user_code_is_found_however_a_registered_value_holds_it():
 
 READS_SCRIPT = '''
 import json
-from gpucache_ext import CompileConfig, KernelCache, extensions
+from gpucache_ext import CompileConfig, KernelCache
+from gpucache_ext.backends.numba_cuda import extensions
 from tests.helpers import notebook_namespace, run_cell
 
 namespace = notebook_namespace()
@@ -325,7 +326,7 @@ def test_a_compile_reads_numbas_tables_once_a_hit_and_again_only_around_numbas_o
 def test_numbas_modules_are_read_again_only_where_they_changed_and_the_registries_are_those_a_full_read_finds():
     seen = run_python("""
         import json, sys, types
-        from gpucache_ext import extensions
+        from gpucache_ext.backends.numba_cuda import extensions
         from numba.cuda.typing.templates import Registry
 
         def fresh():  # every module read again

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from gpucache_ext import CompileConfig, KernelCache
-from gpucache_ext.locks import _rlocks, compiler_lock
+from gpucache_ext.backends.numba_cuda.locks import _rlocks, compiler_lock
 
 from .helpers import artifacts, fresh, notebook_namespace, run_cell
 

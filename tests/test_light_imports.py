@@ -318,7 +318,8 @@ def test_what_numbas_compiler_registers_as_a_compile_loads_it_is_not_walked_agai
     # lowerings and templates): inside the compile they are numba's, so the next check of the tables
     # (a kernel's first launch after a cell) walks none of them; a user's registration still counts
     seen = run(REPORT + """
-from gpucache_ext import CompileConfig, KernelCache, extensions
+from gpucache_ext import CompileConfig, KernelCache
+from gpucache_ext.backends.numba_cuda import extensions
 from tests import kernels
 assert "gpucache_ext.backends.numba_cuda.stages" not in __import__("sys").modules
 KernelCache().compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))

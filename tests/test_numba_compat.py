@@ -1,4 +1,4 @@
-"""Every patch of numba-cuda is declared in gpucache_ext.numba_compat, applied
+"""Every patch of numba-cuda is declared in gpucache_ext.backends.numba_cuda.numba_compat, applied
 once (on the first compile), and checked against numba's signatures: an
 upgrade that changes a patched function fails here, before it can change what
 the cache builds.  So is every other value gpucache_ext gives numba's state
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucache_ext import numba_compat
+from gpucache_ext.backends.numba_cuda import numba_compat
 from gpucache_ext.backends.numba_cuda import stages
 
 from .helpers import run_python
@@ -49,7 +49,8 @@ def test_a_missing_replacement_is_refused_before_anything_is_patched():
 def test_importing_the_pipeline_patches_nothing_the_first_compile_patches_all():
     seen = run_python("""
         import json
-        from gpucache_ext import CompileConfig, numba_compat
+        from gpucache_ext import CompileConfig
+        from gpucache_ext.backends.numba_cuda import numba_compat
         from gpucache_ext.backends.numba_cuda import stages
         before = sorted(numba_compat.installed())
 

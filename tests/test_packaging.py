@@ -126,6 +126,27 @@ def test_a_back_edge_of_any_kind_makes_a_cycle(source, kind):
     assert any({"gpucache_ext.cache", "gpucache_ext.config"} <= set(cycle) for cycle in graph.cycles(modules, planted))
 
 
+def test_importing_a_module_reaches_its_packages_too():
+    """Importing gpucache_ext.backends.numba_cuda.numba_compat runs the
+    packages' __init__ first: a package that imports back is a cycle at
+    run time (the toolchain imports numba_compat; were numba_cuda's __init__
+    to import the toolchain, the import would fail half done)."""
+    graph = _module_graph()
+    modules, edges, _ = graph.graph()
+    found, _ = graph.module_edges("gpucache_ext.toolchain", "from ..backends.numba_cuda import numba_compat\n",
+                                  modules, is_package=True)
+    assert found == {"gpucache_ext.backends": "import", "gpucache_ext.backends.numba_cuda": "import",
+                     "gpucache_ext.backends.numba_cuda.numba_compat": "import"}
+    back, _ = graph.module_edges("gpucache_ext.backends.numba_cuda", "from ...toolchain import numba_settings\n",
+                                 modules, is_package=True)
+    planted = {**edges, "gpucache_ext.backends.numba_cuda": back}
+    assert any({"gpucache_ext.toolchain", "gpucache_ext.backends.numba_cuda"} <= set(cycle)
+               for cycle in graph.cycles(modules, planted))
+    # the packages a module is in ran before it: no edge to them
+    own, _ = graph.module_edges("gpucache_ext.backends.numba_cuda.backend", "from ..base import Backend\n", modules)
+    assert own == {"gpucache_ext.backends.base": "import"}
+
+
 def test_no_module_or_class_is_too_long_to_read_as_one_thing():
     """No module over 900 lines, no class over 400 (issue 33; ``scripts/module_graph.py --sizes``)."""
     graph = _module_graph()

@@ -24,7 +24,7 @@ __all__ = ["Backend", "DEFAULT_BACKEND", "backend", "register_backend", "registe
 DEFAULT_BACKEND = "numba-cuda"
 
 
-_REGISTERED: Dict[str, str] = {DEFAULT_BACKEND: "gpucache_ext.backends.numba_cuda:NumbaCuda"}
+_REGISTERED: Dict[str, str] = {DEFAULT_BACKEND: "gpucache_ext.backends.numba_cuda.backend:NumbaCuda"}
 _MADE: Dict[str, Backend] = {}
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 
-from .. import numba_compat
+from ..backends.numba_cuda import numba_compat
 from ..defaults import default_cache
 from ..cache import CompileResult
 from ..errors import CompileError

@@ -122,7 +122,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Sequence,
 
 import numpy as np
 
-from .. import numba_compat
+from ..backends.numba_cuda import numba_compat
 from ..errors import UnsupportedKernelError
 
 log = logging.getLogger(__name__)

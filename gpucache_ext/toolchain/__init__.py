@@ -53,7 +53,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
-from .. import numba_compat
+from ..backends.numba_cuda import numba_compat
 from ..errors import GpuCacheError
 from ..stagespec import STAGE_SPEC
 from ..store.signing import Keyring

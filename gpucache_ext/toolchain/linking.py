@@ -57,7 +57,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, List, Optional, Tuple
 
-from .. import numba_compat
+from ..backends.numba_cuda import numba_compat
 from ..errors import SnapshotChanged, UnsupportedKernelError
 
 # file extension -> kind; the kinds are cuda.core ObjectCode's

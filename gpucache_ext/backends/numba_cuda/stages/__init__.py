@@ -35,14 +35,14 @@ from __future__ import annotations
 # numba's compiler loads with the stages (a compile that every stage serves from a cache loads
 # neither): inside a compile of the cache's, the lowerings and templates numba's modules register
 # as they load are numba's, not the user's (`extensions.derived_during`), and need no walk later
-from ....extensions import numba_runs
+from ..extensions import numba_runs
 
 numba_runs()
 
 # first: numba-cuda imports without libNVVM, nvJitLink and NVRTC; its import says which extra brings them
 from ....toolchain import required  # noqa: F401
 from ....artifacts import CubinArtifact, LLVMArtifact, PTXArtifact
-from ....numba_compat import check_numba_runtime
+from ..numba_compat import check_numba_runtime
 from ....signatures import normalize_signature
 from ....debuginfo import debug_source_files, source_file_stats
 from .compiling import def_line_of, install_patches

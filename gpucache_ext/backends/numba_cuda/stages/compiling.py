@@ -25,9 +25,11 @@ from numba.cuda.core.compiler_machinery import FunctionPass, PassManager, regist
 from numba.cuda.core.untyped_passes import TranslateByteCode
 from numba.cuda.flags import CUDAFlags
 
-from .... import environment, numba_compat, targets
-from ....extensions import numba_runs
-from ....locks import compiler_lock
+from .... import targets
+from .. import environment
+from .. import numba_compat
+from ..extensions import numba_runs
+from ..locks import compiler_lock
 from ....config import CompileConfig
 from ....errors import CompileError
 

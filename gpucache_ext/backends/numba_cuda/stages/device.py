@@ -22,8 +22,8 @@ from numba.cuda.dispatcher import CUDADispatcher
 from .... import targets, tokens
 from ....config import CompileConfig
 from ....errors import CompileError, UnsupportedKernelError
-from ....extensions import also_forget
-from ....locks import compiler_lock
+from ..extensions import also_forget
+from ..locks import compiler_lock
 from ....options import device_options
 from .compiling import active, compile_error, compiling_for, lowering_key, replace_in_numba
 from .llvm import lower

@@ -66,7 +66,7 @@ def canonical_modules(library) -> Tuple[str, ...]:
     visited sorted by their text.  That is canonical because the text is:
     what numba numbers from process-wide counters (helpers' symbols, record
     types, inlined variables, labels) is numbered from content here
-    (`numbering`, `gpucache_ext.numba_compat`), and a device function passed
+    (`numbering`, `gpucache_ext.backends.numba_cuda.numba_compat`), and a device function passed
     as an argument is named by its identity (`DeviceProxy.__repr__`), so equal
     inputs give equal texts in every process; libraries of equal text are
     interchangeable, so ties reorder nothing.  (Before, those numbers were in

@@ -19,7 +19,8 @@ import types as pytypes
 import weakref
 from typing import Any, Dict, Optional, Tuple
 
-from .... import numba_compat, targets
+from .... import targets
+from .. import numba_compat
 from ....config import CompileConfig
 from .compiling import active, lowering_key, replace_in_numba
 

@@ -40,10 +40,10 @@ import threading
 import types
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .errors import UnsupportedKernelError
-from .sources.describe import describe_registration as describe
-from .tokens import Component, digest
-from .usercode import numba_code, numba_named, touches_user_code
+from ...errors import UnsupportedKernelError
+from ...sources.describe import describe_registration as describe
+from ...tokens import Component, digest
+from ...usercode import numba_code, numba_named, touches_user_code
 
 # ---------------------------------------------------------------------------
 # What numba's tables hold

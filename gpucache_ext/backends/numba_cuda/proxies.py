@@ -17,8 +17,8 @@ import functools
 from collections import OrderedDict
 from typing import Callable
 
-from .importing import lazy_module
-from .sources.snapshot import rebind
+from ...importing import lazy_module
+from ...sources.snapshot import rebind
 
 # numba-cuda's compiler, imported by the first compile (see `gpucache_ext.cache`)
 stages = lazy_module("gpucache_ext.backends.numba_cuda.stages")

@@ -31,9 +31,9 @@ import sys
 import threading
 from typing import Dict, List
 
-from .errors import SnapshotChanged
-from .sources.values import short
-from .tokens import Component, component
+from ...errors import SnapshotChanged
+from ...sources.values import short
+from ...tokens import Component, component
 
 _KNOWN: set = set()  # the variables code in numba's pipeline has read in this process
 _recording = threading.local()  # per thread: the names read in the open `recorded` block (None outside)
@@ -60,7 +60,7 @@ def _recording_getitem(self, key):
 def _by_user_code(frame) -> bool:
     """Whether the read comes from code other than numba's or this package's
     (past ``os.getenv``, ``Mapping.get`` and ``in``, which read through it)."""
-    from .usercode import numba_code
+    from ...usercode import numba_code
 
     while frame is not None and frame.f_code.co_filename in _PLUMBING:
         frame = frame.f_back

@@ -369,7 +369,7 @@ def check_numba_runtime() -> None:
     `stages`: a compile every stage serves from a cache imports no compiler.)"""
     from numba.cuda.core import config as nbconfig
 
-    from .errors import UnsupportedKernelError
+    from ...errors import UnsupportedKernelError
 
     if getattr(nbconfig, "CUDA_ENABLE_NRT", False):
         raise UnsupportedKernelError(
