@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, Tuple
 
 from ..results import short_signature, short_type
-from .compiled import LaunchError, LaunchTypeError
+from .compiled import LaunchError, LaunchTypeError, LaunchValueError
 
 
 class Dispatching(Protocol):
@@ -269,5 +269,25 @@ def _numpy_name(dtype) -> str:
     return f"np.dtype({numpy_dtype.str[1:]!r})"
 
 
+
+def launch_configuration(name: str, launch) -> tuple:
+    """Kernel `name`'s launch configuration `launch`, other than a tuple of 2
+    to 4 items, as numba takes it: any sequence of 2 to 4 items; else numba's
+    exception types, a TypeError where it has no length, a ValueError for
+    another length."""
+    try:
+        count = len(launch)
+    except TypeError:
+        raise LaunchTypeError(
+            f"launch {name} as kernel[blocks, threads] or "
+            f"kernel[blocks, threads, stream, shared_bytes], not kernel[{launch!r}]") from None
+    if count not in (2, 3, 4):
+        raise LaunchValueError(
+            f"launch {name} as kernel[blocks, threads] or "
+            "kernel[blocks, threads, stream, shared_bytes]"
+        )
+    return tuple(launch)
+
+
 __all__ = ["Mismatch", "argument_type", "shown_type", "check_specialized", "first_mismatch", "no_match_error",
-           "parameter_names", "fix_for", "refuse_untypeable"]
+           "parameter_names", "fix_for", "refuse_untypeable", "launch_configuration"]

@@ -24,7 +24,7 @@ never used later: the entries it filed stay cached.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from . import registry
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from ..config import CompileConfig
 
-__all__ = ["BegunAhead", "DeclaredKernel", "Pipelined", "compile_threads"]
+__all__ = ["AheadOfTime", "DeclaredKernel", "Pipelined", "compile_threads"]
 
 
 # how many threads a cell's kernels compile in; 1: one kernel at a time, at its decorator
@@ -59,8 +59,8 @@ def compile_threads(env: Optional[Mapping[str, str]] = None) -> int:
 
 
 class DeclaredKernel(Protocol):
-    """What `Pipelined` asks of a declared `Kernel` (its `BegunAhead` part and
-    ``compile_declared``).  Declared here so that the pipeline is written
+    """What `Pipelined` asks of a declared `Kernel` (``begin_declared``, which
+    its `AheadOfTime` part keeps, and ``compile_declared``).  Declared here so that the pipeline is written
     against what it asks, not against `Kernel`, which imports this module."""
 
     def begin_declared(self, submit: Callable[[Callable[[], None]], Any]) -> bool:
@@ -140,52 +140,48 @@ class Pipelined:
             self._pool = None
 
 
-class BegunAhead:
-    """`Kernel`'s part in `Pipelined`: what its ``compile_declared`` is
-    about to compile, begun ahead (its ``_compile_result`` takes it)."""
+class AheadOfTime:
+    """A kernel's compiles begun ahead of its ``compile_declared`` (`Pipelined`),
+    kept until its compiles take them (`Builds.result`): valid only in the
+    `refresh_all` generation they began in (else nothing is taken, and what
+    was begun is compiled again, since what it read may have changed)."""
 
-    def declared_work(self) -> List[Tuple[Tuple, "CompileConfig", bool]]:
-        """(argtypes, config, force) of each compile `compile_declared` is
-        about to make (the bound variant's declared signatures not loaded
-        yet, then the sweep's other variants'), as it would make it."""
-        with self._lock:
-            work = []
-            if self._generation != registry.generation and self.declared:
-                work += [(argtypes, self.config, argtypes in self._forced or (
-                    self.force and argtypes not in self.results))
-                         for argtypes in self.declared if argtypes not in self.overloads]
-            for config in self.sweep:
-                if config != self.config:
-                    built = self._variant_results.get(config, {})
-                    work += [(argtypes, config, False) for argtypes in self.declared if argtypes not in built]
-            return work
+    def __init__(self):
+        # {(argtypes, config, force): `gpucache_ext.pipeline.Begun`}, and the generation they began in
+        self._begun: Optional[Dict[tuple, Any]] = None
+        self._generation = -1
 
-    def begin_declared(self, submit: Callable[[Callable[[], None]], Any]) -> bool:
-        """What `compile_declared` is about to compile, begun: typing and
-        llvm now (the inputs as they are now, as numba's decorator reads
-        them), ptx and cubin handed to `submit` (a thread pool's), to be taken
-        by the next `compile_declared` (`gpucache_ext.launch.batch`); False
-        where nothing was begun (nothing to compile, or several targets,
-        whose ptx and cubin are built in threads of their own)."""
-        if self.targets is not None:
-            return False
-        with self._lock:
-            work = self.declared_work()
-            begun = {}
-            for argtypes, config, force in work:
-                started = self.cache.begin(self.py_func, argtypes, config, force=force, audit=self.audit,
-                                           link=self._link)
-                submit(started.work)
-                begun[(argtypes, config, force)] = started
-            if begun:
-                self._prepared, self._prepared_generation = begun, registry.generation
-            return bool(begun)
+    def begin(self, work: Sequence[Tuple[Tuple, "CompileConfig", bool]],
+              start: Callable[[Tuple, "CompileConfig", bool], Any],
+              submit: Callable[[Callable[[], None]], Any]) -> bool:
+        """Begin each (argtypes, config, force) of `work` with `start` (typing
+        and llvm now), its ptx and cubin handed to `submit`; False where
+        nothing was begun."""
+        begun = {}
+        for key in work:
+            started = start(*key)
+            submit(started.work)
+            begun[key] = started
+        if begun:
+            self._begun, self._generation = begun, registry.generation
+        return bool(begun)
+
+    def take(self, key: Tuple[Tuple, "CompileConfig", bool]) -> Any:
+        """What was begun for `key` in this generation (None where nothing was)."""
+        begun = self._begun
+        if begun is None:
+            return None
+        # (begun in this cell, before anything could change what it read: else compiled again)
+        if self._generation != registry.generation:
+            self._begun = None
+            return None
+        return begun.pop(key, None)
 
     @property
     def begun(self) -> bool:
-        """Whether compiles `begin_declared` began wait for `compile_declared`."""
-        return bool(self._prepared)
+        """Whether compiles begun ahead wait to be taken."""
+        return bool(self._begun)
 
-    def drop_begun(self) -> None:
-        """Forget what `begin_declared` began and nobody took (their entries stay cached)."""
-        self._prepared = None
+    def drop(self) -> None:
+        """Forget what was begun and nobody took (their entries stay cached)."""
+        self._begun = None

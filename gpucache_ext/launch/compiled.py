@@ -9,21 +9,22 @@ or PTX for the driver).  `LaunchError`: a kernel cannot be launched as asked.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Mapping, Protocol, Tuple
 
 from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.dispatcher import _Kernel
 
 from ..cache import CompileResult
-from ..errors import GpuCacheError
+from ..errors import CompileError, GpuCacheError, as_numba_raises
 from ..results import FatbinResult
 from ..tokens import short_name
 
 
 class VariantOwner(Protocol):
     """What a compiled variant asks of the `Kernel` that holds it: its
-    options (extensions, the shared memory carveout) and the image a device
-    loads (`Kernel.image_for`).  Declared here so that the variant is written
+    options (extensions, the shared memory carveout), the image a device
+    loads (`Kernel.image_for`) and whether it launches on the simulator.  Declared here so that the variant is written
     against what it asks, not against `Kernel`, which imports this module."""
 
     @property
@@ -32,6 +33,9 @@ class VariantOwner(Protocol):
 
     def image_for(self, result: CompileResult, cc: Tuple[int, int]):
         """What a GPU of `cc` loads for `result`, as a cuda.core ``ObjectCode``."""
+
+    def on_simulator(self) -> bool:
+        """Whether its launches run on numba's CUDA simulator."""
 
 
 class LaunchError(GpuCacheError):
@@ -50,6 +54,19 @@ class LaunchValueError(LaunchError, ValueError):
 class LaunchTypeError(LaunchError, TypeError):
     """A launch numba refuses with ``TypeError``: arguments no signature
     accepts (or several equally well), a configuration that is no sequence."""
+
+
+@contextlib.contextmanager
+def raised_as_numba():
+    """A compile that a launch needs and that fails raises what numba raises
+    at such a launch (its TypingError...), chained from the CompileError."""
+    try:
+        yield
+    except CompileError as exc:
+        shown = as_numba_raises(exc)
+        if shown is exc:
+            raise
+        raise shown from exc
 
 
 class CachedKernel(_Kernel):
@@ -114,7 +131,7 @@ class CachedKernel(_Kernel):
         """The most blocks a cooperative (grid-synchronised) launch can have:
         the driver's figure on a GPU (numba's own query); 1 on the simulator,
         as numba's simulator says (it cannot synchronise blocks)."""
-        if self._codelibrary._owner._on_simulator():
+        if self._codelibrary._owner.on_simulator():
             return 1
         return super().max_cooperative_grid_blocks(blockdim, dynsmemsize)
 
@@ -225,4 +242,5 @@ def _ptx_image(result: CompileResult, cc: Tuple[int, int]):
     return ObjectCode.from_ptx(result.ptx.encode())  # bytes: cuda.core reads a str as a file name
 
 
-__all__ = ["LaunchError", "CachedKernel", "CachedCodeLibrary", "VariantOwner", "runs_on", "choose_image"]
+__all__ = ["LaunchError", "CachedKernel", "CachedCodeLibrary", "VariantOwner", "runs_on", "choose_image",
+           "raised_as_numba"]

@@ -30,39 +30,45 @@ What the cache adds on top:
   arguments, has them checked as numba's dispatch checks a list's
   (`arguments`): a float64 array for a float32 parameter is a `LaunchError`.
 
-Its parts elsewhere: `compiled` (a variant as numba holds it, the image a GPU
-loads), `variants` (a sweep's variants, `use`, `tune`), `inspection` (numba's
-``inspect_*`` and the last compile's artifacts), `registry` (the live
-kernels, and `refresh_all`), `arguments` (which arguments a launch takes).
+Its parts are objects it holds, each written against what it asks (passed
+in, or a Protocol): `builds` (`Builds`: its compiles through the cache, and
+what is current), `ahead` (`AheadOfTime`: compiles a cell began before its
+``compile_declared``), `variant_set` (`VariantSet`: a sweep's variants and
+their results, `use`), `inspection` (`Inspection`: numba's ``inspect_*`` and
+the last compile's artifacts) and `simulator` (`SimulatorLaunches`: launches
+on numba's simulator); its public methods delegate to them.
+Elsewhere: `compiled` (a variant as numba holds it, the image a GPU loads),
+`tuning` (`tune`), `registry` (the live kernels, and `refresh_all`),
+`arguments` (which arguments a launch takes).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import math
 import threading
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from numba.cuda.dispatcher import CUDADispatcher
 
 from . import registry
-from .arguments import check_specialized, no_match_error, untypeable_refused
+from .arguments import check_specialized, launch_configuration, no_match_error, untypeable_refused
 from ..cache import CompileResult, KernelCache
 from ..config import CompileConfig
-from .compiled import CachedKernel, LaunchError, LaunchTypeError, LaunchValueError, choose_image, runs_on
+from .compiled import (CachedKernel, LaunchError, LaunchTypeError, LaunchValueError, choose_image, raised_as_numba,
+                       runs_on)
 from .device import device_cc, gpu_available
-from ..errors import CompileError, ConfigError, as_numba_raises
-from .inspection import KernelInspection
+from ..errors import ConfigError
+from .inspection import Inspection
 from ..options import config_with_options
 from .registry import compiled_by, live_kernels, refresh_all, stale_reasons
 from ..results import short_signature
-from .simulator import notice_simulator, simulated_kernel
+from .simulated import SimulatorLaunches
 from .spec import KernelSpec
 from ..sources.functions import python_function
 from ..signatures import normalize_signature
-from .variants import KernelVariants
-from .batch import BegunAhead
+from .variants import VariantSet
+from .batch import AheadOfTime
+from .builds import Builds
 
 
 class _CacheSource:
@@ -106,20 +112,20 @@ _NUMBA_ONLY = {
 }
 
 
-@contextlib.contextmanager
-def _raised_as_numba():
-    """A compile that a launch needs and that fails raises what numba raises
-    at such a launch (its TypingError...), chained from the CompileError."""
-    try:
-        yield
-    except CompileError as exc:
-        shown = as_numba_raises(exc)
-        if shown is exc:
-            raise
-        raise shown from exc
+def _delegated(part: str, part_method):
+    """A `Kernel` method that calls `part_method` of its part `part` (named,
+    documented and signed as `part_method`)."""
+    name = part_method.__name__
+
+    @functools.wraps(part_method, assigned=("__name__", "__doc__"))
+    def delegate(self, *args, **kwargs):
+        return getattr(getattr(self, part), name)(*args, **kwargs)
+
+    delegate.__qualname__ = f"Kernel.{name}"
+    return delegate
 
 
-class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
+class Kernel(CUDADispatcher):
     """A numba-cuda dispatcher whose variants come from a `KernelCache`.
 
     `config` and `targets` say what to build (`targets`: several, as a
@@ -147,53 +153,54 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
         py_func = python_function(func)
         self.options = dict(options or {})
         self.pinned = spec.pinned
-        self.config = config_with_options(spec.config, self.options)
+        config = config_with_options(spec.config, self.options)
         # several targets (a `Targets`): each signature compiles to a fatbin
         # (`KernelCache.compile_fatbin`), and the config's sm is the lowest target
         self.targets = spec.targets
         if self.targets is not None:
-            self.config = self.config.replace(sm=self.targets.sms[0])
-        super().__init__(py_func, _target_options(self.config, self.options))
+            config = config.replace(sm=self.targets.sms[0])
+        super().__init__(py_func, _target_options(config, self.options))
         self._cache = _CacheSource(self)
         # one signature, launched without dispatch: numba's @jit("sig") (a list is dispatched)
         self._specialized = specialized
-        self.cache = cache if cache is not None else _default_cache()
         self.simulate = spec.simulate
-        # told of each compile with what made it ("at this launch", "as its variants were read")
-        self.on_compile = on_compile
-        self._occasion = threading.local()
         self.force = spec.force
         self.audit = spec.audit
+        self._lock = threading.RLock()
+        self.ahead = AheadOfTime()
+        # told of each compile with what made it ("at this launch", "as its variants were read")
+        self.builds = Builds(self, cache if cache is not None else _default_cache(), py_func, targets=self.targets,
+                             audit=self.audit, link=self.options.get("link") or (), ahead=self.ahead,
+                             on_compile=on_compile)
         self.declared = tuple(normalize_signature(sig) for sig in signatures)
         # a raw pointer parameter (CPointer): a specialized launch takes an address for it
         self.takes_addresses = _takes_addresses(self.declared)
-        self.results: Dict[Tuple, CompileResult] = {}
         # a sweep's variants (`gpucache_ext.sweeps`): the configs compiled
         # besides the bound one (`use` binds another), each with its results
-        sweep = [config_with_options(v, self.options) for v in spec.variants] or [self.config]
+        sweep = [config_with_options(v, self.options) for v in spec.variants] or [config]
         if self.targets is not None:
             sweep = [v.replace(sm=self.targets.sms[0]) for v in sweep]
-        self.sweep: Tuple[CompileConfig, ...] = tuple(dict.fromkeys([self.config, *sweep]))
-        self._variant_results: Dict[CompileConfig, Dict[Tuple, CompileResult]] = {}
+        self.variant_set = VariantSet(self.__name__, tuple(dict.fromkeys([config, *sweep])), config,
+                                      targets=self.targets, lock=self._lock, builds=self.builds,
+                                      check_bound=self._check_bound, rebound=self._rebound)
+        self.inspection = Inspection(self, self.builds.typed)
         self.blocks: Tuple[int, ...] = spec.blocks
         self.dynamic_shared = spec.dynamic_shared
         self._generation = -1  # refresh_all's count when the bound variant was last checked
-        # ... and when `variants` last checked every variant (results made in this cell are of its state)
-        self._variants_generation = registry.generation
         self._forced = set()
-        # compiles `begin_declared` began (`gpucache_ext.launch.batch`), taken by `_compile_result`:
-        # {(argtypes, config, force): `gpucache_ext.pipeline.Begun`}, with the generation they began in
-        self._prepared: Optional[Dict[tuple, Any]] = None
-        self._prepared_generation = -1
-        self._simulated = None
-        self._lock = threading.RLock()
+        self.simulator = SimulatorLaunches(self, self._lock)
         registry.add_kernel(self)
 
-    @property
-    def _link(self):
-        return self.options.get("link") or ()
+    # -- its parts' state, as attributes ---------------------------------------------
+    cache = property(lambda self: self.builds.cache, doc="The `KernelCache` it compiles through.")
+    on_compile = property(lambda self: self.builds.on_compile, doc="Told of each compile, with what made it.")
+    config = property(lambda self: self.variant_set.bound, doc="The bound variant's config (launches use it).")
+    results = property(lambda self: self.variant_set.results,
+                       doc="The bound variant's compile results, by signature (argument types).")
+    sweep = property(lambda self: self.variant_set.configs, doc="A sweep's configs, the bound one first.")
 
-    def _on_simulator(self) -> bool:
+    def on_simulator(self) -> bool:
+        """Whether launches run on numba's CUDA simulator (``simulate=True``, or no GPU)."""
         return self.simulate or not gpu_available()
 
     # -- compiling -------------------------------------------------------------
@@ -217,7 +224,7 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
             try:
                 return self._compile_declared(force)
             finally:
-                self._prepared = None  # (what was begun for it is taken, or never will be)
+                self.ahead.drop()  # (what was begun for it is taken, or never will be)
 
     def _compile_declared(self, force: bool):
         with self._lock:
@@ -226,89 +233,52 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
             kernels = [self.compile(argtypes, force) for argtypes in self.declared]
             if self.declared:
                 self.disable_compile()
-            results = [kernel.result for kernel in kernels]
-            for config in self.sweep:  # a sweep's other variants: compiled (cached), not bound
-                if config == self.config:
-                    continue
-                built = self._variant_results.setdefault(config, {})
-                for argtypes in self.declared:
-                    if force or argtypes not in built:
-                        built[argtypes] = self._compile_result(argtypes, config, force)
-                        self._compiled(built[argtypes])
-            return results
+            self.variant_set.compile_others(self.declared, force)  # (compiled, cached, not bound)
+            return [kernel.result for kernel in kernels]
 
-    def _compiled(self, result: CompileResult) -> None:
-        if self.on_compile is not None:
-            self.on_compile(result, getattr(self._occasion, "text", "at this launch"))
+    def _rebound(self, chosen: CompileConfig) -> None:
+        """`chosen` is bound now (`VariantSet.bind`): numba's table rebuilt for it."""
+        self.targetoptions.update(_target_options(chosen, self.options))
+        self._reset_overloads()
+        self._generation = -1
+        self.disable_compile(False)
+        if self.declared:
+            self.compile_declared()  # (the declared signatures: loaded, so compiled again where stale)
+        self._reload_stale()  # (a lazy kernel's: compiled again now)
 
-    @contextlib.contextmanager
-    def _compiling(self, occasion: str):
-        """What compiles inside is told to `on_compile` as made `occasion`."""
-        before = getattr(self._occasion, "text", "at this launch")
-        self._occasion.text = occasion
-        try:
-            yield
-        finally:
-            self._occasion.text = before
+    def _check_bound(self) -> None:
+        """The bound variant re-checked as a launch checks it, and what that dropped loaded again."""
+        self._recheck()
+        self._reload_stale()
 
-    def _bind(self, chosen: CompileConfig) -> "Kernel":
-        """Make `chosen` (one of `sweep`) the variant launches use, with current results."""
-        with self._lock:
-            if chosen == self.config:
-                return self
-            self._variant_results[self.config] = dict(self.results)
-            self.config = chosen
-            self.targetoptions.update(_target_options(chosen, self.options))
-            self._reset_overloads()
-            self.results = dict(self._variant_results.pop(chosen, {}))
-            self._generation = -1
-            self._variants_generation = -1  # (the next `variants` checks every variant again)
-            self.disable_compile(False)
-            if self.declared:
-                self.compile_declared()  # (the declared signatures: loaded, so compiled again where stale)
-            self._reload_stale()  # (a lazy kernel's: compiled again now)
-        return self
+    def _reload_stale(self) -> None:
+        """Compile again, through the cache, the bound variant's results that
+        are not loaded and whose inputs changed since they were built."""
+        for argtypes, result in list(self.results.items()):
+            if argtypes not in self.overloads and not self.builds.still_current(argtypes, self.config, result):
+                self.add_overload(self._load(argtypes), argtypes)
+
+    def _forced_now(self, argtypes) -> bool:
+        """Whether loading `argtypes` now compiles it again (``compile(force=True)``, or ``force``)."""
+        return argtypes in self._forced or (self.force and argtypes not in self.results)
 
     def _load(self, argtypes) -> CachedKernel:
         """numba asks its cache for a variant (`_CacheSource`): compile it
         through the `KernelCache`; on a GPU, bind it as numba binds what it
         compiles (load the image, module setup, the carveout)."""
-        forced = argtypes in self._forced or (self.force and argtypes not in self.results)
+        forced = self._forced_now(argtypes)
         self._forced.discard(argtypes)
-        result = self._compile_result(argtypes, self.config, forced)
-        if result.config.debug and result.call_helper is None and not self._on_simulator():
+        result = self.builds.result(argtypes, self.config, forced)
+        if result.config.debug and result.call_helper is None and not self.on_simulator():
             # a debug launch reads numba's exception table, which lives only in
             # the process that lowered the kernel (a disk hit has none)
-            result = self._compile_result(argtypes, self.config, force=True)
+            result = self.builds.result(argtypes, self.config, force=True)
         kernel = CachedKernel(self, result)
-        with self._lock:
-            self.results[argtypes] = kernel.result
-        self._compiled(kernel.result)
-        if not self._on_simulator():
+        self.variant_set.keep(argtypes, kernel.result)
+        self.builds.told(kernel.result)
+        if not self.on_simulator():
             kernel.bind()
         return kernel
-
-    def _compile_result(self, argtypes, config: CompileConfig, force: bool = False) -> CompileResult:
-        prepared = self._prepared
-        started = None
-        if prepared is not None:
-            # (begun in this cell, before anything could change what it read: else compiled again)
-            if self._prepared_generation == registry.generation:
-                started = prepared.pop((argtypes, config, force), None)
-            else:
-                self._prepared = None
-        result = started.result() if started is not None else self._build_result(argtypes, config, force)
-        registry.note_compiled(self, result)
-        return result
-
-    def _build_result(self, argtypes, config: CompileConfig, force: bool = False) -> CompileResult:
-        if self.targets is not None:
-            result = self.cache.compile_fatbin(self.py_func, argtypes, config, sms=self.targets, force=force,
-                                               audit=self.audit, link=self._link)
-        else:
-            result = self.cache.compile(self.py_func, argtypes, config, force=force, audit=self.audit,
-                                        link=self._link)
-        return result
 
     def _recheck(self) -> None:
         """At the first launch since a cell ran: drop the variants whose inputs
@@ -319,8 +289,7 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
         with self._lock:
             # (an audit that found a mismatch gave the result a fresh cubin: load that)
             stale = {argtypes for argtypes, kernel in self.overloads.items()
-                     if kernel.audit_mismatched or not self.cache.still_current(
-                         self.py_func, argtypes, self.config, kernel.result, link=self._link)}
+                     if kernel.audit_mismatched or not self.builds.still_current(argtypes, self.config, kernel.result)}
             self._drop(stale)
             if self.declared:
                 for argtypes in self.declared:
@@ -362,35 +331,18 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
             except ConfigError as exc:
                 raise LaunchError(f"{self.__name__}: this GPU (sm_{cc[0]}{cc[1]}) is no target the "
                                   f"cache can build: {exc}") from None
-            result = self._compile_result(result.signature, config)
+            result = self.builds.result(result.signature, config)
         return choose_image(result, cc)
 
     # -- launching -------------------------------------------------------------
     def __getitem__(self, launch):
         if type(launch) is not tuple or not 2 <= len(launch) <= 4:
-            launch = self._as_numba_takes(launch)
-        if self._on_simulator():
-            return functools.partial(self._simulate, griddim=launch[0], blockdim=launch[1],
+            launch = launch_configuration(self.__name__, launch)
+        if self.on_simulator():
+            return functools.partial(self.simulator.launch, griddim=launch[0], blockdim=launch[1],
                                      stream=launch[2] if len(launch) > 2 else 0,
                                      sharedmem=launch[3] if len(launch) > 3 else 0)
         return CUDADispatcher.configure(self, *launch)  # numba's launch configuration
-
-    def _as_numba_takes(self, launch) -> tuple:
-        """A launch configuration other than a tuple of 2 to 4 items, as numba
-        takes it: any sequence of 2 to 4 items; else numba's exception types,
-        a TypeError where it has no length, a ValueError for another length."""
-        try:
-            count = len(launch)
-        except TypeError:
-            raise LaunchTypeError(
-                f"launch {self.__name__} as kernel[blocks, threads] or "
-                f"kernel[blocks, threads, stream, shared_bytes], not kernel[{launch!r}]") from None
-        if count not in (2, 3, 4):
-            raise LaunchValueError(
-                f"launch {self.__name__} as kernel[blocks, threads] or "
-                "kernel[blocks, threads, stream, shared_bytes]"
-            )
-        return tuple(launch)
 
     def configure(self, griddim, blockdim, stream=0, sharedmem=0):
         """The kernel configured for a launch, as numba's ``configure``:
@@ -409,7 +361,7 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
             # numba launches one signature without looking at the arguments
             # (a float64 array would be read as float32): checked as a list's would be
             check_specialized(self, args)
-        with _raised_as_numba():
+        with raised_as_numba():
             with untypeable_refused(self, args):
                 return CUDADispatcher.call(self, args, launch_config)
 
@@ -418,19 +370,9 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
         ``cuda.grid(1)`` to tasks and ignores ids past `ntasks`): numba's own
         on a GPU; on the simulator, `ntasks` blocks of one thread, as numba's
         simulator does (one block for a kernel that synchronises its grid)."""
-        if not self._on_simulator():
+        if not self.on_simulator():
             return super().forall(ntasks, tpb=tpb, stream=stream, sharedmem=sharedmem)
-        if ntasks < 0:
-            raise ValueError(f"Can't create ForAll with negative task count: {ntasks}")
-
-        def launch_all(*args):
-            if ntasks == 0:
-                return None
-            if self.result_for(*args).cooperative:  # grid sync: one block, where the simulator can
-                return self._simulate(*args, griddim=1, blockdim=ntasks, stream=stream, sharedmem=sharedmem)
-            return self._simulate(*args, griddim=ntasks, blockdim=1, stream=stream, sharedmem=sharedmem)
-
-        return launch_all
+        return self.simulator.forall(ntasks, stream=stream, sharedmem=sharedmem)
 
     def specialize(self, *args) -> "Kernel":
         """A kernel compiled for exactly these arguments' types, as numba's
@@ -438,7 +380,7 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
         if self.specialized:
             raise RuntimeError("Dispatcher already specialized")
         argtypes = tuple(self.typeof_pyval(a) for a in args)
-        key = (None if self._on_simulator() else device_cc(), argtypes)
+        key = (None if self.on_simulator() else device_cc(), argtypes)
         special = self.specializations.get(key)
         if special is None:
             # (all of this kernel's spec: its sweep, blocks and flags, bound to the variant bound now)
@@ -449,7 +391,6 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
             self.specializations[key] = special
         return special
 
-    # -- the simulator -----------------------------------------------------------
     def result_for(self, *args) -> CompileResult:
         """The compiled variant a launch with these arguments runs, as numba's
         dispatch picks it (compiled now if needed)."""
@@ -462,40 +403,87 @@ class Kernel(KernelInspection, KernelVariants, BegunAhead, CUDADispatcher):
         with untypeable_refused(self, args):
             return _dispatcher.Dispatcher._cuda_call(self, *args).result
 
-    def _simulate(self, *args, griddim, blockdim, stream=0, sharedmem=0):
-        from numba.cuda.errors import normalize_kernel_dimensions
-
-        if self.takes_addresses:
-            raise LaunchError(
-                f"{self.__name__} takes raw pointers, which need a GPU: the simulator runs "
-                "Python and cannot follow a device pointer")
-        with _raised_as_numba():
-            result = self.result_for(*args)
-        notice_simulator(self.simulate)
-        if result.cooperative and math.prod(normalize_kernel_dimensions(griddim, blockdim)[0]) > 1:
-            raise LaunchError(
-                f"{self.__name__} synchronises its grid (cuda.cg.this_grid), which numba's "
-                f"simulator can do within one block only; launch it as [1, threads] (or with "
-                f".forall(n)) to simulate it, or run it on a GPU")
-        self._simulator()[griddim, blockdim, stream, sharedmem](*self._as_launched(result, args))
-
-    def _as_launched(self, result: CompileResult, args) -> tuple:
-        """The arguments as a GPU launch of `result` gets them (a float32
-        parameter gets a rounded float), for the simulator, which would
-        otherwise compute with the Python values themselves."""
-        from .simulator import launch_arguments
-
-        try:
-            return launch_arguments(result.signature, args)
-        except (TypeError, OverflowError, ValueError) as exc:
-            raise LaunchError(f"{self.__name__}: {exc}") from None
-
-    def _simulator(self):
+    # -- its declared signatures begun ahead (`gpucache_ext.launch.batch.Pipelined`) -----
+    def declared_work(self) -> "list[Tuple[Tuple, CompileConfig, bool]]":
+        """(argtypes, config, force) of each compile `compile_declared` is
+        about to make (the bound variant's declared signatures not loaded
+        yet, then the sweep's other variants'), as it would make it."""
         with self._lock:
-            if self._simulated is None or self._simulated[0] != registry.generation:
-                self._simulated = (registry.generation, simulated_kernel(
-                    self.py_func, self.config, self.options.get("extensions") or ()))
-            return self._simulated[1]
+            work = []
+            if self._generation != registry.generation and self.declared:
+                work += [(argtypes, self.config, self._forced_now(argtypes))
+                         for argtypes in self.declared if argtypes not in self.overloads]
+            return work + self.variant_set.unbuilt(self.declared)
+
+    def begin_declared(self, submit: Callable[[Callable[[], None]], Any]) -> bool:
+        """What `compile_declared` is about to compile, begun: typing and
+        llvm now (the inputs as they are now, as numba's decorator reads
+        them), ptx and cubin handed to `submit` (a thread pool's), to be taken
+        by the next `compile_declared` (`gpucache_ext.launch.batch`); False
+        where nothing was begun (nothing to compile, or several targets,
+        whose ptx and cubin are built in threads of their own)."""
+        if self.targets is not None:
+            return False
+        with self._lock:
+            return self.ahead.begin(self.declared_work(), self.builds.begin, submit)
+
+    begun = property(lambda self: self.ahead.begun,
+                     doc="Whether compiles `begin_declared` began wait for `compile_declared`.")
+
+    def drop_begun(self) -> None:
+        """Forget what `begin_declared` began and nobody took (their entries stay cached)."""
+        self.ahead.drop()
+
+    # -- a sweep's variants (`VariantSet`) ------------------------------------------
+    variants = property(lambda self: self.variant_set.listed(), doc=VariantSet.listed.__doc__)
+
+    def use(self, **fields) -> "Kernel":
+        self.variant_set.use(**fields)
+        return self
+
+    use.__doc__ = VariantSet.use.__doc__
+
+    def tune(self, *args, blocks=None, grid=None, runs: int = 5, warmup: int = 1, signature=None,
+             force: bool = False):
+        """Choose the variant and block size for these arguments, and bind it.
+
+        Every variant of the sweep (``--max-registers 32,64 --fastmath off,on``)
+        at every size of `blocks` (default: the cell's ``--block``, else 128 to
+        1024; a tuple for 2D blocks); `grid`: the grid, or a function of the
+        block size (default: enough blocks to cover the largest array
+        argument once).  On a GPU each pair is launched on `args` and timed
+        with CUDA events (`warmup` launches, then the median of `runs`); the
+        fastest is bound and filed in the cache for this device, these
+        argument types and shapes and these variants' cubins, so a new
+        process reuses it (`force`: time again).  Pass device arrays: host
+        arrays are copied at every launch, and the copies are timed too.
+        Without a GPU nothing is timed: the variants are ranked by
+        theoretical occupancy, which is not speed, and the result says so.
+        Returns a `gpucache_ext.launch.tuning.TuneResult`."""
+        from .tuning import tune
+
+        return tune(self, args, blocks=blocks, grid=grid, runs=runs, warmup=warmup, signature=signature,
+                    force=force)
+
+    changed_since = _delegated("variant_set", VariantSet.changed_since)
+    typing_inputs = _delegated("variant_set", VariantSet.typing_inputs)
+
+    # -- what it compiled (`Inspection`) -------------------------------------------
+    definitions = property(lambda self: self.overloads)
+    last = property(lambda self: self.inspection.last, doc=Inspection.last.__doc__)
+    ptx = property(lambda self: self.inspection.last.ptx)
+    llvm_ir = property(lambda self: self.inspection.last.llvm_ir)
+    cubin = property(lambda self: self.inspection.last.cubin)
+    resources = property(lambda self: self.inspection.last.resources)
+    fatbin = property(lambda self: self.inspection.fatbin, doc=Inspection.fatbin.__doc__)
+    inspect = _delegated("inspection", Inspection.inspect)
+    inspect_llvm = _delegated("inspection", Inspection.inspect_llvm)
+    inspect_asm = _delegated("inspection", Inspection.inspect_asm)
+    inspect_lto_ptx = _delegated("inspection", Inspection.inspect_lto_ptx)
+    inspect_types = _delegated("inspection", Inspection.inspect_types)
+    get_annotation_info = _delegated("inspection", Inspection.get_annotation_info)
+    inspect_sass = _delegated("inspection", Inspection.inspect_sass)
+    inspect_sass_by_arch = _delegated("inspection", Inspection.inspect_sass_by_arch)
 
     # -- what it is --------------------------------------------------------------
     def summary(self) -> str:

@@ -21,7 +21,9 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 from ..config import CompileConfig
 from ..queries import DEFAULT_BLOCKS, ResourceRow, variant_occupancy
 from ..results import FatbinResult, applied_summary, short_signature
+from ..signatures import normalize_signature
 from ..tokens import digest
+from .compiled import LaunchError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,13 +78,25 @@ def tune(kernel, args: Sequence[Any], *, blocks=None, grid=None, runs: int = 5, 
     """`Kernel.tune` (see there)."""
     if runs < 1 or warmup < 0:
         raise ValueError(f"runs={runs!r}, warmup={warmup!r}: give at least 1 timed run and no negative warm-up")
-    argtypes = kernel._tuning_signature(args, signature)
+    argtypes = _signature(kernel, args, signature)
     blocks = tuple(blocks or kernel.blocks or DEFAULT_BLOCKS)
     grid_of = _grid_for(grid, args)
-    results = {config: kernel._compile_result(argtypes, config) for config in kernel.sweep}
-    if kernel._on_simulator():
+    results = {config: kernel.builds.result(argtypes, config) for config in kernel.sweep}
+    if kernel.on_simulator():
         return _ranked(kernel, results, blocks, grid_of)
     return _timed(kernel, args, argtypes, results, blocks, grid_of, runs, warmup, force)
+
+
+def _signature(kernel, args, signature) -> Tuple:
+    """The argument types `tune` compiles the variants for."""
+    if signature is not None:
+        return normalize_signature(signature)
+    if len(kernel.declared) == 1:
+        return kernel.declared[0]
+    if kernel.declared:
+        raise LaunchError(f"{kernel.__name__} has {len(kernel.declared)} signatures; give the one to tune for: "
+                          f"{kernel.__name__}.tune(..., signature={short_signature(kernel.declared[0])!r})")
+    return tuple(kernel.typeof_pyval(arg) for arg in args)
 
 
 def _ranked(kernel, results, blocks, grid_of) -> TuneResult:
@@ -107,7 +121,7 @@ def _ranked(kernel, results, blocks, grid_of) -> TuneResult:
                          "(launch bounds, more threads than a block holds, or static + dynamic shared memory "
                          "past the 48 KiB a numba-cuda launch may have)")
     config, block = best
-    kernel._bind(config)
+    kernel.variant_set.bind(config)
     arch = rows[config].arch
     return TuneResult(config, block, grid_of(block), measured=False, remembered=False, table=tuple(table),
                       note=f"no GPU: ranked by theoretical occupancy on {arch} "
@@ -129,7 +143,7 @@ def _timed(kernel, args, argtypes, results, blocks, grid_of, runs, warmup, force
         chosen = next((config for config in results if filed and config.summary() == filed.get("config")), None)
         if chosen is not None:
             block = tuple(filed["block"]) if isinstance(filed["block"], list) else filed["block"]
-            kernel._bind(chosen)
+            kernel.variant_set.bind(chosen)
             return TuneResult(chosen, block, grid_of(block), measured=True, remembered=True,
                               table=tuple((s, tuple(b) if isinstance(b, list) else b, ms)
                                           for s, b, ms in filed.get("table", ())),
@@ -137,7 +151,7 @@ def _timed(kernel, args, argtypes, results, blocks, grid_of, runs, warmup, force
                                    "times them again)")
     table, best = [], None
     for config in results:
-        kernel._bind(config)
+        kernel.variant_set.bind(config)
         for block in blocks:
             launch = kernel[grid_of(block), block, 0, kernel.dynamic_shared]
             for _ in range(warmup):
@@ -156,7 +170,7 @@ def _timed(kernel, args, argtypes, results, blocks, grid_of, runs, warmup, force
             if best is None or ms < best[2]:
                 best = (config, block, ms)
     config, block, ms = best
-    kernel._bind(config)
+    kernel.variant_set.bind(config)
     kernel.cache.file_note(key, {"config": config.summary(), "block": list(block) if isinstance(block, tuple)
                                  else block, "table": [[s, list(b) if isinstance(b, tuple) else b, t]
                                                        for s, b, t in table]})
