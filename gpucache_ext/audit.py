@@ -65,6 +65,7 @@ from .debuginfo import debug_source_files, source_file_stats
 from .errors import GpuCacheWarning, SnapshotChanged
 from .stagespec import STAGE_SPEC, TARGET_PERSISTENT_STAGES
 from .tokens import short_token
+from . import memos
 
 if TYPE_CHECKING:
     from .results import CompileResult
@@ -333,7 +334,7 @@ class Auditor:
         self._queue.join()
 
 
-_auditors: "weakref.WeakSet[Auditor]" = weakref.WeakSet()
+_auditors: "weakref.WeakSet[Auditor]" = memos.memo("audit._auditors", weakref.WeakSet())
 
 
 class CacheAudits:

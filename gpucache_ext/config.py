@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import logging
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import ConfigError
 from .stagespec import ALL_STAGES, KEYED_ON_BYTES, STAGES, TARGET_TRACKED_STAGES  # noqa: F401 (the config's readers)
+from . import memos
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ _FALLBACK_CCS = {
 CUDA13_OLDEST = (7, 5)
 
 
-@functools.lru_cache(maxsize=1)
+@memos.cached("config.supported_ccs", maxsize=1)
 def supported_ccs() -> Tuple[Tuple[int, int], ...]:
     """The compute capabilities the installed toolchain can compile for (as
     NVRTC says, remembered in the default disk cache's folder where that folder

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict
 
 from .sessions import attach_session, current_session, detach_session, places
+from . import memos
 
 if TYPE_CHECKING:
     from .cache import KernelCache
@@ -23,7 +24,8 @@ __all__ = ["default_cache", "configure_default_cache", "current_session", "attac
 # The cache of plain Python code (no IPython session): made on first use.
 # A loaded extension's session keeps its own (see `gpucache_ext.ipython.session`).
 _default_cache = None
-_default_settings: Dict[str, Any] = {}
+_default_settings: Dict[str, Any] = memos.state("defaults._default_settings", {},
+                                     "the settings configure_default_cache was given, for the default cache made later")
 
 
 def default_cache() -> "KernelCache":

@@ -43,6 +43,7 @@ import site
 import sys
 import sysconfig
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
+from . import memos
 
 __all__ = ["class_version", "file_origin", "library_version", "module_files"]
 
@@ -209,7 +210,7 @@ class _Owned(NamedTuple):
     watched: Watched  # what the key was read from, with its stat identity then
 
 
-_owned_memo: Dict[Tuple[str, ...], _Owned] = {}
+_owned_memo: Dict[Tuple[str, ...], _Owned] = memos.memo("libraries._owned_memo", {})
 
 
 def _owned(files: Tuple[str, ...]) -> _Owned:
@@ -291,7 +292,7 @@ def _unowned(where: List[Tuple[str, str]], edits: List[str], watched) -> _Owned:
     return _key(names or [("installed", "")], edits, watched)
 
 
-_top_memo: Dict[tuple, Dict[str, List[str]]] = {}
+_top_memo: Dict[tuple, Dict[str, List[str]]] = memos.memo("libraries._top_memo", {})
 
 
 def _top_distributions(site_folders: Watched) -> Dict[str, List[str]]:
@@ -308,7 +309,7 @@ def _top_distributions(site_folders: Watched) -> Dict[str, List[str]]:
 # Installed files: their distribution, their recorded hash, their digest
 
 
-_digests: Dict[str, Tuple[StatId, str, str]] = {}
+_digests: Dict[str, Tuple[StatId, str, str]] = memos.memo("libraries._digests", {})
 
 
 def _digest(path: str) -> Optional[Tuple[str, str]]:

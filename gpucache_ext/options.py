@@ -8,11 +8,11 @@ numba-cuda itself refuses, refused the same way before anything compiles.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Dict
 
 from .config import CompileConfig
 from .errors import UnsupportedKernelError
+from . import memos
 
 # numba-cuda's @cuda.jit options: those that map onto CompileConfig fields,
 # those that do not change the kernel's code here, those used at launch, and
@@ -71,7 +71,7 @@ def explicit_options(targetoptions: Dict[str, Any]) -> Dict[str, Any]:
     return options
 
 
-@functools.lru_cache(maxsize=1)
+@memos.cached("options._numba_lto_default", maxsize=1)
 def _numba_lto_default() -> bool:
     try:
         from numba.cuda.decorators import _have_nvjitlink

@@ -47,6 +47,7 @@ from .store.tiers import Entry
 from .units import format_seconds
 from .tokens import Component, Token, component, make_token, short_token
 from .toolchain import fatbin, toolchain_component
+from . import memos
 
 
 _ATTEMPTS = 3  # compiles of one kernel before what it reads is declared too unsteady to cache
@@ -755,8 +756,8 @@ def _downstream_tokens(typing: Token, config: CompileConfig, settings, toolchain
 
 
 # (pure functions of their keys, shared by every cache: bounded, oldest dropped first)
-_DOWNSTREAM_TOKENS: Dict[tuple, tuple] = {}
-_CONTENT_TOKENS: Dict[tuple, Token] = {}
+_DOWNSTREAM_TOKENS: Dict[tuple, tuple] = memos.memo("pipeline._DOWNSTREAM_TOKENS", {})
+_CONTENT_TOKENS: Dict[tuple, Token] = memos.memo("pipeline._CONTENT_TOKENS", {})
 
 
 def _memoised(memo: dict, key, make, limit: int = 4096):

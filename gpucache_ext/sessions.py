@@ -4,17 +4,20 @@ A loaded extension's IPython session attaches itself here (`attach_session`)
 and detaches when it is unloaded; the core asks `current_session` for the
 default cache and `places` for where code is defined (notebook cells and
 files), and imports nothing of IPython.  This module imports nothing of the
-package at import time, so every core module may ask it.
+package at import time but `memos` (which imports nothing), so every core
+module may ask it.
 """
 
 from __future__ import annotations
 
 from typing import Any, List
 
+from . import memos
+
 __all__ = ["attach_session", "detach_session", "current_session", "places"]
 
 # the loaded extensions' sessions, the latest last (one per IPython shell in practice)
-_sessions: List[Any] = []
+_sessions: List[Any] = memos.state("sessions._sessions", [], "the sessions loaded in this process")
 
 
 def attach_session(session) -> None:

@@ -5,11 +5,11 @@ the signature and none of the compiler."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Tuple
 
 from numba.cuda import types as nbtypes
 from numba.cuda.core import sigutils
+from . import memos
 
 
 def normalize_signature(sig) -> Tuple[Any, ...]:
@@ -19,7 +19,7 @@ def normalize_signature(sig) -> Tuple[Any, ...]:
     return _normalize_signature(sig)
 
 
-@functools.lru_cache(maxsize=1024)
+@memos.cached("signatures._parse_signature", maxsize=1024)
 def _parse_signature(sig: str) -> Tuple[Any, ...]:
     return _normalize_signature(sig)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from .reasons import Reason
+from . import memos
 
 # Bump when the meaning of any token component changes.  3: ptx and cubin
 # tokens hash the upstream artifact's digest, not the upstream token (early
@@ -106,7 +107,7 @@ def component(value: Any, shown: str | None = None) -> Component:
     return found
 
 
-_COMPONENT_MEMO: Dict[Any, Component] = {}
+_COMPONENT_MEMO: Dict[Any, Component] = memos.memo("tokens._COMPONENT_MEMO", {})
 _MEMOISED = (str, int, bool, type(None))
 
 

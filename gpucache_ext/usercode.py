@@ -5,13 +5,13 @@ what numba made around it (a template class, a closure)."""
 from __future__ import annotations
 
 import abc
-import functools
 import os
 import sys
 import types as pytypes
 from typing import Any, Dict, Optional, Tuple
 
 from . import libraries
+from . import memos
 
 DEPTH = 4  # how deep into closures and class bodies a registration is followed
 
@@ -35,8 +35,10 @@ def user_module(name: Optional[str]) -> bool:
     return user
 
 
-_MODULES: Dict[str, Tuple[Any, bool]] = {}  # module name -> (the module then, whether it is user code)
-_FILES: Dict[str, bool] = {}  # file name -> whether a library's (where a file lies does not change)
+# module name -> (the module then, whether it is user code)
+_MODULES: Dict[str, Tuple[Any, bool]] = memos.memo("usercode._MODULES", {})
+# file name -> whether a library's (where a file lies does not change)
+_FILES: Dict[str, bool] = memos.memo("usercode._FILES", {})
 
 
 def library_file(filename: str) -> bool:
@@ -200,7 +202,7 @@ def _numba_folders() -> Tuple[Tuple[str, ...], bool]:
 
 
 _FOLDERS: Optional[Tuple[Tuple[str, ...], bool]] = None
-_NUMBA_FILES: Dict[str, bool] = {}  # file name -> whether numba's or numba-cuda's
+_NUMBA_FILES: Dict[str, bool] = memos.memo("usercode._NUMBA_FILES", {})  # file name -> whether numba's or numba-cuda's
 
 
 def _wrapped_function(value):
@@ -220,14 +222,14 @@ def _wrapped_function(value):
 _WRAPPED = ("py_func", "_defn")
 
 
-@functools.cache  # (per class: how its instances' wrapped function is found)
+@memos.cached("usercode._lookup", maxsize=None)  # (per class: how its instances' wrapped function is found)
 def _lookup(cls) -> str:
     plain = cls.__getattribute__ is object.__getattribute__ and not hasattr(cls, "__getattr__") and \
         not any(hasattr(cls, name) for name in _WRAPPED)
     return ("dict" if cls.__dictoffset__ else "none") if plain else "getattr"
 
 
-@functools.cache  # (a class's bases do not change)
+@memos.cached("usercode.numba_made", maxsize=None)  # (a class's bases do not change)
 def numba_made(cls) -> bool:
     """A class numba makes (or may make) around what it is given: one of
     numba's own, or a subclass of one (``type()``'d templates, whose module
@@ -242,7 +244,7 @@ def library_function(func) -> bool:
     return _a_library_modules_own(func)
 
 
-@functools.cache
+@memos.cached("usercode.library_class", maxsize=None)
 def library_class(cls) -> bool:
     """A class a ``class`` statement in a library's module made, found under
     its name there: its body is that library's code.  (numba's extension API
@@ -278,11 +280,12 @@ def numba_type(value) -> bool:
     return known
 
 
-_NUMBA_TYPES: Dict[type, bool] = {}  # a class -> whether its instances are numba types
+# a class -> whether its instances are numba types
+_NUMBA_TYPES: Dict[type, bool] = memos.memo("usercode._NUMBA_TYPES", {})
 # library classes (not numba-made, or a library module's own class): never user code, whatever they hold
-_LIBRARY_CLASSES: set = set()
+_LIBRARY_CLASSES: set = memos.memo("usercode._LIBRARY_CLASSES", set())
 # classes whose instances the walk never enters: no numba type, neither a py_func nor a _defn
-_OPAQUE: set = set()
+_OPAQUE: set = memos.memo("usercode._OPAQUE", set())
 # values that never are nor hold user code, told apart by their exact type before anything else
 _INERT = frozenset({type(None), bool, int, float, complex, str, bytes, dict, set, pytypes.BuiltinFunctionType,
                     pytypes.MethodDescriptorType, pytypes.WrapperDescriptorType,
@@ -332,5 +335,5 @@ def _remember(value, state: tuple, touches: bool) -> None:
 # the object itself.  Apart, so that the memo's thousands of values hold ids
 # and bools only: the garbage collector stops tracking such tuples, and a
 # memo of tracked ones would bring the user's next full collection forward.
-_CLASSES: Dict[int, Tuple[tuple, bool]] = {}
-_HELD: Dict[int, Any] = {}
+_CLASSES: Dict[int, Tuple[tuple, bool]] = memos.memo("usercode._CLASSES", {})
+_HELD: Dict[int, Any] = memos.memo("usercode._HELD", {})

@@ -18,6 +18,7 @@ import importlib
 from typing import Dict, Iterator, Optional
 
 from .base import Backend
+from .. import memos
 
 __all__ = ["Backend", "DEFAULT_BACKEND", "backend", "register_backend", "registered_backends"]
 
@@ -25,7 +26,8 @@ DEFAULT_BACKEND = "numba-cuda"
 
 
 _REGISTERED: Dict[str, str] = {DEFAULT_BACKEND: "gpucache_ext.backends.numba_cuda.backend:NumbaCuda"}
-_MADE: Dict[str, Backend] = {}
+_MADE: Dict[str, Backend] = memos.state("backends._MADE", {},
+                             "one backend object a process: every pipeline holds it")
 
 
 def register_backend(name: str, where: str) -> None:

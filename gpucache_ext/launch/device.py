@@ -10,17 +10,18 @@ target too (see `gpucache_ext.launch.kernel`).
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from typing import Optional, Tuple
+
+from .. import memos
 
 log = logging.getLogger(__name__)
 
 FALLBACK_SM = 86
 
 
-@functools.lru_cache(maxsize=1)
+@memos.cached("launch.device.gpu_available", maxsize=1)
 def gpu_available() -> bool:
     """True when a CUDA driver and at least one GPU are present."""
     try:
@@ -42,7 +43,7 @@ def cuda_simulator_on() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
-@functools.lru_cache(maxsize=1)  # (how numba.cuda was imported does not change)
+@memos.cached("launch.device.simulator_imported", maxsize=1)  # (how numba.cuda was imported does not change)
 def simulator_imported() -> bool:
     """Whether ``numba.cuda`` was imported as numba's simulator (the variable
     set when it loaded): numba-cuda's compiler cannot be imported then.  (A

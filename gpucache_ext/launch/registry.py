@@ -13,6 +13,8 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, Optional, Protocol, Tuple
 
+from .. import memos
+
 if TYPE_CHECKING:
     from ..cache import CompileResult, KernelCache
 
@@ -43,8 +45,10 @@ def refresh_all() -> None:
 # (`compiled_by`): what a view that holds only results (the cell's report, the
 # inspector) re-checks them with.  Keyed by id, each entry checked against its
 # weak reference (an id is reused once its object is gone).
-_kernels: "weakref.WeakSet[LiveKernel]" = weakref.WeakSet()
-_compiled_by: Dict[int, Tuple[Any, Any]] = {}
+_kernels: "weakref.WeakSet[LiveKernel]" = memos.state("launch.registry._kernels", weakref.WeakSet(),
+                                                      "the live kernels, while they live")
+_compiled_by: Dict[int, Tuple[Any, Any]] = memos.state("launch.registry._compiled_by", {},
+                                                       "which live kernel compiled each live result")
 
 
 def add_kernel(kernel: LiveKernel) -> None:

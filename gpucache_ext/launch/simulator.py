@@ -124,6 +124,7 @@ import numpy as np
 
 from ..backends.numba_cuda import numba_compat
 from ..errors import UnsupportedKernelError
+from .. import memos
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +188,7 @@ def _launched_boolean(value):
     return np.asarray(raw).tobytes()[:1] != b"\0"
 
 
-@functools.lru_cache(maxsize=None)
+@memos.cached("launch.simulator._numpy_scalar", maxsize=None)
 def _numpy_scalar(ty):
     from numba.cuda.np import numpy_support
 
@@ -310,7 +311,7 @@ def simulated_value(ty, value):
     return _holder(ty)(value)
 
 
-@functools.lru_cache(maxsize=None)
+@memos.cached("launch.simulator._holder", maxsize=None)
 def _holder(ty):
     """The function making a value of compiled type `ty` the simulator's (`simulated_value`)."""
     from numba.cuda import types
@@ -338,14 +339,15 @@ def _numpy_cast(kind, value):
         return kind(value)
 
 
-@functools.lru_cache(maxsize=None)
+@memos.cached("launch.simulator._from_dtype", maxsize=None)
 def _from_dtype(dtype: np.dtype):
     from numba.cuda.np import numpy_support
 
     return numpy_support.from_dtype(dtype)
 
 
-_class_types: dict = {}  # the class of a simulator scalar -> its numba type, where the class decides it
+# the class of a simulator scalar -> its numba type, where the class decides it
+_class_types: dict = memos.memo("launch.simulator._class_types", {})
 
 
 def scalar_type(value):
@@ -387,7 +389,7 @@ class _Plan(NamedTuple):
 # of a float32 (53 >= 2 * 24 + 2 bits; Figueroa, "When is double rounding innocuous?", 1995)
 _ROUNDED_ONCE = frozenset({operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.pos,
                            abs, operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne})
-_plans: dict = {}
+_plans: dict = memos.memo("launch.simulator._plans", {})
 _typing_lock = threading.Lock()
 
 
@@ -523,7 +525,7 @@ def _narrowed(value):
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@memos.cached("launch.simulator._narrow_math_module", maxsize=None)
 def _narrow_math_module():
     module = pytypes.ModuleType("math", math.__doc__)
     for name, value in vars(math).items():
@@ -532,7 +534,7 @@ def _narrow_math_module():
     return module
 
 
-@functools.lru_cache(maxsize=None)
+@memos.cached("launch.simulator._narrowing", maxsize=None)
 def _narrowing(function):
     """`function` (a ``math`` function, ``min`` or ``max``) computing as numba
     does where an argument is a float32 or float16; as itself elsewhere."""
@@ -674,7 +676,7 @@ def _fits(number: float, target: np.dtype) -> bool:
 # -- running a kernel on the simulator ---------------------------------------------
 
 
-@functools.lru_cache(maxsize=1)
+@memos.cached("launch.simulator._simulated_array_class", maxsize=1)
 def _simulated_array_class():
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 

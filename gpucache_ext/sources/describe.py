@@ -21,6 +21,7 @@ from ..tokens import Component, component, digest
 from ..usercode import DEPTH, cell_value, dunder, numba_made, numba_type, touches_user_code, user_function, user_module
 from .code import code_digest
 from .values import EXACT_SCALARS, SCALAR_BASES, dtype_data, is_numba_type, short
+from .. import memos
 
 
 def type_data(nbtype) -> list:
@@ -38,7 +39,7 @@ def type_data(nbtype) -> list:
     return found
 
 
-_TYPE_DATA: Dict[Any, list] = {}
+_TYPE_DATA: Dict[Any, list] = memos.memo("sources.describe._TYPE_DATA", {})
 
 
 def value_key(value):
@@ -66,7 +67,7 @@ def signature_component(argtypes, shown: str) -> Component:
     return found
 
 
-_SIGNATURES: Dict[Any, Component] = {}
+_SIGNATURES: Dict[Any, Component] = memos.memo("sources.describe._SIGNATURES", {})
 
 
 def _key_data(part, whole, holds_class):

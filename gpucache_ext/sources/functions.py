@@ -14,11 +14,12 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from ..libraries import file_origin
 from .code import code_reads
 from .values import MISSING
+from .. import memos
 
 
 # Signatures declared for device functions the magic keeps lazy (numba would
 # compile them at once, for the current GPU): dispatcher -> ((args, return type), ...)
-_declared: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_declared: "weakref.WeakKeyDictionary" = memos.memo("sources.functions._declared", weakref.WeakKeyDictionary())
 
 
 def declare_signatures(dispatcher, signatures) -> None:
@@ -103,7 +104,7 @@ def def_line(pyfunc) -> Optional[int]:
     return found
 
 
-_DEF_LINES: Dict[Any, Optional[int]] = {}
+_DEF_LINES: Dict[Any, Optional[int]] = memos.memo("sources.functions._DEF_LINES", {})
 
 
 def pure_python(dispatcher, memo=None):

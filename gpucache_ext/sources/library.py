@@ -9,7 +9,6 @@ version, `gpucache_ext.libraries` decides."""
 
 from __future__ import annotations
 
-import functools
 import types as pytypes
 from typing import Any, Dict, Optional, Tuple
 
@@ -19,6 +18,7 @@ from .code import code_digest
 from .describe import class_data, described_cells, describe_value, internal_function_digest, type_data
 from .snapshot import SourceIdentity
 from .values import EXACT_SCALARS, MISSING, is_numba_type, short
+from .. import memos
 
 
 def library_function_data(func) -> list:
@@ -43,7 +43,7 @@ def library_identity_digest(pyfunc) -> Optional[str]:
                    class_version(pyfunc) or "stdlib", code_digest(code, False), described_cells(pyfunc)])
 
 
-@functools.lru_cache(maxsize=1024)
+@memos.cached("sources.library.library_module_component", maxsize=1024)
 def library_module_component(name: str, version: str) -> Component:
     """The component of a library module a function reads (``np``, ``math``):
     its name and version."""
@@ -128,7 +128,7 @@ def _identified(value) -> Tuple[Optional[Component], bool]:
     return None, True
 
 
-_LIBRARY_VALUES: Dict[int, Tuple[Any, Optional[Component]]] = {}
+_LIBRARY_VALUES: Dict[int, Tuple[Any, Optional[Component]]] = memos.memo("sources.library._LIBRARY_VALUES", {})
 
 
 def _library_function_component(pyfunc) -> Component:
@@ -170,7 +170,7 @@ def _cell_values(pyfunc) -> tuple:
     return tuple(values)
 
 
-_LIBRARY_FUNCTIONS: Dict[Any, Tuple[Component, tuple]] = {}
+_LIBRARY_FUNCTIONS: Dict[Any, Tuple[Component, tuple]] = memos.memo("sources.library._LIBRARY_FUNCTIONS", {})
 
 
 def library_reads_changed(identity: SourceIdentity) -> Optional[str]:

@@ -11,6 +11,7 @@ import types as pytypes
 from typing import Dict
 
 import xxhash
+from .. import memos
 
 
 # Scalars described exactly by their type and value (tokens hash floats by
@@ -55,7 +56,7 @@ def is_numba_type(value) -> bool:
     return known
 
 
-_NUMBA_TYPE_CLASSES: Dict[type, bool] = {}
+_NUMBA_TYPE_CLASSES: Dict[type, bool] = memos.memo("sources.values._NUMBA_TYPE_CLASSES", {})
 
 
 def dtype_data(dtype) -> list:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import enum
-import functools
 import os
 import sys
 import types as pytypes
@@ -35,6 +34,7 @@ from .library import (check_library_chain, known_library_value, library_function
 from .snapshot import (Binding, DeviceBinding, HostBuffer, ModuleClone, SequenceBinding, SourceIdentity,
                        ValueBinding, numpy_data)
 from .values import EXACT_SCALARS, MISSING, SCALAR_BASES, is_numba_type, short, shown
+from .. import memos
 
 
 def identify(func, with_location: bool, freeze: bool = False) -> SourceIdentity:
@@ -61,7 +61,7 @@ def identify(func, with_location: bool, freeze: bool = False) -> SourceIdentity:
     return ident
 
 
-_VALUE_COMPONENTS: Dict[Any, Component] = {}
+_VALUE_COMPONENTS: Dict[Any, Component] = memos.memo("sources.walk._VALUE_COMPONENTS", {})
 
 
 # The builtins as Python starts them: a name read from builtins that is still
@@ -70,7 +70,7 @@ _VALUE_COMPONENTS: Dict[Any, Component] = {}
 _PRISTINE_BUILTINS = dict(builtins.__dict__)
 
 
-@functools.lru_cache(maxsize=1024)
+@memos.cached("sources.walk._pristine_builtin", maxsize=1024)
 def _pristine_builtin(name: str) -> Component:
     """The component of a builtin read as Python started it (by name)."""
     return component(["builtin", name], f"builtin {name}")

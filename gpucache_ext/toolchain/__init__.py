@@ -58,6 +58,7 @@ from ..errors import GpuCacheError
 from ..stagespec import STAGE_SPEC
 from ..store.signing import Keyring
 from ..tokens import Component, component
+from .. import memos
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ _VERSION_MODULES = {"numba": "numba", "numpy": "numpy", "llvmlite": "llvmlite",
                     "cuda-bindings": "cuda.bindings", "cuda-pathfinder": "cuda.pathfinder"}
 
 
-@functools.lru_cache(maxsize=None)
+@memos.cached("toolchain._version", maxsize=None)
 def _version(dist: str) -> str:
     module = _VERSION_MODULES.get(dist)
     if module is not None:
@@ -182,7 +183,7 @@ def _probe_cudadevrt() -> str:
     return hashlib.sha256(cudadevrt()).hexdigest() if _cudadevrt_path() else "absent"
 
 
-@functools.lru_cache(maxsize=1)
+@memos.cached("toolchain._cudadevrt_location", maxsize=1)
 def _cudadevrt_location() -> str:
     """Where numba looks for libcudadevrt.a (a bare file name where it found no folder)."""
     from numba.cuda.cudadrv.libs import get_cudalib
@@ -195,7 +196,7 @@ def _cudadevrt_path():
     return path if os.path.isfile(path) else None
 
 
-@functools.lru_cache(maxsize=1)
+@memos.cached("toolchain.cudadevrt", maxsize=1)
 def cudadevrt() -> bytes:
     """libcudadevrt.a, which grid synchronisation links (the CUDA toolkit's, or
     the nvidia-cuda-runtime wheel's that numba-cuda[cu12] brings)."""
@@ -381,13 +382,15 @@ _ENV_PREFIXES = ("CUDA_", "NUMBA_CUDA", "CONDA_")
 _ENV_NAMES = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PATH" if sys.platform == "win32" else "LD_AUDIT")
 
 # Counts of probes run and values read from the memo in this process, by part.
-probes: Counter = Counter()
-memo_reads: Counter = Counter()
+probes: Counter = memos.state("toolchain.probes", Counter(), "a count of this process's probes, what stats say")
+memo_reads: Counter = memos.state("toolchain.memo_reads", Counter(), "a count of this process's memo reads")
 
 _lock = threading.RLock()
-_values: Dict[str, str] = {}
-_unconfirmed: Dict[str, Tuple[Optional[Path], Optional[str]]] = {}  # part -> (memo folder, key)
-_memos: Dict[Path, Dict[str, Dict[str, str]]] = {}  # each folder's memo, as first read by this process
+_values: Dict[str, str] = memos.memo("toolchain._values", {})
+# part -> (memo folder, key)
+_unconfirmed: Dict[str, Tuple[Optional[Path], Optional[str]]] = memos.memo("toolchain._unconfirmed", {})
+# each folder's memo, as first read by this process
+_memos: Dict[Path, Dict[str, Dict[str, str]]] = memos.memo("toolchain._memos", {})
 
 
 class ToolchainChanged(GpuCacheError):
@@ -401,7 +404,10 @@ def memo_path(directory) -> Path:
     return Path(directory) / MEMO_NAME
 
 
-_memo_keyrings: Dict[Path, Keyring] = {}  # folder -> the keyring its disk tier signs with
+# folder -> the keyring its disk tier signs with
+_memo_keyrings: Dict[Path, Keyring] = memos.state(
+    "toolchain._memo_keyrings", {},
+    "the keyring each disk tier signs its folder's toolchain memo with, as the tiers registered it")
 
 
 def sign_memo(directory, keyring) -> None:
@@ -418,7 +424,7 @@ def _memo_keyring(directory: Path):
     return _memo_keyrings.get(Path(directory)) or Keyring(allow_unsigned=True)
 
 
-@functools.lru_cache(maxsize=1)
+@memos.cached("toolchain._environment", maxsize=1)
 def _environment() -> str:
     """What, besides the files themselves, decides which files are found and
     how they are asked: interpreter, the packages that search, the environment."""
@@ -605,7 +611,7 @@ def toolchain_component(stage: str, directory=None) -> Component:
     return _versions_component(tuple(stage_toolchain(stage, directory).items()))
 
 
-@functools.lru_cache(maxsize=256)
+@memos.cached("toolchain._versions_component", maxsize=256)
 def _versions_component(versions: Tuple[Tuple[str, str], ...]) -> Component:
     return component(dict(versions), " ".join(f"{k} {v}" for k, v in versions))
 

@@ -59,6 +59,7 @@ from typing import Iterable, List, Optional, Tuple
 
 from ..backends.numba_cuda import numba_compat
 from ..errors import SnapshotChanged, UnsupportedKernelError
+from .. import memos
 
 # file extension -> kind; the kinds are cuda.core ObjectCode's
 KINDS = {"cu": "cu", "ptx": "ptx", "ltoir": "ltoir", "cubin": "cubin", "fatbin": "fatbin",
@@ -162,7 +163,7 @@ class Reads:
     files: Tuple[Tuple[str, str], ...]
 
 
-_reads_memo: "OrderedDict[Tuple, Reads]" = OrderedDict()
+_reads_memo: "OrderedDict[Tuple, Reads]" = memos.memo("toolchain.linking._reads_memo", OrderedDict())
 _READS_LIMIT = 256
 
 
@@ -417,7 +418,7 @@ _TOOLKIT_PACKAGES = ("numba-cuda", "cuda-bindings", "nvidia-cuda-nvrtc-cu12", "n
                      "cuda-toolkit")
 
 
-@functools.lru_cache(maxsize=1)
+@memos.cached("toolchain.linking._toolkit_versions", maxsize=1)
 def _toolkit_versions() -> Tuple[Tuple[str, str], ...]:
     from importlib import metadata
 
@@ -430,7 +431,7 @@ def _toolkit_versions() -> Tuple[Tuple[str, str], ...]:
     return tuple(versions)
 
 
-_options_memo: dict = {}
+_options_memo: dict = memos.memo("toolchain.linking._options_memo", {})
 
 
 def _nvrtc_options(cc: Optional[Tuple[int, int]], lto: bool) -> Tuple[bytes, ...]:
@@ -454,7 +455,7 @@ def _nvrtc_options(cc: Optional[Tuple[int, int]], lto: bool) -> Tuple[bytes, ...
     return options
 
 
-@functools.lru_cache(maxsize=1)
+@memos.cached("toolchain.linking.nvrtc_identity", maxsize=1)
 def nvrtc_identity() -> Tuple:
     from numba.cuda.cudadrv import nvrtc
 
@@ -465,7 +466,7 @@ def nvrtc_identity() -> Tuple:
 # numba's own helpers
 
 
-@functools.lru_cache(maxsize=1)
+@memos.cached("toolchain.linking.reshape_helper", maxsize=1)
 def reshape_helper() -> LinkInput:
     """numba-cuda's ``reshape_funcs.cu`` (linked when the code reshapes arrays)."""
     import numba.cuda
@@ -541,7 +542,7 @@ def extern_link_items(extfn) -> Tuple:
 # Linking
 
 
-_compiled: "OrderedDict[Tuple, bytes]" = OrderedDict()
+_compiled: "OrderedDict[Tuple, bytes]" = memos.memo("toolchain.linking._compiled", OrderedDict())
 _compiled_lock = threading.RLock()
 _COMPILED_LIMIT = 64
 

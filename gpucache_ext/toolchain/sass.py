@@ -21,7 +21,6 @@ This module imports neither numba nor IPython.
 from __future__ import annotations
 
 import difflib
-import functools
 import glob
 import importlib.util
 import logging
@@ -33,6 +32,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence, Tuple
+from .. import memos
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def _pathfinder_binary() -> List[str]:
     return [path] if path else []
 
 
-@functools.lru_cache(maxsize=1)
+@memos.cached("toolchain.sass.nvdisasm_tools", maxsize=1)
 def nvdisasm_tools() -> Tuple[Nvdisasm, ...]:
     """Every nvdisasm found, in the order they are preferred: the wheel's
     (the newest first), then cuda.pathfinder's, then the one on PATH; each

@@ -74,8 +74,10 @@ from ..views.snapshot import CacheSnapshot, StatsView
 from ..views.style import STYLE
 from ..views.summary import saved_seconds, storage_summary, summary_html
 from ..views.variants import resource_variants_html
+from .. import memos
 
-sass_cache: "OrderedDict[str, Tuple[Optional[Sass], Optional[str]]]" = OrderedDict()
+sass_cache: "OrderedDict[str, Tuple[Optional[Sass], Optional[str]]]" = memos.memo(
+    "widgets.inspector.sass_cache", OrderedDict())
 
 
 def sass_view(token: str, cubin: bytes) -> Tuple[Optional[Sass], Optional[str]]:

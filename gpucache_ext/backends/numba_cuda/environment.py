@@ -34,8 +34,10 @@ from typing import Dict, List
 from ...errors import SnapshotChanged
 from ...sources.values import short
 from ...tokens import Component, component
+from ... import memos
 
-_KNOWN: set = set()  # the variables code in numba's pipeline has read in this process
+# the variables code in numba's pipeline has read in this process
+_KNOWN: set = memos.memo("backends.numba_cuda.environment._KNOWN", set())
 _recording = threading.local()  # per thread: the names read in the open `recorded` block (None outside)
 _ORIGINAL_GETITEM = os._Environ.__getitem__
 # what reads through `os._Environ.__getitem__` for others (``os.getenv``, ``Mapping.get``, ``in``,

@@ -44,6 +44,7 @@ from ...errors import UnsupportedKernelError
 from ...sources.describe import describe_registration as describe
 from ...tokens import Component, digest
 from ...usercode import numba_code, numba_named, touches_user_code
+from ... import memos
 
 # ---------------------------------------------------------------------------
 # What numba's tables hold
@@ -127,7 +128,8 @@ def _module_registries(name: str, module, classes: tuple) -> list:
 
 
 # module name -> (the module then, its namespace's size then, the classes asked for, its registries)
-_MODULE_REGISTRIES: Dict[str, Tuple[Any, int, tuple, list]] = {}
+_MODULE_REGISTRIES: Dict[str, Tuple[Any, int, tuple, list]] = memos.memo(
+    "backends.numba_cuda.extensions._MODULE_REGISTRIES", {})
 
 
 def _entries(table) -> list:
@@ -166,8 +168,9 @@ def _model_tables():
 # entry identity -> whether it touches user code (registries only grow; a
 # table of handlers is keyed by its (key, handler) pair, which a new
 # registration for the same key replaces)
-_USER: Dict[Tuple[int, ...], bool] = {}
-_KEEP: List[Any] = []  # what the memo's ids name, kept alive so that no id is reused
+_USER: Dict[Tuple[int, ...], bool] = memos.memo("backends.numba_cuda.extensions._USER", {})
+# what the memo's ids name, kept alive so that no id is reused (dropped with it)
+_KEEP: List[Any] = memos.memo("backends.numba_cuda.extensions._KEEP", [])
 
 
 def _key(entry) -> Tuple[int, ...]:
@@ -262,9 +265,10 @@ def _all_numbas(parts, depth: int) -> bool:
     return found
 
 
-_NUMBAS: Dict[Tuple[int, ...], bool] = {}
+_NUMBAS: Dict[Tuple[int, ...], bool] = memos.memo("backends.numba_cuda.extensions._NUMBAS", {})
 _LAST: Optional[Tuple[tuple, list]] = None  # the tables' `_state` and their user registrations then
-_DERIVED: set = set()  # keys of the entries numba registered while the cache compiled
+# keys of the entries numba registered while the cache compiled
+_DERIVED: set = memos.memo("backends.numba_cuda.extensions._DERIVED", set())
 
 
 class _Watch:
@@ -439,7 +443,9 @@ def _name(entry) -> str:
 
 
 _BUILT_FOR: Optional[str] = None  # the registrations' digest numba's memos of user builds hold
-_ALSO_FORGET: List[Callable[[], None]] = []  # what else drops builds typed under the registrations
+_ALSO_FORGET: List[Callable[[], None]] = memos.state(
+    "backends.numba_cuda.extensions._ALSO_FORGET", [],
+    "what else drops builds typed under the registrations, as the modules above registered it")
 
 
 def also_forget(forget: Callable[[], None]) -> None:

@@ -41,6 +41,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional
+from ... import memos
 
 __all__ = ["CHECKED_AGAINST", "PATCHES", "Patch", "install", "installed", "original", "numba_signature",
            "SWAPS", "SETTINGS", "Swap", "MEMORY_API", "jit_replaced", "nrt_off", "smem_ids_named",
@@ -105,7 +106,10 @@ PATCHES = (
           "an inlined function's identity is numbered by content (stages.numbering._inlined_by_content)"),
 )
 
-_installed: Dict[str, Any] = {}  # target -> numba's original
+# target -> numba's original
+_installed: Dict[str, Any] = memos.state(
+    "backends.numba_cuda.numba_compat._installed", {},
+    "numba's originals of the patches installed in this process: what uninstalling puts back")
 _lock = threading.Lock()
 
 
@@ -320,7 +324,10 @@ def numbered_afresh(helper_cache: dict):
         context.cached_internal_func = saved[2]
 
 
-_memory_api_saved: Dict[str, Any] = {}  # name -> numba's own, while the simulator's is in place
+# name -> numba's own, while the simulator's is in place
+_memory_api_saved: Dict[str, Any] = memos.state(
+    "backends.numba_cuda.numba_compat._memory_api_saved", {},
+    "numba's own memory functions while the simulator's are in place")
 
 
 def simulator_memory_api(enable: bool, replacement_for: Optional[Callable[[str], Any]] = None) -> None:

@@ -32,6 +32,7 @@ from ..extensions import numba_runs
 from ..locks import compiler_lock
 from ....config import CompileConfig
 from ....errors import CompileError
+from .... import memos
 
 # ---------------------------------------------------------------------------
 # numba flags
@@ -58,7 +59,8 @@ class _TrackedFlags(CUDAFlags):
         ]
 
 
-_DEFAULTS: Dict[type, Dict[str, Any]] = {}  # a flags class -> its options' defaults, in order
+# a flags class -> its options' defaults, in order
+_DEFAULTS: Dict[type, Dict[str, Any]] = memos.memo("backends.numba_cuda.stages.compiling._DEFAULTS", {})
 
 
 def _read_cc(self):
@@ -256,7 +258,9 @@ def def_line_of(code) -> int:
 # target (what makes the replacement from numba's original): each module of
 # this package adds its own when it is imported (`replace_in_numba`), and the
 # package imports them all.
-_replacements: Dict[str, Callable[[Any], Any]] = {}
+_replacements: Dict[str, Callable[[Any], Any]] = memos.state(
+    "backends.numba_cuda.stages.compiling._replacements", {},
+    "the patches of numba's functions the stages install: the declared table")
 _patches_installed = False  # (numba_compat.install is idempotent too: this keeps each compile's check cheap)
 
 

@@ -29,6 +29,7 @@ from .compiling import active, compile_error, compiling_for, lowering_key, repla
 from .llvm import lower
 from .numbering import address_of, proxied_uids, symbol_uid
 from .typed import run_typing
+from .... import memos
 
 
 class _Overload:
@@ -199,7 +200,8 @@ def _lazy_key(proxy, args):
 # and cache it by argument types; here each gets a proxy, typed for the
 # kernel's target and lowered with its config, like the kernel's own device
 # functions.  Library code changes only with its version (in the token).
-_library_proxies: "weakref.WeakKeyDictionary[CUDADispatcher, DeviceProxy]" = weakref.WeakKeyDictionary()
+_library_proxies: "weakref.WeakKeyDictionary[CUDADispatcher, DeviceProxy]" = memos.memo(
+    "backends.numba_cuda.stages.device._library_proxies", weakref.WeakKeyDictionary())
 
 
 def forget_library_proxies() -> None:

@@ -23,6 +23,7 @@ from .... import targets
 from .. import numba_compat
 from ....config import CompileConfig
 from .compiling import active, lowering_key, replace_in_numba
+from .... import memos
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +89,11 @@ def numbered_afresh():
         yield
 
 
-_subroutine_caches: Dict[Any, dict] = {}  # (lowering key, target) -> numba's helper cache for them
+# (lowering key, target) -> numba's helper cache for them
+_subroutine_caches: Dict[Any, dict] = memos.memo("backends.numba_cuda.stages.numbering._subroutine_caches", {})
 # a helper's library -> the target reads its compile made (replayed at each reuse)
-_subroutine_reads: "weakref.WeakKeyDictionary[Any, frozenset]" = weakref.WeakKeyDictionary()
+_subroutine_reads: "weakref.WeakKeyDictionary[Any, frozenset]" = memos.memo(
+    "backends.numba_cuda.stages.numbering._subroutine_reads", weakref.WeakKeyDictionary())
 
 
 def _subroutine_cache(config: Optional[CompileConfig]) -> dict:
@@ -230,7 +233,7 @@ def lowering_settings() -> tuple:
 
 
 # (lowering state, numba's own helper key) -> [(target reads, helper's compile result)]
-_shared_helpers: Dict[Any, list] = {}
+_shared_helpers: Dict[Any, list] = memos.memo("backends.numba_cuda.stages.numbering._shared_helpers", {})
 
 
 class _SharedHelpers:
@@ -263,9 +266,13 @@ class _SharedHelpers:
         variants[:] = [(r, c) for r, c in variants if r != reads] + [(reads, cres)]
 
 
-_internal_uids: Dict[int, Tuple[Any, tuple]] = {}  # uid -> (code, closure values) it numbers
+# uid -> (code, closure values) it numbers
+_internal_uids: Dict[int, Tuple[Any, tuple]] = memos.state(
+    "backends.numba_cuda.stages.numbering._internal_uids", {},
+    "numbers given out in this process stay unique while what they number lives (symbol names in live code)")
 # the rebound Python functions of user device proxies -> their symbol uid (from their identity)
-proxied_uids: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+proxied_uids: "weakref.WeakKeyDictionary[Any, int]" = memos.memo(
+    "backends.numba_cuda.stages.numbering.proxied_uids", weakref.WeakKeyDictionary())
 
 
 def _internal_uid(pyfunc) -> int:
