@@ -334,7 +334,7 @@ class Auditor:
         self._queue.join()
 
 
-_auditors: "weakref.WeakSet[Auditor]" = memos.memo("audit._auditors", weakref.WeakSet())
+_auditors: "weakref.WeakSet[Auditor]" = memos.state("audit._auditors", weakref.WeakSet(), "the live auditors")
 
 
 class CacheAudits:

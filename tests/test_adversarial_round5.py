@@ -749,6 +749,30 @@ def test_what_is_recorded_of_the_environment_inside_numbas_pipeline():
         environment._KNOWN.difference_update(names)
 
 
+def test_a_read_through_a_library_is_whoever_called_its():
+    """A library (platformdirs, the standard library's frozen posixpath)
+    reads for its caller: the package's own reads through them inside
+    numba's pipeline are not the kernel's (the first ``supported_ccs`` of a
+    process, asked during a compile, put HOME into the typing token: tokens
+    then followed the order of a process's first calls); user code's are."""
+    import os
+
+    from gpucache_ext.backends.numba_cuda import environment
+    from gpucache_ext.store.disk import configured_directory
+
+    known = set(environment.known())
+    try:
+        with environment.recorded():
+            configured_directory()  # (the package -> platformdirs -> posixpath -> os.environ)
+        assert set(environment.known()) == known
+        if "HOME" not in known:
+            with pytest.raises(environment.NewEnvironmentReads, match="HOME"):
+                with environment.recorded():
+                    os.path.expanduser("~")  # (user code -> posixpath -> os.environ)
+    finally:
+        environment._KNOWN.difference_update(set(environment.known()) - known)
+
+
 TEMPLATING_LIBRARY = OPLIB.format(template='''
 TEMPLATE = """
 def lower_op(context, builder, sig, args):

@@ -63,3 +63,35 @@ def test_forgetting_every_memo_changes_no_result(tmp_path):
     after = KernelCache(audit=False).compile(kernels.copy, kernels.COPY_SIG, config)
     assert {s: r.token for s, r in after.stages.items()} == {s: r.token for s, r in before.stages.items()}
     assert (after.llvm_ir, after.ptx, after.cubin) == (before.llvm_ir, before.ptx, before.cubin)
+
+
+def test_forgetting_every_memo_changes_no_result_of_device_functions_and_helpers():
+    """Device functions (one inlined by numba itself), numba's helpers (a
+    power, a cmath call) and a global: what the numbering, the proxies and
+    the helper tables remember."""
+    from .helpers import notebook_namespace, run_cell
+
+    ns = notebook_namespace()
+    run_cell(ns, """
+import cmath
+SCALE = 2.5
+
+@cuda.jit(device=True, inline="always")
+def twice(x):
+    return 2 * x
+
+@cuda.jit(device=True)
+def bump(x):
+    return x ** 3 + abs(cmath.exp(complex(x, 1.0)))
+
+def kernel(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = SCALE * twice(bump(x[i]))
+""")
+    sig, config = "void(float64[:], float64[:])", CompileConfig(sm=80, lineinfo=True)
+    before = KernelCache(audit=False).compile(ns["kernel"], sig, config)
+    memos.forget()
+    after = KernelCache(audit=False).compile(ns["kernel"], sig, config)
+    assert {s: r.token for s, r in after.stages.items()} == {s: r.token for s, r in before.stages.items()}
+    assert (after.ptx, after.cubin) == (before.ptx, before.cubin)

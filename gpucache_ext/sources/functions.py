@@ -19,7 +19,8 @@ from .. import memos
 
 # Signatures declared for device functions the magic keeps lazy (numba would
 # compile them at once, for the current GPU): dispatcher -> ((args, return type), ...)
-_declared: "weakref.WeakKeyDictionary" = memos.memo("sources.functions._declared", weakref.WeakKeyDictionary())
+_declared: "weakref.WeakKeyDictionary" = memos.state("sources.functions._declared", weakref.WeakKeyDictionary(),
+                                                      "what a cell declared: no later read can tell it")
 
 
 def declare_signatures(dispatcher, signatures) -> None:

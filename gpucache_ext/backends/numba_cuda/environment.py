@@ -37,14 +37,16 @@ from ...tokens import Component, component
 from ... import memos
 
 # the variables code in numba's pipeline has read in this process
-_KNOWN: set = memos.memo("backends.numba_cuda.environment._KNOWN", set())
+_KNOWN: set = memos.state("backends.numba_cuda.environment._KNOWN", set(),
+                           "the variables numba's runs read: every typing token keys them from then on")
 _recording = threading.local()  # per thread: the names read in the open `recorded` block (None outside)
 _ORIGINAL_GETITEM = os._Environ.__getitem__
 # what reads through `os._Environ.__getitem__` for others (``os.getenv``, ``Mapping.get``, ``in``,
 # iteration): their code's file names, frozen or not
 _PLUMBING = frozenset({"<frozen os>", "<frozen _collections_abc>", os.__file__,
                        getattr(sys.modules.get("_collections_abc"), "__file__", None)} - {None})
-_OWN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+# the package's folder (this module's is three below it): its own reads are never the user's
+_OWN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "")
 
 
 class NewEnvironmentReads(SnapshotChanged):
@@ -60,16 +62,20 @@ def _recording_getitem(self, key):
 
 
 def _by_user_code(frame) -> bool:
-    """Whether the read comes from code other than numba's or this package's
-    (past ``os.getenv``, ``Mapping.get`` and ``in``, which read through it)."""
-    from ...usercode import numba_code
+    """Whether the read comes from user code: past ``os.getenv``,
+    ``Mapping.get`` and ``in`` (which read through it) and past any library
+    (``os.path.expanduser``, platformdirs: a library reads for whoever called
+    it), the first caller that is not numba's or this package's."""
+    from ...usercode import library_file, numba_code
 
-    while frame is not None and frame.f_code.co_filename in _PLUMBING:
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(_OWN) or numba_code(filename):
+            return False
+        if filename not in _PLUMBING and not filename.startswith("<frozen ") and not library_file(filename):
+            return True  # (a frozen module is the standard library's: <frozen posixpath>)
         frame = frame.f_back
-    if frame is None:
-        return False
-    filename = frame.f_code.co_filename
-    return not filename.startswith(_OWN) and not numba_code(filename)
+    return False
 
 
 @contextlib.contextmanager

@@ -268,7 +268,8 @@ def _all_numbas(parts, depth: int) -> bool:
 _NUMBAS: Dict[Tuple[int, ...], bool] = memos.memo("backends.numba_cuda.extensions._NUMBAS", {})
 _LAST: Optional[Tuple[tuple, list]] = None  # the tables' `_state` and their user registrations then
 # keys of the entries numba registered while the cache compiled
-_DERIVED: set = memos.memo("backends.numba_cuda.extensions._DERIVED", set())
+_DERIVED: set = memos.state("backends.numba_cuda.extensions._DERIVED", set(),
+                             "which of numba's table entries its own runs made: a fact no later read can tell")
 
 
 class _Watch:

@@ -92,8 +92,9 @@ def numbered_afresh():
 # (lowering key, target) -> numba's helper cache for them
 _subroutine_caches: Dict[Any, dict] = memos.memo("backends.numba_cuda.stages.numbering._subroutine_caches", {})
 # a helper's library -> the target reads its compile made (replayed at each reuse)
-_subroutine_reads: "weakref.WeakKeyDictionary[Any, frozenset]" = memos.memo(
-    "backends.numba_cuda.stages.numbering._subroutine_reads", weakref.WeakKeyDictionary())
+_subroutine_reads: "weakref.WeakKeyDictionary[Any, frozenset]" = memos.state(
+    "backends.numba_cuda.stages.numbering._subroutine_reads", weakref.WeakKeyDictionary(),
+    "a live helper's target reads, replayed wherever numba reuses it (its own caches hold it too)")
 
 
 def _subroutine_cache(config: Optional[CompileConfig]) -> dict:
@@ -271,8 +272,9 @@ _internal_uids: Dict[int, Tuple[Any, tuple]] = memos.state(
     "backends.numba_cuda.stages.numbering._internal_uids", {},
     "numbers given out in this process stay unique while what they number lives (symbol names in live code)")
 # the rebound Python functions of user device proxies -> their symbol uid (from their identity)
-proxied_uids: "weakref.WeakKeyDictionary[Any, int]" = memos.memo(
-    "backends.numba_cuda.stages.numbering.proxied_uids", weakref.WeakKeyDictionary())
+proxied_uids: "weakref.WeakKeyDictionary[Any, int]" = memos.state(
+    "backends.numba_cuda.stages.numbering.proxied_uids", weakref.WeakKeyDictionary(),
+    "a live proxy's function's uid, from its identity: numba numbers what it inlines by it")
 
 
 def _internal_uid(pyfunc) -> int:
