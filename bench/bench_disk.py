@@ -56,7 +56,7 @@ print(elapsed, "".join("h" if result.stages[s].hit else "m" for s in ("typing", 
 
 FINGERPRINT_CHILD = """
 import sys, time
-import gpucache_ext.cache
+import gpucache_ext.pipeline.cache
 from gpucache_ext import toolchain
 start = time.perf_counter()
 for stage in ("typing", "llvm", "ptx", "cubin"):
@@ -123,7 +123,7 @@ def fill(directory, count, size=8192, keyring=None):
     from gpucache_ext.store.disk import DiskTier
     from gpucache_ext.backends.numba_cuda.stages import CubinArtifact
     from gpucache_ext.store.tiers import Entry
-    from gpucache_ext.tokens import component, make_token
+    from gpucache_ext.keys.tokens import component, make_token
 
     tier = DiskTier(directory, max_bytes=None, keyring=keyring)
     blob = random.Random(0).randbytes(size)

@@ -59,7 +59,7 @@ from numba import cuda  # noqa: E402
 
 import gpucache_ext  # noqa: E402
 from gpucache_ext import CompileConfig, KernelCache, samples  # noqa: E402
-from gpucache_ext.results import parse_resources  # noqa: E402
+from gpucache_ext.pipeline.results import parse_resources  # noqa: E402
 from gpucache_ext.sweeps import combinations  # noqa: E402
 
 SIG = samples.MATMUL_SIG

@@ -5,41 +5,47 @@
     res = cache.compile(func, "void(float32[:], float32[:])", CompileConfig(sm=86))
     res.stages["ptx"].hit, res.ptx, res.cubin
 
-The modules tell the pipeline's story: `config` (what can change the output),
-`tokens` (how inputs are hashed), `toolchain` (tool versions per stage),
-`sources` (what a kernel's source depends on), `stages` (typing, llvm, ptx,
-cubin), `cache` (the per-stage tiers and miss explanations).
+The packages tell the pipeline's story: `keys` (what can change the output,
+and how inputs are hashed), `sources` (what a kernel's source depends on),
+`pipeline` (the one driver, the cache and its results), `backends` (the
+compilers: typing and lowering), `toolchain` (libNVVM, nvJitLink, nvFatbin
+and their versions), `store` (where entries live), `launch` (kernels as
+numba launches them), `queries` and `views` (what a cache holds, and how it
+reads), `ipython`, `widgets` and `cli` (the front ends).
 """
 
 import importlib
 import importlib.util
 from typing import TYPE_CHECKING
 
-from .config import FIELD_STAGES, STAGES, CompileConfig
+from .keys.config import FIELD_STAGES, STAGES, CompileConfig
 from .defaults import configure_default_cache, current_session, default_cache
 from .errors import (CompileError, ConfigError, DisplayWarning, GpuCacheError, GpuCacheWarning, SecurityWarning,
                      TierWarning, UnsupportedKernelError)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time, `__getattr__` below
-    from .audit import AuditWarning
-    from .cache import KernelCache
+    from .pipeline.audit import AuditWarning
+    from .pipeline.cache import KernelCache
     from .launch.decorators import jit
     from .launch.compiled import LaunchError, LaunchTypeError, LaunchValueError
     from .launch.kernel import Kernel
-    from .results import (CacheStats, CompileResult, EntryInfo, Outcome, StageResult, StageStats,
-                          TierStats)
+    from .pipeline.results import (CacheStats, CompileResult, EntryInfo, Outcome, StageResult, StageStats,
+                                   TierStats)
 
 # The names of modules that import numba-cuda (and so take a second or more),
 # imported on first use (PEP 562): `import gpucache_ext`, the ``gpucache``
 # command and reading cache files import no numba.
 _LAZY = {
-    "KernelCache": "cache",
-    "CompileResult": "results", "StageResult": "results", "Outcome": "results",
-    "CacheStats": "results", "StageStats": "results", "TierStats": "results", "EntryInfo": "results",
+    "KernelCache": "pipeline.cache",
+    "CompileResult": "pipeline.results", "StageResult": "pipeline.results", "Outcome": "pipeline.results",
+    "CacheStats": "pipeline.results", "StageStats": "pipeline.results", "TierStats": "pipeline.results",
+    "EntryInfo": "pipeline.results",
     "Kernel": "launch.kernel", "LaunchError": "launch.compiled",
     "LaunchTypeError": "launch.compiled", "LaunchValueError": "launch.compiled", "jit": "launch.decorators",
-    "AuditWarning": "audit",
+    "AuditWarning": "pipeline.audit",
 }
+
+
 def __getattr__(name):
     module = _LAZY.get(name)
     if module is not None:
@@ -47,7 +53,7 @@ def __getattr__(name):
         globals()[name] = value
         return value
     if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        # the package's modules are attributes (``gpucache_ext.cache``), as when this file imported them
+        # the package's modules are attributes (``gpucache_ext.pipeline.cache``), as when this file imported them
         return _import(name, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

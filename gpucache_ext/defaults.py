@@ -16,7 +16,7 @@ from .sessions import attach_session, current_session, detach_session, places
 from . import memos
 
 if TYPE_CHECKING:
-    from .cache import KernelCache
+    from .pipeline.cache import KernelCache
 
 __all__ = ["default_cache", "configure_default_cache", "current_session", "attach_session", "detach_session",
            "places"]
@@ -43,7 +43,7 @@ def default_cache() -> "KernelCache":
     if session is not None:
         return session.cache
     if _default_cache is None:
-        from .cache import KernelCache
+        from .pipeline.cache import KernelCache
 
         _default_cache = KernelCache.from_environment(**_default_settings)
     return _default_cache

@@ -38,11 +38,11 @@ def current_session():
 
 def places():
     """Where code is defined, as the current session knows it (notebook cells
-    and files), else files alone (`gpucache_ext.definitions.FILES`): what a
+    and files), else files alone (`gpucache_ext.pipeline.definitions.FILES`): what a
     cache whose ``places`` were not set asks."""
     session = current_session()
     if session is not None:
         return session.places
-    from .definitions import FILES
+    from .pipeline.definitions import FILES
 
     return FILES

@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 from typing import Callable, Dict, List, Sequence, Tuple
 
-from .config import FLAG_OF, MAX_THREADS_PER_BLOCK, SWEPT, CompileConfig, parse_list
+from .keys.config import FLAG_OF, MAX_THREADS_PER_BLOCK, SWEPT, CompileConfig, parse_list
 
 
 def _block(item: str) -> int:

@@ -41,7 +41,7 @@ import numpy as np
 from numba import cuda
 
 from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError, samples
-from gpucache_ext.config import Targets
+from gpucache_ext.keys.config import Targets
 from gpucache_ext.launch.kernel import device_cc, gpu_available
 
 # The sample kernels (gpucache_ext/samples.py), as plain numba-cuda dispatchers.

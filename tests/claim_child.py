@@ -71,7 +71,7 @@ def main(argv=None):
 def _hang_at(stage: str, seconds=None) -> None:
     """The build of `stage` claims its entry, says so, then never returns
     (or, given `seconds`, builds after that long)."""
-    from gpucache_ext import pipeline
+    from gpucache_ext.pipeline import driver as pipeline
 
     table = pipeline.STAGE_TABLE
     build = table[stage].build

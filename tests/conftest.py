@@ -64,7 +64,7 @@ def _no_audit_runs_on_into_the_next_test():
     """Background audits (on by default for disk and shared hits) finish
     within the test that started them."""
     yield
-    from gpucache_ext.audit import wait_for_all
+    from gpucache_ext.pipeline.audit import wait_for_all
 
     wait_for_all()
 

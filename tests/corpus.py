@@ -242,7 +242,7 @@ def compare(dispatcher, argtypes, settings, variant):
     from gpucache_ext import CompileConfig, KernelCache, UnsupportedKernelError
 
     try:
-        from gpucache_ext.options import config_with_options, explicit_options
+        from gpucache_ext.backends.numba_cuda.options import config_with_options, explicit_options
     except ImportError:  # an older gpucache_ext (measuring before/after)
         def explicit_options(options):
             return {k: v for k, v in options.items() if k in ("fastmath", "debug", "lineinfo") and v}

@@ -45,7 +45,7 @@ needs_pre_turing = pytest.mark.skipif(
 
 def buildable(sms):
     """Those of `sms` the installed toolchain builds (CUDA 13: sm_75 and later)."""
-    from gpucache_ext.config import supported_ccs
+    from gpucache_ext.keys.config import supported_ccs
 
     return tuple(sm for sm in sms if divmod(sm, 10) in supported_ccs())
 CHROMIUM = Path("/usr/bin/chromium")

@@ -274,7 +274,7 @@ def images() -> list:
     artifact a GPU of the compiled target loads (the cubin, or the fatbin),
     and of every image their code libraries handed numba, by architecture."""
     from gpucache_ext import Kernel
-    from gpucache_ext.results import FatbinResult
+    from gpucache_ext.pipeline.results import FatbinResult
 
     import gc
 

@@ -427,7 +427,7 @@ def test_what_counts_as_user_code_for_numbas_tables(site_library):
     """The quick suite's sample of the cases above, in-process: code from a
     string is the user's unless run in a library's module; a library's
     function closing over values is keyed by them; numba's own are numba's."""
-    from gpucache_ext.usercode import touches_user_code, user_function
+    from gpucache_ext.sources.usercode import touches_user_code, user_function
 
     made = {}
     exec(compile("def op(x):\n    return x\n", "<generated>", "exec"), made)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gpucache_ext import AuditWarning, CompileConfig, KernelCache
-from gpucache_ext.audit import AuditPolicy, parse_audit
+from gpucache_ext.pipeline.audit import AuditPolicy, parse_audit
 from gpucache_ext.store.disk import DiskTier
 
 from . import helpers, kernels
@@ -289,7 +289,7 @@ def test_an_audit_compiles_the_snapshot_its_hit_was_hashed_from(tmp_path):
 
 
 def test_audits_wait_for_the_cache_to_be_idle():
-    from gpucache_ext.audit import Auditor
+    from gpucache_ext.pipeline.audit import Auditor
 
     auditor = Auditor(AuditPolicy(), background=True)
     ran = []

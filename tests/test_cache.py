@@ -408,7 +408,7 @@ def test_recompile_rebuilds_the_entrys_own_inputs_not_the_current_state():
 
 
 def test_recompile_says_when_the_inputs_were_let_go(monkeypatch):
-    from gpucache_ext import provenance
+    from gpucache_ext.pipeline import provenance
 
     monkeypatch.setattr(provenance, "SNAPSHOT_LIMIT", 1)
     cache = KernelCache()
@@ -574,7 +574,7 @@ def test_entries_record_where_their_kernel_was_defined(tmp_path):
     no token: the same code defined elsewhere hits)."""
     import os
 
-    from gpucache_ext import definitions
+    from gpucache_ext.pipeline import definitions
 
     result = KernelCache(directory=tmp_path).compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
     assert result.place == "file:" + os.path.realpath(kernels.__file__)

@@ -200,11 +200,11 @@ def test_a_wait_for_another_processs_build_is_a_hit_the_report_and_the_stats_sho
 
 def test_an_entry_waited_for_is_shown_as_built_by_another_process(tmp_path):
     from gpucache_ext.ipython.report import _stage_cell
-    from gpucache_ext.results import Outcome, StageResult
+    from gpucache_ext.pipeline.results import Outcome, StageResult
 
     done = StageResult("ptx", "ab" * 32, Outcome.HIT, "shared", 0.18, saved_seconds=0.5, waited=0.18)
     assert _stage_cell(done) == "hit:shared (another process built it, waited 180 ms)"
-    from gpucache_ext.results import _stage_line
+    from gpucache_ext.pipeline.results import _stage_line
 
     assert "hit (shared, built by another process, waited 180 ms)" in _stage_line(done, "")
 

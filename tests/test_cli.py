@@ -151,7 +151,7 @@ def test_help_is_plain_words():
 
 @pytest.mark.slow
 def test_one_token_length_in_the_command_the_report_and_the_inspector(filled):
-    from gpucache_ext.tokens import SHORT_TOKEN_DIGITS
+    from gpucache_ext.keys.tokens import SHORT_TOKEN_DIGITS
 
     directory, results = filled
     shown = results[0].stages["cubin"].short_token
@@ -412,7 +412,7 @@ def test_ls_shows_every_config_field_whole(variants, gpucache_cli):
 
 def test_ls_wraps_a_config_between_fields_never_inside_one():
     from gpucache_ext.cli.listing import _CONFIG_WIDTH, _wrap_fields
-    from gpucache_ext.config import summary_fields as _config_fields
+    from gpucache_ext.keys.config import summary_fields as _config_fields
 
     summary = CompileConfig(sm=86, opt=1, fastmath=True, ftz=False, lineinfo=True, max_registers=64,
                             launch_bounds=(256, 2)).summary()

@@ -102,7 +102,7 @@ def test_diff_and_summary():
 
 
 def test_a_stage_has_one_name_in_the_config():
-    import gpucache_ext.config as config
+    import gpucache_ext.keys.config as config
 
     assert config.ALL_STAGES == config.STAGES + ("fatbin",)
     with pytest.raises(AttributeError):
@@ -113,7 +113,9 @@ def test_the_stages_are_what_their_declarations_say(monkeypatch):
     """Every stage tuple, the driver's table and the toolchain part of a
     token are made from the stage declarations (`stagespec.STAGE_SPECS`):
     changing a declaration changes what each reads."""
-    from gpucache_ext import pipeline, stagespec, toolchain
+    from gpucache_ext import toolchain
+    from gpucache_ext.keys import stagespec
+    from gpucache_ext.pipeline import driver as pipeline
 
     specs = stagespec.STAGE_SPECS
     assert STAGES == tuple(s.name for s in specs if s.per_target) == ("typing", "llvm", "ptx", "cubin")

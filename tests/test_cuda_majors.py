@@ -15,8 +15,8 @@ from IPython.core.error import UsageError
 
 import gpucache_ext
 from gpucache_ext import CompileConfig, ConfigError, toolchain
-from gpucache_ext.config import supported_ccs
-from gpucache_ext.tokens import component
+from gpucache_ext.keys.config import supported_ccs
+from gpucache_ext.keys.tokens import component
 
 from . import kernels
 from .helpers import ROOT, cell, gpucache, run_python

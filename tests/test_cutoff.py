@@ -20,7 +20,7 @@ import pytest
 from gpucache_ext import AuditWarning, CompileConfig, KernelCache, queries
 from gpucache_ext.store.codec import MAGIC, read_header
 from gpucache_ext.store.disk import DiskTier
-from gpucache_ext.results import Outcome
+from gpucache_ext.pipeline.results import Outcome
 
 from . import kernels
 from .helpers import gpucache, run_python

@@ -13,9 +13,9 @@ from numba import types
 import gpucache_ext
 
 from gpucache_ext import KernelCache
-from gpucache_ext.config import STAGES, CompileConfig
+from gpucache_ext.keys.config import STAGES, CompileConfig
 from gpucache_ext.ipython.report import CellReport, why_text
-from gpucache_ext.results import CompileResult, Outcome, StageResult
+from gpucache_ext.pipeline.results import CompileResult, Outcome, StageResult
 
 from . import helpers, kernels
 
@@ -210,7 +210,7 @@ def test_stats_and_the_inspector_count_the_hits_cut_off_per_stage(ip):
 
 
 def test_summary_renders_the_cut_off_column_from_stats_alone():
-    from gpucache_ext.results import CacheStats, StageStats, TierStats
+    from gpucache_ext.pipeline.results import CacheStats, StageStats, TierStats
     from gpucache_ext.views import StatsView
 
     def stage(hits, misses, cutoffs):

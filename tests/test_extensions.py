@@ -212,7 +212,7 @@ def test_user_code_is_found_however_a_registered_value_holds_it():
     import numpy as np
     from numba.cuda.typing.templates import AbstractTemplate
 
-    from gpucache_ext.usercode import touches_user_code
+    from gpucache_ext.sources.usercode import touches_user_code
     from .helpers import notebook_namespace, run_cell
 
     ns = notebook_namespace()

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpucache_ext import CompileConfig, ConfigError, KernelCache
-from gpucache_ext.config import Targets
+from gpucache_ext.keys.config import Targets
 
 from . import kernels
 from .helpers import CUDA_MAJOR, gpucache, needs_pre_turing, run_python

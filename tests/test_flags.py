@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucache_ext.cli.parser import build_parser
-from gpucache_ext.config import (FIELD_STAGES, FLAGS, SWEPT, CompileConfig, config_from_flags, flags_text,
+from gpucache_ext.keys.config import (FIELD_STAGES, FLAGS, SWEPT, CompileConfig, config_from_flags, flags_text,
                                  with_consts)
 from gpucache_ext.sweeps import combinations
 
@@ -55,7 +55,7 @@ _CHOICES = {
 }
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.fixed_dictionaries({name: st.one_of(st.none(), choice) for name, choice in _CHOICES.items()}),
        st.randoms(use_true_random=False))
 def test_flags_given_in_any_order_build_the_config_the_fields_say(chosen, random):

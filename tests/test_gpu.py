@@ -81,7 +81,7 @@ def tripled(r, x):
 
 
 def test_a_fatbin_loads_and_the_driver_picks_the_cubin_or_compiles_the_ptx(sm):
-    from gpucache_ext.config import Targets
+    from gpucache_ext.keys.config import Targets
 
     cache = KernelCache()
     x = np.arange(256, dtype=np.float32)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError
-from gpucache_ext.results import SassUnavailable
+from gpucache_ext.pipeline.results import SassUnavailable
 
 from .helpers import notebook_namespace, run_cell
 
@@ -300,7 +300,7 @@ def test_extensions_prepare_the_arguments_of_each_launch_as_numbas_do():
 def test_signatures_are_written_as_numba_writes_them():
     from numba.cuda import types
 
-    from gpucache_ext.results import short_type
+    from gpucache_ext.pipeline.results import short_type
 
     ns = notebook_namespace()
     run_cell(ns, SOURCE)

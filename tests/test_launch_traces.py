@@ -213,6 +213,9 @@ def test_one_form_makes_the_driver_calls_of_numbas_own_dispatcher(tmp_path):
     assert loaded and {load["sha256"] for load in loaded} <= {sha for v in held for sha in v["loaded"].values()}
 
 
+# a notebook's worth of kernels in a stand-in process (the quick run has
+# test_one_form_makes_the_driver_calls_of_numbas_own_dispatcher)
+@pytest.mark.slow
 def test_numbas_own_kernels_in_a_cell_make_numbas_calls_and_go_through_the_cache(tmp_path):
     """CUDA ufuncs (vectorize, guvectorize) and cuda.reduce call cuda.jit
     themselves: in a %%gpukernel cell they make numba's driver calls, with

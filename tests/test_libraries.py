@@ -1,4 +1,4 @@
-"""Library or user code, and the key of an installed library (gpucache_ext.libraries).
+"""Library or user code, and the key of an installed library (gpucache_ext.sources.libraries).
 
 The installed packages here are real: a ``site-packages`` folder in tmp_path
 with ``.dist-info`` folders (METADATA, RECORD with pip's hashes) for a
@@ -20,8 +20,8 @@ import sys
 
 import pytest
 
-from gpucache_ext import libraries
-from gpucache_ext.libraries import class_version, file_origin, library_version, module_files
+from gpucache_ext.sources import libraries
+from gpucache_ext.sources.libraries import class_version, file_origin, library_version, module_files
 
 from .files import write_source
 
@@ -233,7 +233,7 @@ CHILD = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import nspkg.a, nspkg.b
-from gpucache_ext.libraries import library_version
+from gpucache_ext.sources.libraries import library_version
 print(json.dumps({m.__name__: library_version(m) for m in (nspkg, nspkg.a, nspkg.b)}))
 """
 

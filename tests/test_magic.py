@@ -701,7 +701,7 @@ def test_launches_are_not_counted_as_lookups(ip):
 def test_report_html_keeps_each_type_and_config_field_whole():
     """The HTML report lets a line break only between arguments and between
     config fields (what the browser test measures at 900 to 1400 px)."""
-    from gpucache_ext.config import summary_fields
+    from gpucache_ext.keys.config import summary_fields
     from gpucache_ext.ipython.report import signature_pieces
 
     assert signature_pieces("(float32[:, :], int32, Record([('a', '<f4')]))") == [

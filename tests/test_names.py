@@ -14,7 +14,7 @@ import re
 import pytest
 
 import gpucache_ext
-from gpucache_ext.definitions import Place, Places
+from gpucache_ext.pipeline.definitions import Place, Places
 
 from . import helpers
 from .helpers import cell
@@ -184,7 +184,7 @@ def test_compare_with_tells_entries_apart_by_what_differs(ip, capsys):
 def test_identical_duplicates_are_one_compare_choice():
     """Entries that read alike and hold the same code are one choice, the
     newest; one that differs says which run built it, else when."""
-    from gpucache_ext.results import EntryInfo
+    from gpucache_ext.pipeline.results import EntryInfo
     from gpucache_ext.views.compare import compare_choices
 
     def info(token, created, number=None, config="sm_86"):

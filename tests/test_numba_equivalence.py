@@ -167,7 +167,7 @@ def test_a_device_functions_options_are_part_of_the_token():
 def test_numbas_own_lto_default_is_not_taken_for_an_explicit_option():
     from numba import cuda
 
-    from gpucache_ext.options import explicit_options
+    from gpucache_ext.backends.numba_cuda.options import explicit_options
 
     def kernel(r):
         r[0] = 1

@@ -40,7 +40,7 @@ def test_the_core_imports_no_ipython():
     core = sorted(".".join(path.relative_to(package).with_suffix("").parts).removesuffix(".__init__")
                   for path in package.rglob("*.py")
                   if path.relative_to(package).parts[0] not in ("ipython", "widgets", "__main__.py", "__init__.py"))
-    assert {"cache", "queries", "views", "launch.kernel", "store.disk", "toolchain", "cli"} <= set(core)
+    assert {"pipeline.cache", "queries", "views", "launch.kernel", "store.disk", "toolchain", "cli"} <= set(core)
     code = ("import sys\n" + "".join(f"import gpucache_ext.{name}\n" for name in core)
             + "print(sorted(m for m in ('IPython', 'ipywidgets', 'traitlets') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -103,27 +103,28 @@ def test_no_module_imports_another_that_imports_it_back():
     assert graph.cycles(modules, edges) == []
     # a planted cycle is found: the check can fail
     planted = {name: dict(targets) for name, targets in edges.items()}
-    planted.setdefault("gpucache_ext.config", {})["gpucache_ext.cache"] = "import"
-    assert any("gpucache_ext.cache" in cycle for cycle in graph.cycles(modules, planted))
+    planted.setdefault("gpucache_ext.keys.config", {})["gpucache_ext.pipeline.cache"] = "import"
+    assert any("gpucache_ext.pipeline.cache" in cycle for cycle in graph.cycles(modules, planted))
 
 
 @pytest.mark.parametrize("source, kind", [
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cache import KernelCache\n", "type"),
-    ("cache = lazy_module('gpucache_ext.cache')\n", "lazy"),
-    ("import sys\ndef cache():\n    return sys.modules.get('gpucache_ext.cache')\n", "lazy"),
-    ("import sys\ndef cache():\n    return sys.modules['gpucache_ext.cache']\n", "lazy"),
-    ("import importlib\ncache = importlib.import_module('gpucache_ext.cache')\n", "lazy"),
-    ("def cache():\n    from . import cache\n    return cache\n", "function"),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..pipeline.cache import KernelCache\n", "type"),
+    ("cache = lazy_module('gpucache_ext.pipeline.cache')\n", "lazy"),
+    ("import sys\ndef cache():\n    return sys.modules.get('gpucache_ext.pipeline.cache')\n", "lazy"),
+    ("import sys\ndef cache():\n    return sys.modules['gpucache_ext.pipeline.cache']\n", "lazy"),
+    ("import importlib\ncache = importlib.import_module('gpucache_ext.pipeline.cache')\n", "lazy"),
+    ("def cache():\n    from ..pipeline import cache\n    return cache\n", "function"),
 ])
 def test_a_back_edge_of_any_kind_makes_a_cycle(source, kind):
     """An edge read from source, of whichever kind, closes a cycle with the
     edges the package has: config, which the cache imports, reaching back."""
     graph = _module_graph()
     modules, edges, _ = graph.graph()
-    back, _ = graph.module_edges("gpucache_ext.config", source, modules)
-    assert back == {"gpucache_ext.cache": kind}
-    planted = {**edges, "gpucache_ext.config": {**edges.get("gpucache_ext.config", {}), **back}}
-    assert any({"gpucache_ext.cache", "gpucache_ext.config"} <= set(cycle) for cycle in graph.cycles(modules, planted))
+    back, _ = graph.module_edges("gpucache_ext.keys.config", source, modules)
+    assert back == {"gpucache_ext.pipeline": kind, "gpucache_ext.pipeline.cache": kind}  # (its package's too)
+    planted = {**edges, "gpucache_ext.keys.config": {**edges.get("gpucache_ext.keys.config", {}), **back}}
+    assert any({"gpucache_ext.pipeline.cache", "gpucache_ext.keys.config"} <= set(cycle)
+               for cycle in graph.cycles(modules, planted))
 
 
 def test_importing_a_module_reaches_its_packages_too():
@@ -202,16 +203,16 @@ def test_the_store_imports_nothing_above_it():
     stages, launching or the IPython layers, so they can be read alone
     (the ``gpucache`` command does)."""
     modules, edges, _ = _module_graph().graph()
-    above = ("gpucache_ext.cache", "gpucache_ext.backends", "gpucache_ext.launch", "gpucache_ext.ipython",
-             "gpucache_ext.widgets", "gpucache_ext.queries")
+    above = ("gpucache_ext.pipeline.cache", "gpucache_ext.pipeline.driver", "gpucache_ext.backends",
+             "gpucache_ext.launch", "gpucache_ext.ipython", "gpucache_ext.widgets", "gpucache_ext.queries")
     store = {name: edges.get(name, {}) for name in modules if name.startswith("gpucache_ext.store.")}
-    assert len(store) == 10 and sum(map(len, store.values())) > 10  # the store's imports were read (10: registry)
-    def is_above(target):  # (a package, or a module of it: gpucache_ext.stagespec is no stage)
+    assert len(store) == 11 and sum(map(len, store.values())) > 10  # the store's imports were read (11: index)
+    def is_above(target):  # (a package, or a module of it)
         return any(target == name or target.startswith(name + ".") for name in above)
 
     assert {name: [t for t in targets if is_above(t)] for name, targets in store.items()} == \
         {name: [] for name in store}
-    assert is_above("gpucache_ext.backends.numba_cuda.stages.device") and not is_above("gpucache_ext.stagespec")
+    assert is_above("gpucache_ext.backends.numba_cuda.stages") and not is_above("gpucache_ext.pipeline.results")
 
 
 def test_no_module_imports_another_modules_private_names():

@@ -147,7 +147,7 @@ from gpucache_ext.store.codec import content_digest
 from gpucache_ext.store.disk import DiskTier
 from gpucache_ext.backends.numba_cuda.stages import CubinArtifact
 from gpucache_ext.store.tiers import Entry
-from gpucache_ext.tokens import component, make_token
+from gpucache_ext.keys.tokens import component, make_token
 tier = DiskTier(sys.argv[1], max_bytes=None)
 blob = bytes(range(256)) * (64 * 1024)   # 16 MiB: long enough to be killed mid-write
 artifact = CubinArtifact(blob, "log", None, "k")
@@ -425,7 +425,7 @@ def test_what_an_entry_persists_is_declared_once_and_round_trips(tmp_path):
     to an equal artifact; an entry read back from disk equals what was filed."""
     import dataclasses
 
-    from gpucache_ext import artifacts
+    from gpucache_ext.pipeline import artifacts
     from gpucache_ext.store.codec import encode
     from gpucache_ext.store.tiers import HEADER_FIELDS, Entry
 

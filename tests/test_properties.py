@@ -518,7 +518,7 @@ KNOWN = [(state, [edit if len(edit) == 3 else (*edit, None) for edit in edits]) 
 @given(scenario=scenarios(max_edits=5), fresh_process=st.booleans())
 @pytest.mark.slow
 def test_no_edit_sequence_gets_a_stale_artifact(workspace, scenario, fresh_process):
-    from gpucache_ext.audit import wait_for_all
+    from gpucache_ext.pipeline.audit import wait_for_all
 
     check_sequence(workspace, *scenario, fresh_process)
     wait_for_all()  # this example's background audits end before the next example edits the state
@@ -535,7 +535,7 @@ for _scenario in KNOWN:
 @settings(max_examples=60, **COMMON)
 @given(scenario=scenarios(max_edits=12), fresh_process=st.booleans())
 def test_no_edit_sequence_gets_a_stale_artifact_many(workspace, scenario, fresh_process):
-    from gpucache_ext.audit import wait_for_all
+    from gpucache_ext.pipeline.audit import wait_for_all
 
     check_sequence(workspace, *scenario, fresh_process)
     wait_for_all()
@@ -547,7 +547,7 @@ QUICK_EXAMPLES = 3  # the quick run's sample
 @settings(max_examples=QUICK_EXAMPLES, derandomize=True, database=None, **COMMON)
 @given(scenario=scenarios(max_edits=2))
 def test_a_few_short_edit_sequences_get_no_stale_artifact(workspace, scenario):
-    from gpucache_ext.audit import wait_for_all
+    from gpucache_ext.pipeline.audit import wait_for_all
 
     check_sequence(workspace, *scenario, fresh_process=False)
     wait_for_all()  # this example's background audits end before the next example edits the state

@@ -10,8 +10,8 @@ import pickle
 from gpucache_ext import CompileConfig, KernelCache
 from gpucache_ext.ipython.report import why_text
 from gpucache_ext.queries import miss_reasons
-from gpucache_ext.reasons import ADDED, CHANGED, NOTE, REMOVED, UPSTREAM, Reason
-from gpucache_ext.tokens import Component, component, parts_digest
+from gpucache_ext.keys.reasons import ADDED, CHANGED, NOTE, REMOVED, UPSTREAM, Reason
+from gpucache_ext.keys.tokens import Component, component, parts_digest
 
 from .helpers import DEVICE_READS_G, READ_K, reading
 
@@ -115,7 +115,7 @@ def test_a_fatbins_member_reasons_name_members():
 
 
 def test_a_place_is_its_stored_words_and_knows_its_kind(tmp_path):
-    from gpucache_ext.definitions import FILES, Place
+    from gpucache_ext.pipeline.definitions import FILES, Place
 
     path = tmp_path / "kernels.py"
     path.write_text("x = 1\n")
@@ -130,7 +130,7 @@ def test_a_place_is_its_stored_words_and_knows_its_kind(tmp_path):
 
 
 def test_a_cache_asks_its_own_places_else_files_alone(tmp_path):
-    from gpucache_ext.definitions import FILES, Places
+    from gpucache_ext.pipeline.definitions import FILES, Places
 
     cache = KernelCache()
     assert cache.places is FILES  # (no IPython session here)
@@ -147,7 +147,7 @@ def test_a_cache_asks_its_own_places_else_files_alone(tmp_path):
 def test_the_session_attaches_its_places_while_loaded(ip):
     import gpucache_ext
     from gpucache_ext import sessions
-    from gpucache_ext.definitions import FILES
+    from gpucache_ext.pipeline.definitions import FILES
 
     session = gpucache_ext.current_session()
     assert session is not None and sessions.places() is session.places

@@ -13,13 +13,13 @@ import struct
 from hypothesis import given, settings, strategies as st
 
 from gpucache_ext.queries import miss_reasons
-from gpucache_ext.reasons import ADDED, CHANGED, NOTE, REMOVED, UPSTREAM, Reason
+from gpucache_ext.keys.reasons import ADDED, CHANGED, NOTE, REMOVED, UPSTREAM, Reason
 from gpucache_ext.backends.numba_cuda.stages import CubinArtifact
 from gpucache_ext.store import codec
 from gpucache_ext.store.disk import DiskTier
 from gpucache_ext.store.signing import Keyring
 from gpucache_ext.store.tiers import Entry
-from gpucache_ext.tokens import component, make_token
+from gpucache_ext.keys.tokens import component, make_token
 
 from .helpers import run_python
 
@@ -152,7 +152,7 @@ def test_any_reasons_go_through_an_entry_as_the_same_data(found):
 def test_the_phrases_built_from_reasons_are_worded_once():
     """The cell report, ``gpucache explain``, clearing and the inspector use
     one `and_join`, one `own` and one early-cutoff phrase."""
-    from gpucache_ext import reasons as wording
+    from gpucache_ext.keys import reasons as wording
     from gpucache_ext.cli import explain
     from gpucache_ext.ipython import report
     from gpucache_ext.queries import clearing

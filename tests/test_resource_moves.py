@@ -10,9 +10,9 @@ import pytest
 
 import gpucache_ext
 from gpucache_ext import KernelCache, samples
-from gpucache_ext.config import CompileConfig
+from gpucache_ext.keys.config import CompileConfig
 from gpucache_ext.queries import ResourceMove, ResourceRow, resource_moves, resource_rows
-from gpucache_ext.results import parse_resources
+from gpucache_ext.pipeline.results import parse_resources
 from gpucache_ext.views import (resource_moves_html, resource_moves_text, resource_variants_html,
                                          resources_table_html, resources_table_text)
 

@@ -17,8 +17,8 @@ import gpucache_ext
 from gpucache_ext import CompileConfig, KernelCache
 from gpucache_ext.toolchain import sass
 from gpucache_ext.queries import comparable_entries, compare_entries
-from gpucache_ext.results import SassUnavailable as ReExported
-from gpucache_ext.results import disassemble as old_disassemble
+from gpucache_ext.pipeline.results import SassUnavailable as ReExported
+from gpucache_ext.pipeline.results import disassemble as old_disassemble
 from gpucache_ext.toolchain.sass import Nvdisasm, SassUnavailable
 
 from . import helpers, kernels

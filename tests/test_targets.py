@@ -2,7 +2,7 @@
 asked nothing that the targets answer differently."""
 
 from gpucache_ext import CompileConfig, KernelCache
-from gpucache_ext.targets import TrackedCC, VariantMemo, describe, holds_for, track
+from gpucache_ext.keys.targets import TrackedCC, VariantMemo, describe, holds_for, track
 
 from . import kernels
 from .helpers import buildable, needs_pre_turing

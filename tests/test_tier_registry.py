@@ -18,7 +18,7 @@ from .helpers import notebook_namespace, run_cell
 
 # an object store as a user writes one: entries as bytes (the project's codec, signed as the settings say)
 USER_TIER = '''
-from gpucache_ext.stagespec import PERSISTENT_STAGES
+from gpucache_ext.keys.stagespec import PERSISTENT_STAGES
 from gpucache_ext.store.codec import decode, encode
 from gpucache_ext.store.tiers import Tier
 

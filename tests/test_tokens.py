@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpucache_ext import FIELD_STAGES, STAGES, CompileConfig, KernelCache
-from gpucache_ext.tokens import component, digest, explain_difference, make_token
+from gpucache_ext.keys.tokens import component, digest, explain_difference, make_token
 
 from . import kernels
 
@@ -112,7 +112,7 @@ def test_token_components_explain_differences():
 
 
 def test_a_device_functions_parts_survive_storage_and_tampered_parts_explain_nothing():
-    from gpucache_ext.tokens import Component, component_from_json, component_json, parts_digest
+    from gpucache_ext.keys.tokens import Component, component_from_json, component_json, parts_digest
 
     parts = {"global ALPHA": component(1.5), "code": component("x * ALPHA", "code")}
     whole = Component(parts_digest(parts), "device function", tuple(sorted(parts.items())))

@@ -34,6 +34,9 @@ def module(tmp_path):
     return path
 
 
+# three processes, eight compiles (the quick run warms a module in
+# test_the_flags_may_come_before_the_path_as_warms_help_shows_them)
+@pytest.mark.slow
 def test_a_modules_kernels_are_warmed_for_every_target_and_config(tmp_path, module):
     folder = tmp_path / "cache"
     done = gpucache("warm", module, "--sm", "80,86", "--dir", folder, "--max-registers", "32,64", expect=1)

@@ -11,8 +11,8 @@ import pytest
 
 import gpucache_ext
 from gpucache_ext import KernelCache, widgets
-from gpucache_ext.config import STAGES
-from gpucache_ext.results import parse_resources
+from gpucache_ext.keys.config import STAGES
+from gpucache_ext.pipeline.results import parse_resources
 from gpucache_ext.ipython.session import current
 from gpucache_ext.store.tiers import Tier
 
@@ -765,7 +765,7 @@ def _choose_tiers(inspector, *names):
 
 
 def test_clearing_from_the_widget_leaves_the_disk_tier_alone_by_default(tmp_path):
-    from gpucache_ext.config import CompileConfig
+    from gpucache_ext.keys.config import CompileConfig
 
     cache = KernelCache(directory=tmp_path)
     cache.compile(_halve, "void(float32[:])", CompileConfig(sm=80))
@@ -812,7 +812,7 @@ def test_clearing_from_the_widget_leaves_the_disk_tier_alone_by_default(tmp_path
 
 
 def test_clearing_the_disk_tier_asks_first_and_only_confirm_deletes(tmp_path):
-    from gpucache_ext.config import CompileConfig
+    from gpucache_ext.keys.config import CompileConfig
 
     cache = KernelCache(directory=tmp_path)
     cache.compile(_halve, "void(float32[:])", CompileConfig(sm=80))
@@ -872,7 +872,7 @@ def test_clearing_the_disk_tier_asks_first_and_only_confirm_deletes(tmp_path):
 
 
 def test_clearing_names_every_persistent_tier_it_touches(tmp_path):
-    from gpucache_ext.config import CompileConfig
+    from gpucache_ext.keys.config import CompileConfig
 
     class Shared(_SharedTier):
         location = "redis://cache.example:6379/0 prefix team"
@@ -915,7 +915,7 @@ def test_clearing_names_every_persistent_tier_it_touches(tmp_path):
 
 
 def test_a_config_of_several_fields_is_shown_whole_in_the_list_and_the_comparison_choices():
-    from gpucache_ext.config import CompileConfig
+    from gpucache_ext.keys.config import CompileConfig
 
     cache = KernelCache()
     tuned = CompileConfig(sm=80, fastmath=True, max_registers=32, launch_bounds=(200,))

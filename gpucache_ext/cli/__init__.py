@@ -47,7 +47,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from ..config import with_consts
+from ..keys.config import with_consts
 from ..store import settings
 from ..store.disk import DiskTier, configured_directory
 from ..store.registry import TierSettings, tier_kind

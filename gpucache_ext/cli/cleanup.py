@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..stagespec import PERSISTENT_STAGES
+from ..keys.stagespec import PERSISTENT_STAGES
 from ..units import format_bytes
 from .output import CommandError, Progress
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Optional
 
 from ..store.codec import BadEntry, decode, read_header
-from ..stagespec import PERSISTENT_STAGES
+from ..keys.stagespec import PERSISTENT_STAGES
 from ..store.disk import DiskTier, read_head
 from ..store.signing import Rejected, strip
-from ..tokens import find_token, short_name, short_token
+from ..keys.tokens import find_token, short_name, short_token
 from ..toolchain import stage_toolchain
 from ..units import format_bytes
 from .output import CommandError

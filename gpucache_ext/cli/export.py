@@ -9,7 +9,7 @@ from pathlib import Path
 from ..store.codec import BadEntry, read_header
 from ..store.disk import DiskTier, read_head
 from ..store.signing import strip
-from ..tokens import short_name, short_token
+from ..keys.tokens import short_name, short_token
 from ..units import format_age, format_bytes
 from .entries import artifact_bytes, entry_rows, find_entry, members_text, read_entry
 from .output import CommandError, counted
@@ -154,9 +154,9 @@ def _refuse_typing(tier: DiskTier, prefix: str) -> None:
 
 def _per_target(tier: DiskTier, stage: str, token: str, entry) -> str:
     """Why export refuses the marker `entry`: its code is filed per target, under these tokens."""
-    from ..index import variant_token
-    from ..targets import describe
-    from ..tokens import Token
+    from ..store.index import variant_token
+    from ..keys.targets import describe
+    from ..keys.tokens import Token
 
     variants = [(variant_token(Token(stage, token, entry.components), reads), reads) for reads in entry.variants]
     held = [(variant, reads) for variant, reads in variants if tier.path(stage, variant.hex).exists()]

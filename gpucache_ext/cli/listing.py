@@ -7,11 +7,11 @@ import logging
 import time
 from typing import List
 
-from ..config import summary_fields
+from ..keys.config import summary_fields
 from ..store.codec import BadEntry, decode, read_header
-from ..stagespec import PERSISTENT_STAGES
+from ..keys.stagespec import PERSISTENT_STAGES
 from ..store.signing import Rejected, strip
-from ..tokens import short_token
+from ..keys.tokens import short_token
 from ..units import format_age, format_bytes
 from .entries import (artifact_bytes, entry_rows, find_entry, members_text, read_entry, read_toolchain,
                       toolchain_stages)
@@ -31,7 +31,7 @@ def cmd_ls(tier, args, out):
     if not rows:
         out("no entries")
         return 0
-    from ..definitions import FILES
+    from ..pipeline.definitions import FILES
     from ..views.entries import kernel_labels
 
     configs = [summary_fields(r["config"]) for r in rows]
@@ -147,7 +147,7 @@ def _occupancy(stage, header, artifact):
     if stage != "cubin" or artifact is None:
         return None
     from ..occupancy import OccupancyError, occupancy_table
-    from ..results import parse_resources
+    from ..pipeline.results import parse_resources
 
     fields = header.get("config_fields") or {}
     sm, bounds = fields.get("sm"), fields.get("launch_bounds")

@@ -7,7 +7,7 @@ import functools
 import re
 from pathlib import Path
 
-from ..stagespec import PERSISTENT_STAGES
+from ..keys.stagespec import PERSISTENT_STAGES
 from ..store.disk import default_directory
 from .explain import add_explain
 from .warm import add_warm

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..stagespec import PERSISTENT_STAGES
+from ..keys.stagespec import PERSISTENT_STAGES
 from ..store.shared import display_url
 from ..store.signing import CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED
 from ..units import format_bytes

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections import Counter
 
 from ..store.codec import CORRUPT, OK, OTHER_TOOLCHAIN, PREVIOUS_SECRET, check_stored
-from ..stagespec import PERSISTENT_STAGES
+from ..keys.stagespec import PERSISTENT_STAGES
 from ..store.disk import DiskTier, configured_directory
 from ..store.shared import display_url
 from ..store.signing import BAD_SIGNATURE, OTHER_SECRET, UNSIGNED
-from ..tokens import short_token
+from ..keys.tokens import short_token
 from .entries import read_toolchain, toolchain_stages
 from .output import CommandError, Progress, counted
 from .server import check_answering, quiet, redis_url, shared_tier
@@ -129,10 +129,10 @@ def _verify_shared(args, out) -> int:
 def _recompile_all(tier: DiskTier, args, out) -> dict:
     """Compile sampled ptx and cubin entries again from their upstream entries (and
     assemble fatbin entries again from their members)
-    and compare (see `gpucache_ext.audit.recompile_entry`); evict mismatches."""
+    and compare (see `gpucache_ext.pipeline.audit.recompile_entry`); evict mismatches."""
     import random
 
-    from ..audit import recompile_entry
+    from ..pipeline.audit import recompile_entry
 
     files = [(stage, path) for stage, path, _ in tier.scan()]
     chosen = random.Random(args.seed).sample(files, max(1, round(len(files) * args.sample))) \
@@ -165,8 +165,8 @@ def _recompile_all(tier: DiskTier, args, out) -> dict:
 
 def _upstream(tier: DiskTier, stage: str, token: str, cc):
     """The entry of `stage` under `token`, or under its variant for target `cc`."""
-    from ..index import variants_for
-    from ..tokens import Token
+    from ..store.index import variants_for
+    from ..keys.tokens import Token
 
     entry = tier.get(stage, token)
     if entry is None or not entry.is_marker:

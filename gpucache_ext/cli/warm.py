@@ -34,8 +34,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-from ..config import Targets, add_config_arguments, config_from_flags, flags_text
-from ..stagespec import STAGE_SPEC
+from ..keys.config import Targets, add_config_arguments, config_from_flags, flags_text
+from ..keys.stagespec import STAGE_SPEC
 from .output import CommandError
 
 _FLAG_RE = re.compile(r"^(\s*%%gpukernel\b)(.*)$")
@@ -87,8 +87,8 @@ def warm_module(target: str, configs: List[Any], env: Dict[str, str]) -> Dict[st
     os.environ.update(env)
     module = _import(target)
     from ..launch.kernel import Kernel
-    from ..options import config_with_options
-    from ..results import short_signature
+    from ..backends.numba_cuda.options import config_with_options
+    from ..pipeline.results import short_signature
 
     built, cached, not_warmed = [], [], []
     kernels = {name: value for name, value in vars(module).items() if isinstance(value, Kernel)}

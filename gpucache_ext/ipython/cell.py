@@ -14,17 +14,17 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..backends.numba_cuda import numba_compat
 from ..defaults import default_cache
-from ..cache import CompileResult
+from ..pipeline.cache import CompileResult
 from ..errors import CompileError
-from ..config import CompileConfig
+from ..keys.config import CompileConfig
 from ..launch.decorators import CACHED_LIBRARY_KERNELS, NUMBA_CORES, decorator_form, device_function
-from ..libraries import is_library_file, library_caller
+from ..sources.libraries import is_library_file, library_caller
 from ..launch.device import cuda_simulator_on
 from ..launch.batch import Pipelined
 from ..launch.kernel import Kernel
 from ..launch.spec import KernelSpec
-from ..options import explicit_options
-from ..tokens import short_name
+from ..backends.numba_cuda.options import explicit_options
+from ..keys.tokens import short_name
 from .cell_errors import as_cell_error
 from .cellcode import (compile_cell, followed_by_definitions, register_cell, running_cell_number,
                        transform_body)

@@ -26,12 +26,12 @@ from IPython.display import display
 from traitlets import Bool, Unicode, default
 
 from ..defaults import default_cache
-from ..config import ALL_STAGES, FLAG_OF, FLAGS, Targets, config_from_flags, option_of, supported_ccs
+from ..keys.config import ALL_STAGES, FLAG_OF, FLAGS, Targets, config_from_flags, option_of, supported_ccs
 from ..launch.device import cuda_simulator_on, default_sm, gpu_available
 from ..launch.spec import KernelSpec
 from ..errors import ConfigError
 from ..queries import compare_entries, find_entry, resource_moves, resource_rows, reused_note
-from ..results import FatbinResult, short_signature
+from ..pipeline.results import FatbinResult, short_signature
 from ..sweeps import combinations, parse_values
 from .report import and_join, cutoff_text, refusals_between
 
@@ -250,7 +250,7 @@ class GpuCacheMagics(Magics):
     def _signatures(sigs):
         if cuda_simulator_on():  # (numba's simulator takes them as they are)
             return list(sigs)
-        from ..signatures import normalize_signature
+        from ..backends.numba_cuda.signatures import normalize_signature
 
         parsed = []
         for sig in sigs:

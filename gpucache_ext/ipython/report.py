@@ -16,15 +16,15 @@ import math
 import sys
 from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, NamedTuple, Optional
 
-from ..results import FatbinResult, Outcome, short_signature  # noqa: F401  (re-exported)
-from ..config import FOLLOW_FASTMATH, ALL_STAGES, STAGES, summary_fields
-from ..tokens import short_name, short_token
-from ..reasons import Reason, and_join, cutoff_phrase, own  # noqa: F401  (and_join re-exported)
+from ..pipeline.results import FatbinResult, Outcome, short_signature  # noqa: F401  (re-exported)
+from ..keys.config import FOLLOW_FASTMATH, ALL_STAGES, STAGES, summary_fields
+from ..keys.tokens import short_name, short_token
+from ..keys.reasons import Reason, and_join, cutoff_phrase, own  # noqa: F401  (and_join re-exported)
 from ..units import format_seconds
 
 if TYPE_CHECKING:  # annotations only: cache imports numba-cuda, which the gpucache command must not
-    from ..cache import CompileResult
-    from ..results import TierInfo
+    from ..pipeline.cache import CompileResult
+    from ..pipeline.results import TierInfo
 
 # The report's table, in the output's code font (monospaced: widths are counted in characters,
 # `ch`).  JupyterLab's `:not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon td` (right-aligned, free to

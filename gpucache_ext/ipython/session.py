@@ -23,8 +23,9 @@ from typing import Any, Dict, Optional
 
 import IPython
 
-from .. import definitions, sessions
-from ..history import CellHistory  # noqa: F401  (its home is history; importable here too)
+from .. import sessions
+from ..pipeline import definitions
+from ..pipeline.history import CellHistory  # noqa: F401  (its home is history; importable here too)
 from .auto import AutoCells
 from .magic import GpuCacheMagics
 
@@ -72,7 +73,7 @@ class Session:
         self._overrides: Dict[str, Any] = {}
         self._warned = False
         # the notebook's cell ids (JupyterLab and Notebook send them): by
-        # execution count, and each id's latest count (`gpucache_ext.definitions`)
+        # execution count, and each id's latest count (`gpucache_ext.pipeline.definitions`)
         self._cell_ids: Dict[int, Optional[str]] = {}
         self._numbers: Dict[str, int] = {}
         self.places = definitions.Places(self.cell_of, self._numbers.get)
@@ -83,7 +84,7 @@ class Session:
     def cache(self):
         """The session's `KernelCache` (made on first use from the settings)."""
         if self._cache is None:
-            from ..cache import KernelCache
+            from ..pipeline.cache import KernelCache
 
             self._cache = KernelCache.from_environment(**{**self.settings.cache_arguments(), **self._overrides})
             self._cache.hold_audits(self._in_cell)
@@ -107,7 +108,7 @@ class Session:
     def load(self) -> None:
         from IPython.core.error import UsageError
 
-        from ..audit import parse_audit
+        from ..pipeline.audit import parse_audit
         from ..launch.device import cuda_simulator_on, gpu_available
 
         try:

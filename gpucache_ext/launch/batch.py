@@ -31,7 +31,7 @@ from . import registry
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..config import CompileConfig
+    from ..keys.config import CompileConfig
 
 __all__ = ["AheadOfTime", "DeclaredKernel", "Pipelined", "compile_threads"]
 
@@ -147,7 +147,7 @@ class AheadOfTime:
     was begun is compiled again, since what it read may have changed)."""
 
     def __init__(self):
-        # {(argtypes, config, force): `gpucache_ext.pipeline.Begun`}, and the generation they began in
+        # {(argtypes, config, force): `gpucache_ext.pipeline.driver.Begun`}, and the generation they began in
         self._begun: Optional[Dict[tuple, Any]] = None
         self._generation = -1
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Seque
 from . import registry
 
 if TYPE_CHECKING:
-    from ..cache import CompileResult, KernelCache
-    from ..config import CompileConfig, Targets
+    from ..pipeline.cache import CompileResult, KernelCache
+    from ..keys.config import CompileConfig, Targets
     from .batch import AheadOfTime
 
 # told of each compile: its result and what made it

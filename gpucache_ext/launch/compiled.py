@@ -15,10 +15,10 @@ from typing import Any, Mapping, Protocol, Tuple
 from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.dispatcher import _Kernel
 
-from ..cache import CompileResult
+from ..pipeline.cache import CompileResult
 from ..errors import CompileError, GpuCacheError, as_numba_raises
-from ..results import FatbinResult
-from ..tokens import short_name
+from ..pipeline.results import FatbinResult
+from ..keys.tokens import short_name
 
 
 class VariantOwner(Protocol):

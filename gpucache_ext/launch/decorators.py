@@ -34,8 +34,8 @@ import sys
 from typing import Any, Callable
 
 from .device import cuda_simulator_on
-from ..libraries import library_caller
-from ..options import check_options
+from ..sources.libraries import library_caller
+from ..backends.numba_cuda.options import check_options
 
 
 def jit(func_or_sig=None, device: bool = False, **options: Any):

@@ -68,7 +68,7 @@ def default_sm(setting: Optional[str] = None) -> int:
     A GPU whose compute capability the cache does not know as a target (a
     ``ConfigError`` from `parse_sm`) falls through to the setting.
     """
-    from ..config import ConfigError, parse_sm
+    from ..keys.config import ConfigError, parse_sm
 
     if gpu_available():
         try:

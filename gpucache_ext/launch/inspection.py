@@ -15,9 +15,9 @@ from typing import Any, Callable, Dict, Mapping, Protocol, Sequence, Tuple
 
 from numba.cuda.dispatcher import CUDADispatcher, _DispatcherBase
 
-from ..cache import CompileResult
-from ..results import FatbinResult, short_signature
-from ..signatures import normalize_signature
+from ..pipeline.cache import CompileResult
+from ..pipeline.results import FatbinResult, short_signature
+from ..backends.numba_cuda.signatures import normalize_signature
 from .compiled import CachedKernel, LaunchError
 
 

@@ -52,20 +52,20 @@ from numba.cuda.dispatcher import CUDADispatcher
 
 from . import registry
 from .arguments import check_specialized, launch_configuration, no_match_error, untypeable_refused
-from ..cache import CompileResult, KernelCache
-from ..config import CompileConfig
+from ..pipeline.cache import CompileResult, KernelCache
+from ..keys.config import CompileConfig
 from .compiled import (CachedKernel, LaunchError, LaunchTypeError, LaunchValueError, choose_image, raised_as_numba,
                        runs_on)
 from .device import device_cc, gpu_available
 from ..errors import ConfigError
 from .inspection import Inspection
-from ..options import config_with_options
+from ..backends.numba_cuda.options import config_with_options
 from .registry import compiled_by, live_kernels, refresh_all, stale_reasons
-from ..results import short_signature
+from ..pipeline.results import short_signature
 from .simulated import SimulatorLaunches
 from .spec import KernelSpec
 from ..sources.functions import python_function
-from ..signatures import normalize_signature
+from ..backends.numba_cuda.signatures import normalize_signature
 from .variants import VariantSet
 from .batch import AheadOfTime
 from .builds import Builds

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Protocol, Tuple
 from .. import memos
 
 if TYPE_CHECKING:
-    from ..cache import CompileResult, KernelCache
+    from ..pipeline.cache import CompileResult, KernelCache
 
 
 class LiveKernel(Protocol):

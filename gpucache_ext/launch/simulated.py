@@ -14,7 +14,7 @@ import math
 from typing import Any, Callable, Mapping, Protocol
 
 from . import registry
-from ..cache import CompileResult
+from ..pipeline.cache import CompileResult
 from .compiled import LaunchError, raised_as_numba
 from .simulator import launch_arguments, notice_simulator, simulated_kernel
 

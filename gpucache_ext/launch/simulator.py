@@ -129,7 +129,7 @@ from .. import memos
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from ..config import CompileConfig
+    from ..keys.config import CompileConfig
 
 __all__ = ["launch_arguments", "DeclaredTwin", "Float32", "Float16", "NarrowInt", "simulated_value", "narrow_math",
            "simulated_kernel", "simulate_memory", "notice_simulator"]

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from ..config import CompileConfig, Targets
+from ..keys.config import CompileConfig, Targets
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from . import registry
-from ..cache import CompileResult
-from ..config import CompileConfig, Targets
+from ..pipeline.cache import CompileResult
+from ..keys.config import CompileConfig, Targets
 from ..errors import ConfigError
-from ..results import FatbinResult
+from ..pipeline.results import FatbinResult
 
 if TYPE_CHECKING:
     from .builds import Builds

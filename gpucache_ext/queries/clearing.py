@@ -14,8 +14,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, Iterable, Optional, Tuple, Union
 
-from ..config import ALL_STAGES
-from ..reasons import and_join
+from ..keys.config import ALL_STAGES
+from ..keys.reasons import and_join
 from ..units import entries_phrase
 
 EVERY_STAGE = "all"  # the stage to clear: every stage

@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from ..results import EntryInfo
+from ..pipeline.results import EntryInfo
 from ..toolchain.sass import DiffRow, SassUnavailable, SideBySide, disassembly, side_by_side, side_by_side_text
-from ..tokens import find_token, short_name, short_token
+from ..keys.tokens import find_token, short_name, short_token
 from .reading import CacheReader
 
 if TYPE_CHECKING:  # pragma: no cover

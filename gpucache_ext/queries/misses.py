@@ -21,17 +21,17 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
-from ..config import STAGES, CompileConfig
-from ..results import EntryInfo, Outcome, parse_resources
-from ..reasons import ADDED, CHANGED, REMOVED, Reason
-from ..stagespec import STAGE_SPEC
-from ..tokens import Component, explain_difference, make_token, short_name
+from ..keys.config import STAGES, CompileConfig
+from ..pipeline.results import EntryInfo, Outcome, parse_resources
+from ..keys.reasons import ADDED, CHANGED, REMOVED, Reason
+from ..keys.stagespec import STAGE_SPEC
+from ..keys.tokens import Component, explain_difference, make_token, short_name
 from ..store.tiers import DROPPED
 from ..units import format_age
 from .reading import CacheReader
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..index import CacheIndex
+    from ..store.index import CacheIndex
     from ..store.tiers import Entry
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Protocol
 
-from ..results import EntryInfo
+from ..pipeline.results import EntryInfo
 from ..store.tiers import Entry
 
 

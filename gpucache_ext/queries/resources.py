@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from ..config import FOLLOW_FASTMATH, summary_fields
-from ..results import EntryInfo, applied_summary, parse_resources, short_signature
+from ..keys.config import FOLLOW_FASTMATH, summary_fields
+from ..pipeline.results import EntryInfo, applied_summary, parse_resources, short_signature
 from ..units import format_bytes
 from .misses import Sources
 from .reading import CacheReader
@@ -60,7 +60,7 @@ class ResourceRow:
     kernel: str = ""  # qualified name
     created: float = 0.0  # when the entry was built: the earlier of two variants is the one moved from
     source: Optional[str] = None  # what it was built from (`Sources`); variants of other code are not compared
-    place: Optional[str] = None  # where the kernel was defined (`gpucache_ext.definitions`)
+    place: Optional[str] = None  # where the kernel was defined (`gpucache_ext.pipeline.definitions`)
 
     def __post_init__(self):
         object.__setattr__(self, "config_fields", _tuples(dict(self.config_fields or {})))

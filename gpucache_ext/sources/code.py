@@ -12,7 +12,7 @@ import types as pytypes
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, Tuple
 
-from ..tokens import digest
+from ..keys.tokens import digest
 from .values import array_content, dtype_data
 
 

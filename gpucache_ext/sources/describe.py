@@ -16,9 +16,9 @@ import types as pytypes
 from typing import Any, Dict
 
 from ..errors import UnsupportedKernelError
-from ..libraries import class_version, library_version
-from ..tokens import Component, component, digest
-from ..usercode import DEPTH, cell_value, dunder, numba_made, numba_type, touches_user_code, user_function, user_module
+from .libraries import class_version, library_version
+from ..keys.tokens import Component, component, digest
+from .usercode import DEPTH, cell_value, dunder, numba_made, numba_type, touches_user_code, user_function, user_module
 from .code import code_digest
 from .values import EXACT_SCALARS, SCALAR_BASES, dtype_data, is_numba_type, short
 from .. import memos

@@ -11,7 +11,7 @@ import types as pytypes
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from ..libraries import file_origin
+from .libraries import file_origin
 from .code import code_reads
 from .values import MISSING
 from .. import memos

@@ -5,15 +5,15 @@ a library module, keyed by what it is now (data by value, functions by
 code, builtins and classes by what they are), since a program may rebind or
 write any module attribute; numba reads those again, live, as it types
 (`library_reads_changed`).  Whether a module is a library, and its
-version, `gpucache_ext.libraries` decides."""
+version, `gpucache_ext.sources.libraries` decides."""
 
 from __future__ import annotations
 
 import types as pytypes
 from typing import Any, Dict, Optional, Tuple
 
-from ..libraries import class_version, file_origin
-from ..tokens import Component, component, digest
+from .libraries import class_version, file_origin
+from ..keys.tokens import Component, component, digest
 from .code import code_digest
 from .describe import class_data, described_cells, describe_value, internal_function_digest, type_data
 from .snapshot import SourceIdentity

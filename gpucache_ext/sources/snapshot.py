@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from ..errors import SnapshotChanged, UnsupportedKernelError
-from ..tokens import Component, parts_digest
+from ..keys.tokens import Component, parts_digest
 from .values import array_content, array_data, dtype_data
 
 

@@ -20,10 +20,10 @@ import types as pytypes
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import UnsupportedKernelError
-from ..libraries import class_version, file_origin, library_version
-from ..options import device_options
+from .libraries import class_version, file_origin, library_version
+from ..backends.numba_cuda.options import device_options
 from ..toolchain import linking
-from ..tokens import Component, component, digest
+from ..keys.tokens import Component, component, digest
 from . import describe
 from .code import code_digest, code_reads
 from .describe import class_data, internal_function_digest, scalar_subclass, type_data, value_key

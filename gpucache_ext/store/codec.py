@@ -24,11 +24,12 @@ import json
 import struct
 from typing import Dict, List, Optional, Tuple
 
-from .. import artifacts, targets
+from ..pipeline import artifacts
+from ..keys import targets
 from .signing import PREVIOUS, Keyring, Rejected
 from .tiers import HEADER_FIELDS, Entry
-from ..tokens import component_from_json, component_json, make_token
-from ..reasons import Reason
+from ..keys.tokens import component_from_json, component_json, make_token
+from ..keys.reasons import Reason
 from ..toolchain import stage_toolchain
 
 MAGIC = b"GPUCACHE"

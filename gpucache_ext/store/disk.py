@@ -44,7 +44,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 
 from .codec import FORMAT_VERSION, OK, PREVIOUS_SECRET, BadEntry, check_stored, decode, encode, header_entry
-from ..stagespec import PERSISTENT_STAGES
+from ..keys.stagespec import PERSISTENT_STAGES
 from ..errors import SecurityWarning, TierWarning
 from .claims import FolderClaims
 from .fsutil import write_atomically

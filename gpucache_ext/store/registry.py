@@ -24,7 +24,7 @@ from . import settings as tier_settings
 from .disk import DEFAULT_MAX_BYTES, DiskTier
 from .shared import RedisTier, UnsignedSharedTier, display_url
 from .signing import Keyring
-from ..results import TierInfo
+from ..pipeline.results import TierInfo
 from .tiers import Tier
 
 # the persistent tiers a cache has unless told otherwise, in the order they are asked

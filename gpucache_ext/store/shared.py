@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from . import settings
 from .codec import FORMAT_VERSION, BadEntry, decode, encode, header_entry
-from ..stagespec import PERSISTENT_STAGES
+from ..keys.stagespec import PERSISTENT_STAGES
 from ..errors import GpuCacheError, TierWarning
 from .signing import HEAD_BYTES, Keyring, Rejected
 from .tiers import Entry, Lookup, Tier, open_note, seal_note

@@ -5,7 +5,7 @@ A `TieredStore` owns a memory tier per stage, then the persistent tiers
 looked up: hits per stage and per tier, misses, cutoffs, what compiling the
 misses took, and the entries a tier held and refused (its signature), which
 the compile that follows reports first.  A hit in a lower tier fills the
-tiers above it.  The cache (`gpucache_ext.cache.KernelCache`) builds and
+tiers above it.  The cache (`gpucache_ext.pipeline.cache.KernelCache`) builds and
 files entries; this is where they are kept and found.
 
 Its lock is the cache's: it guards the memory tiers and the counters, and is
@@ -20,10 +20,10 @@ import time
 from collections import OrderedDict
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..config import ALL_STAGES
-from ..index import find_for_target
-from ..results import EntryInfo, StageStats, TierInfo, TierStats
-from ..tokens import Token, short_name
+from ..keys.config import ALL_STAGES
+from .index import find_for_target
+from ..pipeline.results import EntryInfo, StageStats, TierInfo, TierStats
+from ..keys.tokens import Token, short_name
 from .claims import CLAIM_SECONDS, WAIT_SECONDS, Claim, Renewal, new_owner
 from .registry import DEFAULT_TIERS, TierSettings, build_tiers
 from .tiers import Entry, MemoryTier, Tier

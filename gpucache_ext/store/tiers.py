@@ -18,10 +18,10 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
-from .. import targets
-from ..definitions import Place
+from ..keys import targets
+from ..pipeline.definitions import Place
 from .signing import PREVIOUS, Keyring, Rejected, key_id
-from ..tokens import Component
+from ..keys.tokens import Component
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class Entry:
     # The token of the upstream entry it was first built from (for people and
     # tools that walk the chain; not part of any token)
     upstream: str = ""
-    # Where the kernel was defined (`gpucache_ext.definitions`: "cell:<id>",
+    # Where the kernel was defined (`gpucache_ext.pipeline.definitions`: "cell:<id>",
     # "file:<path>"), None if unknown; with `kernel`, its definition (in no token)
     place: Optional[str] = None
     # An llvm entry's: what typing took for its build.  The typed IR lives in

@@ -55,9 +55,9 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 from ..backends.numba_cuda import numba_compat
 from ..errors import GpuCacheError
-from ..stagespec import STAGE_SPEC
+from ..keys.stagespec import STAGE_SPEC
 from ..store.signing import Keyring
-from ..tokens import Component, component
+from ..keys.tokens import Component, component
 from .. import memos
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 from typing import Optional, Sequence, Tuple
 
-from ..artifacts import FatbinArtifact, FatbinMember
+from ..pipeline.artifacts import FatbinArtifact, FatbinMember
 from ..errors import CompileError
-from ..tokens import short_name
+from ..keys.tokens import short_name
 
 # nvFatbin's options (nvFatbinCreate): the defaults, named here because the
 # stage's token hashes them.

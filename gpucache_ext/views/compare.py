@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..tokens import short_token
+from ..keys.tokens import short_token
 from .markup import esc, scrolling_table, short_kernel
 
 _MAX_DIFF_ROWS = 2000

@@ -7,7 +7,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import sessions
-from ..definitions import Place
+from ..pipeline.definitions import Place
 from ..units import format_age, format_bytes
 from .markup import esc, fit, short_kernel
 
@@ -43,7 +43,7 @@ def kernel_labels(rows, places=None) -> Dict[Tuple[str, str], str]:
     shortest tail of their qualified names that differs (``a.axpy``,
     ``b.axpy``), and where one qualified name was defined in two places
     (``axpy`` in two cells: the magic names both ``__main__.axpy``) by ``@``
-    and where (`places.suffixes`, `gpucache_ext.definitions.Places`;
+    and where (`places.suffixes`, `gpucache_ext.pipeline.definitions.Places`;
     default: the current session's): ``axpy@In[5]`` (the number the cell
     last ran as in this session, else the one its newest entry recorded),
     ``axpy@cell 1a2b3c4d`` (a cell of no known number), ``axpy@kernels.py``;

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from .. import sessions
-from ..config import FIELD_STAGES, FOLLOW_FASTMATH, STAGES, CompileConfig
-from ..results import parse_resources, short_signature
-from ..tokens import short_token
+from ..keys.config import FIELD_STAGES, FOLLOW_FASTMATH, STAGES, CompileConfig
+from ..pipeline.results import parse_resources, short_signature
+from ..keys.tokens import short_token
 from ..units import format_age, format_bytes, format_seconds
 from .markup import esc, short_kernel
 from .variants import resources_table_html
@@ -236,7 +236,7 @@ class EntryDetail:
 
 def entry_html(detail: Optional[EntryDetail], now: float, places=None) -> str:
     """Everything about one entry, as HTML (None: the entry is gone); `places`
-    (`gpucache_ext.definitions.Places`, default: the current session's) says
+    (`gpucache_ext.pipeline.definitions.Places`, default: the current session's) says
     where its kernel was defined."""
     if detail is None:
         return '<p class="gpucache-muted">That entry is no longer cached.</p>'

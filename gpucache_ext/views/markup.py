@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..tokens import short_name
+from ..keys.tokens import short_name
 
 short_kernel = short_name
 

@@ -15,10 +15,10 @@ from typing import Dict, Iterable, Optional, Tuple, Union
 
 import ipywidgets as W
 
-from ..config import ALL_STAGES
+from ..keys.config import ALL_STAGES
 from ..queries.clearing import (EVERY_STAGE as _EVERY_STAGE, MEMORY_ONLY as _MEMORY_ONLY, clear_stage,
                                 clear_tiers, describe_tier, persistent_tiers, plan_clear, tier_label)
-from ..reasons import and_join
+from ..keys.reasons import and_join
 from ..views.markup import esc
 
 

@@ -14,7 +14,7 @@ widget per cache.  It shows
   age, why it was built), filtered by kernel and stage; each kernel definition
   under one name through its versions, definitions that share a name told
   apart (``a.axpy`` and ``b.axpy``; ``axpy@In[5]`` for one of two cells
-  defining ``axpy``, see `gpucache_ext.definitions`);
+  defining ``axpy``, see `gpucache_ext.pipeline.definitions`);
 * the selected entry: its config and which stages read each field, its token
   components, its artifacts (typed IR, NVVM IR, PTX, SASS with its
   architecture, or why nvdisasm cannot read it, the link log), its resources,
@@ -55,15 +55,15 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import ipywidgets as W
 
-from ..config import ALL_STAGES
+from ..keys.config import ALL_STAGES
 from .clearing import InspectorClearing
 from ..queries import (COMPARED_STAGES, Sources, built_from, comparable_entries, compare_entries, fatbin_rows,
                        nearest_entry, resource_moves, resource_rows, variant_occupancy)
-from ..reasons import own
+from ..keys.reasons import own
 from ..units import format_seconds
 from ..toolchain.sass import Sass, SassUnavailable, disassembly
-from ..history import CellHistory
-from ..tokens import short_token
+from ..pipeline.history import CellHistory
+from ..keys.tokens import short_token
 from ..views.chart import chart_svg
 from ..views.compare import compare_choices, comparison_html, comparison_note_html
 from ..views.entries import ENTRY_COLUMNS, MAX_LIST_ROWS, entry_cells, entry_line, entry_widths, kernel_labels

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping
 
-from ...audit import source_files_component
+from ...pipeline.audit import source_files_component
 from .environment import environment_components
 from ...errors import SnapshotChanged
 from .extensions import derived_during, extensions_component
 from ...importing import lazy_module
 from .numba_compat import check_numba_runtime
 from ...sources.snapshot import rebind
-from ...stagespec import STAGES
-from ...tokens import parts_digest
+from ...keys.stagespec import STAGES
+from ...keys.tokens import parts_digest
 from ...toolchain import numba_settings
 from ..base import Backend
 

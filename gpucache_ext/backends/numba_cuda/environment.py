@@ -33,7 +33,7 @@ from typing import Dict, List
 
 from ...errors import SnapshotChanged
 from ...sources.values import short
-from ...tokens import Component, component
+from ...keys.tokens import Component, component
 from ... import memos
 
 # the variables code in numba's pipeline has read in this process
@@ -66,7 +66,7 @@ def _by_user_code(frame) -> bool:
     ``Mapping.get`` and ``in`` (which read through it) and past any library
     (``os.path.expanduser``, platformdirs: a library reads for whoever called
     it), the first caller that is not numba's or this package's."""
-    from ...usercode import library_file, numba_code
+    from ...sources.usercode import library_file, numba_code
 
     while frame is not None:
         filename = frame.f_code.co_filename

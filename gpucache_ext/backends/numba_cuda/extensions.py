@@ -42,8 +42,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ...errors import UnsupportedKernelError
 from ...sources.describe import describe_registration as describe
-from ...tokens import Component, digest
-from ...usercode import numba_code, numba_named, touches_user_code
+from ...keys.tokens import Component, digest
+from ...sources.usercode import numba_code, numba_named, touches_user_code
 from ... import memos
 
 # ---------------------------------------------------------------------------

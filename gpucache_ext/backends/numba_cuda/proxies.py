@@ -20,7 +20,7 @@ from typing import Callable
 from ...importing import lazy_module
 from ...sources.snapshot import rebind
 
-# numba-cuda's compiler, imported by the first compile (see `gpucache_ext.cache`)
+# numba-cuda's compiler, imported by the first compile (see `gpucache_ext.pipeline.cache`)
 stages = lazy_module("gpucache_ext.backends.numba_cuda.stages")
 
 

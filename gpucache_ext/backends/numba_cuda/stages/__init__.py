@@ -41,10 +41,10 @@ numba_runs()
 
 # first: numba-cuda imports without libNVVM, nvJitLink and NVRTC; its import says which extra brings them
 from ....toolchain import required  # noqa: F401
-from ....artifacts import CubinArtifact, LLVMArtifact, PTXArtifact
+from ....pipeline.artifacts import CubinArtifact, LLVMArtifact, PTXArtifact
 from ..numba_compat import check_numba_runtime
-from ....signatures import normalize_signature
-from ....debuginfo import debug_source_files, source_file_stats
+from ..signatures import normalize_signature
+from ....pipeline.debuginfo import debug_source_files, source_file_stats
 from .compiling import def_line_of, install_patches
 from .numbering import symbol_uid
 from .typed import TypedFunction, run_typing

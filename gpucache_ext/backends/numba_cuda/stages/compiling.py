@@ -25,12 +25,12 @@ from numba.cuda.core.compiler_machinery import FunctionPass, PassManager, regist
 from numba.cuda.core.untyped_passes import TranslateByteCode
 from numba.cuda.flags import CUDAFlags
 
-from .... import targets
+from ....keys import targets
 from .. import environment
 from .. import numba_compat
 from ..extensions import numba_runs
 from ..locks import compiler_lock
-from ....config import CompileConfig
+from ....keys.config import CompileConfig
 from ....errors import CompileError
 from .... import memos
 

@@ -3,8 +3,8 @@ and the kernel's external code, for a config's sm -> cubin (`CubinArtifact`)."""
 
 from __future__ import annotations
 
-from ....artifacts import CubinArtifact, PTXArtifact
-from ....config import CompileConfig
+from ....pipeline.artifacts import CubinArtifact, PTXArtifact
+from ....keys.config import CompileConfig
 from ....errors import CompileError, UnsupportedKernelError
 from ....toolchain import linking
 from .compiling import compile_error

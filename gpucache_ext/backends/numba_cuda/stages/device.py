@@ -19,12 +19,13 @@ from numba.cuda.core.base import OverloadSelector
 from numba.cuda.descriptor import cuda_target
 from numba.cuda.dispatcher import CUDADispatcher
 
-from .... import targets, tokens
-from ....config import CompileConfig
+from ....keys import targets
+from ....keys import tokens
+from ....keys.config import CompileConfig
 from ....errors import CompileError, UnsupportedKernelError
 from ..extensions import also_forget
 from ..locks import compiler_lock
-from ....options import device_options
+from ..options import device_options
 from .compiling import active, compile_error, compiling_for, lowering_key, replace_in_numba
 from .llvm import lower
 from .numbering import address_of, proxied_uids, symbol_uid
@@ -109,7 +110,7 @@ class DeviceProxy(CUDADispatcher):
         if typed is None:
             declared = dict(self.declared)
             if self.declared and args not in declared:
-                from ....results import short_signature
+                from ....pipeline.results import short_signature
 
                 raise CompileError(self.py_func.__qualname__, "typing",
                                    f"no declared signature takes {short_signature(args)}")

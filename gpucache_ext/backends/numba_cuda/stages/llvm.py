@@ -14,9 +14,9 @@ from numba.cuda.core import ir as nbir
 from numba.cuda.cudadrv import nvvm
 from numba.cuda.descriptor import cuda_target
 
-from .... import targets
-from ....artifacts import LLVMArtifact
-from ....config import CompileConfig
+from ....keys import targets
+from ....pipeline.artifacts import LLVMArtifact
+from ....keys.config import CompileConfig
 from ....errors import CompileError, UnsupportedKernelError
 from ....toolchain import linking
 from .compiling import (

@@ -19,9 +19,9 @@ import types as pytypes
 import weakref
 from typing import Any, Dict, Optional, Tuple
 
-from .... import targets
+from ....keys import targets
 from .. import numba_compat
-from ....config import CompileConfig
+from ....keys.config import CompileConfig
 from .compiling import active, lowering_key, replace_in_numba
 from .... import memos
 
@@ -167,12 +167,12 @@ def _what_a_users_helper_reads(impl) -> Optional[str]:
     ``context.compile_internal``) reads the user's, which change.  Its key then
     also holds what it reads, described as the extension tables' scan
     describes it (None for a helper that holds no user code)."""
-    from ....usercode import touches_user_code
+    from ....sources.usercode import touches_user_code
 
     if not touches_user_code(impl):
         return None
     from ....sources.describe import describe_registration
-    from ....tokens import digest
+    from ....keys.tokens import digest
 
     return digest(["user helper", describe_registration(impl)])
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from numba.cuda.cudadrv import nvvm
 
-from ....artifacts import LLVMArtifact, PTXArtifact
-from ....config import CompileConfig
+from ....pipeline.artifacts import LLVMArtifact, PTXArtifact
+from ....keys.config import CompileConfig
 from .compiling import compile_error
 
 

@@ -1,6 +1,6 @@
 """The typing stage: a Python function and its argument types -> typed numba
 IR (`TypedFunction`), which every lowering of it reuses (the argument types a
-signature gives: `gpucache_ext.signatures`)."""
+signature gives: `gpucache_ext.backends.numba_cuda.signatures`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any, Dict, Optional, Tuple
 from numba.cuda import types as nbtypes
 from numba.cuda.descriptor import cuda_target
 
-from .... import targets
-from ....config import CompileConfig
+from ....keys import targets
+from ....keys.config import CompileConfig
 from ....errors import CompileError, UnsupportedKernelError
 from .compiling import TypingPipeline, compile_error, compiling_for, numba_compiling, typing_flags
 from .numbering import numbered_afresh

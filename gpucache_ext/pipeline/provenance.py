@@ -14,8 +14,8 @@ import itertools
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, NamedTuple, Optional, Tuple
 
-from .config import CompileConfig, Targets
-from .tokens import short_token
+from ..keys.config import CompileConfig, Targets
+from ..keys.tokens import short_token
 
 HISTORY_LIMIT = 4096  # entries whose inputs are remembered
 SNAPSHOT_LIMIT = 256

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional, Tuple
 
 from .artifacts import CubinArtifact, LLVMArtifact, PTXArtifact
-from .config import STAGES, CompileConfig, Targets
-from .toolchain.sass import SassUnavailable, disassemble  # noqa: F401  (their home is `sass`; importable here too)
-from .tokens import Component, short_token
-from .units import format_seconds
+from ..keys.config import STAGES, CompileConfig, Targets
+from ..toolchain.sass import SassUnavailable, disassemble  # noqa: F401  (their home is `sass`; importable here too)
+from ..keys.tokens import Component, short_token
+from ..units import format_seconds
 
 
 class Outcome(str, enum.Enum):
@@ -209,7 +209,7 @@ class EntryInfo(_Record):
     created: float
     seconds: float  # what compiling it took
     reasons: Tuple[str, ...]  # why it was built
-    # where its kernel was defined (`gpucache_ext.definitions`); None if unknown
+    # where its kernel was defined (`gpucache_ext.pipeline.definitions`); None if unknown
     place: Optional[str] = None
 
 
@@ -224,7 +224,7 @@ class CompileResult:
     _llvm: LLVMArtifact = field(repr=False)
     _ptx: PTXArtifact = field(repr=False)
     _cubin: CubinArtifact = field(repr=False)
-    # When the cache audited this compile: its `gpucache_ext.audit.AuditOutcome`
+    # When the cache audited this compile: its `gpucache_ext.pipeline.audit.AuditOutcome`
     # (after a mismatch, the artifacts above are the fresh ones).
     audit: Any = field(default=None, repr=False)
     # Device arrays read as globals: the code holds their pointers, so the
@@ -233,7 +233,7 @@ class CompileResult:
     # Each stage's generic token (before per-target variants), from the inputs alone:
     # what `KernelCache.still_current` compares.
     generic_tokens: Dict[str, str] = field(default_factory=dict, repr=False)
-    # where the kernel was defined (`gpucache_ext.definitions`): with `kernel`,
+    # where the kernel was defined (`gpucache_ext.pipeline.definitions`): with `kernel`,
     # the definition its entries are listed under; None if unknown
     place: Optional[str] = field(default=None, repr=False)
     # guards the three artifacts: an audit that finds a mismatch replaces them
@@ -396,7 +396,7 @@ class FatbinResult(CompileResult):
 
     @property
     def members(self):
-        """What the fatbin holds (`gpucache_ext.artifacts.FatbinMember`): cubins by architecture, then the PTX."""
+        """What the fatbin holds (`artifacts.FatbinMember`): cubins by architecture, then the PTX."""
         return self._fatbin.members
 
     @property

@@ -43,7 +43,7 @@ import site
 import sys
 import sysconfig
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
-from . import memos
+from .. import memos
 
 __all__ = ["class_version", "file_origin", "library_version", "module_files"]
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
-from .toolchain import linking
-from . import targets
+from ..toolchain import linking
+from ..keys import targets
 
 
 @dataclass

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from .config import CompileConfig
-from .errors import UnsupportedKernelError
-from . import memos
+from ...keys.config import CompileConfig
+from ...errors import UnsupportedKernelError
+from ... import memos
 
 # numba-cuda's @cuda.jit options: those that map onto CompileConfig fields,
 # those that do not change the kernel's code here, those used at launch, and

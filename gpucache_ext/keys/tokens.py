@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from .reasons import Reason
-from . import memos
+from .. import memos
 
 # Bump when the meaning of any token component changes.  3: ptx and cubin
 # tokens hash the upstream artifact's digest, not the upstream token (early

@@ -28,26 +28,29 @@ import time
 from collections import deque
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from . import backends, debuginfo, definitions, queries, sessions, targets, toolchain
+from .. import backends, queries, sessions, toolchain
+from . import debuginfo
+from . import definitions
+from ..keys import targets
 from .audit import source_files_component
-from .config import FIELD_STAGES, ALL_STAGES, STAGES, CompileConfig, Targets
-from .errors import ConfigError, SnapshotChanged, UnsupportedKernelError
-from .index import CacheIndex, variant_token
-from .reasons import Reason
+from ..keys.config import FIELD_STAGES, ALL_STAGES, STAGES, CompileConfig, Targets
+from ..errors import ConfigError, SnapshotChanged, UnsupportedKernelError
+from ..store.index import CacheIndex, variant_token
+from ..keys.reasons import Reason
 from .results import CompileResult, FatbinResult, Outcome, StageResult, short_signature
-from .sources.describe import signature_component
-from .sources.library import library_reads_changed
-from .sources.walk import identify
-from .stagespec import STAGE_SPEC
-from .store.codec import content_digest
-from .store.disk import DiskTier
-from .store.claims import Claim
-from .store.tiered import TieredStore
-from .store.tiers import Entry
-from .units import format_seconds
-from .tokens import Component, Token, component, make_token, short_token
-from .toolchain import fatbin, toolchain_component
-from . import memos
+from ..sources.describe import signature_component
+from ..sources.library import library_reads_changed
+from ..sources.walk import identify
+from ..keys.stagespec import STAGE_SPEC
+from ..store.codec import content_digest
+from ..store.disk import DiskTier
+from ..store.claims import Claim
+from ..store.tiered import TieredStore
+from ..store.tiers import Entry
+from ..units import format_seconds
+from ..keys.tokens import Component, Token, component, make_token, short_token
+from ..toolchain import fatbin, toolchain_component
+from .. import memos
 
 
 _ATTEMPTS = 3  # compiles of one kernel before what it reads is declared too unsteady to cache
@@ -79,7 +82,7 @@ class Stage(NamedTuple):
     ``build(job, upstream)`` makes its artifact from the artifact of the
     stage before it (`upstream`; None for typing and fatbin, which build from
     what their job holds); the artifact declares what it persists
-    (`state()`/`rebuild()`, see `gpucache_ext.artifacts`)."""
+    (`state()`/`rebuild()`, see `gpucache_ext.pipeline.artifacts`)."""
 
     name: str
     upstream: Optional[str]  # the stage it is built from (fatbin: several targets' cubins and a PTX)
@@ -164,7 +167,7 @@ class Pipeline:
 
     @property
     def places(self) -> "definitions.Places":
-        """Where code is defined (`gpucache_ext.definitions.Places`): the cache's
+        """Where code is defined (`gpucache_ext.pipeline.definitions.Places`): the cache's
         own if it was given some, else the current session's, else files alone."""
         return self.own_places if self.own_places is not None else sessions.places()
 
@@ -508,7 +511,7 @@ class CompilePlan:
         if self.identity.unlinked and not self.link:
             raise UnsupportedKernelError(self.identity.unlinked[0])
         if self.link and identity is None:  # the kernel's own link= code joins what its external functions link
-            from .toolchain import linking
+            from ..toolchain import linking
 
             origin = f"{self.identity.qualname} (link=): "
             self.identity.links = linking.canonical(

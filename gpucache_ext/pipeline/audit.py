@@ -62,10 +62,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from .debuginfo import debug_source_files, source_file_stats
-from .errors import GpuCacheWarning, SnapshotChanged
-from .stagespec import STAGE_SPEC, TARGET_PERSISTENT_STAGES
-from .tokens import short_token
-from . import memos
+from ..errors import GpuCacheWarning, SnapshotChanged
+from ..keys.stagespec import STAGE_SPEC, TARGET_PERSISTENT_STAGES
+from ..keys.tokens import short_token
+from .. import memos
 
 if TYPE_CHECKING:
     from .results import CompileResult
@@ -221,7 +221,7 @@ def artifact_parts(stage: str, artifact) -> list:
     resource figures) reports how long ptxas took, which differs run to run;
     those lines are left out of the comparison.
     """
-    from .store.codec import entry_parts
+    from ..store.codec import entry_parts
 
     meta, parts = entry_parts(stage, artifact)
     if stage == "cubin":
@@ -382,8 +382,8 @@ class CacheAudits:
         """Compile `result`'s inputs again from nothing (from the snapshot
         `identity` its compile hashed, so later edits are no mismatch) and
         compare every artifact that the fresh compile built from the inputs
-        the hit hashed (like with like: see `gpucache_ext.audit`)."""
-        from .toolchain import linking
+        the hit hashed (like with like: see `gpucache_ext.pipeline.audit`)."""
+        from ..toolchain import linking
 
         outcome = result.audit
 
@@ -508,7 +508,7 @@ def source_files_component(paths) -> dict:
     ptxas writes into the cubin ({DEBUG_SOURCES: component}, {} for none)."""
     if not paths:
         return {}
-    from .tokens import component
+    from ..keys.tokens import component
 
     stats = source_file_stats(paths)
     shown = ", ".join(f"{os.path.basename(path)} {'absent' if rest == ['absent'] else f'{rest[0]} B'}"
@@ -527,8 +527,8 @@ def library_changes(identity) -> List[str]:
     knows its functions by the module object), keyed by its version; a
     library reinstalled (and reloaded) since has another version now.
     Empty when every library module it binds has the version it hashed."""
-    from .libraries import library_version
-    from .sources.library import library_module_component
+    from ..sources.libraries import library_version
+    from ..sources.library import library_module_component
 
     found: List[str] = []
     seen = set()
@@ -606,7 +606,7 @@ def _changed_files(fresh, since: float) -> str:
 def _reassemble(entry, find_upstream, tainted) -> Tuple[str, Optional[str]]:
     """A fatbin entry assembled again from its members' entries (each the
     bytes the fatbin's token names), compared byte for byte."""
-    from .toolchain import fatbin
+    from ..toolchain import fatbin
 
     cubins, ptx = [], None
     for member in entry.artifact.members:
@@ -657,9 +657,9 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
     or a cubin whose debug info names source files changed since it was
     built: then with why) or "failed".
     """
-    from .config import CompileConfig
-    from .backends.numba_cuda.stages.cubin import run_cubin
-    from .backends.numba_cuda.stages.ptx import run_ptx
+    from ..keys.config import CompileConfig
+    from ..backends.numba_cuda.stages.cubin import run_cubin
+    from ..backends.numba_cuda.stages.ptx import run_ptx
 
     if stage == "fatbin" and not entry.is_marker:
         return _reassemble(entry, find_upstream, tainted)

@@ -11,7 +11,7 @@ import types as pytypes
 from typing import Any, Dict, Optional, Tuple
 
 from . import libraries
-from . import memos
+from .. import memos
 
 DEPTH = 4  # how deep into closures and class bodies a registration is followed
 

@@ -35,26 +35,26 @@ import os
 import threading
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import queries
+from .. import queries
 from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
-from .config import ALL_STAGES, CompileConfig, Targets
-from .errors import GpuCacheError, UnsupportedKernelError
-from .importing import lazy_module
-from .index import CacheIndex
-from .pipeline import CompilePlan, CompileRequest, Pipeline
+from ..keys.config import ALL_STAGES, CompileConfig, Targets
+from ..errors import GpuCacheError, UnsupportedKernelError
+from ..importing import lazy_module
+from ..store.index import CacheIndex
+from .driver import CompilePlan, CompileRequest, Pipeline
 from .provenance import Provenance
-from .backends.numba_cuda.proxies import DeviceProxies
-from .signatures import normalize_signature
+from ..backends.numba_cuda.proxies import DeviceProxies
+from ..backends.numba_cuda.signatures import normalize_signature
 from .results import (CacheStats, CompileResult, EntryInfo, FatbinResult, Outcome,  # noqa: F401
                       StageResult, StageStats, TierInfo, TierStats, parse_resources, short_signature)
-from .sources.functions import python_function
-from .store import settings
-from .store.disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
-from .store.disk import OFF_VALUES, configured_directory
-from .store.registry import DEFAULT_TIERS, tier_names
-from .store.tiered import TieredStore
-from .store.tiers import Entry, Tier
-from .tokens import Token
+from ..sources.functions import python_function
+from ..store import settings
+from ..store.disk import DEFAULT_MAX_BYTES as DEFAULT_DISK_BYTES
+from ..store.disk import OFF_VALUES, configured_directory
+from ..store.registry import DEFAULT_TIERS, tier_names
+from ..store.tiered import TieredStore
+from ..store.tiers import Entry, Tier
+from ..keys.tokens import Token
 
 # numba-cuda's compiler, imported by the first compile: the cache opens, lists and reports
 # without it (under numba's CUDA simulator numba-cuda's compiler cannot be imported at all)
@@ -90,7 +90,7 @@ class KernelCache:
     ``GPUCACHE_SHARED_UNSIGNED``).  ``redis_prefix`` and ``redis_ttl``: None
     reads ``GPUCACHE_REDIS_PREFIX`` and ``GPUCACHE_REDIS_TTL``.
 
-    ``audit`` checks the cache's own hits (see `gpucache_ext.audit`): None
+    ``audit`` checks the cache's own hits (see `gpucache_ext.pipeline.audit`): None
     (default) the first hit of each kernel served by the disk or shared tier,
     True every compile that hit a stage, a fraction (0.1) a sample of them
     besides, False none (or an `AuditPolicy`); ``audit_background`` runs the
@@ -125,12 +125,12 @@ class KernelCache:
         self.provenance = Provenance(self._lock)
         """The inputs each entry was built from, for `recompile`."""
         self.index = CacheIndex(self._memory, self.store.tiers_for, self._lock)
-        """What the cache holds, read without changing it (`gpucache_ext.index`):
+        """What the cache holds, read without changing it (`gpucache_ext.store.index`):
         what `explain` and the miss explanations read."""
         self.pipeline = Pipeline(self.store, self.index, self._lock,
                                  DeviceProxies(self._lock, lambda: 4 * self._memory["typing"].max_entries),
                                  busy=lambda busy: self._auditor.busy(busy))
-        """The stages and the one driver every compile goes through (`gpucache_ext.pipeline`)."""
+        """The stages and the one driver every compile goes through (`gpucache_ext.pipeline.driver`)."""
         self.audits = CacheAudits(Auditor(parse_audit(audit), audit_background), self._lock, _compile_fresh,
                                   self.pipeline.replace_chain, self.store.audited)
         """This cache's audits of its own hits, and what they found."""
@@ -141,7 +141,7 @@ class KernelCache:
 
     @property
     def places(self):
-        """Where this cache's kernels are defined (`gpucache_ext.definitions.Places`):
+        """Where this cache's kernels are defined (`gpucache_ext.pipeline.definitions.Places`):
         as set, else the current IPython session's (its cells and files), else
         files alone."""
         return self.pipeline.places
@@ -162,7 +162,7 @@ class KernelCache:
         tiers, by name (`gpucache_ext.store.registry`: ``disk``, ``shared``, a
         user's class as ``module:Class``; default ``disk,shared``; the
         built-in ones are asked first).  ``GPUCACHE_AUDIT``: audit hits ("all",
-        or a fraction such as 0.1; see `gpucache_ext.audit`).  Signing, the key
+        or a fraction such as 0.1; see `gpucache_ext.pipeline.audit`).  Signing, the key
         prefix and expiry are read as the constructor reads them (``GPUCACHE_SECRET``...).
         """
         env = os.environ
@@ -311,7 +311,7 @@ class KernelCache:
         bytes in memory, evictions (to make room in memory, or asked for with
         `evict`), compile seconds (spent on misses), saved seconds (what the
         hits' entries took to compile), audits and audit mismatches (see
-        `gpucache_ext.audit`), and per tier (`TierStats`, ``tiers[name]``):
+        `gpucache_ext.pipeline.audit`), and per tier (`TierStats`, ``tiers[name]``):
         hits, saved seconds, entries, bytes (and ``corrupt``, ``rejected`` for
         persistent tiers).  Reading a shared tier's numbers asks its server."""
         stage_stats = self.store.stage_stats()
@@ -507,7 +507,7 @@ def _refuse_what_cannot_compile(func) -> None:
     """Refuse, naming the fix, a compile that cannot be: under numba's
     simulator (numba-cuda's compiler cannot be imported), or of a device
     function (a kernel is what compiles; a device function becomes part of one)."""
-    from .launch.device import simulator_imported
+    from ..launch.device import simulator_imported
 
     if simulator_imported():
         raise GpuCacheError(

@@ -20,10 +20,10 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from . import targets
-from .config import ALL_STAGES
-from .store.tiers import Entry, MemoryTier, Tier
-from .tokens import Component, Token, component, extend_token
+from ..keys import targets
+from ..keys.config import ALL_STAGES
+from .tiers import Entry, MemoryTier, Tier
+from ..keys.tokens import Component, Token, component, extend_token
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import logging
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .stagespec import ALL_STAGES, KEYED_ON_BYTES, STAGES, TARGET_TRACKED_STAGES  # noqa: F401 (the config's readers)
-from . import memos
+from .. import memos
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,8 @@ def supported_ccs() -> Tuple[Tuple[int, int], ...]:
     exists, see `toolchain`: a config alone never creates a cache folder).
     They depend on the CUDA major installed: CUDA 13 builds sm_75 and later."""
     try:
-        from .store.disk import configured_directory
-        from .toolchain import supported_archs
+        from ..store.disk import configured_directory
+        from ..toolchain import supported_archs
 
         directory = configured_directory()
         return supported_archs(directory if directory is not None and directory.is_dir() else None)
@@ -54,14 +54,14 @@ def supported_ccs() -> Tuple[Tuple[int, int], ...]:
 
 
 def _cuda_major() -> int:
-    from .toolchain import cuda_major
+    from ..toolchain import cuda_major
 
     return cuda_major()
 
 
 def _unsupported_why(major: int, minor: int) -> str:
     """Why the installed toolchain refuses target (major, minor), with the fix."""
-    from .toolchain import INSTALL_CU12
+    from ..toolchain import INSTALL_CU12
 
     cuda = _cuda_major()
     if cuda >= 13 and (major, minor) in _FALLBACK_CCS[12]:

@@ -9,7 +9,7 @@ from typing import Any, Tuple
 
 from numba.cuda import types as nbtypes
 from numba.cuda.core import sigutils
-from . import memos
+from ... import memos
 
 
 def normalize_signature(sig) -> Tuple[Any, ...]:
