@@ -99,7 +99,9 @@ assert KernelCache.__module__ == "gpucache_ext.pipeline.cache" and Kernel.__modu
 assert all(getattr(gpucache_ext, name) is not None for name in gpucache_ext.__all__)
 assert callable(gpucache_ext.configure_default_cache) and callable(gpucache_ext.inspector)
 assert callable(gpucache_ext.load_ipython_extension) and gpucache_ext.defaults._default_cache is None
-assert gpucache_ext.backends.numba_cuda.stages.LLVMArtifact is gpucache_ext.pipeline.artifacts.LLVMArtifact
+import gpucache_ext.backends.numba_cuda.stages as stages  # (they re-export the artifacts' classes)
+import gpucache_ext.pipeline.artifacts as artifacts
+assert stages.LLVMArtifact is artifacts.LLVMArtifact
 _report(before=before, version=gpucache_ext.__version__)
 """)
     assert seen["before"] == []
