@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optio
 from ..keys.config import STAGES, CompileConfig
 from ..pipeline.results import EntryInfo, Outcome, parse_resources
 from ..keys.reasons import ADDED, CHANGED, REMOVED, Reason
-from ..keys.stagespec import STAGE_SPEC
+from ..keys.stagespec import KEYED_ON_BYTES, STAGE_SPEC
 from ..keys.tokens import Component, explain_difference, make_token, short_name
 from ..store.tiers import DROPPED
 from ..units import format_age
@@ -273,8 +273,8 @@ def predict(index: "CacheIndex", plan, kernel: str) -> Explanation:
     else:
         outcomes["typing"] = Outcome.MISS
         reasons["typing"] = explain_miss(index, "typing", kernel, token.components)
-    for stage in ("ptx", "cubin"):
-        upstream = STAGES[STAGES.index(stage) - 1]
+    for stage in KEYED_ON_BYTES:  # (the stages looked up by the bytes before them, in order)
+        upstream = STAGE_SPEC[stage].upstream
         if digest is None:  # its own inputs, against the nearest entry's; the upstream bytes are unknown
             outcomes[stage] = Outcome.MISS
             parts = {name: part for name, part in plan.parts[stage].items() if name != upstream}
