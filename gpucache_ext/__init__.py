@@ -18,7 +18,8 @@ import importlib
 import importlib.util
 from typing import TYPE_CHECKING
 
-from .keys.config import FIELD_STAGES, STAGES, CompileConfig
+from .keys.config import FIELD_STAGES, CompileConfig
+from .keys.stagespec import STAGES
 from .defaults import configure_default_cache, current_session, default_cache
 from .errors import (CompileError, ConfigError, DisplayWarning, GpuCacheError, GpuCacheWarning, SecurityWarning,
                      TierWarning, UnsupportedKernelError)

@@ -101,10 +101,12 @@ def test_diff_and_summary():
     assert CompileConfig(sm=80, opt=0).summary() == "sm_80 opt=0"
 
 
-def test_a_stage_has_one_name_in_the_config():
+def test_a_stage_has_one_name_in_one_place():
     import gpucache_ext.keys.config as config
+    import gpucache_ext.keys.stagespec as stagespec
 
-    assert config.ALL_STAGES == config.STAGES + ("fatbin",)
+    assert stagespec.ALL_STAGES == stagespec.STAGES + ("fatbin",)
+    assert not hasattr(config, "ALL_STAGES")  # (declared in stagespec alone)
     with pytest.raises(AttributeError):
         config.LAYERS  # noqa: B018 (the name of a release that never was)
 

@@ -13,7 +13,8 @@ from numba import types
 import gpucache_ext
 
 from gpucache_ext import KernelCache
-from gpucache_ext.keys.config import STAGES, CompileConfig
+from gpucache_ext.keys.config import CompileConfig
+from gpucache_ext.keys.stagespec import STAGES
 from gpucache_ext.ipython.report import CellReport, why_text
 from gpucache_ext.pipeline.results import CompileResult, Outcome, StageResult
 

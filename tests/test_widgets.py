@@ -11,7 +11,7 @@ import pytest
 
 import gpucache_ext
 from gpucache_ext import KernelCache, widgets
-from gpucache_ext.keys.config import STAGES
+from gpucache_ext.keys.stagespec import STAGES
 from gpucache_ext.pipeline.results import parse_resources
 from gpucache_ext.ipython.session import current
 from gpucache_ext.store.tiers import Tier

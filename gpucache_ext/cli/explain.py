@@ -44,9 +44,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ..keys.config import FIELD_STAGES, STAGES, CompileConfig
+from ..keys.config import FIELD_STAGES, CompileConfig
+from ..keys.stagespec import PERSISTENT_STAGES, STAGES, TARGET_PERSISTENT_STAGES
 from ..keys.reasons import Reason, and_join, cutoff_phrase, own
-from ..keys.stagespec import PERSISTENT_STAGES, TARGET_PERSISTENT_STAGES
 from ..store.tiers import DROPPED
 from ..keys.tokens import short_name, short_token
 from ..units import format_age

@@ -26,7 +26,8 @@ from IPython.display import display
 from traitlets import Bool, Unicode, default
 
 from ..defaults import default_cache
-from ..keys.config import ALL_STAGES, FLAG_OF, FLAGS, Targets, config_from_flags, option_of, supported_ccs
+from ..keys.config import FLAG_OF, Targets, add_config_arguments, config_from_flags, option_of, supported_ccs
+from ..keys.stagespec import ALL_STAGES
 from ..launch.device import cuda_simulator_on, default_sm, gpu_available
 from ..launch.spec import KernelSpec
 from ..errors import ConfigError
@@ -44,10 +45,10 @@ if TYPE_CHECKING:
 
 def _config_arguments(magic):
     """The magic's arguments for the config's fields (but --sm), as the fields declare them (`config.Flag`)."""
-    for flag in reversed(FLAGS):  # (IPython adds the arguments in the order the decorators are written)
-        if flag.name != "sm":
-            args, kwargs = flag.argument()
-            magic = argument(*args, **kwargs)(magic)
+    declared = []
+    add_config_arguments(lambda *args, **kwargs: declared.append(argument(*args, **kwargs)))
+    for decorate in reversed(declared):  # (IPython adds the arguments in the order the decorators are written)
+        magic = decorate(magic)
     return magic
 
 

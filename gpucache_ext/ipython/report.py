@@ -17,7 +17,8 @@ import sys
 from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, NamedTuple, Optional
 
 from ..pipeline.results import FatbinResult, Outcome, short_signature  # noqa: F401  (re-exported)
-from ..keys.config import FOLLOW_FASTMATH, ALL_STAGES, STAGES, summary_fields
+from ..keys.config import FOLLOW_FASTMATH, summary_fields
+from ..keys.stagespec import ALL_STAGES, STAGES
 from ..keys.tokens import short_name, short_token
 from ..keys.reasons import Reason, and_join, cutoff_phrase, own  # noqa: F401  (and_join re-exported)
 from ..units import format_seconds

@@ -16,7 +16,6 @@ import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..errors import ConfigError
-from .stagespec import ALL_STAGES, KEYED_ON_BYTES, STAGES, TARGET_TRACKED_STAGES  # noqa: F401 (the config's readers)
 from .. import memos
 
 log = logging.getLogger(__name__)
@@ -456,13 +455,18 @@ def with_consts(words: List[str]) -> List[str]:
         if flag is None:
             continue
         following = words[index + 1] if index + 1 < len(words) else None
-        try:
-            standing_alone = following is None or following.startswith("-") or not flag.values(following)
-        except ValueError:
-            standing_alone = True
-        if standing_alone:
+        if following is None or following.startswith("-") or not _reads_as(flag, following):
             out.append(str(flag.const))
     return out
+
+
+def _reads_as(flag: Flag, word: str) -> bool:
+    """Whether `word` is a value (or a list of values) of `flag`."""
+    try:
+        flag.values(word)
+    except ValueError:
+        return False
+    return True
 
 
 def flags_text(given: Any) -> List[str]:

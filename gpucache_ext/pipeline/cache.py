@@ -37,7 +37,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .. import queries
 from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
-from ..keys.config import ALL_STAGES, CompileConfig, Targets
+from ..keys.config import CompileConfig, Targets
+from ..keys.stagespec import ALL_STAGES
 from ..errors import GpuCacheError, UnsupportedKernelError
 from ..importing import lazy_module
 from ..store.index import CacheIndex

@@ -33,7 +33,8 @@ from . import debuginfo
 from . import definitions
 from ..keys import targets
 from .audit import source_files_component
-from ..keys.config import FIELD_STAGES, ALL_STAGES, STAGES, CompileConfig, Targets
+from ..keys.config import FIELD_STAGES, CompileConfig, Targets
+from ..keys.stagespec import ALL_STAGES, STAGE_SPEC, STAGES
 from ..errors import ConfigError, SnapshotChanged, UnsupportedKernelError
 from ..store.index import CacheIndex, variant_token
 from ..keys.reasons import Reason
@@ -41,7 +42,6 @@ from .results import CompileResult, FatbinResult, Outcome, StageResult, short_si
 from ..sources.describe import signature_component
 from ..sources.library import library_reads_changed
 from ..sources.walk import identify
-from ..keys.stagespec import STAGE_SPEC
 from ..store.codec import content_digest
 from ..store.disk import DiskTier
 from ..store.claims import Claim

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..keys.config import ALL_STAGES
+from ..keys.stagespec import ALL_STAGES
 
 _HISTORY_POINTS = 500
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional, Tuple
 
 from .artifacts import CubinArtifact, LLVMArtifact, PTXArtifact
-from ..keys.config import STAGES, CompileConfig, Targets
+from ..keys.config import CompileConfig, Targets
+from ..keys.stagespec import STAGES
 from ..toolchain.sass import SassUnavailable, disassemble  # noqa: F401  (their home is `sass`; importable here too)
 from ..keys.tokens import Component, short_token
 from ..units import format_seconds

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, Iterable, Optional, Tuple, Union
 
-from ..keys.config import ALL_STAGES
+from ..keys.stagespec import ALL_STAGES
 from ..keys.reasons import and_join
 from ..units import entries_phrase
 

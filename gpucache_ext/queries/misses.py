@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
-from ..keys.config import STAGES, CompileConfig
+from ..keys.config import CompileConfig
+from ..keys.stagespec import KEYED_ON_BYTES, STAGE_SPEC, STAGES
 from ..pipeline.results import EntryInfo, Outcome, parse_resources
 from ..keys.reasons import ADDED, CHANGED, REMOVED, Reason
-from ..keys.stagespec import KEYED_ON_BYTES, STAGE_SPEC
 from ..keys.tokens import Component, explain_difference, make_token, short_name
 from ..store.tiers import DROPPED
 from ..units import format_age

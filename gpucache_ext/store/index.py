@@ -21,7 +21,7 @@ from collections import OrderedDict
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..keys import targets
-from ..keys.config import ALL_STAGES
+from ..keys.stagespec import ALL_STAGES
 from .tiers import Entry, MemoryTier, Tier
 from ..keys.tokens import Component, Token, component, extend_token
 

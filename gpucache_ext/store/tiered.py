@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..keys.config import ALL_STAGES
+from ..keys.stagespec import ALL_STAGES
 from .index import find_for_target
 from ..pipeline.results import EntryInfo, StageStats, TierInfo, TierStats
 from ..keys.tokens import Token, short_name

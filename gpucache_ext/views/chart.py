@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Tuple
 
-from ..keys.config import ALL_STAGES, STAGES
+from ..keys.stagespec import ALL_STAGES, STAGES
 from .markup import esc, fit
 
 _CHART_POINTS = 30

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from .. import sessions
-from ..keys.config import FIELD_STAGES, FOLLOW_FASTMATH, STAGES, CompileConfig
+from ..keys.config import FIELD_STAGES, FOLLOW_FASTMATH, CompileConfig
+from ..keys.stagespec import STAGES
 from ..pipeline.results import parse_resources, short_signature
 from ..keys.tokens import short_token
 from ..units import format_age, format_bytes, format_seconds

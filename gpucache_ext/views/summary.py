@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..keys.config import KEYED_ON_BYTES, ALL_STAGES, STAGES
+from ..keys.stagespec import ALL_STAGES, KEYED_ON_BYTES, STAGES
 from ..units import format_bytes, format_seconds
 from .markup import esc, scrolling_table
 

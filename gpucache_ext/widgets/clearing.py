@@ -15,7 +15,7 @@ from typing import Dict, Iterable, Optional, Tuple, Union
 
 import ipywidgets as W
 
-from ..keys.config import ALL_STAGES
+from ..keys.stagespec import ALL_STAGES
 from ..queries.clearing import (EVERY_STAGE as _EVERY_STAGE, MEMORY_ONLY as _MEMORY_ONLY, clear_stage,
                                 clear_tiers, describe_tier, persistent_tiers, plan_clear, tier_label)
 from ..keys.reasons import and_join

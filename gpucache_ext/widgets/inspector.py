@@ -55,7 +55,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import ipywidgets as W
 
-from ..keys.config import ALL_STAGES
+from ..keys.stagespec import ALL_STAGES
 from .clearing import InspectorClearing
 from ..queries import (COMPARED_STAGES, Sources, built_from, comparable_entries, compare_entries, fatbin_rows,
                        nearest_entry, resource_moves, resource_rows, variant_occupancy)
