@@ -22,10 +22,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 from ..errors import SecurityWarning
 from . import settings as tier_settings
 from .disk import DEFAULT_MAX_BYTES, DiskTier
-from .shared import RedisTier, UnsignedSharedTier, display_url
+from .shared import RedisTier
 from .signing import Keyring
 from ..pipeline.results import TierInfo
-from .tiers import Tier
+from .tiers import Tier, TierRefused
 
 # the persistent tiers a cache has unless told otherwise, in the order they are asked
 DEFAULT_TIERS = ("disk", "shared")
@@ -52,10 +52,14 @@ _KINDS: Dict[str, Type[Tier]] = {"disk": DiskTier, "shared": RedisTier}
 
 def register_tier(name: str, kind: Type[Tier]) -> None:
     """Make `kind` (a `Tier` class with ``from_settings``) a tier named `name`."""
-    if not callable(getattr(kind, "from_settings", None)):
-        raise TypeError(f"tier {name!r}: {kind!r} has no from_settings(settings) classmethod; give it one that "
-                        "returns the tier, or None where the settings configure none")
+    if not _a_tier_kind(kind):
+        raise TypeError(f"tier {name!r}: {kind!r} is no Tier class with a from_settings(settings) classmethod; give "
+                        "it one that returns the tier, or None where the settings configure none")
     _KINDS[name] = kind
+
+
+def _a_tier_kind(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, Tier) and callable(getattr(kind, "from_settings", None))
 
 
 def tier_kind(name: str) -> Type[Tier]:
@@ -71,7 +75,7 @@ def tier_kind(name: str) -> Type[Tier]:
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"tier {name!r}: {type(exc).__name__}: {exc}; name a class importable here as "
                          "'module:Class'") from None
-    if not (isinstance(kind, type) and issubclass(kind, Tier)) or not callable(getattr(kind, "from_settings", None)):
+    if not _a_tier_kind(kind):
         raise ValueError(f"tier {name!r} is no Tier class with a from_settings(settings) classmethod "
                          "(see gpucache_ext.store.registry)")
     return kind
@@ -96,12 +100,10 @@ def build_tiers(kinds: Sequence[Union[str, Tier]], settings: TierSettings
             continue
         try:
             tier = tier_kind(kind).from_settings(settings)
-        except UnsignedSharedTier as exc:
+        except TierRefused as exc:  # (a shared tier without a secret)
             if not settings.quiet:
                 warnings.warn(str(exc), SecurityWarning, stacklevel=4)
-            refused.append(TierInfo("shared", display_url(settings.redis_url or ""), signed=False, used=False,
-                                    note="no secret (set GPUCACHE_SECRET, or GPUCACHE_SHARED_UNSIGNED=1 "
-                                         "to use it unsigned)"))
+            refused.append(TierInfo(exc.name, exc.location, signed=False, used=False, note=exc.why))
             continue
         if tier is not None:
             tiers.append(tier)

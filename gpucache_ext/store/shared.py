@@ -37,7 +37,7 @@ from .codec import FORMAT_VERSION, BadEntry, decode, encode, header_entry
 from ..keys.stagespec import PERSISTENT_STAGES
 from ..errors import GpuCacheError, TierWarning
 from .signing import HEAD_BYTES, Keyring, Rejected
-from .tiers import Entry, Lookup, Tier, open_note, seal_note
+from .tiers import Entry, Lookup, Tier, TierRefused, open_note, seal_note
 
 _LIST_LIMIT = 10_000
 _DOWN = object()  # what a call to a server that does not answer gives
@@ -50,7 +50,7 @@ class RedisNotInstalled(GpuCacheError, ImportError):
     """A shared tier was asked for (a Redis URL) but redis-py is not installed."""
 
 
-class UnsignedSharedTier(GpuCacheError, ValueError):
+class UnsignedSharedTier(TierRefused):
     """A shared tier without a secret, and no opt-in to use it unsigned."""
 
 
@@ -117,7 +117,9 @@ class RedisTier(Tier):
         self.ttl = settings.redis_ttl(ttl)
         self._sign_with(keyring if keyring is not None else settings.keyring(secret, allow_unsigned))
         if not self.keyring.signs and not self.keyring.allow_unsigned:
-            raise UnsignedSharedTier(unsigned_message(url))
+            raise UnsignedSharedTier(unsigned_message(url), "shared", display_url(url),
+                                     "no secret (set GPUCACHE_SECRET, or GPUCACHE_SHARED_UNSIGNED=1 to use it "
+                                     "unsigned)")
         redis = _import_redis()
 
         self.url = url

@@ -18,6 +18,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
+from ..errors import GpuCacheError
 from ..keys import targets
 from ..pipeline.definitions import Place
 from .signing import PREVIOUS, Keyring, Rejected, key_id
@@ -165,6 +166,15 @@ def open_note(keyring, key: str, data: Optional[bytes]) -> Optional[dict]:
     if not isinstance(stored, dict) or stored.get("key") != key or not isinstance(stored.get("note"), dict):
         return None
     return stored["note"]
+
+
+class TierRefused(GpuCacheError, ValueError):
+    """A tier the settings configure that is not used, with why: `tier_info`
+    shows it as refused (its `name`, `location` and `why`)."""
+
+    def __init__(self, message: str, name: str, location: str, why: str):
+        super().__init__(message)
+        self.name, self.location, self.why = name, location, why
 
 
 class Tier:
