@@ -39,7 +39,6 @@ compile.  Those that change output are either folded into the llvm token
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib
 import json
@@ -51,7 +50,7 @@ import threading
 from collections import Counter
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 from ..backends.numba_cuda import numba_compat
 from ..errors import GpuCacheError
@@ -584,17 +583,22 @@ def supported_archs(directory=None) -> Tuple[Tuple[int, int], ...]:
     return tuple(tuple(int(x) for x in cc.split(".")) for cc in text.split())
 
 
-# How each tool a stage declares (`config.StageSpec.tools`) is named in its
-# token: a package's version, or a library's part (its version and digest,
-# remembered in a disk tier's folder, `_part`).
-_TOOLS: Dict[str, Callable[[Any], str]] = {
-    "python": lambda directory: platform.python_implementation() + " " + platform.python_version(),
-    "cuda": lambda directory: str(cuda_major()),
-    "libdevice": lambda directory: _part("libdevice", directory)[:16],
-    "cudadevrt": lambda directory: _part("cudadevrt", directory)[:16],
-    **{library: functools.partial(lambda library, directory: _part(library, directory), library)
-       for library in ("libnvvm", "nvjitlink", "nvrtc", "nvfatbin")},
-}
+# The library parts a stage's token may name (`keys.stagespec.StageSpec.tools`), each
+# by its version and digest (remembered in a disk tier's folder, `_part`), or
+# by their first 16 characters; a tool that is neither these nor python or the
+# CUDA major is a package, named by its version.
+_PART_LENGTHS: Dict[str, Optional[int]] = {"libnvvm": None, "libdevice": 16, "nvjitlink": None, "cudadevrt": 16,
+                                           "nvrtc": None, "nvfatbin": None}
+
+
+def _tool(tool: str, directory) -> str:
+    if tool == "python":
+        return platform.python_implementation() + " " + platform.python_version()
+    if tool == "cuda":
+        return str(cuda_major())
+    if tool in _PART_LENGTHS:
+        return _part(tool, directory)[:_PART_LENGTHS[tool]]
+    return _version(tool)
 
 
 def stage_toolchain(stage: str, directory=None) -> dict:
@@ -604,7 +608,7 @@ def stage_toolchain(stage: str, directory=None) -> dict:
     spec = STAGE_SPEC.get(stage)
     if spec is None:
         raise ValueError(f"unknown stage {stage!r}")
-    return {tool: _TOOLS[tool](directory) if tool in _TOOLS else _version(tool) for tool in spec.tools}
+    return {tool: _tool(tool, directory) for tool in spec.tools}
 
 
 def toolchain_component(stage: str, directory=None) -> Component:
