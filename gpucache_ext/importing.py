@@ -44,6 +44,21 @@ class _LazyModule(types.ModuleType):
         return getattr(module, attribute)
 
 
+def import_named(where: str, what: str, wrong_form: str):
+    """The object `where` names as "module:attribute" (a user's tier, a
+    backend, an artifact class), imported now; a ValueError that says what
+    was named (`what`) and what went wrong (`wrong_form` where it is not
+    "module:attribute") otherwise."""
+    module_name, colon, attribute = where.partition(":")
+    if not colon or not module_name or not attribute:
+        raise ValueError(f"{what} {where!r} {wrong_form}")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"{what} {where!r}: {type(exc).__name__}: {exc}; name an object importable here as "
+                         "'module:Class'") from None
+
+
 def lazy_module(name: str) -> types.ModuleType:
     """`name`, imported when an attribute is first read (numba-cuda's compiler
     cannot be imported under its simulator, nor need it be to read a cache)."""

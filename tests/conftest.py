@@ -142,7 +142,7 @@ def change_while_typing(monkeypatch):
     original = backend.build
 
     def build(stage, plan, upstream):
-        if stage == backend.stages[0]:  # (the typing stage: after the tokens, before typing)
+        if stage == backend.chain.stages[0]:  # (the typing stage: after the tokens, before typing)
             while pending:
                 pending.pop(0)()
         return original(stage, plan, upstream)

@@ -14,11 +14,11 @@ a compile uses.  docs/design.md says how to add one.
 
 from __future__ import annotations
 
-import importlib
 from typing import Dict, Iterator, Optional
 
 from .base import Backend
 from .. import memos
+from ..importing import import_named
 
 __all__ = ["Backend", "DEFAULT_BACKEND", "backend", "register_backend", "registered_backends"]
 
@@ -52,7 +52,8 @@ def backend(name: Optional[str] = None) -> Backend:
     where = _REGISTERED.get(name)
     if where is None:
         raise ValueError(f"no backend is called {name!r}; the backends are {', '.join(_REGISTERED)}")
-    module_name, _, class_name = where.partition(":")
-    kind = getattr(importlib.import_module(module_name), class_name)
+    kind = import_named(where, f"backend {name!r}, registered as", "is not 'module:Class'")
+    if not (isinstance(kind, type) and issubclass(kind, Backend)):
+        raise ValueError(f"backend {name!r}: {where} is no Backend class (see gpucache_ext.backends.base)")
     made = _MADE[name] = kind()
     return made

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Sequence
+
+from ..keys.stagespec import Chain
 
 
 class Backend:
     """One compiler, as the pipeline asks it.
 
-    ``stages``: the per-target stages it runs, in order (each declared in
-    `stagespec`); the fatbin after them is the core's.  Every method gets the
-    `pipeline.CompilePlan` of one compile where it needs one: its request,
-    snapshot (`plan.identity`), config, and the tokens' parts it computed."""
+    ``chain``: the per-target stages it runs, in order (each declared in
+    `stagespec`, built by `build`); the fatbin after them is the core's.
+    ``settings_name``: what the token of the stage built from typing calls
+    `settings()`.  Every method gets the `pipeline.CompilePlan` of one
+    compile where it needs one: its request, snapshot (`plan.identity`),
+    config, and the tokens' parts it computed."""
 
     name: str = ""
-    stages: Tuple[str, ...] = ()
+    chain: Chain
+    settings_name: str = "compiler settings"
 
     def check_can_compile(self) -> None:
         """Refuse, with the fix, what in this process would make its output
@@ -36,6 +41,12 @@ class Backend:
         the toolchain: {name: `tokens.Component`}.  May set what `build`
         needs on `plan`."""
         raise NotImplementedError
+
+    def debug_source_files(self, artifact) -> Sequence[str]:
+        """The source files whose lines the debug info of `artifact` (the
+        chain's entry stage's) names: a stage that links embeds them, so its
+        token hashes them (`StageSpec.links`)."""
+        return ()
 
     def build(self, stage: str, plan, upstream):
         """Stage `stage`'s artifact, from `upstream` (the artifact of the stage

@@ -45,7 +45,7 @@ from types import SimpleNamespace
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..keys.config import FIELD_STAGES, CompileConfig
-from ..keys.stagespec import PERSISTENT_STAGES, STAGES, TARGET_PERSISTENT_STAGES
+from ..keys.stagespec import DEFAULT_CHAIN, PERSISTENT_STAGES, STAGES, TARGET_PERSISTENT_STAGES
 from ..keys.reasons import Reason, and_join, cutoff_phrase, own
 from ..store.tiers import DROPPED
 from ..keys.tokens import short_name, short_token
@@ -145,7 +145,7 @@ class CachedEntries:
 
 
 def _before(stage: str) -> str:
-    return STAGES[STAGES.index(stage) - 1]
+    return DEFAULT_CHAIN.upstream(stage)
 
 
 def _reads(stage: str, fields) -> dict:

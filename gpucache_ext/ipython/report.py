@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, NamedTuple, Opt
 
 from ..pipeline.results import FatbinResult, Outcome, short_signature  # noqa: F401  (re-exported)
 from ..keys.config import FOLLOW_FASTMATH, summary_fields
-from ..keys.stagespec import ALL_STAGES, STAGES
+from ..keys.stagespec import ALL_STAGES, STAGE_SPEC, STAGES
 from ..keys.tokens import short_name, short_token
 from ..keys.reasons import Reason, and_join, cutoff_phrase, own  # noqa: F401  (and_join re-exported)
 from ..units import format_seconds
@@ -168,7 +168,8 @@ def _reused_after(result: CompileResult, stage: str) -> List[str]:
     """The stages after `stage` that hit one after the other: those a rebuild
     of `stage` to the same bytes left reused."""
     reused = []
-    for later in _built(result)[STAGES.index(stage) + 1:]:
+    built = _built(result)
+    for later in built[built.index(stage) + 1:]:
         if result.stages[later].outcome is not Outcome.HIT:
             break
         reused.append(later)
@@ -190,8 +191,9 @@ def cut_off(result: CompileResult) -> List[str]:
 
 
 def _built(result: CompileResult) -> List[str]:
-    """The stages `result` went through: all four, or up to ptx for a fatbin's PTX-only target."""
-    return [stage for stage in STAGES if stage in result.stages]
+    """The stages `result` went through, in its backend's order: all of its
+    chain, or up to ptx for a fatbin's PTX-only target."""
+    return [stage for stage in result.stages if STAGE_SPEC[stage].per_target]
 
 
 def cutoff_text(result: CompileResult) -> List[str]:
@@ -455,7 +457,7 @@ class CellReport:
             lines.append(result.explain())
             each = [(f"sm_{sm} ", r.stages[stage]) for sm, r in sorted(result.per_target.items())
                     for stage in _built(r)] + [("", result.fatbin_stage)] \
-                if isinstance(result, FatbinResult) else [("", result.stages[stage]) for stage in STAGES]
+                if isinstance(result, FatbinResult) else [("", result.stages[stage]) for stage in _built(result)]
             for target, done in each:
                 lines.append(f"  {target}{done.stage} token {done.token}")
                 for name, part in sorted(done.components.items()):
@@ -492,7 +494,8 @@ class CellReport:
                     if column == "audit" and shown == AUDIT_QUEUED:
                         cls, title = "gpucache-queued", f' title="{_AUDIT_QUEUED_TITLE}"'
                     if shown.endswith("same bytes)"):  # (stages only: the first has none before it)
-                        before = STAGES[STAGES.index(column) - 1]
+                        # (the stage this row ran before it: its backend's chain)
+                        before = [s for s in STAGES[:STAGES.index(column)] if row[s] not in ("", "-")][-1]
                         cls += " gpucache-cutoff"
                         title = (f' title="{before} was rebuilt to the same bytes as before, so this '
                                  f'{column} was found, not rebuilt (early cutoff)"')

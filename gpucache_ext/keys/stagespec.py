@@ -1,10 +1,11 @@
-"""The stages, declared once (`StageSpec`): what each is built from, whether
-its entries persist, whether it is keyed on the bytes before it (early
-cutoff), whether it may read the target, whether it is built per target, and
-the tools its token names.  The tuples other modules iterate (`STAGES`,
-`ALL_STAGES`, `KEYED_ON_BYTES`...) are made from the declarations; adding a
-stage or changing one is an edit here (and its build, `pipeline.STAGE_TABLE`).
-Imports nothing of the package: everything may read it.
+"""The stages, declared once (`StageSpec`): whether its entries persist,
+whether it is keyed on the bytes before it (early cutoff), whether it may
+read the target, whether it is built per target, whether it links, and the
+tools its token names.  A backend runs its stages in the order its `Chain`
+says, which makes each one's upstream.  The tuples other modules iterate
+(`STAGES`, `ALL_STAGES`, `KEYED_ON_BYTES`...) are made from the
+declarations; adding a stage is an edit here and its backend's chain and
+build.  Imports nothing of the package: everything may read it.
 """
 
 from __future__ import annotations
@@ -21,25 +22,39 @@ class StageSpec:
     reads are declared with the fields: `config.Flag.stages`, `FIELD_STAGES`)."""
 
     name: str
-    upstream: Optional[str]  # the stage it is built from (the fatbin: several targets' cubins and a PTX)
     persisted: bool  # held by the persistent tiers (typed IR is not portable: memory only)
     keyed_on_bytes: bool = False  # its token hashes the upstream artifact's digest (early cutoff)
     reads_target: bool = False  # may read the target while it runs: the pipeline tracks whether it did
     per_target: bool = True  # built for each target (the fatbin: once for a list of targets, `Targets`)
     tools: Tuple[str, ...] = ()  # the tools whose versions its token names (`toolchain.stage_toolchain`)
+    # its token names the code linked in with it (`linking`) and the source
+    # files its input's debug info names (a lineinfo cubin embeds them)
+    links: bool = False
+    max_entries: int = 1024  # what the memory tier keeps of it by default (`KernelCache(max_entries=)`)
+    # its artifacts' class ("module:Class"), which says what of one persists
+    # and how it is read back (`state`, `rebuild`: see `pipeline.artifacts`)
+    artifact: Optional[str] = None
+
+    def __post_init__(self):
+        if self.persisted and not self.artifact:
+            raise ValueError(f"stage {self.name!r} persists: name its artifacts' class as artifact='module:Class'")
 
 
+_ARTIFACTS = "gpucache_ext.pipeline.artifacts:"
 _CUDA_TOOLS = ("cuda", "cuda-bindings")  # (from lowering on: the CUDA major, and the bindings the tools are called by)
 STAGE_SPECS: Tuple[StageSpec, ...] = (
-    StageSpec("typing", None, persisted=False, reads_target=True, tools=("python", "numba", "numba-cuda", "numpy")),
+    StageSpec("typing", persisted=False, reads_target=True, max_entries=256,
+              tools=("python", "numba", "numba-cuda", "numpy")),
     # (package versions only: checking an llvm entry loads no library, `gpucache verify`)
-    StageSpec("llvm", "typing", persisted=True, reads_target=True, tools=("llvmlite", "numba-cuda") + _CUDA_TOOLS),
-    StageSpec("ptx", "llvm", persisted=True, keyed_on_bytes=True,
+    StageSpec("llvm", persisted=True, reads_target=True, max_entries=512,
+              artifact=_ARTIFACTS + "LLVMArtifact", tools=("llvmlite", "numba-cuda") + _CUDA_TOOLS),
+    StageSpec("ptx", persisted=True, keyed_on_bytes=True, artifact=_ARTIFACTS + "PTXArtifact",
               tools=("libnvvm", "libdevice", "numba-cuda") + _CUDA_TOOLS),
     # (NVRTC compiles the .cu sources linked in, numba's helpers among them)
-    StageSpec("cubin", "ptx", persisted=True, keyed_on_bytes=True,
+    StageSpec("cubin", persisted=True, keyed_on_bytes=True, links=True, artifact=_ARTIFACTS + "CubinArtifact",
               tools=("nvjitlink", "cuda-core", "cudadevrt", "nvrtc", "numba-cuda") + _CUDA_TOOLS),
-    StageSpec("fatbin", "cubin", persisted=True, per_target=False, tools=("nvfatbin",) + _CUDA_TOOLS),
+    StageSpec("fatbin", persisted=True, per_target=False, max_entries=256, artifact=_ARTIFACTS + "FatbinArtifact",
+              tools=("nvfatbin",) + _CUDA_TOOLS),
 )
 STAGE_SPEC: Dict[str, StageSpec] = {spec.name: spec for spec in STAGE_SPECS}
 # The stages each target goes through.
@@ -55,3 +70,62 @@ TARGET_TRACKED_STAGES: Tuple[str, ...] = tuple(spec.name for spec in STAGE_SPECS
 PERSISTENT_STAGES: Tuple[str, ...] = tuple(spec.name for spec in STAGE_SPECS if spec.persisted)
 # Those of a target's build (a target's entries, what an audit compiles again).
 TARGET_PERSISTENT_STAGES: Tuple[str, ...] = tuple(name for name in STAGES if STAGE_SPEC[name].persisted)
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """The per-target stages one backend runs, in order: each is built from
+    the one before it.  The driver and the miss prediction walk it the same
+    way: the `entry` stage (the last one keyed on its token) is looked up
+    first, and the `front` before it is built only where it misses; the
+    `back` after it is keyed on the bytes before each (early cutoff).  It
+    starts with typing (its token holds the kernel's snapshot) and ends with
+    ptx and cubin, which the fatbin is assembled from."""
+
+    stages: Tuple[str, ...]
+
+    def __post_init__(self):
+        problems = [f"{name!r} is not a per-target stage declared in STAGE_SPECS"
+                    for name in self.stages if name not in STAGE_SPEC or not STAGE_SPEC[name].per_target]
+        ends = self.stages[:1] == ("typing",) and self.stages[-2:] == ("ptx", "cubin")
+        if not ends or len(set(self.stages)) != len(self.stages):
+            problems.append("a chain starts with typing, ends with ptx then cubin, and names each stage once")
+        keyed = [STAGE_SPEC[name].keyed_on_bytes for name in self.stages if name in STAGE_SPEC]
+        if keyed[:2] != [False, False] or keyed != sorted(keyed):
+            problems.append("the stages keyed on the bytes before them come last, "
+                            "after typing and the one built from it")
+        if problems:
+            raise ValueError(f"stage chain {self.stages}: " + "; ".join(problems))
+
+    @property
+    def entry(self) -> str:
+        """The stage looked up first: the last one keyed on its token."""
+        return self.front[-1]
+
+    @property
+    def front(self) -> Tuple[str, ...]:
+        """typing up to `entry`: keyed on their tokens, built in one thread."""
+        return tuple(name for name in self.stages if not STAGE_SPEC[name].keyed_on_bytes)
+
+    @property
+    def back(self) -> Tuple[str, ...]:
+        """The stages after `entry`, each keyed on the bytes before it."""
+        return self.stages[len(self.front):]
+
+    def upstream(self, stage: str) -> Optional[str]:
+        """The stage `stage` is built from (None: typing; the fatbin's entry
+        names its first cubin's)."""
+        if stage not in self.stages and stage in STAGE_SPEC and not STAGE_SPEC[stage].per_target:
+            return self.stages[-1]
+        index = self.stages.index(stage)
+        return self.stages[index - 1] if index else None
+
+    def until(self, stage: str) -> Tuple[str, ...]:
+        """The stages up to `stage`, included."""
+        return self.stages[:self.stages.index(stage) + 1]
+
+
+# numba-cuda's chain, the only one entries have been built by so far: what
+# reads stored entries without a compile (an audit of what a tier holds, the
+# CLI's explain) takes a stage's upstream from it.
+DEFAULT_CHAIN = Chain(("typing", "llvm", "ptx", "cubin"))

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from .debuginfo import debug_source_files, source_file_stats
 from ..errors import GpuCacheWarning, SnapshotChanged
-from ..keys.stagespec import STAGE_SPEC, TARGET_PERSISTENT_STAGES
+from ..keys.stagespec import DEFAULT_CHAIN, TARGET_PERSISTENT_STAGES
 from ..keys.tokens import short_token
 from .. import memos
 
@@ -498,7 +498,6 @@ def _lower_priority() -> None:
         log.debug("audit thread keeps its priority", exc_info=True)
 
 
-UPSTREAM = {"ptx": "llvm", "cubin": "ptx"}
 DEBUG_SOURCES = "debug source files"  # (the cubin's component: see `source_files_component`)
 
 
@@ -572,7 +571,7 @@ def input_changes(cached, fresh, since: float) -> Dict[str, List[str]]:
     for stage in AUDITED_STAGES:
         pairs = [(name, cached.stages[stage].components.get(name), fresh.stages[stage].components.get(name))
                  for name in sorted(set(cached.stages[stage].components) | set(fresh.stages[stage].components))
-                 if name != STAGE_SPEC[stage].upstream]
+                 if name != DEFAULT_CHAIN.upstream(stage)]
         if stage == "llvm" and "typing" in cached.stages and "typing" in fresh.stages:
             old, new = cached.stages["typing"].components, fresh.stages["typing"].components
             pairs = [(name, old.get(name), new.get(name)) for name in sorted(set(old) | set(new))] + pairs
@@ -663,7 +662,7 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
 
     if stage == "fatbin" and not entry.is_marker:
         return _reassemble(entry, find_upstream, tainted)
-    upstream_stage = UPSTREAM.get(stage)
+    upstream_stage = DEFAULT_CHAIN.upstream(stage) if stage in DEFAULT_CHAIN.back else None
     if upstream_stage is None or entry.is_marker or not entry.config_fields:
         return "skipped", None
     keyed_on = entry.components.get(upstream_stage)  # the digest of the bytes it was built from

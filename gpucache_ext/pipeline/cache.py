@@ -38,7 +38,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from .. import queries
 from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
 from ..keys.config import CompileConfig, Targets
-from ..keys.stagespec import ALL_STAGES
+from ..keys.stagespec import ALL_STAGES, STAGE_SPECS
 from ..errors import GpuCacheError, UnsupportedKernelError
 from ..importing import lazy_module
 from ..store.index import CacheIndex
@@ -63,7 +63,7 @@ stages = lazy_module("gpucache_ext.backends.numba_cuda.stages")
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_ENTRIES = {"typing": 256, "llvm": 512, "ptx": 1024, "cubin": 1024, "fatbin": 256}
+DEFAULT_MAX_ENTRIES = {spec.name: spec.max_entries for spec in STAGE_SPECS}
 
 
 

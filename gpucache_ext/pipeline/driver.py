@@ -2,14 +2,15 @@
 
 A compile is asked for as one `CompileRequest`.  `Pipeline.run` makes a
 `CompilePlan` of it (every stage's token, from the kernel's snapshot, its
-`SourceIdentity`), which looks llvm up first and works back to typing only
-where llvm missed, then looks ptx and cubin up by the content digest of the
-artifact before them (early cutoff).  `Pipeline.run_fatbin` does so for each
-target and assembles the fatbin stage from their cubins and PTX.
+`SourceIdentity`), which walks its backend's `Chain` of stages: it looks the
+chain's entry stage up first (numba-cuda: llvm) and works back to typing only
+where that missed, then looks each later stage (ptx, cubin) up by the content
+digest of the artifact before it (early cutoff).  `Pipeline.run_fatbin` does
+so for each target and assembles the fatbin stage from their cubins and PTX.
 
 Every stage, typing to fatbin, is a `Stage` (the table `STAGE_TABLE`: its
-name, the stage it is built from, the config fields its token reads, whether
-its entries persist, how it builds), and every one is looked up, built and
+name, the config fields its token reads, whether its entries persist, how it
+builds), and every one is looked up, built and
 filed by one driver, `Pipeline.obtain`: lookup -> single flight (`Flights`)
 -> the toolchain check -> build -> digest -> filing, with the miss explained.
 What follows a compile (the audit of its hits, the provenance `recompile`
@@ -29,12 +30,11 @@ from collections import deque
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from .. import backends, queries, sessions, toolchain
-from . import debuginfo
 from . import definitions
 from ..keys import targets
 from .audit import source_files_component
 from ..keys.config import FIELD_STAGES, CompileConfig, Targets
-from ..keys.stagespec import ALL_STAGES, STAGE_SPEC, STAGES
+from ..keys.stagespec import ALL_STAGES, STAGE_SPEC, STAGES, Chain
 from ..errors import ConfigError, SnapshotChanged, UnsupportedKernelError
 from ..store.index import CacheIndex, variant_token
 from ..keys.reasons import Reason
@@ -80,12 +80,11 @@ class Stage(NamedTuple):
     """One stage, as the driver sees it.
 
     ``build(job, upstream)`` makes its artifact from the artifact of the
-    stage before it (`upstream`; None for typing and fatbin, which build from
-    what their job holds); the artifact declares what it persists
-    (`state()`/`rebuild()`, see `gpucache_ext.pipeline.artifacts`)."""
+    stage before it in the job's chain (`upstream`; None for typing and
+    fatbin, which build from what their job holds); the artifact declares
+    what it persists (`state()`/`rebuild()`, see `gpucache_ext.pipeline.artifacts`)."""
 
     name: str
-    upstream: Optional[str]  # the stage it is built from (fatbin: several targets' cubins and a PTX)
     fields: Tuple[str, ...]  # the config fields its token reads (`FIELD_STAGES`)
     persisted: bool  # held by the persistent tiers (typing's typed IR lives in memory only)
     keyed_on_bytes: bool  # its token hashes the upstream artifact's digest, not its token (early cutoff)
@@ -107,7 +106,7 @@ def _built_by_backend(name: str, plan: "CompilePlan", upstream):
 def _stage(name: str, build: Callable[[Any, Any], Any]) -> Stage:
     """The driver's view of stage `name`, as `stagespec` declares it, with its build."""
     spec = STAGE_SPEC[name]
-    return Stage(name, spec.upstream, tuple(field for field, read in FIELD_STAGES.items() if name in read),
+    return Stage(name, tuple(field for field, read in FIELD_STAGES.items() if name in read),
                  spec.persisted, spec.keyed_on_bytes, build)
 
 
@@ -342,7 +341,7 @@ class Pipeline:
                 artifact = definition.build(job, upstream.artifact if upstream is not None else None)
                 seconds = time.perf_counter() - start
                 digest = definition.digest(artifact)
-                token, reasons = self._file(stage, token, job.filing(), artifact, seconds,
+                token, reasons = self._file(stage, token, job.filing(stage), artifact, seconds,
                                             getattr(artifact, "target_reads", targets.NO_READS), digest, built_from)
         if claim.gave_up:
             reasons += (Reason(f"waited {format_seconds(claim.waited)} for another process's build "
@@ -412,7 +411,7 @@ class Pipeline:
         (an audit's answer to a mismatch)."""
         artifacts = fresh.artifacts()
         upstream = ""
-        for stage in STAGES:
+        for stage in _chain_of(result):
             self.store.evict(stage, result.stages[stage].token)
             built = fresh.stages[stage]  # (ptx and cubin: the fresh bytes' digests make their tokens)
             if stage in artifacts:
@@ -428,12 +427,13 @@ def artifact_entry(stage: str, token: str, kernel: str, artifact, components, se
                    digest: Optional[str] = None, typing_seconds: float = 0.0) -> Entry:
     """The entry one stage's build is filed as: the artifact under its token,
     with what it was built for and why (the content digest computed where
-    not given: typing has none)."""
+    not given: typing has none; `typing_seconds`: what typing took, which
+    the chain's entry stage records)."""
     if digest is None:
         digest = STAGE_TABLE[stage].digest(artifact)
     return Entry(token, kernel, artifact, dict(components), artifact.nbytes, seconds, signature=signature,
                  config=config.summary(), reasons=reasons, config_fields=config.fields(), digest=digest,
-                 upstream=upstream, place=place, typing_seconds=typing_seconds if stage == "llvm" else 0.0)
+                 upstream=upstream, place=place, typing_seconds=typing_seconds)
 
 
 def _give_up_after(attempt: int, plan: "CompilePlan", exc: Exception) -> None:
@@ -500,6 +500,7 @@ class CompilePlan:
     def __init__(self, pipeline: Pipeline, request: CompileRequest):
         self.pipeline = pipeline
         self.backend = pipeline.backend
+        self.chain: Chain = self.backend.chain  # the stages it runs, in order
         self.request = request
         self.pyfunc, self.argtypes, self.config = request.pyfunc, request.argtypes, request.config
         self.link = request.link
@@ -527,8 +528,8 @@ class CompilePlan:
     def cc(self):
         return self.config.cc
 
-    def filing(self) -> Filing:
-        typing = self.stages.get("typing")
+    def filing(self, stage: str) -> Filing:
+        typing = self.stages.get("typing") if stage == self.chain.entry else None
         typing_seconds = 0.0 if typing is None else typing.saved_seconds if typing.hit else typing.seconds
         return Filing(self.kernel, self.signature_text, self.config, self.place, self.forced,
                       self.request.why_forced, typing_seconds=typing_seconds)
@@ -543,70 +544,78 @@ class CompilePlan:
             "toolchain": STAGE_TABLE["typing"].toolchain(),
         })
         settings = self.settings = self.backend.settings()
-        toolchains = {stage: STAGE_TABLE[stage].toolchain(memo) for stage in STAGES[1:]}
+        chain = self.chain.stages
+        toolchains = {stage: STAGE_TABLE[stage].toolchain(memo) for stage in chain[1:]}
         links = tuple((link.digest, link.name) for link in self.identity.links)
         # what the later stages' tokens are made of besides typing's: the same
         # inputs give the same tokens (memoised: an exact repeat rebuilds none)
-        key = (typing.hex, config, tuple(settings.items()), links,
+        key = (chain, typing.hex, config, tuple(settings.items()), links,
                tuple(part.digest for part in toolchains.values()))
         tokens, self.parts = _memoised(_DOWNSTREAM_TOKENS, key, lambda: _downstream_tokens(
-            typing, config, settings, toolchains, links))
+            chain, typing, config, (self.backend.settings_name, settings), toolchains, links))
         return {"typing": typing, **tokens}
 
     def content_token(self, stage: str, upstream_digest: str, extra: Optional[Mapping[str, Component]] = None
                       ) -> Token:
-        """The token ptx and cubin entries are filed under: the stage's inputs,
-        with the upstream artifact's digest in place of the upstream token."""
+        """The token a stage keyed on bytes (ptx, cubin) is filed under: its
+        inputs, with the upstream artifact's digest in place of its token."""
         key = (stage, self.tokens[stage].hex, upstream_digest,
                tuple((name, part.digest) for name, part in (extra or {}).items()))
 
         def make():
             parts = dict(self.parts[stage])
-            parts[STAGE_TABLE[stage].upstream] = Component(upstream_digest, f"output {short_token(upstream_digest)}")
+            parts[self.chain.upstream(stage)] = Component(upstream_digest, f"output {short_token(upstream_digest)}")
             parts.update(extra or {})
             return make_token(stage, parts)
 
         return _memoised(_CONTENT_TOKENS, key, make)
 
     def run(self) -> CompileResult:
-        """llvm is looked up by its token; ptx and cubin by their content
-        tokens, which need the digest of the artifact before them: found
-        (stored with its entry) or built.  A stage rebuilt to the same bytes
-        as before thus leaves the stages after it hits (early cutoff).
-        ``until="ptx"`` stops after ptx (a fatbin's PTX-only target): the
-        result has no cubin."""
+        """The chain's entry stage (llvm) is looked up by its token; the stages
+        after it (ptx, cubin) by their content tokens, which need the digest
+        of the artifact before them: found (stored with its entry) or built.
+        A stage rebuilt to the same bytes as before thus leaves the stages
+        after it hits (early cutoff).  ``until="ptx"`` stops after ptx (a
+        fatbin's PTX-only target): the result has no cubin."""
         return self.back(self.front())
 
     def front(self) -> Found:
-        """typing and llvm: the llvm artifact, found or built."""
-        obtain = self.pipeline.obtain
-        llvm = None if self.forced else self.pipeline.lookup("llvm", self, self.tokens["llvm"])
-        if llvm is None:
-            with self.pipeline.claiming("llvm", self, self.tokens["llvm"]) as (waited, claim):
+        """The chain's front, typing to its entry stage (numba-cuda: llvm):
+        the entry stage's artifact, found, or built from the stages before it."""
+        obtain, entry = self.pipeline.obtain, self.chain.entry
+        found = None if self.forced else self.pipeline.lookup(entry, self, self.tokens[entry])
+        if found is None:
+            with self.pipeline.claiming(entry, self, self.tokens[entry]) as (waited, claim):
                 if waited is None:
-                    typed = obtain("typing", self, self.tokens["typing"])
-                    return obtain("llvm", self, self.tokens["llvm"], typed, looked_up=True, claim=claim)
-            llvm = waited  # (another process built it while this one waited)
-        self._peek_typing(llvm.typing_seconds)
-        return llvm
+                    built = None
+                    for stage in self.chain.front[:-1]:
+                        built = obtain(stage, self, self.tokens[stage], built)
+                    return obtain(entry, self, self.tokens[entry], built, looked_up=True, claim=claim)
+            found = waited  # (another process built it while this one waited)
+        self._peek_typing(found.typing_seconds)
+        return found
 
     def typed(self) -> Found:
         """The typing stage alone: found, or built and stored."""
         return self.pipeline.obtain("typing", self, self.tokens["typing"])
 
-    def back(self, llvm: Found) -> CompileResult:
-        """ptx and cubin (or ptx alone) from `front`'s llvm artifact."""
-        until = self.request.until
-        ptx = self._downstream("ptx", llvm)
-        cubin = None
-        if until != "ptx":
-            self.sources = debuginfo.debug_source_files(llvm.artifact)
-            self.sources_part = source_files_component(self.sources)
-            cubin = self._downstream("cubin", ptx, extra=self.sources_part)
-        built = STAGES[:STAGES.index(until) + 1]
+    def back(self, front: Found) -> CompileResult:
+        """The chain's back (ptx and cubin, or ptx alone) from `front`'s artifact."""
+        built = self.chain.until(self.request.until)
+        found = {front.stage: front}
+        upstream = front
+        for stage in self.chain.back:
+            if stage not in built:
+                break
+            extra = None
+            if STAGE_SPEC[stage].links:  # (the source files the debug info of the front's code names)
+                self.sources = self.backend.debug_source_files(front.artifact)
+                extra = self.sources_part = source_files_component(self.sources)
+            upstream = found[stage] = self._downstream(stage, upstream, extra)
+        artifact = {stage: each.artifact for stage, each in found.items()}
         return CompileResult(self.kernel, self.argtypes, self.config,
                              {s: self.stages[s] for s in built},
-                             llvm.artifact, ptx.artifact, cubin.artifact if cubin is not None else None,
+                             artifact.get("llvm"), artifact["ptx"], artifact.get("cubin"),
                              generic_tokens={s: t.hex for s, t in self.tokens.items() if s in built},
                              place=self.place)
 
@@ -683,7 +692,7 @@ class FatbinJob:
         self.cubins = [(fatbin.member("cubin", sm, per_target[sm].stages["cubin"].token, per_target[sm].cubin),
                         per_target[sm].cubin) for sm in wanted.sms]
 
-    def filing(self) -> Filing:
+    def filing(self, stage: str = "fatbin") -> Filing:
         primary = self.primary
         return Filing(self.kernel, primary.signature_text, FatbinConfig(primary.config, self.wanted),
                       primary.place, self.forced, self.request.why_forced, _member_whys(self.per_target, self.wanted))
@@ -718,7 +727,7 @@ def _member_whys(per_target: Mapping[int, CompileResult], wanted: Targets) -> Di
     says its input changed, the first target's typing or llvm says why);
     None for a member whose entry was there already."""
     def own(result):
-        for stage in STAGES:
+        for stage in _chain_of(result):
             built = result.stages.get(stage)
             if built is not None and built.outcome is Outcome.MISS:
                 # (another target's entry was nearest: "sm 86 -> 80" says nothing of the member)
@@ -738,19 +747,27 @@ def _member_whys(per_target: Mapping[int, CompileResult], wanted: Targets) -> Di
     return whys
 
 
-def _downstream_tokens(typing: Token, config: CompileConfig, settings, toolchains, links):
-    """The llvm, ptx and cubin tokens chained on `typing`, and each one's components."""
+def _chain_of(result: CompileResult) -> Tuple[str, ...]:
+    """The per-target stages `result` went through, in its chain's order."""
+    return tuple(stage for stage in result.stages if STAGE_SPEC[stage].per_target)
+
+
+def _downstream_tokens(chain: Tuple[str, ...], typing: Token, config: CompileConfig, settings, toolchains, links):
+    """The tokens of the stages after typing in `chain` (numba-cuda: llvm,
+    ptx, cubin), each chained on the one before, and each one's components.
+    `settings`: (the name its token gives them, the compiler's settings),
+    which the stage built from typing reads."""
     tokens, all_parts = {}, {}
     upstream = typing
-    for stage in STAGES[1:]:
+    for stage in chain[1:]:
         parts = {name: component(value) for name, value in config.stage_fields(stage).items()}
-        # (llvm: with typing's own components, which only llvm entries take to disk)
+        lowering = upstream is typing  # (with typing's own components, which only its entries take to disk)
         parts[upstream.stage] = Component(upstream.hex, upstream.short,
-                                          tuple(sorted(upstream.components.items())) if stage == "llvm" else ())
+                                          tuple(sorted(upstream.components.items())) if lowering else ())
         parts["toolchain"] = toolchains[stage]
-        if stage == "llvm":
-            parts["numba settings"] = component(dict(settings))
-        if stage == "cubin" and links:
+        if lowering:
+            parts[settings[0]] = component(dict(settings[1]))
+        if STAGE_SPEC[stage].links and links:
             # what external functions link keys the cubin alone (see linking)
             parts["linked code"] = component([digest for digest, _ in links], ", ".join(name for _, name in links))
         all_parts[stage] = parts

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .artifacts import CubinArtifact, LLVMArtifact, PTXArtifact
 from ..keys.config import CompileConfig, Targets
-from ..keys.stagespec import STAGES
+from ..keys.stagespec import STAGE_SPEC
 from ..toolchain.sass import SassUnavailable, disassemble  # noqa: F401  (their home is `sass`; importable here too)
 from ..keys.tokens import Component, short_token
 from ..units import format_seconds
@@ -353,7 +353,7 @@ class CompileResult:
     def explain(self) -> str:
         """One line per stage: hit or miss, tier, time, and why it missed."""
         lines = [f"{self.kernel} {self.signature_text} [{self.applied_summary()}]"]
-        lines += [_stage_line(self.stages[stage], "  ") for stage in STAGES]
+        lines += [_stage_line(done, "  ") for done in self.stages.values() if STAGE_SPEC[done.stage].per_target]
         return "\n".join(lines)
 
     @property
@@ -361,12 +361,15 @@ class CompileResult:
         return short_signature(self.signature)
 
 
+_STAGE_WIDTH = max(map(len, STAGE_SPEC))  # (the stage names in one column)
+
+
 def _stage_line(done: StageResult, indent: str, joined: str = "  ") -> str:
     """One stage of `explain`: outcome, time, token, then why it missed (after `joined`)."""
     where = ", ".join([str(done.tier)] + (["same bytes"] if done.cutoff else [])
                       + ([f"built by another process, waited {format_seconds(done.waited)}"] if done.waited else []))
     state = {Outcome.HIT: f"hit ({where})", Outcome.MISS: "miss", Outcome.NOT_NEEDED: "not needed"}[done.outcome]
-    line = f"{indent}{done.stage:<6} {state:<16} {done.seconds * 1e3:8.2f} ms  {done.short_token}"
+    line = f"{indent}{done.stage:<{_STAGE_WIDTH}} {state:<16} {done.seconds * 1e3:8.2f} ms  {done.short_token}"
     return line + (joined + "; ".join(done.reasons) if done.reasons else "")
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from ..keys.config import CompileConfig
-from ..keys.stagespec import KEYED_ON_BYTES, STAGE_SPEC, STAGES
+from ..keys.stagespec import DEFAULT_CHAIN, STAGES
 from ..pipeline.results import EntryInfo, Outcome, parse_resources
 from ..keys.reasons import ADDED, CHANGED, REMOVED, Reason
 from ..keys.tokens import Component, explain_difference, make_token, short_name
@@ -198,8 +198,9 @@ def built_from(cache: CacheReader, stage: str, token: str,
         return []
     keys = {token} if stage == "typing" else {entry.digest}
     tokens = {token}
-    for downstream in STAGES[STAGES.index(stage) + 1:]:
-        upstream = STAGES[STAGES.index(downstream) - 1]
+    stages = DEFAULT_CHAIN.stages
+    for downstream in stages[stages.index(stage) + 1:]:
+        upstream = DEFAULT_CHAIN.upstream(downstream)
         found, digests = set(), set()
         for row in cache.entries(stage=downstream, kernel=kernel):
             entry = cache.entry(downstream, row.token)
@@ -247,34 +248,37 @@ class Explanation(Mapping):
     @property
     def misses(self) -> Dict[str, Tuple[str, ...]]:
         """The stages that would compile, with why."""
-        return {stage: self.reasons[stage] for stage in STAGES if self.outcomes[stage] is Outcome.MISS}
+        return {stage: why for stage, why in self.reasons.items() if self.outcomes[stage] is Outcome.MISS}
 
 
 def predict(index: "CacheIndex", plan, kernel: str) -> Explanation:
-    """What compiling `plan` (a `cache.Plan`) would do, read from `index`
-    without changing the cache.  As `KernelCache.compile` runs: llvm is looked up by its token,
-    and typing is needed only where llvm is missing; ptx and cubin are looked
-    up by the digest of the artifact before them.  Where that artifact would
-    be rebuilt, the stage after it is a miss unless the rebuild gives the same
-    bytes as before (early cutoff), which only the rebuild can tell."""
+    """What compiling `plan` (a `pipeline.CompilePlan`) would do, read from
+    `index` without changing the cache: the driver's walk of the plan's
+    chain, dry (`CompilePlan.front` and `back`).  The chain's entry stage
+    (llvm) is looked up by its token, and the stages before it (typing) are
+    needed only where it is missing; the stages after it (ptx, cubin) are
+    looked up by the digest of the artifact before them.  Where that artifact
+    would be rebuilt, the stage after it is a miss unless the rebuild gives
+    the same bytes as before (early cutoff), which only the rebuild can tell."""
     outcomes: Dict[str, Outcome] = {}
     reasons: Dict[str, Tuple[str, ...]] = {}
     reused_if: Dict[str, str] = {}
-    config = plan.config
-    entry, token = index.peek("llvm", plan.tokens["llvm"], config.cc)
+    config, chain = plan.config, plan.chain
+    entry, token = index.peek(chain.entry, plan.tokens[chain.entry], config.cc)
     digest = entry.digest if entry is not None else None
-    outcomes["llvm"] = Outcome.HIT if entry is not None else Outcome.MISS
-    reasons["llvm"] = () if entry is not None else explain_miss(index, "llvm", kernel, token.components)
-    typed, token = index.peek("typing", plan.tokens["typing"], config.cc)
-    if typed is not None:
-        outcomes["typing"], reasons["typing"] = Outcome.HIT, ()
-    elif entry is not None:
-        outcomes["typing"], reasons["typing"] = Outcome.NOT_NEEDED, ()
-    else:
-        outcomes["typing"] = Outcome.MISS
-        reasons["typing"] = explain_miss(index, "typing", kernel, token.components)
-    for stage in KEYED_ON_BYTES:  # (the stages looked up by the bytes before them, in order)
-        upstream = STAGE_SPEC[stage].upstream
+    outcomes[chain.entry] = Outcome.HIT if entry is not None else Outcome.MISS
+    reasons[chain.entry] = () if entry is not None else explain_miss(index, chain.entry, kernel, token.components)
+    for stage in chain.front[:-1]:
+        found, token = index.peek(stage, plan.tokens[stage], config.cc)
+        if found is not None:
+            outcomes[stage], reasons[stage] = Outcome.HIT, ()
+        elif entry is not None:
+            outcomes[stage], reasons[stage] = Outcome.NOT_NEEDED, ()
+        else:
+            outcomes[stage] = Outcome.MISS
+            reasons[stage] = explain_miss(index, stage, kernel, token.components)
+    for stage in chain.back:  # (the stages looked up by the bytes before them, in order)
+        upstream = chain.upstream(stage)
         if digest is None:  # its own inputs, against the nearest entry's; the upstream bytes are unknown
             outcomes[stage] = Outcome.MISS
             parts = {name: part for name, part in plan.parts[stage].items() if name != upstream}
@@ -288,7 +292,7 @@ def predict(index: "CacheIndex", plan, kernel: str) -> Explanation:
         digest = entry.digest if entry is not None else None
         outcomes[stage] = Outcome.HIT if entry is not None else Outcome.MISS
         reasons[stage] = () if entry is not None else explain_miss(index, stage, kernel, token.components)
-    return Explanation({s: reasons[s] for s in STAGES}, {s: outcomes[s] for s in STAGES}, reused_if)
+    return Explanation({s: reasons[s] for s in chain.stages}, {s: outcomes[s] for s in chain.stages}, reused_if)
 
 
 def reused_note(upstream: str) -> Reason:
@@ -344,7 +348,7 @@ class Sources:
             if stage == "typing":
                 return self._remember(path, source_digest(entry.components), self.found)
             # (a fatbin names its first cubin: they all come from the same code)
-            upstream = STAGE_SPEC[stage].upstream
+            upstream = DEFAULT_CHAIN.upstream(stage)
             if stage == "llvm":  # llvm entries name typing's token; ptx and cubin the entry they came from
                 part = entry.components.get(upstream)
                 if part is not None and part.parts:  # (and carry its components: typed IR is not stored)

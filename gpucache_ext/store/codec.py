@@ -24,8 +24,10 @@ import json
 import struct
 from typing import Dict, List, Optional, Tuple
 
-from ..pipeline import artifacts
+from .. import memos
+from ..importing import import_named
 from ..keys import targets
+from ..keys.stagespec import STAGE_SPEC
 from .signing import PREVIOUS, Keyring, Rejected
 from .tiers import HEADER_FIELDS, Entry
 from ..keys.tokens import component_from_json, component_json, make_token
@@ -41,18 +43,30 @@ class BadEntry(ValueError):
     """Stored bytes that are not a valid entry for the requested key."""
 
 
+@memos.cached("codec.artifact_class", maxsize=None)
+def artifact_class(stage: str) -> Optional[type]:
+    """The class of `stage`'s artifacts, as its spec names it (None: a stage
+    kept in memory alone, or none declared)."""
+    spec = STAGE_SPEC.get(stage)
+    if spec is None or not spec.persisted:
+        return None
+    return import_named(spec.artifact, f"the artifact class of stage {stage!r},", "is not 'module:Class'")
+
+
 def entry_parts(stage: str, artifact) -> Tuple[Dict, List[bytes]]:
-    """(metadata, payload parts) of an artifact, as it declares them
-    (`artifacts`: its `state`); linked inputs come last."""
-    if stage not in artifacts.PERSISTED:
+    """(metadata, payload parts) of an artifact, as its class declares them
+    (`state`, see `gpucache_ext.pipeline.artifacts`); linked inputs come last."""
+    kind = artifact_class(stage)
+    if kind is None:
         raise ValueError(f"stage {stage!r} is not stored outside memory")
-    return artifacts.PERSISTED[stage].state(artifact)
+    return kind.state(artifact)
 
 
 def _artifact(stage: str, meta: Dict, parts: List[bytes]):
-    if stage not in artifacts.PERSISTED:
+    kind = artifact_class(stage)
+    if kind is None:
         raise BadEntry(f"unknown stage {stage!r}")
-    return artifacts.PERSISTED[stage].rebuild(meta, parts)
+    return kind.rebuild(meta, parts)
 
 
 def content_digest(stage: str, artifact) -> str:

@@ -14,7 +14,6 @@ with no secret) is left out with a `SecurityWarning` and shown as refused.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
@@ -26,6 +25,7 @@ from .shared import RedisTier
 from .signing import Keyring
 from ..pipeline.results import TierInfo
 from .tiers import Tier, TierRefused
+from ..importing import import_named
 
 # the persistent tiers a cache has unless told otherwise, in the order they are asked
 DEFAULT_TIERS = ("disk", "shared")
@@ -66,15 +66,8 @@ def tier_kind(name: str) -> Type[Tier]:
     """The tier class `name` names: a registered name, or "module:Class"."""
     if name in _KINDS:
         return _KINDS[name]
-    module_name, colon, class_name = name.partition(":")
-    if not colon or not module_name or not class_name:
-        raise ValueError(f"tier {name!r} is unknown; use one of {', '.join(sorted(_KINDS))}, or name a class "
-                         "as 'module:Class'")
-    try:
-        kind = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"tier {name!r}: {type(exc).__name__}: {exc}; name a class importable here as "
-                         "'module:Class'") from None
+    kind = import_named(name, "tier", f"is unknown; use one of {', '.join(sorted(_KINDS))}, or name a class "
+                                      "as 'module:Class'")
     if not _a_tier_kind(kind):
         raise ValueError(f"tier {name!r} is no Tier class with a from_settings(settings) classmethod "
                          "(see gpucache_ext.store.registry)")

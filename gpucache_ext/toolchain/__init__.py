@@ -364,9 +364,6 @@ _PARTS: Dict[str, _Part] = {
                       lambda: _loaded_dynamic("nvfatbin")),
 }
 
-# Which of them each stage's fingerprint holds.
-_STAGE_PARTS = {"typing": (), "llvm": (), "ptx": ("libnvvm", "libdevice"),
-                "cubin": ("nvjitlink", "cudadevrt", "nvrtc"), "fatbin": ("nvfatbin",)}
 
 
 # ---------------------------------------------------------------------------
@@ -538,6 +535,12 @@ def _part(name: str, directory=None) -> str:
         return value
 
 
+def _stage_parts(stage: str) -> Tuple[str, ...]:
+    """The libraries of `stage`'s fingerprint (the tools its spec names that are parts)."""
+    spec = STAGE_SPEC.get(stage)
+    return tuple(tool for tool in spec.tools if tool in _PARTS) if spec is not None else ()
+
+
 def confirm(stage: str) -> None:
     """Before `stage` runs in this process: check the parts of its fingerprint
     that came from the memo against the tools it is about to use (loading
@@ -545,7 +548,7 @@ def confirm(stage: str) -> None:
     differs, after taking the new value; nothing was compiled yet."""
     changed = []
     with _lock:
-        for name in _STAGE_PARTS[stage]:
+        for name in _stage_parts(stage):
             if name not in _unconfirmed:
                 continue
             directory, old_key = _unconfirmed.pop(name)

@@ -12,7 +12,8 @@ from .extensions import derived_during, extensions_component
 from ...importing import lazy_module
 from .numba_compat import check_numba_runtime
 from ...sources.snapshot import rebind
-from ...keys.stagespec import STAGES
+from ...keys.stagespec import DEFAULT_CHAIN
+from ...pipeline import debuginfo
 from ...keys.tokens import parts_digest
 from ...toolchain import numba_settings
 from ..base import Backend
@@ -24,7 +25,8 @@ compiler = lazy_module("gpucache_ext.backends.numba_cuda.stages")
 
 class NumbaCuda(Backend):
     name = "numba-cuda"
-    stages = STAGES
+    chain = DEFAULT_CHAIN  # typing, llvm, ptx, cubin
+    settings_name = "numba settings"
 
     def check_can_compile(self) -> None:
         check_numba_runtime()
@@ -41,6 +43,9 @@ class NumbaCuda(Backend):
         # numba's extension tables, where user code registered
         plan.extensions = extensions_component(plan.environment)
         return {**({"numba extensions": plan.extensions} if plan.extensions is not None else {}), **environment}
+
+    def debug_source_files(self, artifact):
+        return debuginfo.debug_source_files(artifact)
 
     def build(self, stage: str, plan, upstream):
         return getattr(self, "_" + stage)(plan, upstream)
