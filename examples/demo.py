@@ -54,8 +54,8 @@ def main():
     stats = cache.stats()
     for stage in STAGES:  # (the fatbin layer: multi-target builds, which this demo does not make)
         numbers = stats[stage]
-        print(f"  {stage:<6} hits {numbers['hits']:>2}  misses {numbers['misses']:>2}  "
-              f"entries {numbers['entries']:>2}  {numbers['bytes'] / 1024:7.1f} KiB")
+        print(f"  {stage:<6} hits {numbers.hits:>2}  misses {numbers.misses:>2}  "
+              f"entries {numbers.entries:>2}  {numbers.bytes / 1024:7.1f} KiB")
     print(f"\nentry {result.entry_name[:60]}...")
     print("nvJitLink:", result.link_log.splitlines()[-1].strip())
 

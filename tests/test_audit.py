@@ -50,8 +50,8 @@ def test_audit_of_a_sound_hit_passes():
     again = cache.compile(kernels.axpy, kernels.AXPY_SIG, SM80)
     assert again.hit and again.audit.state == "passed" and not again.audit.mismatches
     stats = cache.stats()
-    assert [stats[s]["audits"] for s in ("llvm", "ptx", "cubin")] == [1, 1, 1]
-    assert all(stats[s]["audit_mismatches"] == 0 for s in stats)
+    assert [stats[s].audits for s in ("llvm", "ptx", "cubin")] == [1, 1, 1]
+    assert all(stats[s].audit_mismatches == 0 for s in stats)
 
 
 def test_audit_catches_a_planted_entry_evicts_it_and_uses_the_fresh_artifact(planted):
@@ -67,7 +67,7 @@ def test_audit_catches_a_planted_entry_evicts_it_and_uses_the_fresh_artifact(pla
                      "binary"):
         assert expected in message
     assert result.cubin == axpy.cubin != copy.cubin  # the fresh artifact is used
-    assert cache.stats()["cubin"]["audit_mismatches"] == 1
+    assert cache.stats()["cubin"].audit_mismatches == 1
     assert cache.audit_mismatches()[-1].kernel.endswith("axpy")
     # the disk entry was replaced: a new cache (no audit) gets the right cubin
     assert KernelCache(directory=directory).compile(kernels.axpy, kernels.AXPY_SIG, SM80).cubin == axpy.cubin
@@ -254,7 +254,7 @@ def test_by_default_the_first_disk_hit_of_each_kernel_is_audited_in_the_backgrou
     assert again.hit and again.audit is None
     other = cache.compile(kernels.axpy, kernels.AXPY_SIG, SM80.replace(max_registers=40))  # a miss and hits
     assert other.audit is None
-    assert cache.stats()["cubin"]["audits"] == 1
+    assert cache.stats()["cubin"].audits == 1
     assert KernelCache(directory=tmp_path, audit="off").compile(kernels.axpy, kernels.AXPY_SIG, SM80).audit is None
 
 

@@ -465,7 +465,7 @@ def test_the_inspectors_snapshot_in_chromium(ip, tmp_path):
                     {"typing": "1", "llvm": "1", "ptx": "2", "cubin": "2"}
                 for stage in STAGE_NAMES:
                     for field in ("hits", "misses", "entries"):
-                        assert shown[(stage, None, field)]["value"] == str(stats[stage][field]), (stage, field)
+                        assert shown[(stage, None, field)]["value"] == str(getattr(stats[stage], field)), (stage, field)
                 chart = "svg.gpucache-chart"
                 assert page.locator(f"{chart} rect.gpucache-bar-miss").count() >= 4
                 assert page.locator(f"{chart} rect.gpucache-bar-hit").count() >= 4

@@ -29,8 +29,8 @@ def test_exact_repeat_compiles_nothing():
     assert again.hit and missed(again) == []
     assert all(layer.tier == "memory" for layer in again.stages.values())
     after = cache.stats()
-    assert all(after[s]["misses"] == before[s]["misses"] for s in after)
-    assert all(after[s]["hits"] == before[s]["hits"] + 1 for s in STAGES)
+    assert all(after[s].misses == before[s].misses for s in after)
+    assert all(after[s].hits == before[s].hits + 1 for s in STAGES)
     assert again.cubin == first.cubin and again.ptx == first.ptx and again.llvm_ir == first.llvm_ir
     assert first.entry_name in first.ptx
     assert first.cubin[:4] == b"\x7fELF"
@@ -237,7 +237,7 @@ def test_typing_error_names_the_kernel_and_leaves_no_entry():
         cache.compile(ns["broken"], kernels.COPY_SIG, CompileConfig(sm=80))
     assert info.value.stage == "typing" and info.value.kernel == "__main__.broken"
     assert "undefined_name" in str(info.value)
-    assert all(v["entries"] == 0 for v in cache.stats().values())
+    assert all(v.entries == 0 for v in cache.stats().values())
 
 
 def test_bad_inputs_are_clear_errors():
@@ -269,15 +269,15 @@ def test_memory_tiers_are_bounded_lru():
     for sm in (75, 80, 86):
         cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=sm))
     stats = cache.stats()
-    assert stats["cubin"]["entries"] == 2 and stats["cubin"]["evictions"] == 1
+    assert stats["cubin"].entries == 2 and stats["cubin"].evictions == 1
     again = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=75))
     assert not again.stages["cubin"].hit
     assert again.stages["cubin"].reasons == ("entry was evicted or cleared",)
-    bytes_before = cache.stats()["ptx"]["bytes"]
+    bytes_before = cache.stats()["ptx"].bytes
     assert bytes_before > 0
     cache.clear("ptx")
-    assert cache.stats()["ptx"] == {**cache.stats()["ptx"], "entries": 0, "bytes": 0}
-    assert cache.stats()["cubin"]["entries"] == 2
+    assert cache.stats()["ptx"] == dataclasses.replace(cache.stats()["ptx"], entries=0, bytes=0)
+    assert cache.stats()["cubin"].entries == 2
 
 
 def test_concurrent_compiles_from_threads_match_serial_results():
@@ -353,20 +353,20 @@ def test_entries_evict_and_recompile():
     first = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
     cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86, opt=1))
     rows = cache.entries()
-    assert len(rows) == 8 and {r["stage"] for r in rows} == {"typing", "llvm", "ptx", "cubin"}
+    assert len(rows) == 8 and {r.stage for r in rows} == {"typing", "llvm", "ptx", "cubin"}
     cubins = cache.entries(stage="cubin", kernel="axpy")
     assert len(cubins) == 1
     row = cubins[0]
-    assert row["token"] == first.stages["cubin"].token and row["tiers"] == ("memory",)
-    assert row["config"] == "sm_80" and "float32" in row["signature"]
-    assert row["reasons"] == ("first compile of axpy",) and row["bytes"] > 0 and row["seconds"] > 0
-    assert cache.entries(kernel="tests.kernels.copy")[0]["config"] == "sm_86 opt=1"
-    assert cache.entry("cubin", row["token"]).artifact.cubin == first.cubin
+    assert row.token == first.stages["cubin"].token and row.tiers == ("memory",)
+    assert row.config == "sm_80" and "float32" in row.signature
+    assert row.reasons == ("first compile of axpy",) and row.bytes > 0 and row.seconds > 0
+    assert cache.entries(kernel="tests.kernels.copy")[0].config == "sm_86 opt=1"
+    assert cache.entry("cubin", row.token).artifact.cubin == first.cubin
 
-    assert cache.stats()["cubin"]["evictions"] == 0
-    assert cache.evict("cubin", row["token"]) and not cache.evict("cubin", row["token"])
+    assert cache.stats()["cubin"].evictions == 0
+    assert cache.evict("cubin", row.token) and not cache.evict("cubin", row.token)
     assert cache.entries(stage="cubin", kernel="axpy") == []
-    assert cache.stats()["cubin"]["evictions"] == 1  # the asked-for eviction counts, once
+    assert cache.stats()["cubin"].evictions == 1  # the asked-for eviction counts, once
     again = cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
     assert [s for s, layer in again.stages.items() if not layer.hit] == ["cubin"]
 
@@ -422,16 +422,17 @@ def test_recompile_says_when_the_inputs_were_let_go(monkeypatch):
 
 
 def test_stats_have_per_tier_counters_and_saved_time():
+    from gpucache_ext import TierStats
+
     cache = KernelCache()
     first = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
     cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
     stats = cache.stats()["cubin"]
     built = first.stages["cubin"].seconds
-    assert stats["tiers"] == {"memory": {"hits": 1, "saved_seconds": round(built, 6), "entries": 1,
-                                         "bytes": stats["bytes"]}}
-    assert stats["saved_seconds"] == round(built, 6) and stats["compile_seconds"] == round(built, 6)
+    assert stats.tiers == {"memory": TierStats(hits=1, saved_seconds=round(built, 6), entries=1, bytes=stats.bytes)}
+    assert stats.saved_seconds == round(built, 6) and stats.compile_seconds == round(built, 6)
     row = cache.entries(stage="cubin")[0]
-    assert row["config_fields"] == CompileConfig(sm=80).fields()
+    assert row.config_fields == CompileConfig(sm=80).fields()
 
 
 def test_a_typing_stage_that_was_not_needed_is_counted_as_such(tmp_path):
@@ -443,8 +444,8 @@ def test_a_typing_stage_that_was_not_needed_is_counted_as_such(tmp_path):
     assert result.stages["cubin"].outcome is Outcome.HIT and result.stages["cubin"].tier == "disk"
     typing = cache.stats()["typing"]
     assert (typing.hits, typing.misses, typing.not_needed) == (0, 0, 1)
-    assert (typing["hits"], typing["misses"], typing["not_needed"]) == (0, 0, 1)
-    assert cache.stats()["cubin"]["not_needed"] == 0
+    assert (typing.hits, typing.misses, typing.not_needed) == (0, 0, 1)
+    assert cache.stats()["cubin"].not_needed == 0
 
 
 def test_an_all_hit_compile_saves_the_same_before_and_after_a_restart(tmp_path):
@@ -461,10 +462,10 @@ def test_an_all_hit_compile_saves_the_same_before_and_after_a_restart(tmp_path):
     assert restarted.stages["typing"].outcome is Outcome.NOT_NEEDED
     assert {stage: restarted.stages[stage].saved_seconds for stage in STAGES} == pytest.approx(took, rel=1e-9)
     assert restarted.saved_seconds == pytest.approx(again.saved_seconds, rel=1e-9) and took["typing"] > 0
-    assert cache.stats()["typing"]["saved_seconds"] == pytest.approx(took["typing"], abs=2e-6)
+    assert cache.stats()["typing"].saved_seconds == pytest.approx(took["typing"], abs=2e-6)
 
 
-def test_stats_and_entries_are_typed_and_still_read_as_dicts(tmp_path):
+def test_stats_and_entries_are_typed_and_read_by_attribute(tmp_path):
     from gpucache_ext import CacheStats, EntryInfo, StageStats, TierStats
 
     cache = KernelCache(directory=tmp_path)
@@ -474,22 +475,21 @@ def test_stats_and_entries_are_typed_and_still_read_as_dicts(tmp_path):
     stats = cache.stats()
     assert isinstance(stats, CacheStats) and isinstance(stats["ptx"], StageStats)
     ptx = stats["ptx"]
-    assert (ptx.hits, ptx.misses, ptx.lookups) == (1, 1, 2)
-    # the spelling of earlier versions: dicts all the way down
-    assert ptx["hits"] == 1 and ptx.get("misses") == 1 and "not_needed" in ptx
-    memory, disk = ptx["tiers"]["memory"], ptx["tiers"]["disk"]
-    assert isinstance(disk, TierStats) and memory["hits"] == 1 and disk["entries"] == 1
-    assert "corrupt" in disk and "corrupt" not in memory  # a memory tier has no such count
-    with pytest.raises(KeyError):
-        ptx["hit"]
+    assert (ptx.hits, ptx.misses, ptx.lookups, ptx.not_needed) == (1, 1, 2, 0)
+    memory, disk = ptx.tiers["memory"], ptx.tiers["disk"]
+    assert isinstance(disk, TierStats) and memory.hits == 1 and disk.entries == 1
+    assert disk.corrupt == 0 and memory.corrupt is None  # a memory tier has no such count
+    assert not hasattr(ptx, "hit")
     with pytest.raises(dataclasses.FrozenInstanceError):
         ptx.hits = 3
     plain = stats.as_dict()
     assert json.loads(json.dumps(plain))["ptx"]["tiers"]["disk"]["bytes"] == disk.bytes > 0
+    # (None fields are left out of the plain form: a memory tier has no corrupt count)
+    assert "corrupt" in plain["ptx"]["tiers"]["disk"] and "corrupt" not in plain["ptx"]["tiers"]["memory"]
     rows = cache.entries(stage="cubin")
     assert len(rows) == 1 and isinstance(rows[0], EntryInfo)
-    assert rows[0].tiers == ("memory", "disk") and rows[0]["tiers"] == rows[0].tiers
-    assert rows[0]["token"] == again.stages["cubin"].token
+    assert rows[0].tiers == ("memory", "disk") and rows[0].as_dict()["tiers"] == list(rows[0].tiers)
+    assert rows[0].token == again.stages["cubin"].token
     assert rows[0].bytes == again.artifacts()["cubin"].nbytes > len(again.cubin)
 
 
@@ -540,6 +540,27 @@ def test_a_result_names_its_stages_one_way():
     result = KernelCache().compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
     assert set(result.stages) == {"typing", "llvm", "ptx", "cubin"}
     assert not hasattr(result, "layers") and not hasattr(gpucache_ext, "LayerResult")
+
+
+def test_stats_and_entries_no_longer_read_as_dicts():
+    """Records are read by attribute; the dict spelling is refused (use `as_dict` for a plain dict)."""
+    from gpucache_ext.pipeline.results import TierInfo
+
+    cache = KernelCache()
+    cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    stats, row = cache.stats(), cache.entries(stage="cubin")[0]
+    info = TierInfo("disk", "/tmp/cache", signed=True, used=True)
+    for record, field in ((stats["ptx"], "hits"), (stats["ptx"].tiers["memory"], "entries"), (row, "token"),
+                          (info, "location")):
+        with pytest.raises(TypeError):
+            record[field]
+        with pytest.raises(AttributeError):
+            record.get(field)
+        with pytest.raises(TypeError):
+            dict(record)
+        with pytest.raises(TypeError):
+            assert field in record
+        assert getattr(record, field) == record.as_dict()[field]
 
 
 def test_misses_list_the_persistent_tiers_once_per_stage(tmp_path):

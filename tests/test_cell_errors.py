@@ -100,7 +100,7 @@ def names(ip):
 
 
 def entries():
-    return {stage: values["entries"] for stage, values in gpucache_ext.default_cache().stats().items()}
+    return {stage: values.entries for stage, values in gpucache_ext.default_cache().stats().items()}
 
 
 def assert_cache_lost_nothing(before, after, stage):
@@ -230,7 +230,7 @@ ip = start_ipython()
 ip.run_line_magic("load_ext", "gpucache_ext")
 import gpucache_ext
 cache = gpucache_ext.default_cache()
-entries = lambda: {stage: s["entries"] for stage, s in cache.stats().items()}
+entries = lambda: {stage: s.entries for stage, s in cache.stats().items()}
 before = entries()
 ip.user_ns["STOP"] = True
 number = ip.execution_count
@@ -386,7 +386,7 @@ def executed_notebook():
     state_cell = ("import json\n"
                   "print(json.dumps([sorted([n, id(v)] for n, v in globals().items()\n"
                   "                         if not n.startswith('_') and n not in ('In', 'Out')),\n"
-                  "                  {s: v['entries'] for s, v in gpucache_ext.default_cache().stats().items()}]))")
+                  "                  {s: v.entries for s, v in gpucache_ext.default_cache().stats().items()}]))")
     cells = ["%load_ext gpucache_ext\nimport gpucache_ext\nprint(gpucache_ext.__file__)", GOOD, state_cell]
     cells += [case[0] for case in CASES.values()]
     cells += [state_cell, GOOD, "print(sorted(s for s, layer in good.last.stages.items() if not layer.hit))"]

@@ -136,7 +136,7 @@ def test_the_cache_the_inspector_and_the_cli_still_show_the_persistent_tiers(tmp
         stats = ip.run_line_magic("gpucache", "stats")
         explained = ip.run_cell("%gpucache explain axpy").error_in_exec
         print(json.dumps({"inspector": type(inspector).__name__, "stats": type(stats).__name__,
-                          "entries": sorted(e["stage"] for e in gpucache_ext.default_cache().entries()),
+                          "entries": sorted(e.stage for e in gpucache_ext.default_cache().entries()),
                           "text": inspector._repr_mimebundle_()["text/plain"], "explained": str(explained)}))
         """
     seen = run_python(code, env={**SIMULATOR, "GPUCACHE_DIR": str(tmp_path)}, json_line=True)

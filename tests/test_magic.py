@@ -197,7 +197,7 @@ def double(r, x):
     ip.run_cell("double[1, 4](b, a)")
     ip.run_cell("c = np.arange(4, dtype=np.float64); d = np.zeros(4); double[1, 4](d, c)")
     assert len(kernel.results) == 2
-    assert gpucache_ext.default_cache().stats()["typing"]["misses"] == 2
+    assert gpucache_ext.default_cache().stats()["typing"].misses == 2
     assert ".entry" in kernel.ptx and kernel.cubin[:4] == b"\x7fELF"
 
 
@@ -338,7 +338,7 @@ def broken(r):
     assert "line 4" in str(compile_error) and "def broken(r):" in str(compile_error)
     assert "broken" not in ip.user_ns and ip.user_ns["axpy"] is kernel
     after = gpucache_ext.default_cache().stats()
-    assert all(after[s]["entries"] == stats[s]["entries"] for s in after)
+    assert all(after[s].entries == stats[s].entries for s in after)
 
 
 def test_force_recompiles_every_stage(ip):
@@ -377,11 +377,11 @@ def test_gpucache_line_magic(ip, capsys):
     out = capsys.readouterr().out
     assert "every stage hits" in out and "typing misses" not in out
     ip.run_line_magic("gpucache", "clear ptx")
-    assert gpucache_ext.default_cache().stats()["ptx"]["entries"] == 0
+    assert gpucache_ext.default_cache().stats()["ptx"].entries == 0
     ip.run_line_magic("gpucache", "explain axpy")
     assert "ptx misses: entry was evicted or cleared" in capsys.readouterr().out
     ip.run_line_magic("gpucache", "clear")
-    assert all(v["entries"] == 0 for v in gpucache_ext.default_cache().stats().values())
+    assert all(v.entries == 0 for v in gpucache_ext.default_cache().stats().values())
     for bad in ("clear sass", "explain", "explain nothing_here", "frobnicate"):
         with pytest.raises(UsageError):
             ip.run_line_magic("gpucache", bad)
@@ -733,7 +733,7 @@ def test_a_sweep_compiles_each_combination_once_and_use_binds_another_without_co
     cache = gpucache_ext.default_cache()
     cell(ip, "--sm 86 --max-registers 32,none --fastmath off,on --block 128,256 --quiet", SWEEP_KERNEL)
     kernel = ip.user_ns["act"]
-    assert {stage: counts["misses"] for stage, counts in cache.stats().items() if stage != "fatbin"} == \
+    assert {stage: counts.misses for stage, counts in cache.stats().items() if stage != "fatbin"} == \
         {"typing": 1, "llvm": 2, "ptx": 2, "cubin": 4}
     assert [(v.config.summary(), v.bound) for v in kernel.variants] == [
         ("sm_86 max_registers=32", True), ("sm_86", False), ("sm_86 fastmath=True max_registers=32", False),
@@ -743,7 +743,7 @@ def test_a_sweep_compiles_each_combination_once_and_use_binds_another_without_co
     before = cache.stats()
     assert kernel.use(max_registers=None, fastmath=True) is kernel
     assert kernel.config.summary() == "sm_86 fastmath=True" and kernel.last.config == kernel.config
-    assert {s: c["misses"] for s, c in cache.stats().items()} == {s: c["misses"] for s, c in before.items()}
+    assert {s: c.misses for s, c in cache.stats().items()} == {s: c.misses for s, c in before.items()}
     assert [v.config.summary() for v in kernel.variants if v.bound] == ["sm_86 fastmath=True"]
     ip.run_cell("x = np.arange(4, dtype=np.float32); out = np.zeros(4, np.float32); act[1, 4](out, x)")
     np.testing.assert_allclose(ip.user_ns["out"], np.arange(4) * 2.0 + 1.0)
@@ -756,9 +756,9 @@ def test_a_sweep_compiles_each_combination_once_and_use_binds_another_without_co
 def test_adding_a_value_to_a_cached_sweep_compiles_only_what_it_must(ip):
     cache = gpucache_ext.default_cache()
     cell(ip, "--sm 86 --max-registers 32,none --quiet", SWEEP_KERNEL)
-    before = {s: c["misses"] for s, c in cache.stats().items()}
+    before = {s: c.misses for s, c in cache.stats().items()}
     cell(ip, "--sm 86 --max-registers 32,64,none --quiet", SWEEP_KERNEL)
-    after = {s: c["misses"] for s, c in cache.stats().items()}
+    after = {s: c.misses for s, c in cache.stats().items()}
     assert {s: after[s] - before[s] for s in after} == {"typing": 0, "llvm": 0, "ptx": 0, "cubin": 1, "fatbin": 0}
     assert len(ip.user_ns["act"].variants) == 3
 
@@ -770,10 +770,10 @@ def test_a_lazy_kernel_in_a_sweep_compiles_the_variant_it_launches(ip):
     kernel = ip.user_ns["act"]
     assert [(v.config.max_registers, v.bound, v.results) for v in kernel.variants] == [(32, True, {}), (64, False, {})]
     ip.run_cell("x = np.arange(4, dtype=np.float32); out = np.zeros(4, np.float32); act[1, 4](out, x)")
-    assert cache.stats()["cubin"]["misses"] == 1
+    assert cache.stats()["cubin"].misses == 1
     kernel.use(max_registers=64)
     ip.run_cell("act[1, 4](out, x)")
-    assert cache.stats()["cubin"]["misses"] == 2 and kernel.last.config.max_registers == 64
+    assert cache.stats()["cubin"].misses == 2 and kernel.last.config.max_registers == 64
     np.testing.assert_allclose(ip.user_ns["out"], np.arange(4) * 2.0 + 1.0)
     assert [len(v.results) for v in kernel.variants] == [1, 1]
 

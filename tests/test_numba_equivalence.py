@@ -210,7 +210,7 @@ def test_numbas_cuda_runtime_is_refused_while_on(monkeypatch):
     assert "NRT_incref" in numba_ptx(ns["kernel"], "void(float32[:])")
     with pytest.raises(UnsupportedKernelError, match="NUMBA_CUDA_ENABLE_NRT"):
         cache.compile(ns["kernel"], "void(float32[:])", SM86)
-    assert all(values["entries"] == 0 for values in cache.stats().values())
+    assert all(values.entries == 0 for values in cache.stats().values())
     monkeypatch.setattr(nbconfig, "CUDA_ENABLE_NRT", False)
     assert cache.compile(ns["kernel"], "void(float32[:])", SM86).cubin
 

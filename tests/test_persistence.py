@@ -83,12 +83,12 @@ def test_hits_fill_memory_and_entries_list_their_tiers(tmp_path):
     cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
     again = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80))
     assert again.stages["cubin"].tier == "memory"
-    stats = cache.stats()["cubin"]["tiers"]
-    assert stats["disk"]["hits"] == 1 and stats["memory"]["hits"] == 1 and stats["disk"]["entries"] == 1
+    stats = cache.stats()["cubin"].tiers
+    assert stats["disk"].hits == 1 and stats["memory"].hits == 1 and stats["disk"].entries == 1
     row = cache.entries(stage="cubin")[0]
-    assert set(row["tiers"]) == {"memory", "disk"} and row["kernel"] == "tests.kernels.copy"
-    assert cache.evict("cubin", row["token"])
-    assert entry_files(tmp_path) and not list(Path(tmp_path).glob(f"v1/cubin/*/{row['token']}.entry"))
+    assert set(row.tiers) == {"memory", "disk"} and row.kernel == "tests.kernels.copy"
+    assert cache.evict("cubin", row.token)
+    assert entry_files(tmp_path) and not list(Path(tmp_path).glob(f"v1/cubin/*/{row.token}.entry"))
 
 
 def _many_kernels(count):
@@ -133,7 +133,7 @@ def test_corrupted_entries_are_misses_recompiled_and_rewritten(tmp_path):
     reader = KernelCache(directory=tmp_path)
     results = [fingerprint(reader.compile(f, kernels.COPY_SIG, config)) for f in funcs]
     assert results == expected
-    corrupt = sum(reader.stats()[s]["tiers"]["disk"]["corrupt"] for s in ("llvm", "ptx", "cubin"))
+    corrupt = sum(reader.stats()[s].tiers["disk"].corrupt for s in ("llvm", "ptx", "cubin"))
     assert corrupt == 300  # every damaged file was detected ...
     assert DiskTier(tmp_path).verify() == []  # ... and rewritten whole
     again = KernelCache(directory=tmp_path)
@@ -328,7 +328,7 @@ def test_rewriting_an_entry_counts_its_bytes_once(tmp_path):
         cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86), force=True)
         on_disk = {stage: sum(p.stat().st_size for p in Path(tmp_path).glob(f"v1/{stage}/*/*.entry"))
                    for stage in ("llvm", "ptx", "cubin")}
-        counted = {stage: cache.stats()[stage]["tiers"]["disk"]["bytes"] for stage in on_disk}
+        counted = {stage: cache.stats()[stage].tiers["disk"].bytes for stage in on_disk}
         assert counted == on_disk
         sizes.append(sum(on_disk.values()))
     # not growing with each rewrite (sizes differ only by header text: timings, "why built")

@@ -21,8 +21,8 @@ def test_entries_are_shared_between_caches(redis_server):
     result = other.compile(kernels.axpy, kernels.AXPY_SIG, config)
     assert [result.stages[s].tier for s in ("llvm", "ptx", "cubin")] == ["shared"] * 3
     assert result.cubin == first.cubin
-    assert other.stats()["cubin"]["tiers"]["shared"]["entries"] == 1
-    assert {row["kernel"] for row in other.entries(stage="cubin")} == {"tests.kernels.axpy"}
+    assert other.stats()["cubin"].tiers["shared"].entries == 1
+    assert {row.kernel for row in other.entries(stage="cubin")} == {"tests.kernels.axpy"}
 
 
 def test_a_shared_hit_fills_the_disk_and_memory_tiers(redis_server, tmp_path):
@@ -30,7 +30,7 @@ def test_a_shared_hit_fills_the_disk_and_memory_tiers(redis_server, tmp_path):
     KernelCache(redis_url=redis_server.url, secret="team").compile(kernels.copy, kernels.COPY_SIG, config)
     cache = KernelCache(directory=tmp_path / "disk", redis_url=redis_server.url, secret="team")
     assert cache.compile(kernels.copy, kernels.COPY_SIG, config).stages["cubin"].tier == "shared"
-    assert cache.stats()["cubin"]["tiers"]["disk"]["entries"] == 1
+    assert cache.stats()["cubin"].tiers["disk"].entries == 1
     alone = KernelCache(directory=tmp_path / "disk", secret="team")  # the disk copy serves without Redis
     assert alone.compile(kernels.copy, kernels.COPY_SIG, config).stages["cubin"].tier == "disk"
 
@@ -66,7 +66,7 @@ def test_signed_entries_reject_a_wrong_or_missing_signature(redis_server):
     stranger = KernelCache(redis_url=redis_server.url, secret="another-secret")
     result = stranger.compile(kernels.copy, kernels.COPY_SIG, config)
     assert not result.stages["cubin"].hit
-    assert stranger.stats()["cubin"]["tiers"]["shared"]["rejected"] >= 1
+    assert stranger.stats()["cubin"].tiers["shared"].rejected >= 1
     assert result.stages["cubin"].reasons[0] == "shared entry refused: other secret"  # the miss says why
 
     # an unsigned entry planted in a signed store is refused too
@@ -77,7 +77,7 @@ def test_signed_entries_reject_a_wrong_or_missing_signature(redis_server):
     planted = checked.compile(kernels.copy, kernels.COPY_SIG, other_config)
     assert not planted.stages["cubin"].hit
     assert planted.stages["cubin"].reasons[0] == "shared entry refused: unsigned"
-    assert checked.stats()["cubin"]["tiers"]["shared"]["rejected"] >= 1
+    assert checked.stats()["cubin"].tiers["shared"].rejected >= 1
 
 
 def test_tampered_entry_is_refused(redis_server):
@@ -98,9 +98,9 @@ def test_clear_and_evict_reach_redis(redis_server):
     cache = KernelCache(redis_url=redis_server.url, secret="s")
     result = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
     assert cache.evict("cubin", result.stages["cubin"].token)
-    assert cache.stats()["cubin"]["tiers"]["shared"]["entries"] == 0
+    assert cache.stats()["cubin"].tiers["shared"].entries == 0
     cache.clear()
-    assert all(cache.stats()[s]["tiers"]["shared"]["entries"] == 0 for s in ("llvm", "ptx"))
+    assert all(cache.stats()[s].tiers["shared"].entries == 0 for s in ("llvm", "ptx"))
 
 
 def test_redis_url_from_environment(redis_server, monkeypatch):

@@ -475,7 +475,7 @@ def test_conversions_follow_numbas_rules():
 
 
 def _entries(cache):
-    return {stage: values["entries"] for stage, values in cache.stats().items()}
+    return {stage: values.entries for stage, values in cache.stats().items()}
 
 
 @pytest.mark.parametrize("body, match", [
@@ -494,7 +494,7 @@ def test_unsupported_features_are_refused_before_any_stage_is_stored(body, match
         cache.compile(ns["kernel"], "void(float32[:])", SM80)
     assert "\x00" not in str(info.value)
     assert set(_entries(cache).values()) == {0}
-    assert all(values["misses"] == 0 for values in cache.stats().values())
+    assert all(values.misses == 0 for values in cache.stats().values())
 
 
 @pytest.mark.parametrize("options, match", [

@@ -28,8 +28,8 @@ def test_without_a_gpu_tune_ranks_by_occupancy_and_says_so(ip):
     assert not result.measured and not result.remembered
     assert result.note.startswith("no GPU: ranked by theoretical occupancy on sm_86") and "not speed" in result.note
     assert kernel.config == result.config  # bound
-    assert {s: c["misses"] for s, c in gpucache_ext.default_cache().stats().items()} == \
-        {s: c["misses"] for s, c in before.items()}  # the variants were in the cache
+    assert {s: c.misses for s, c in gpucache_ext.default_cache().stats().items()} == \
+        {s: c.misses for s, c in before.items()}  # the variants were in the cache
     # the choice is the best occupancy (no spills first, then fewer registers), at the better block
     shares = {}
     for variant in kernel.variants:

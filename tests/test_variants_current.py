@@ -75,7 +75,7 @@ def run(ip, code):
 
 
 def misses(cache):
-    return {stage: counts["misses"] for stage, counts in cache.stats().items()}
+    return {stage: counts.misses for stage, counts in cache.stats().items()}
 
 
 def test_variants_are_current_after_a_global_changes_in_another_cell(ip):

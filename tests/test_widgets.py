@@ -93,17 +93,17 @@ def assert_summary_matches(inspector, cache):
     numbers = summary_numbers(inspector)
     for stage in STAGES:
         for field in ("hits", "misses", "entries", "bytes", "evictions"):
-            assert int(numbers[(stage, None, field)]) == stats[stage][field], (stage, field)
+            assert int(numbers[(stage, None, field)]) == getattr(stats[stage], field), (stage, field)
         assert float(numbers[(stage, None, "compile_seconds")]) == pytest.approx(
-            stats[stage]["compile_seconds"], abs=1e-6)
-        for tier, values in stats[stage]["tiers"].items():
+            stats[stage].compile_seconds, abs=1e-6)
+        for tier, values in stats[stage].tiers.items():
             for field in ("hits", "entries", "bytes"):
-                assert int(numbers[(stage, tier, field)]) == values[field], (stage, tier, field)
-        hits, misses = stats[stage]["hits"], stats[stage]["misses"]
+                assert int(numbers[(stage, tier, field)]) == getattr(values, field), (stage, tier, field)
+        hits, misses = stats[stage].hits, stats[stage].misses
         expected = f"{100 * hits / (hits + misses):.0f}%" if hits + misses else "-"
         assert numbers[(stage, None, "hit_rate")] == expected
-    assert int(numbers[("all", None, "hits")]) == sum(stats[s]["hits"] for s in STAGES)
-    assert int(numbers[("all", None, "misses")]) == sum(stats[s]["misses"] for s in STAGES)
+    assert int(numbers[("all", None, "hits")]) == sum(stats[s].hits for s in STAGES)
+    assert int(numbers[("all", None, "misses")]) == sum(stats[s].misses for s in STAGES)
 
 
 def chart_points(inspector):
@@ -192,8 +192,8 @@ def test_chart_has_hits_and_misses_per_stage_per_cell(ip):
     # the chart's totals equal the counters
     stats = gpucache_ext.default_cache().stats()
     for stage in STAGES:
-        assert sum(p[stage][0] for p in points.values()) == stats[stage]["hits"]
-        assert sum(p[stage][1] for p in points.values()) == stats[stage]["misses"]
+        assert sum(p[stage][0] for p in points.values()) == stats[stage].hits
+        assert sum(p[stage][1] for p in points.values()) == stats[stage].misses
 
 
 def test_entries_table_lists_every_entry_and_filters(ip):
@@ -203,11 +203,11 @@ def test_entries_table_lists_every_entry_and_filters(ip):
     cache = gpucache_ext.default_cache()
     labels, values = listed(inspector)
     rows = cache.entries()
-    assert values == [(r["stage"], r["token"]) for r in rows]
+    assert values == [(r.stage, r.token) for r in rows]
     for label, row in zip(labels, rows):
         words = label.split()
-        assert words[0] == row["kernel"].rsplit(".", 1)[-1]
-        assert row["token"][:8] in words and row["stage"] in words and "memory" in words
+        assert words[0] == row.kernel.rsplit(".", 1)[-1]
+        assert row.token[:8] in words and row.stage in words and "memory" in words
         assert "first compile of" in label and "sm_80" in label
     head = part(inspector, "gpucache-entries-head-box").get_state()["value"]
     for column in ("kernel", "signature", "config", "stage", "token", "tier", "size", "age", "why built"):
@@ -218,13 +218,13 @@ def test_entries_table_lists_every_entry_and_filters(ip):
     assert {"axpy", "scale"} <= set(names)
     kernels.value = names["scale"]
     _, values = listed(inspector)
-    assert values == [(r["stage"], r["token"]) for r in cache.entries(kernel="scale")] and len(values) == 4
+    assert values == [(r.stage, r.token) for r in cache.entries(kernel="scale")] and len(values) == 4
     part(inspector, "gpucache-stage-filter").value = "ptx"
     _, values = listed(inspector)
-    assert values == [(r["stage"], r["token"]) for r in cache.entries(stage="ptx", kernel="scale")]
+    assert values == [(r.stage, r.token) for r in cache.entries(stage="ptx", kernel="scale")]
     kernels.value = ""
     _, values = listed(inspector)
-    assert values == [(r["stage"], r["token"]) for r in cache.entries(stage="ptx")] and len(values) == 2
+    assert values == [(r.stage, r.token) for r in cache.entries(stage="ptx")] and len(values) == 2
 
 
 def test_entry_view_shows_config_components_artifacts_resources_and_the_diff(ip):
@@ -295,7 +295,7 @@ def test_evict_recompile_and_clear_act_on_the_cache_and_update_at_once(ip):
     part(inspector, "gpucache-entries").value = ("ptx", token)
     part(inspector, "gpucache-evict").click()
     assert cache.entry("ptx", token) is None
-    assert cache.stats()["ptx"]["entries"] == 1
+    assert cache.stats()["ptx"].entries == 1
     assert_summary_matches(inspector, cache)
     assert ("ptx", token) not in listed(inspector)[1]
     assert "evicted ptx entry" in part(inspector, "gpucache-status").get_state()["value"]
@@ -306,7 +306,7 @@ def test_evict_recompile_and_clear_act_on_the_cache_and_update_at_once(ip):
     before = cache.stats()
     part(inspector, "gpucache-recompile").click()
     after = cache.stats()
-    assert all(after[s]["misses"] == before[s]["misses"] + 1 for s in STAGES)
+    assert all(after[s].misses == before[s].misses + 1 for s in STAGES)
     assert cache.entry("ptx", token) is not None
     assert inspector.selected == ("cubin", cubin)
     assert_summary_matches(inspector, cache)
@@ -316,13 +316,13 @@ def test_evict_recompile_and_clear_act_on_the_cache_and_update_at_once(ip):
     # clear one stage, then every stage
     part(inspector, "gpucache-clear-stage").value = "ptx"
     part(inspector, "gpucache-clear").click()
-    assert cache.stats()["ptx"]["entries"] == 0 and cache.stats()["cubin"]["entries"] == 2
+    assert cache.stats()["ptx"].entries == 0 and cache.stats()["cubin"].entries == 2
     assert summary_numbers(inspector)[("ptx", None, "entries")] == "0"
     assert all(stage != "ptx" for stage, _ in listed(inspector)[1])
     assert "cleared ptx: 2 entries dropped" in part(inspector, "gpucache-status").get_state()["value"]
     part(inspector, "gpucache-clear-stage").value = "all"
     part(inspector, "gpucache-clear").click()
-    assert all(cache.stats()[s]["entries"] == 0 for s in STAGES)
+    assert all(cache.stats()[s].entries == 0 for s in STAGES)
     assert listed(inspector) == ([], [])
     assert part(inspector, "gpucache-evict").disabled and part(inspector, "gpucache-recompile").disabled
     assert_summary_matches(inspector, cache)
@@ -350,7 +350,7 @@ def test_recompile_says_before_anything_when_it_cannot_rebuild_the_entry(tmp_pat
     KernelCache(directory=tmp_path).compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=80))
     cache = KernelCache(directory=tmp_path)
     inspector = gpucache_ext.inspector(cache)
-    foreign = next(row["token"] for row in cache.entries(stage="cubin"))
+    foreign = next(row.token for row in cache.entries(stage="cubin"))
     inspector.select("cubin", foreign)
     button = part(inspector, "gpucache-recompile")
     assert button.disabled and "not compiled by this process" in button.tooltip
@@ -358,7 +358,7 @@ def test_recompile_says_before_anything_when_it_cannot_rebuild_the_entry(tmp_pat
     assert inspector.recompile_selected() is None
     status = part(inspector, "gpucache-status").get_state()["value"]
     assert "cannot recompile" in status and "gpucache-status-error" in status
-    assert cache.stats()["cubin"]["misses"] == 0  # nothing was compiled
+    assert cache.stats()["cubin"].misses == 0  # nothing was compiled
 
     own = cache.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=80)).stages["cubin"].token
     inspector.refresh()
@@ -437,7 +437,7 @@ def test_every_tier_gets_its_rows_whatever_its_name(ip):
     ip.run_cell('second.compile(axpy, "void(float32[:], float32, float32[:], float32[:])")',
                 store_history=True)
     stats = second.stats()
-    assert stats["cubin"]["tiers"]["shared"]["hits"] == 1
+    assert stats["cubin"].tiers["shared"].hits == 1
     assert_summary_matches(inspector, second)  # memory and shared rows, from stats()
     numbers = summary_numbers(inspector)
     assert ("typing", "shared", "hits") not in numbers  # typing is not in that tier
@@ -459,13 +459,13 @@ def test_plain_text_and_static_html_fallbacks(ip):
     summary = text.split("\n\n")[0].splitlines()
     lines = {line.split()[0]: line.split() for line in summary[1:]}
     for stage in STAGES:
-        assert lines[stage][1:3] == [str(stats[stage]["hits"]), str(stats[stage]["misses"])]
+        assert lines[stage][1:3] == [str(stats[stage].hits), str(stats[stage].misses)]
     assert "hits/misses per cell" in text and "why built" in text and "sm 80 -> 86" in text
     # the static HTML form too, with the chart, and no scripts
     numbers = {(a["data-stage"], a.get("data-tier"), a["data-field"]): a["data-value"]
                for tag, a in data_elements(page) if tag == "td" and "data-field" in a}
     for stage in STAGES:
-        assert int(numbers[(stage, None, "misses")]) == stats[stage]["misses"]
+        assert int(numbers[(stage, None, "misses")]) == stats[stage].misses
     assert "<svg" in page and "gpucache-entries-table" in page and "<script" not in page.lower()
 
     report = CellReport(ip.user_ns["axpy"].results.values())
@@ -478,7 +478,7 @@ def test_plain_text_and_static_html_fallbacks(ip):
     stats_text = formatted["text/plain"]
     assert stats_text.splitlines() == summary[1:]  # the inspector's own text summary
     assert "compile time spent" in stats_text and "KiB" in stats_text and " ms" in stats_text
-    assert str(stats["cubin"]["bytes"]) not in stats_text.split()  # bytes for people, not raw
+    assert str(stats["cubin"].bytes) not in stats_text.split()  # bytes for people, not raw
 
 
 def test_themable_with_jupyterlab_variables_and_no_scripts(ip):
@@ -550,7 +550,7 @@ disk_cache.compile(halve, "void(float32[:])")
 ''', store_history=True)
     header = part(inspector, "gpucache-header").get_state()["value"]
     stats = disk_cache.stats()
-    memory = sum(stats[s]["tiers"]["memory"]["bytes"] for s in STAGES)
+    memory = sum(stats[s].tiers["memory"].bytes for s in STAGES)
     disk = sum(p.stat().st_size for p in tmp_path.glob("v1/*/*/*.entry"))
     assert memory > 0 and disk > 0
     assert f"{format_bytes(memory)} in memory, {format_bytes(disk)} on disk" in header
@@ -639,7 +639,7 @@ def test_two_kernels_of_one_name_from_two_cells_are_told_apart(ip):
     second_tokens = {s: r.token for s, r in ip.user_ns["axpy"].last.stages.items()}
     assert first.success and set(first_tokens.values()).isdisjoint(second_tokens.values())
     cache = gpucache_ext.default_cache()
-    assert {r["kernel"] for r in cache.entries()} == {"__main__.axpy"}  # the same qualified name
+    assert {r.kernel for r in cache.entries()} == {"__main__.axpy"}  # the same qualified name
     inspector = gpucache_ext.inspector()
     column = kernel_column(inspector)
     assert len(column) == 8
@@ -776,11 +776,11 @@ def test_clearing_from_the_widget_leaves_the_disk_tier_alone_by_default(tmp_path
 
     part(inspector, "gpucache-clear-stage").value = "cubin"
     part(inspector, "gpucache-clear").click()  # no question: memory only
-    assert cache.stats()["cubin"]["entries"] == 0 and _disk_files(tmp_path) == on_disk
+    assert cache.stats()["cubin"].entries == 0 and _disk_files(tmp_path) == on_disk
     tiers = part(inspector, "gpucache-clear-tiers")
     assert tiers.value == ("memory",) and tiers.get_state()["_options_labels"][tiers.index] == "memory only"
     assert not _confirmation_shown(inspector)
-    assert cache.stats()["cubin"]["tiers"]["disk"]["entries"] == 1
+    assert cache.stats()["cubin"].tiers["disk"].entries == 1
     status = _status(inspector)
     assert "cleared cubin: 1 entry dropped from memory" in status
     assert f"kept: 1 in disk ({tmp_path})" in status  # what it left, and where
@@ -791,7 +791,7 @@ def test_clearing_from_the_widget_leaves_the_disk_tier_alone_by_default(tmp_path
 
     part(inspector, "gpucache-clear-stage").value = "all"
     part(inspector, "gpucache-clear").click()
-    assert all(cache.stats()[s]["tiers"]["memory"]["entries"] == 0 for s in STAGES)
+    assert all(cache.stats()[s].tiers["memory"].entries == 0 for s in STAGES)
     assert _disk_files(tmp_path) == on_disk and not _confirmation_shown(inspector)
     assert "cleared every stage: 3 entries dropped from memory" in _status(inspector)
     assert cache.lookups() == counters  # clearing counts nothing
@@ -835,11 +835,11 @@ def test_clearing_the_disk_tier_asks_first_and_only_confirm_deletes(tmp_path):
     assert f"Clear cubin from memory and disk ({tmp_path})?" in question()
     assert f"2 entries from memory and 2 entries from disk ({tmp_path})" in question()
     assert "shared by every notebook" in question()
-    assert _disk_files(tmp_path) == on_disk and cache.stats()["cubin"]["entries"] == 2
+    assert _disk_files(tmp_path) == on_disk and cache.stats()["cubin"].entries == 2
     # Cancel drops nothing
     cancel.click()
     assert not _confirmation_shown(inspector) and question() == ""
-    assert _disk_files(tmp_path) == on_disk and cache.stats()["cubin"]["entries"] == 2
+    assert _disk_files(tmp_path) == on_disk and cache.stats()["cubin"].entries == 2
     assert "nothing deleted" in _status(inspector)
     # another choice while it asks: the question is withdrawn, and Confirm has nothing to do
     clear.click()
@@ -855,7 +855,7 @@ def test_clearing_the_disk_tier_asks_first_and_only_confirm_deletes(tmp_path):
     assert _disk_files(tmp_path) == on_disk
     confirm.click()
     assert not _confirmation_shown(inspector)
-    assert _disk_files(tmp_path, "cubin") == [] and cache.stats()["cubin"]["entries"] == 0
+    assert _disk_files(tmp_path, "cubin") == [] and cache.stats()["cubin"].entries == 0
     assert len(_disk_files(tmp_path)) == len(on_disk) - 2  # llvm and ptx stay
     assert f"cleared cubin: 2 entries dropped from memory, 2 from disk ({tmp_path})" in _status(inspector)
     assert all(stage != "cubin" for stage, _ in listed(inspector)[1])
@@ -891,7 +891,7 @@ def test_clearing_names_every_persistent_tier_it_touches(tmp_path):
     asked = html.unescape(part(inspector, "gpucache-clear-question").get_state()["value"])
     assert f"1 entry from memory and 1 entry from {server}" in asked and "disk" not in asked
     part(inspector, "gpucache-clear-confirm-button").click()
-    assert cache.stats()["ptx"]["entries"] == 0 and not any(s == "ptx" for s, _ in shared.store)
+    assert cache.stats()["ptx"].entries == 0 and not any(s == "ptx" for s, _ in shared.store)
     assert len(_disk_files(tmp_path, "ptx")) == 1
     assert f"1 entry dropped from memory, 1 from {server}; not chosen, so kept: 1 in {disk}" in _status(inspector)
 
@@ -985,10 +985,12 @@ def test_a_shown_entries_table_says_when_its_ages_were_taken():
     of, and each entry when it was built, so a saved or idle view stays true."""
     import time
 
+    from gpucache_ext import EntryInfo
     from gpucache_ext.views.entries import entries_html
 
     now = time.mktime((2026, 12, 6, 18, 42, 10, 0, 0, -1))
-    rows = [{"stage": "ptx", "token": "ab" * 32, "kernel": "m.axpy", "created": now - 125, "bytes": 10}]
+    rows = [EntryInfo(stage="ptx", token="ab" * 32, kernel="m.axpy", signature="", config="", config_fields={},
+                      tiers=(), bytes=10, created=now - 125, seconds=0.0, reasons=())]
     shown = entries_html(rows, now)
     assert "newest first (ages as of 2026-12-06 18:42:10)" in shown
     assert re.search(r'<td class="[^"]*" title="built 2026-12-06 18:40:05">2m</td>', shown), shown

@@ -28,34 +28,20 @@ class Outcome(str, enum.Enum):
         return self.value
 
 
-class _Record(Mapping):
-    """Read access by field name (``stats["hits"]``) to a frozen dataclass, so
-    code written against the dicts earlier versions returned keeps working.
-    Fields whose value is None are left out of the mapping."""
-
-    def _keys(self):
-        return [f.name for f in fields(self) if not f.name.startswith("_")
-                and getattr(self, f.name) is not None]
-
-    def __getitem__(self, key):
-        if isinstance(key, str) and key in self._keys():
-            return getattr(self, key)
-        raise KeyError(key)
-
-    def __iter__(self):
-        return iter(self._keys())
-
-    def __len__(self) -> int:
-        return len(self._keys())
+class _Record:
+    """A frozen record read by attribute (``stats["ptx"].hits``), which
+    `as_dict` gives as plain data."""
 
     def as_dict(self) -> Dict[str, Any]:
-        """Plain dicts and lists all the way down (for JSON)."""
+        """Plain dicts and lists all the way down (for JSON); fields whose
+        value is None are left out."""
         return _plain(self)
 
 
 def _plain(value):
     if isinstance(value, _Record):
-        return {key: _plain(value[key]) for key in value}
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)
+                if not f.name.startswith("_") and getattr(value, f.name) is not None}
     if isinstance(value, Mapping):
         return {key: _plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -94,10 +80,7 @@ class StageResult:
         return short_token(self.token)
 
 
-# The name earlier versions used.
-
-
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class TierStats(_Record):
     """One tier's part of a stage: hits found there and what it holds."""
 
@@ -117,7 +100,7 @@ class TierStats(_Record):
     waited_seconds: Optional[float] = None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class TierInfo(_Record):
     """A persistent tier as a user should know it: where, whether its entries
     are signed, and what it refused (since the cache was made)."""
@@ -136,7 +119,7 @@ class TierInfo(_Record):
         return "not used" if not self.used else ("signed" if self.signed else "unsigned")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class StageStats(_Record):
     """One stage's counters since the cache was made, and what its memory tier holds."""
 
@@ -160,7 +143,7 @@ class StageStats(_Record):
 
 @dataclass(frozen=True, eq=False)
 class CacheStats(Mapping):
-    """Per stage `StageStats`: ``stats["ptx"].hits`` (also ``stats["ptx"]["hits"]``)."""
+    """Per stage `StageStats`: ``stats["ptx"].hits``."""
 
     stages: Mapping[str, StageStats]
     # launches that re-checked a kernel's inputs and found them unchanged
@@ -191,11 +174,11 @@ class CacheStats(Mapping):
         return names
 
     def as_dict(self) -> Dict[str, Any]:
-        """Per stage, plain dicts (as earlier versions returned)."""
+        """Per stage, plain dicts (`StageStats.as_dict`)."""
         return {stage: value.as_dict() for stage, value in self.stages.items()}
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class EntryInfo(_Record):
     """One cached artifact as `KernelCache.entries` lists it."""
 

@@ -4,10 +4,12 @@ columns, padded lines for the listbox, and the static text and HTML lists."""
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from collections.abc import Mapping
+from typing import Dict, List, Optional, Tuple
 
 from .. import sessions
 from ..pipeline.definitions import Place
+from ..pipeline.results import EntryInfo
 from ..units import format_age, format_bytes
 from .markup import esc, fit, short_kernel
 
@@ -34,10 +36,21 @@ def _distinct_tail(qualname: str, others) -> str:
     return qualname
 
 
+def _listed(row) -> Tuple[str, str, str, Optional[Place], float]:
+    """(stage, token, kernel, place, created) of an `EntryInfo`, or of a
+    plain row of the ``gpucache`` command's (read from an entry's header: its
+    place's number apart, ``place_number``)."""
+    if isinstance(row, Mapping):
+        return (row["stage"], row["token"], row["kernel"], Place.of(row.get("place"), row.get("place_number")),
+                row.get("created") or 0.0)
+    return row.stage, row.token, row.kernel, Place.of(row.place), row.created or 0.0
+
+
 def kernel_labels(rows, places=None) -> Dict[Tuple[str, str], str]:
     """The entries list's kernel column, per row's (stage, token): the
     kernel's definition, named alike in the inspector, the ``gpucache``
-    command and the reports.
+    command and the reports.  `rows`: `EntryInfo`s, or the command's plain
+    rows (`_listed`).
 
     The short name, told apart only where two definitions share it: by the
     shortest tail of their qualified names that differs (``a.axpy``,
@@ -52,27 +65,24 @@ def kernel_labels(rows, places=None) -> Dict[Tuple[str, str], str]:
     where = places if places is not None else sessions.places()
     qualnames: Dict[str, set] = {}
     defined: Dict[str, Dict[Optional[str], Tuple[float, Optional[Place]]]] = {}
-    for row in rows:
-        kernel = row["kernel"]
+    listed = [_listed(row) for row in rows]
+    for _, _, kernel, place, created in listed:
         qualnames.setdefault(short_kernel(kernel), set()).add(kernel)
-        place = Place.of(row.get("place"), row.get("place_number"))
         words = None if place is None else str(place)
         # (a definition's place as its newest entry that recorded a number has it)
-        seen = (place is not None and place.number is not None, row.get("created") or 0.0)
+        seen = (place is not None and place.number is not None, created)
         held = defined.setdefault(kernel, {}).get(words)
         if held is None or seen > held[0]:
             defined[kernel][words] = (seen, place)
     suffixes = {kernel: where.suffixes(place for _, place in found.values())
                 for kernel, found in defined.items() if len(found) > 1}
     labels = {}
-    for row in rows:
-        kernel = row["kernel"]
+    for stage, token, kernel, place, _ in listed:
         same = qualnames[short_kernel(kernel)]
         name = short_kernel(kernel) if len(same) == 1 else _distinct_tail(kernel, same)
         if kernel in suffixes:
-            place = Place.of(row.get("place"))
             name += "@" + suffixes[kernel][None if place is None else str(place)]
-        labels[(row["stage"], row["token"])] = name
+        labels[(stage, token)] = name
     return labels
 
 
@@ -84,18 +94,18 @@ def _fit_kernel(text: str, width: int) -> str:
     return fit(name, width - len(place) - 1) + "@" + place
 
 
-def entry_cells(row: Dict[str, Any], now: float, kernel: Optional[str] = None) -> Dict[str, str]:
+def entry_cells(row: EntryInfo, now: float, kernel: Optional[str] = None) -> Dict[str, str]:
     """One row's columns as text; `kernel`: its label (`kernel_labels`), else the short name."""
     return {
-        "kernel": kernel if kernel is not None else short_kernel(row["kernel"]),
-        "signature": row.get("signature", ""),
-        "config": row.get("config", ""),
-        "stage": row["stage"],
-        "token": row["token"][:_TOKEN_SHORT],
-        "tier": ",".join(row.get("tiers", ())),
-        "size": format_bytes(row.get("bytes", 0)),
-        "age": format_age(now - row.get("created", now)),
-        "why built": "; ".join(row.get("reasons", ())),
+        "kernel": kernel if kernel is not None else short_kernel(row.kernel),
+        "signature": row.signature,
+        "config": row.config,
+        "stage": row.stage,
+        "token": row.token[:_TOKEN_SHORT],
+        "tier": ",".join(row.tiers),
+        "size": format_bytes(row.bytes),
+        "age": format_age(now - row.created),
+        "why built": "; ".join(row.reasons),
     }
 
 
@@ -124,12 +134,12 @@ def entry_line(cells: Dict[str, str], widths: Dict[str, int]) -> str:
     return "  ".join(parts).rstrip()
 
 
-def entries_text(rows: List[Dict[str, Any]], now: float, limit: int = 20,
+def entries_text(rows: List[EntryInfo], now: float, limit: int = 20,
                  labels: Optional[Dict[Tuple[str, str], str]] = None) -> str:
     if not rows:
         return "entries: none cached"
     labels = labels or {}
-    cells = [entry_cells(r, now, labels.get((r["stage"], r["token"]))) for r in rows[:limit]]
+    cells = [entry_cells(r, now, labels.get((r.stage, r.token))) for r in rows[:limit]]
     widths = entry_widths(cells)
     lines = [entry_line({c: c for c in ENTRY_COLUMNS}, widths)]
     lines += [entry_line(c, widths) for c in cells]
@@ -138,7 +148,7 @@ def entries_text(rows: List[Dict[str, Any]], now: float, limit: int = 20,
     return "\n".join(lines)
 
 
-def entries_html(rows: List[Dict[str, Any]], now: float, limit: int = _MAX_STATIC_ROWS,
+def entries_html(rows: List[EntryInfo], now: float, limit: int = _MAX_STATIC_ROWS,
                  labels: Optional[Dict[Tuple[str, str], str]] = None) -> str:
     if not rows:
         return '<p class="gpucache-muted">No entries are cached.</p>'
@@ -146,16 +156,16 @@ def entries_html(rows: List[Dict[str, Any]], now: float, limit: int = _MAX_STATI
     head = "".join(f'<th scope="col">{esc(c)}</th>' for c in ENTRY_COLUMNS)
     body = []
     for row in rows[:limit]:
-        cells = entry_cells(row, now, labels.get((row["stage"], row["token"])))
+        cells = entry_cells(row, now, labels.get((row.stage, row.token)))
         tds = []
         for column in ENTRY_COLUMNS:
             cls = "gpucache-text" if column not in _RIGHT else ""
             if column in ("token", "signature"):
                 cls += " gpucache-code"
             # (an age is as of `now`: a shown table is not updated, so each says when it was built)
-            title = f' title="built {_clock(row.get("created", now))}"' if column == "age" else ""
+            title = f' title="built {_clock(row.created)}"' if column == "age" else ""
             tds.append(f'<td class="{cls.strip()}"{title}>{esc(cells[column])}</td>')
-        body.append(f'<tr data-stage="{esc(row["stage"])}" data-token="{esc(row["token"])}">'
+        body.append(f'<tr data-stage="{esc(row.stage)}" data-token="{esc(row.token)}">'
                     + "".join(tds) + "</tr>")
     more = (f'<p class="gpucache-muted">... and {len(rows) - limit} more</p>'
             if len(rows) > limit else "")

@@ -140,8 +140,8 @@ def _resources_html(stage: str, entry, downstream) -> str:
                 'when linking a cubin; no cubin built from this entry is cached.</p>')
     items = []
     for row, res in downstream:
-        items.append(f'<li><span class="gpucache-code">{esc(short_token(row["token"]))}</span> '
-                     f'[{esc(row["config"])}]: {res["registers"]} registers, '
+        items.append(f'<li><span class="gpucache-code">{esc(short_token(row.token))}</span> '
+                     f'[{esc(row.config)}]: {res["registers"]} registers, '
                      f'{esc(format_bytes(res["shared_bytes"]))} shared, spills '
                      f'{res["spill_stores"]}/{res["spill_loads"]} B</li>')
     return ('<p>Measured on the cubins built from this entry:</p><ul>' + "".join(items) + "</ul>")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..keys.stagespec import ALL_STAGES, KEYED_ON_BYTES, STAGES
+from ..pipeline.results import StageStats
 from ..units import format_bytes, format_seconds
 from .markup import esc, scrolling_table
 
@@ -15,12 +16,16 @@ def _rate(hits: int, misses: int) -> str:
     return f"{100.0 * hits / total:.0f}%" if total else "-"
 
 
+# what a stage the stats do not name counted
+_NOTHING = StageStats(hits=0, misses=0, not_needed=0, cutoffs=0, entries=0, bytes=0, evictions=0,
+                      compile_seconds=0.0, saved_seconds=0.0, audits=0, audit_mismatches=0, tiers={})
+
+
 def stages_used(stats) -> Tuple[str, ...]:
     """The stages the summary shows: the four stages, and the fatbin stage
     once something looked it up or it holds entries (in any tier)."""
-    fatbin = stats.get("fatbin", {})
-    used = fatbin and (fatbin.get("hits", 0) or fatbin.get("misses", 0) or any(
-        t.get("entries", 0) for t in fatbin.get("tiers", {}).values()))
+    fatbin = stats.get("fatbin", _NOTHING)
+    used = fatbin.hits or fatbin.misses or any(t.entries for t in fatbin.tiers.values())
     return ALL_STAGES if used else STAGES
 
 
@@ -28,9 +33,9 @@ def saved_seconds(stats) -> Dict[str, Dict[str, float]]:
     """Compile time saved by hits, per stage and tier: ``{stage: {"total": s, tier: s}}``."""
     result = {}
     for stage in ALL_STAGES:
-        values = stats.get(stage, {})
-        per_tier = {name: float(t.get("saved_seconds", 0.0)) for name, t in values.get("tiers", {}).items()}
-        result[stage] = {"total": float(values.get("saved_seconds", 0.0)), **per_tier}
+        values = stats.get(stage, _NOTHING)
+        per_tier = {name: float(t.saved_seconds) for name, t in values.tiers.items()}
+        result[stage] = {"total": float(values.saved_seconds), **per_tier}
     return result
 
 
@@ -63,7 +68,7 @@ def storage_summary(stats) -> str:
     """What every tier holds, all stages together: "12.3 KiB in memory, 45.6 KiB on disk"."""
     parts = []
     for name in stats.tier_names():  # (KernelCache.stats always lists the memory tier)
-        held = sum(int(stats.get(s, {}).get("tiers", {}).get(name, {}).get("bytes", 0)) for s in ALL_STAGES)
+        held = sum(int(stats[s].tiers[name].bytes) for s in ALL_STAGES if s in stats and name in stats[s].tiers)
         where = {"memory": "in memory", "disk": "on disk"}.get(name, f"in the {name} tier")
         parts.append(f"{format_bytes(held)} {where}")
     return ", ".join(parts)
@@ -77,32 +82,32 @@ def summary_rows(stats, saved) -> List[Dict[str, Any]]:
                             "audit_mismatches"), 0)
     totals.update(compile_seconds=0.0, saved_seconds=0.0, waits=0)
     for stage in stages_used(stats):
-        s = stats.get(stage, {})
-        row = {"stage": stage, "tier": None, "hits": int(s.get("hits", 0)),
-               "misses": int(s.get("misses", 0)), "entries": int(s.get("entries", 0)),
-               "bytes": int(s.get("bytes", 0)), "evictions": int(s.get("evictions", 0)),
-               "compile_seconds": float(s.get("compile_seconds", 0.0)),
+        s = stats.get(stage, _NOTHING)
+        row = {"stage": stage, "tier": None, "hits": int(s.hits),
+               "misses": int(s.misses), "entries": int(s.entries),
+               "bytes": int(s.bytes), "evictions": int(s.evictions),
+               "compile_seconds": float(s.compile_seconds),
                "saved_seconds": float(saved.get(stage, {}).get("total", 0.0)),
-               "audits": int(s.get("audits", 0)), "audit_mismatches": int(s.get("audit_mismatches", 0)),
-               "waits": sum(int(t.get("waits") or 0) for t in s.get("tiers", {}).values())}
+               "audits": int(s.audits), "audit_mismatches": int(s.audit_mismatches),
+               "waits": sum(int(t.waits or 0) for t in s.tiers.values())}
         row["hit_rate"] = _rate(row["hits"], row["misses"])
-        cutoffs = int(s.get("cutoffs", 0) or 0)
+        cutoffs = int(s.cutoffs or 0)
         row["cutoffs"] = cutoffs if stage in KEYED_ON_BYTES or cutoffs else None
         rows.append(row)
         for key in totals:
             totals[key] += row[key] or 0
         lookups = row["hits"] + row["misses"]
         for name in tiers:
-            t = s.get("tiers", {}).get(name)
+            t = s.tiers.get(name)
             if t is None:
                 continue
-            hits = int(t.get("hits", 0))
+            hits = int(t.hits)
             rows.append({"stage": stage, "tier": name, "hits": hits, "misses": None,
                          "hit_rate": f"{100.0 * hits / lookups:.0f}%" if lookups else "-", "cutoffs": None,
-                         "entries": int(t.get("entries", 0)), "bytes": int(t.get("bytes", 0)),
+                         "entries": int(t.entries), "bytes": int(t.bytes),
                          "evictions": None, "compile_seconds": None,
                          "saved_seconds": float(saved.get(stage, {}).get(name, 0.0)),
-                         "audits": None, "audit_mismatches": None, "waits": int(t.get("waits") or 0) or None})
+                         "audits": None, "audit_mismatches": None, "waits": int(t.waits or 0) or None})
     total = {"stage": "all", "tier": None, **totals}
     total["hit_rate"] = _rate(total["hits"], total["misses"])
     rows.append(total)

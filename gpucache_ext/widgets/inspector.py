@@ -342,7 +342,7 @@ class Inspector(InspectorClearing, W.VBox):
         saved = saved_seconds(stats)
         points = self.history.points
         rows = self.cache.entries()
-        kernels = len({r["kernel"] for r in rows})
+        kernels = len({r.kernel for r in rows})
         self.header.value = (
             f'{STYLE}<h3>gpucache inspector</h3><p class="gpucache-muted">{len(rows)} entries of '
             f'{kernels} kernel{"s" if kernels != 1 else ""}, {esc(storage_summary(stats))}; updated '
@@ -351,7 +351,7 @@ class Inspector(InspectorClearing, W.VBox):
         self.tier_view.value = tier_security_html(stats.tiers)
         self.chart.value = chart_svg(points)
         self._rows = rows
-        self._source_of = self._sources.of(self.cache, rows)
+        self._source_of = self._sources.of(self.cache, [{"stage": r.stage, "token": r.token} for r in rows])
         self._labels = kernel_labels(rows, self.cache.places)
         self._update_clear_tiers()
         self._update_entries()
@@ -359,7 +359,7 @@ class Inspector(InspectorClearing, W.VBox):
     def _update_entries(self):
         rows = self._rows
         now = time.time()
-        kernels = sorted({r["kernel"] for r in rows}, key=short_kernel)
+        kernels = sorted({r.kernel for r in rows}, key=short_kernel)
         short = [short_kernel(k) for k in kernels]
         options = [(_ALL, "")] + [(s if short.count(s) == 1 else k, k) for s, k in zip(short, kernels)]
         self._updating = True
@@ -369,16 +369,16 @@ class Inspector(InspectorClearing, W.VBox):
                 self.kernel_filter.options = options
             self.kernel_filter.value = wanted if wanted in kernels else ""
             kernel, stage = self.kernel_filter.value, self.stage_filter.value
-            shown = [r for r in rows if (not kernel or r["kernel"] == kernel)
-                     and (not stage or r["stage"] == stage)]
+            shown = [r for r in rows if (not kernel or r.kernel == kernel)
+                     and (not stage or r.stage == stage)]
             listed = shown[:MAX_LIST_ROWS]
-            cells = [entry_cells(r, now, self._labels.get((r["stage"], r["token"]))) for r in listed]
+            cells = [entry_cells(r, now, self._labels.get((r.stage, r.token))) for r in listed]
             widths = entry_widths(cells)
             # (the listbox keeps the labels' spaces, so the columns line up)
             self.entries_head.value = ('<div class="gpucache-entries-head" aria-hidden="true">'
                                        + esc(entry_line({c: c for c in ENTRY_COLUMNS}, widths))
                                        + "</div>")
-            list_options = [(entry_line(c, widths), (r["stage"], r["token"])) for c, r in zip(cells, listed)]
+            list_options = [(entry_line(c, widths), (r.stage, r.token)) for c, r in zip(cells, listed)]
             values = [value for _, value in list_options]
             selected = self._selected if self._selected in values else (values[0] if values else None)
             if list(self.entries_list.options) != list_options:
@@ -417,10 +417,10 @@ class Inspector(InspectorClearing, W.VBox):
 
     def _show_variants(self, selected: Optional[Tuple[str, str]]) -> None:
         """The selected entry's kernel's cubin variants, read again only when they change."""
-        row = next((r for r in self._rows if (r["stage"], r["token"]) == selected), None)
-        kernel, place = (row["kernel"], row.get("place")) if row is not None else (None, None)
+        row = next((r for r in self._rows if (r.stage, r.token) == selected), None)
+        kernel, place = (row.kernel, row.place) if row is not None else (None, None)
         # (every place's: the selected version's variants may have been built first in another cell)
-        tokens = tuple(r["token"] for r in self._rows if r["stage"] == "cubin" and r["kernel"] == kernel)
+        tokens = tuple(r.token for r in self._rows if r.stage == "cubin" and r.kernel == kernel)
         source = self._source_of.get(selected)
         # (and once per cell: a row's state is re-checked against the live kernels' inputs, see `earlier_rows`)
         registry = sys.modules.get("gpucache_ext.launch.registry")
@@ -437,7 +437,7 @@ class Inspector(InspectorClearing, W.VBox):
         """The "compare with" choices for the selected entry (ptx and cubin only), and the comparison."""
         selected = self._selected
         others = comparable_entries(self.cache, *selected) if selected and selected[0] in COMPARED_STAGES else []
-        shown = next((row for row in self._rows if (row["stage"], row["token"]) == selected), None)
+        shown = next((row for row in self._rows if (row.stage, row.token) == selected), None)
         choices, self._compare_same = compare_choices(others, self._labels, self._digest_of(selected), shown)
         options = [(_NO_COMPARISON, "")] + choices
         self._updating = True
