@@ -103,3 +103,10 @@ class TierWarning(GpuCacheWarning, RuntimeWarning):
 class DisplayWarning(GpuCacheWarning):
     """A view (the inspector, a report) could not be updated; the cell and
     the cache are unaffected."""
+
+
+class ToolchainMissing(GpuCacheError, ImportError):
+    """No CUDA toolchain (libNVVM, nvJitLink, NVRTC) is installed: gpucache_ext
+    was installed without its ``cu12`` or ``cu13`` extra, and no CUDA toolkit
+    provides them.  An ImportError too: it is raised where the compile core is
+    first imported or used."""

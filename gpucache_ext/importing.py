@@ -35,7 +35,7 @@ class _LazyModule(types.ModuleType):
         try:
             module = importlib.import_module(name)
         except Exception as error:
-            from .toolchain import ToolchainMissing
+            from .errors import ToolchainMissing
 
             if isinstance(error, ToolchainMissing):
                 raise  # (it says what is missing and what to install; where it was found out does not help)

@@ -22,21 +22,26 @@ import textwrap
 
 import pytest
 
-from gpucache_ext.keys.stagespec import Chain
+from gpucache_ext import CompileConfig, KernelCache, backends
+from gpucache_ext.backends.numba_cuda.backend import NumbaCuda
+from gpucache_ext.keys.stagespec import DEFAULT_CHAIN, Chain
+from gpucache_ext.pipeline.results import Outcome
 
+from . import kernels
 from .helpers import ROOT
 
-DECLARED = ('    StageSpec("checked", persisted=True, keyed_on_bytes=True, tools=("llvmlite",),\n'
+DECLARED = ('    StageSpec("checked", persisted=True, keyed_on_bytes=True,\n'
             '              artifact="gpucache_ext.pipeline.artifacts:LLVMArtifact"),\n')
 
 BACKEND = '''
 import dataclasses
 from gpucache_ext.backends.numba_cuda.backend import NumbaCuda
-from gpucache_ext.keys.stagespec import Chain
+from gpucache_ext.keys.stagespec import DEFAULT_CHAIN, Chain
 
 class Checked(NumbaCuda):
     name = "numba-cuda-checked"
-    chain = Chain(("typing", "llvm", "checked", "ptx", "cubin"))
+    chain = Chain(("typing", "llvm", "checked", "ptx", "cubin"),
+                  tools={**dict(DEFAULT_CHAIN.tools), "checked": ("llvmlite",)})
     builds = 0
 
     def build(self, stage, plan, upstream):
@@ -83,6 +88,10 @@ out["predicted"] = [{s: str(o) for s, o in predicted.outcomes.items()}, dict(pre
 cut = copy(later)
 out["after_evict"] = show(cut)
 out["built_after"] = checked.builds
+from gpucache_ext.store.codec import read_header
+disk = later.store.tiers[0]
+path = next(p for p in disk.directory.rglob("*.entry") if "checked" in p.parts)
+out["checked_header_tools"] = sorted(read_header(disk.keyring.open(path.read_bytes())[0])[0]["toolchain"])
 from gpucache_ext.ipython.report import CellReport
 plain = copy(KernelCache())
 report = CellReport([plain, cut], explain=True)
@@ -135,6 +144,8 @@ def test_the_stage_after_a_rebuild_to_the_same_bytes_is_a_cutoff_hit_as_predicte
     # built once in the memory cache's session, once in the disk cache's: never after the eviction
     assert ran["built"] == 1 and ran["built_after"] == 2
     assert ran["after_evict"]["bytes"] == ran["first"]["bytes"]
+    # its entries name the tools its chain declares for it (the stage's own: none)
+    assert ran["checked_header_tools"] == ["llvmlite"]
 
 
 def test_a_report_shows_each_result_through_its_own_chain(ran):
@@ -143,6 +154,30 @@ def test_a_report_shows_each_result_through_its_own_chain(ran):
     assert re.search(r"\n  llvm    miss ", cut)  # (the stage names in one column)
     assert "llvm was rebuilt to the same bytes as before, so this checked was found" in page
     assert "checked token" in text and text.count("llvm token") == 2
+
+
+class Relabelled(NumbaCuda):
+    """numba-cuda's stages, as another compiler would declare them: its own package in every stage's tools."""
+
+    name = "numba-cuda-relabelled"
+    chain = Chain(DEFAULT_CHAIN.stages, tools={stage: names + ("setuptools",) for stage, names in DEFAULT_CHAIN.tools})
+
+
+def test_another_backends_entries_never_share_a_token_with_numba_cudas(tmp_path):
+    backends.register_backend(Relabelled.name, f"{__name__}:Relabelled")
+    try:
+        other = KernelCache(directory=tmp_path)
+        other.pipeline.backend = backends.backend(Relabelled.name)
+        theirs = other.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    finally:
+        backends._REGISTERED.pop(Relabelled.name)
+        backends._MADE.pop(Relabelled.name, None)
+    ours = KernelCache(directory=tmp_path).compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86))
+    assert all(done.outcome is Outcome.MISS for done in ours.stages.values())  # (the same folder: nothing shared)
+    assert not set(done.token for done in ours.stages.values()) & set(done.token for done in theirs.stages.values())
+    assert "setuptools" in theirs.stages["cubin"].components["toolchain"].shown
+    assert "setuptools" not in ours.stages["cubin"].components["toolchain"].shown
+    assert (ours.ptx, ours.cubin) == (theirs.ptx, theirs.cubin)
 
 
 def test_a_chain_is_refused_where_the_walk_could_not_run_it():

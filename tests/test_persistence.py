@@ -429,7 +429,7 @@ def test_what_an_entry_persists_is_declared_once_and_round_trips(tmp_path):
     from gpucache_ext.store.codec import encode
     from gpucache_ext.store.tiers import HEADER_FIELDS, Entry
 
-    own_encodings = {"artifact", "components", "nbytes", "variants"}
+    own_encodings = {"artifact", "components", "nbytes", "variants", "tools"}  # (tools: the header's toolchain)
     assert {f.name for f in dataclasses.fields(Entry)} == {name for name, _ in HEADER_FIELDS} | own_encodings
     cache = KernelCache()
     cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86))

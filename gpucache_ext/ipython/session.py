@@ -124,7 +124,8 @@ class Session:
         except settings.SettingError as exc:
             raise UsageError(str(exc)) from None
         if not cuda_simulator_on():  # the cells will compile: a missing toolchain is said now, with its fix
-            from ..toolchain import ToolchainMissing, require
+            from ..errors import ToolchainMissing
+            from ..toolchain import require
 
             try:
                 require()

@@ -26,7 +26,9 @@ class StageSpec:
     keyed_on_bytes: bool = False  # its token hashes the upstream artifact's digest (early cutoff)
     reads_target: bool = False  # may read the target while it runs: the pipeline tracks whether it did
     per_target: bool = True  # built for each target (the fatbin: once for a list of targets, `Targets`)
-    tools: Tuple[str, ...] = ()  # the tools whose versions its token names (`toolchain.stage_toolchain`)
+    # the tools it runs whatever the backend, whose versions its token names
+    # (the backend's own packages are its chain's: `Chain.tools_of`)
+    tools: Tuple[str, ...] = ()
     # its token names the code linked in with it (`linking`) and the source
     # files its input's debug info names (a lineinfo cubin embeds them)
     links: bool = False
@@ -43,16 +45,15 @@ class StageSpec:
 _ARTIFACTS = "gpucache_ext.pipeline.artifacts:"
 _CUDA_TOOLS = ("cuda", "cuda-bindings")  # (from lowering on: the CUDA major, and the bindings the tools are called by)
 STAGE_SPECS: Tuple[StageSpec, ...] = (
-    StageSpec("typing", persisted=False, reads_target=True, max_entries=256,
-              tools=("python", "numba", "numba-cuda", "numpy")),
+    StageSpec("typing", persisted=False, reads_target=True, max_entries=256, tools=("python", "numpy")),
     # (package versions only: checking an llvm entry loads no library, `gpucache verify`)
     StageSpec("llvm", persisted=True, reads_target=True, max_entries=512,
-              artifact=_ARTIFACTS + "LLVMArtifact", tools=("llvmlite", "numba-cuda") + _CUDA_TOOLS),
+              artifact=_ARTIFACTS + "LLVMArtifact", tools=_CUDA_TOOLS),
     StageSpec("ptx", persisted=True, keyed_on_bytes=True, artifact=_ARTIFACTS + "PTXArtifact",
-              tools=("libnvvm", "libdevice", "numba-cuda") + _CUDA_TOOLS),
+              tools=("libnvvm", "libdevice") + _CUDA_TOOLS),
     # (NVRTC compiles the .cu sources linked in, numba's helpers among them)
     StageSpec("cubin", persisted=True, keyed_on_bytes=True, links=True, artifact=_ARTIFACTS + "CubinArtifact",
-              tools=("nvjitlink", "cuda-core", "cudadevrt", "nvrtc", "numba-cuda") + _CUDA_TOOLS),
+              tools=("nvjitlink", "cuda-core", "cudadevrt", "nvrtc") + _CUDA_TOOLS),
     StageSpec("fatbin", persisted=True, per_target=False, max_entries=256, artifact=_ARTIFACTS + "FatbinArtifact",
               tools=("nvfatbin",) + _CUDA_TOOLS),
 )
@@ -80,11 +81,17 @@ class Chain:
     first, and the `front` before it is built only where it misses; the
     `back` after it is keyed on the bytes before each (early cutoff).  It
     starts with typing (its token holds the kernel's snapshot) and ends with
-    ptx and cubin, which the fatbin is assembled from."""
+    ptx and cubin, which the fatbin is assembled from.  ``tools``: per
+    stage, the backend's own packages its token names besides the stage's
+    own tools (numba-cuda: numba, llvmlite and itself), so that no two
+    compilers' entries share a token."""
 
     stages: Tuple[str, ...]
+    tools: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # (given as a dict: stage -> its packages)
 
     def __post_init__(self):
+        if isinstance(self.tools, dict):
+            object.__setattr__(self, "tools", tuple((stage, tuple(names)) for stage, names in self.tools.items()))
         problems = [f"{name!r} is not a per-target stage declared in STAGE_SPECS"
                     for name in self.stages if name not in STAGE_SPEC or not STAGE_SPEC[name].per_target]
         ends = self.stages[:1] == ("typing",) and self.stages[-2:] == ("ptx", "cubin")
@@ -120,6 +127,11 @@ class Chain:
         index = self.stages.index(stage)
         return self.stages[index - 1] if index else None
 
+    def tools_of(self, stage: str) -> Tuple[str, ...]:
+        """The tools `stage`'s token names in this chain: its own, then the backend's."""
+        own = STAGE_SPEC[stage].tools
+        return own + tuple(name for name in dict(self.tools).get(stage, ()) if name not in own)
+
     def until(self, stage: str) -> Tuple[str, ...]:
         """The stages up to `stage`, included."""
         return self.stages[:self.stages.index(stage) + 1]
@@ -128,4 +140,6 @@ class Chain:
 # numba-cuda's chain, the only one entries have been built by so far: what
 # reads stored entries without a compile (an audit of what a tier holds, the
 # CLI's explain) takes a stage's upstream from it.
-DEFAULT_CHAIN = Chain(("typing", "llvm", "ptx", "cubin"))
+DEFAULT_CHAIN = Chain(("typing", "llvm", "ptx", "cubin"), tools={
+    "typing": ("numba", "numba-cuda"), "llvm": ("llvmlite", "numba-cuda"), "ptx": ("numba-cuda",),
+    "cubin": ("numba-cuda",)})

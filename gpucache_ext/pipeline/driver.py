@@ -94,9 +94,9 @@ class Stage(NamedTuple):
         """The digest of the artifact's canonical bytes (None where it does not persist)."""
         return content_digest(self.name, artifact) if self.persisted else None
 
-    def toolchain(self, memo=None) -> Component:
-        """What its token hashes of the tools it runs (`toolchain_component`)."""
-        return toolchain_component(self.name, memo)
+    def toolchain(self, memo=None, chain: Optional[Chain] = None) -> Component:
+        """What its token hashes of the tools it runs in `chain` (`toolchain_component`)."""
+        return toolchain_component(self.name, memo, chain)
 
 
 def _built_by_backend(name: str, plan: "CompilePlan", upstream):
@@ -131,6 +131,7 @@ class Filing(NamedTuple):
     # (a fatbin) member ("cubin sm_86", "PTX compute_80") -> why this compile rebuilt it (None: reused)
     members: Optional[Mapping[str, Optional[str]]] = None
     typing_seconds: float = 0.0  # what typing took in this compile (an llvm entry records it)
+    tools: Tuple[str, ...] = ()  # the tools the stage ran (`toolchain.stage_tools`), which its entry names
 
 
 class Found(NamedTuple):
@@ -384,7 +385,8 @@ class Pipeline:
             variants = list(marker.variants) if marker is not None and marker.is_marker else []
             if reads not in variants:
                 variants.append(reads)
-            self.store.put(stage, Entry(token.hex, kernel, None, token.components, 0, 0.0, variants=variants))
+            self.store.put(stage, Entry(token.hex, kernel, None, token.components, 0, 0.0, variants=variants,
+                                        tools=filing.tools))
             token = variant_token(token, reads)
             refusals.append(self.store.take_refusal(stage, token.hex))
         reasons = (Reason(filing.why_forced),) if filing.forced else self._explain(stage, token, kernel, filing.members)
@@ -392,7 +394,8 @@ class Pipeline:
         reasons = tuple(dict.fromkeys(Reason(r) for r in refusals if r)) + reasons
         self.store.put(stage, artifact_entry(stage, token.hex, kernel, artifact, token.components, seconds,
                                              filing.signature_text, filing.config, reasons, upstream, filing.place,
-                                             digest=digest, typing_seconds=filing.typing_seconds))
+                                             digest=digest, typing_seconds=filing.typing_seconds,
+                                             tools=filing.tools))
         self.index.remember(stage, token, kernel)
         self.store.compiled(stage, seconds)
         return token, reasons
@@ -418,13 +421,13 @@ class Pipeline:
                 self.store.put(stage, artifact_entry(
                     stage, built.token, result.kernel, artifacts[stage], built.components, built.seconds,
                     short_signature(result.signature), result.config, ("replaced after an audit mismatch",),
-                    upstream, result.place))
+                    upstream, result.place, tools=toolchain.stage_tools(stage, self.backend.chain)))
             upstream = built.token
 
 
 def artifact_entry(stage: str, token: str, kernel: str, artifact, components, seconds: float, signature: str,
                    config, reasons: tuple, upstream: str, place: Optional[str],
-                   digest: Optional[str] = None, typing_seconds: float = 0.0) -> Entry:
+                   digest: Optional[str] = None, typing_seconds: float = 0.0, tools: Tuple[str, ...] = ()) -> Entry:
     """The entry one stage's build is filed as: the artifact under its token,
     with what it was built for and why (the content digest computed where
     not given: typing has none; `typing_seconds`: what typing took, which
@@ -433,7 +436,7 @@ def artifact_entry(stage: str, token: str, kernel: str, artifact, components, se
         digest = STAGE_TABLE[stage].digest(artifact)
     return Entry(token, kernel, artifact, dict(components), artifact.nbytes, seconds, signature=signature,
                  config=config.summary(), reasons=reasons, config_fields=config.fields(), digest=digest,
-                 upstream=upstream, place=place, typing_seconds=typing_seconds)
+                 upstream=upstream, place=place, typing_seconds=typing_seconds, tools=tools)
 
 
 def _give_up_after(attempt: int, plan: "CompilePlan", exc: Exception) -> None:
@@ -532,7 +535,8 @@ class CompilePlan:
         typing = self.stages.get("typing") if stage == self.chain.entry else None
         typing_seconds = 0.0 if typing is None else typing.saved_seconds if typing.hit else typing.seconds
         return Filing(self.kernel, self.signature_text, self.config, self.place, self.forced,
-                      self.request.why_forced, typing_seconds=typing_seconds)
+                      self.request.why_forced, typing_seconds=typing_seconds,
+                      tools=toolchain.stage_tools(stage, self.chain))
 
     def _tokens(self) -> Dict[str, Token]:
         config = self.config
@@ -541,11 +545,11 @@ class CompilePlan:
             **self.identity.components,
             **self.backend.typing_components(self),
             "signature": signature_component(self.argtypes, self.signature_text[1:-1]),
-            "toolchain": STAGE_TABLE["typing"].toolchain(),
+            "toolchain": STAGE_TABLE["typing"].toolchain(chain=self.chain),
         })
         settings = self.settings = self.backend.settings()
         chain = self.chain.stages
-        toolchains = {stage: STAGE_TABLE[stage].toolchain(memo) for stage in chain[1:]}
+        toolchains = {stage: STAGE_TABLE[stage].toolchain(memo, self.chain) for stage in chain[1:]}
         links = tuple((link.digest, link.name) for link in self.identity.links)
         # what the later stages' tokens are made of besides typing's: the same
         # inputs give the same tokens (memoised: an exact repeat rebuilds none)
@@ -695,7 +699,8 @@ class FatbinJob:
     def filing(self, stage: str = "fatbin") -> Filing:
         primary = self.primary
         return Filing(self.kernel, primary.signature_text, FatbinConfig(primary.config, self.wanted),
-                      primary.place, self.forced, self.request.why_forced, _member_whys(self.per_target, self.wanted))
+                      primary.place, self.forced, self.request.why_forced, _member_whys(self.per_target, self.wanted),
+                      tools=toolchain.stage_tools(stage))
 
     def token(self) -> Token:
         # each member by the bytes nvFatbin is given (not its entry's digest, which

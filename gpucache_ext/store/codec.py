@@ -32,7 +32,7 @@ from .signing import PREVIOUS, Keyring, Rejected
 from .tiers import HEADER_FIELDS, Entry
 from ..keys.tokens import component_from_json, component_json, make_token
 from ..keys.reasons import Reason
-from ..toolchain import stage_toolchain
+from ..toolchain import stage_toolchain, tool_versions
 
 MAGIC = b"GPUCACHE"
 FORMAT_VERSION = 1
@@ -98,7 +98,7 @@ def encode(stage: str, entry: Entry) -> bytes:
         "format": FORMAT_VERSION,
         "stage": stage,
         "components": {name: component_json(c) for name, c in entry.components.items()},
-        "toolchain": stage_toolchain(stage),
+        "toolchain": tool_versions(entry.tools) if entry.tools else stage_toolchain(stage),
         "marker": entry.is_marker,
         "reasons_data": [Reason.of(reason).data() for reason in entry.reasons],
         "meta": meta,
@@ -149,7 +149,7 @@ def decode(data: bytes, stage: str, token: str, check_toolchain: bool = True) ->
         # The token must be the hash of the components it was filed with.
         if make_token(stage, {k: v for k, v in components.items() if k != "stage"}).hex != token:
             raise BadEntry("components do not hash to the token")
-        if check_toolchain and header["toolchain"] != stage_toolchain(stage):
+        if check_toolchain and not _current_toolchain(header):
             raise BadEntry("built by another toolchain")
         payload = data[start:]
         if len(payload) != header["size"] or sum(header["parts"]) != header["size"]:
@@ -191,9 +191,16 @@ def check_stored(keyring: Keyring, data: bytes, stage: str, token: str,
         decode(body, stage, token, check_toolchain=False)
     except BadEntry as exc:
         return CORRUPT, body, str(exc)
-    if check_toolchain and read_header(body)[0]["toolchain"] != stage_toolchain(stage):
+    if check_toolchain and not _current_toolchain(read_header(body)[0]):
         return OTHER_TOOLCHAIN, body, "built by another toolchain"
     return (PREVIOUS_SECRET if signed == PREVIOUS else OK), body, None
+
+
+def _current_toolchain(header: Dict) -> bool:
+    """Whether every tool an entry names in its header is at the version it
+    names (the tools are the stage's and its backend's: `Entry.tools`)."""
+    built_by = header["toolchain"]
+    return isinstance(built_by, dict) and built_by == tool_versions(tuple(built_by))
 
 
 def header_entry(data: bytes) -> Entry:
@@ -217,4 +224,5 @@ def _entry(header: Dict, artifact, nbytes: int) -> Entry:
                   place=fields["place"] if isinstance(fields["place"], str) and fields["place"] else None)
     components = {name: component_from_json(c) for name, c in header["components"].items()}
     variants = [targets.reads_from_key(v) for v in header["meta"]["variants"]] if header["marker"] else None
-    return Entry(artifact=artifact, components=components, nbytes=nbytes, variants=variants, **fields)
+    return Entry(artifact=artifact, components=components, nbytes=nbytes, variants=variants,
+                 tools=tuple(header["toolchain"]), **fields)

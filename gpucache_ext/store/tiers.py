@@ -62,8 +62,14 @@ class Entry:
     # a later process names the definition as the notebook shows the cell,
     # ``act@In[7]`` (in no token)
     place_number: Optional[int] = None
+    # The tools its stage ran (`toolchain.stage_tools`: the stage's and its
+    # backend's), whose versions its stored header names; () for its stage's
+    # in numba-cuda's chain.  Read back from the header (in no token: the
+    # token's "toolchain" component hashes their versions)
+    tools: Tuple[str, ...] = ()
 
     def __post_init__(self):
+        self.tools = tuple(sorted(self.tools))  # (as the header's keys read back)
         if self.place_number is None:
             self.place_number = getattr(self.place, "number", None)
         self.place = Place.of(self.place, self.place_number)

@@ -53,8 +53,8 @@ from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 from ..backends.numba_cuda import numba_compat
-from ..errors import GpuCacheError
-from ..keys.stagespec import STAGE_SPEC
+from ..errors import GpuCacheError, ToolchainMissing
+from ..keys.stagespec import DEFAULT_CHAIN, STAGE_SPEC, Chain
 from ..store.signing import Keyring
 from ..keys.tokens import Component, component
 from .. import memos
@@ -295,13 +295,6 @@ INSTALL_CU12 = 'pip install "gpucache_ext[cu12]"'
 INSTALL_CU13 = 'pip install "gpucache_ext[cu13]"'
 # The libraries the stages load: libNVVM (ptx), nvJitLink (cubin), NVRTC (targets, linked .cu sources).
 _REQUIRED_LIBRARIES = {"nvvm": "libNVVM", "nvJitLink": "nvJitLink", "nvrtc": "NVRTC"}
-
-
-class ToolchainMissing(GpuCacheError, ImportError):
-    """No CUDA toolchain (libNVVM, nvJitLink, NVRTC) is installed: gpucache_ext
-    was installed without its ``cu12`` or ``cu13`` extra, and no CUDA toolkit
-    provides them.  An ImportError too: it is raised where the compile core is
-    first imported or used."""
 
 
 def cuda_major() -> int:
@@ -604,18 +597,31 @@ def _tool(tool: str, directory) -> str:
     return _version(tool)
 
 
-def stage_toolchain(stage: str, directory=None) -> dict:
-    """The tool versions `stage` runs with, as its spec declares them, as a
-    dict (learned once per process; `directory`: a disk tier's folder, where
-    they are remembered between processes)."""
+def stage_toolchain(stage: str, directory=None, chain: Optional[Chain] = None) -> dict:
+    """The tool versions `stage` runs with in `chain` (a backend's; None:
+    numba-cuda's), as its spec and the chain declare them, as a dict (learned
+    once per process; `directory`: a disk tier's folder, where they are
+    remembered between processes)."""
+    return tool_versions(stage_tools(stage, chain), directory)
+
+
+def stage_tools(stage: str, chain: Optional[Chain] = None) -> Tuple[str, ...]:
+    """The tools `stage`'s token names in `chain` (None: numba-cuda's)."""
     spec = STAGE_SPEC.get(stage)
     if spec is None:
         raise ValueError(f"unknown stage {stage!r}")
-    return {tool: _tool(tool, directory) for tool in spec.tools}
+    chain = chain or DEFAULT_CHAIN
+    return chain.tools_of(stage) if stage in chain.stages else spec.tools
 
 
-def toolchain_component(stage: str, directory=None) -> Component:
-    return _versions_component(tuple(stage_toolchain(stage, directory).items()))
+def tool_versions(tools, directory=None) -> dict:
+    """{tool: its version} for each of `tools` (a stored entry's are checked
+    against these: `codec.decode`)."""
+    return {tool: _tool(tool, directory) for tool in tools}
+
+
+def toolchain_component(stage: str, directory=None, chain: Optional[Chain] = None) -> Component:
+    return _versions_component(tuple(stage_toolchain(stage, directory, chain).items()))
 
 
 @memos.cached("toolchain._versions_component", maxsize=256)
