@@ -14,7 +14,6 @@ from ..store.disk import DiskTier, read_head
 from ..store.signing import Rejected, strip
 from ..keys.tokens import find_token, short_name, short_token
 from ..toolchain import stage_toolchain
-from ..units import format_bytes
 from .output import CommandError
 
 
@@ -84,17 +83,3 @@ def read_toolchain(directory: Optional[Path], stages) -> None:
     for stage in PERSISTENT_STAGES:
         if stage in stages:
             stage_toolchain(stage, directory)
-
-
-def artifact_bytes(stage, artifact) -> bytes:
-    if stage == "cubin":
-        return artifact.cubin
-    if stage == "fatbin":
-        return artifact.fatbin
-    if stage == "ptx":
-        return artifact.ltoir if artifact.ltoir is not None else "\n".join(artifact.ptx).encode()
-    return artifact.text.encode()
-
-
-def members_text(artifact) -> str:
-    return ", ".join(f"{m.name} ({m.kind}, {format_bytes(m.nbytes)})" for m in artifact.members)

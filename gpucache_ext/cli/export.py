@@ -6,25 +6,21 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..store.codec import BadEntry, read_header
+from ..keys.stagespec import PERSISTENT_STAGES
+from ..pipeline.artifacts import FatbinArtifact, members_text
+from ..store.codec import BadEntry, artifact_class, read_header
 from ..store.disk import DiskTier, read_head
 from ..store.signing import strip
 from ..keys.tokens import short_name, short_token
 from ..units import format_age, format_bytes
-from .entries import artifact_bytes, entry_rows, find_entry, members_text, read_entry
+from .entries import entry_rows, find_entry, read_entry
 from .output import CommandError, counted
 
-# the stages whose entries hold code to ship, most shipped first: what export
-# writes of each (`artifact_bytes`), and a file name ending for it
-_EXPORTED = ("fatbin", "cubin", "ptx", "llvm")
-_ENDINGS = {"fatbin": "fatbin", "cubin": "cubin", "ptx": "ptx", "ltoir": "ltoir", "llvm": "ll"}
-_FORMATS = {"fatbin": "fatbin", "cubin": "cubin ELF", "ptx": "PTX", "ltoir": "LTO-IR", "llvm": "LLVM IR"}
+# the stages whose entries hold code to ship, most shipped first (the
+# pipeline's last first); what export writes of each, and a file name ending
+# for it, its artifact says (`Artifact.exported`, `Artifact.format`)
+_EXPORTED = tuple(reversed(PERSISTENT_STAGES))
 _TOKEN_LIKE = re.compile(r"[0-9a-f]{6,64}")
-
-
-def _export_format(stage: str, artifact) -> str:
-    """What export writes of `stage`'s `artifact`: fatbin, cubin, ptx, ltoir or llvm."""
-    return "ltoir" if stage == "ptx" and artifact.ltoir is not None else stage
 
 
 def cmd_export(tier, args, out):
@@ -41,29 +37,28 @@ def cmd_export(tier, args, out):
     entry = read_entry(tier, stage, path)
     if entry.is_marker:
         raise CommandError(_per_target(tier, stage, token, entry))
-    kind = _export_format(stage, entry.artifact)
-    if args.fatbin is not None and stage != "fatbin":
+    written, data = entry.artifact.exported()
+    if args.fatbin is not None and not isinstance(entry.artifact, FatbinArtifact):
         raise CommandError(f"--fatbin FILE writes a fatbin, and {short_token(token)} is a {stage} entry "
-                           f"({_FORMATS[kind]}); give the file without --fatbin: gpucache export "
+                           f"({written.title}); give the file without --fatbin: gpucache export "
                            f"{short_token(token)} {destination}")
-    data = artifact_bytes(stage, entry.artifact)
+    members = entry.artifact.contents()
     try:
         destination.write_bytes(data)
     except OSError as exc:
         raise CommandError(f"cannot write {destination}: {exc.strerror or exc}; give a file name in a "
                            "folder you can write to") from None
     if args.json:
-        report = {"stage": stage, "format": kind, "token": token, "kernel": entry.kernel,
+        report = {"stage": stage, "format": written.name, "token": token, "kernel": entry.kernel,
                   "signature": entry.signature, "config": entry.config, "path": str(destination),
                   "bytes": len(data)}
-        if stage == "fatbin":
+        if members:
             report["members"] = [{"name": m.name, "kind": m.kind, "bytes": m.nbytes, "token": m.token}
-                                 for m in entry.artifact.members]
+                                 for m in members]
         out(report)
     else:
-        out(f"wrote {destination} ({format_bytes(len(data))}, {_FORMATS[kind]}): {entry.kernel} "
-            f"{entry.signature} [{entry.config}]"
-            + (f", {members_text(entry.artifact)}" if stage == "fatbin" else ""))
+        out(f"wrote {destination} ({format_bytes(len(data))}, {written.title}): {entry.kernel} "
+            f"{entry.signature} [{entry.config}]" + (f", {members_text(members)}" if members else ""))
     return 0
 
 
@@ -124,7 +119,7 @@ def _fatbin_of(tier: DiskTier, wanted: str) -> Path:
 
 def _file_name(row, stage: str) -> str:
     """A file name for the artifact of `row`'s entry, for examples: axpy.cubin."""
-    return f"{short_name(row['kernel'])}.{_ENDINGS[stage]}"
+    return f"{short_name(row['kernel'])}.{artifact_class(stage).format.suffix}"
 
 
 def _refuse_typing(tier: DiskTier, prefix: str) -> None:
@@ -161,10 +156,10 @@ def _per_target(tier: DiskTier, stage: str, token: str, entry) -> str:
     variants = [(variant_token(Token(stage, token, entry.components), reads), reads) for reads in entry.variants]
     held = [(variant, reads) for variant, reads in variants if tier.path(stage, variant.hex).exists()]
     what = (f"the {stage} entry {short_token(token)} of {entry.kernel} holds no code: building it asked about "
-            f"the target, so its {_FORMATS[stage]} is filed per target")
+            f"the target, so its {artifact_class(stage).format.title} is filed per target")
     if not held:
         return (f"{what}, and none of those entries is in {tier.directory} now; compile the kernel for the "
                 f"target you want, then export its entry (gpucache ls --kernel {entry.kernel} --stage {stage})")
     listed = "; ".join(f"{variant.short} ({describe(reads)})" for variant, reads in held)
     return (f"{what}: {listed}.  Export the one for your target by its token, e.g. gpucache export "
-            f"{held[0][0].short} {short_name(entry.kernel)}.{_ENDINGS[stage]}")
+            f"{held[0][0].short} {short_name(entry.kernel)}.{artifact_class(stage).format.suffix}")

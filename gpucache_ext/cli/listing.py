@@ -13,8 +13,7 @@ from ..keys.stagespec import PERSISTENT_STAGES
 from ..store.signing import Rejected, strip
 from ..keys.tokens import short_token
 from ..units import format_age, format_bytes
-from .entries import (artifact_bytes, entry_rows, find_entry, members_text, read_entry, read_toolchain,
-                      toolchain_stages)
+from .entries import entry_rows, find_entry, read_entry, read_toolchain, toolchain_stages
 from .explain import entry_chain
 from .output import CommandError, Progress
 
@@ -93,8 +92,8 @@ def cmd_show(tier, args, out):
     if args.out:
         if artifact is None:
             raise CommandError(f"the entry is damaged ({problem}); nothing to write")
-        args.out.write_bytes(artifact_bytes(stage, artifact))
-    occupancy = _occupancy(stage, header, artifact)
+        args.out.write_bytes(artifact.exported()[1])
+    occupancy = _occupancy(header, artifact)
     # why it was built, followed upstream to the root cause ("ptx input changed" <- ptx: ...)
     chain = entry_chain(tier, stage, header) if problem is None else [(stage, full_token, tuple(header["reasons"]))]
     if args.json:
@@ -116,7 +115,7 @@ def cmd_show(tier, args, out):
     _components(header["components"], out, "  ")
     if artifact is not None:
         out("")
-        out(_text(stage, artifact, args.out))
+        out(artifact.described(f"written to {args.out}" if args.out else "use --out FILE to save it"))
     if occupancy:
         heading, rows = occupancy
         out("")
@@ -140,18 +139,19 @@ def _chain_text(chain) -> str:
 _SHOWN_BLOCKS = (64, 128, 256, 512, 1024)
 
 
-def _occupancy(stage, header, artifact):
-    """(heading, `Occupancy` per block size) of a cubin entry, from its
-    architecture and what its link log says it uses; None for other stages
-    (or an architecture the calculator does not know)."""
-    if stage != "cubin" or artifact is None:
+def _occupancy(header, artifact):
+    """(heading, `Occupancy` per block size) of a linked entry (a cubin's),
+    from its architecture and what its link log says it uses; None for
+    other artifacts (or an architecture the calculator does not know)."""
+    log = artifact.link_log if artifact is not None else None
+    if log is None:
         return None
     from ..occupancy import OccupancyError, occupancy_table
     from ..pipeline.results import parse_resources
 
     fields = header.get("config_fields") or {}
     sm, bounds = fields.get("sm"), fields.get("launch_bounds")
-    used = parse_resources(getattr(artifact, "info_log", "") or "")
+    used = parse_resources(log)
     # (launch bounds: no launch of more threads a block than the first bound runs)
     blocks = tuple(b for b in _SHOWN_BLOCKS if not bounds or b <= bounds[0]) or (bounds[0],)
     try:
@@ -174,28 +174,16 @@ def _components(components, out, indent) -> None:
             _components(parts[0], out, indent + "  ")
 
 
-def _text(stage, artifact, written) -> str:
-    if stage == "fatbin":
-        note = f"written to {written}" if written else "use --out FILE to save it"
-        return f"holds {members_text(artifact)}\nfatbin: {len(artifact.fatbin)} bytes ({note})"
-    if stage == "cubin":
-        note = f"written to {written}" if written else "use --out FILE to save it"
-        return f"{artifact.info_log}\ncubin: {len(artifact.cubin)} bytes ({note})"
-    if stage == "ptx" and artifact.ltoir is not None:
-        return f"LTO-IR: {len(artifact.ltoir)} bytes"
-    return artifact.text if stage == "llvm" else "\n".join(artifact.ptx)
-
-
 def cmd_diff(tier, args, out):
     """Two entries side by side, by instruction: PTX of ptx entries, SASS
     (nvdisasm) of cubin entries (`gpucache_ext.queries.compare_artifacts`)."""
-    from ..queries import compare_artifacts
+    from ..queries import COMPARED_STAGES, compare_artifacts
 
     found = [find_entry(tier, token, args.stage) for token in (args.token_a, args.token_b)]
     (stage, first), (other, second) = found
     if stage != other:
         raise CommandError(f"{short_token(first.name)} is a {stage} entry and {short_token(second.name)} a "
-                           f"{other} one: give two entries of one stage (ptx or cubin)")
+                           f"{other} one: give two entries of one stage ({' or '.join(COMPARED_STAGES)})")
     entries = [read_entry(tier, stage, path) for _, path in found]
     try:
         comparison = compare_artifacts(stage, *entries)

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from ..keys.stagespec import PERSISTENT_STAGES
+from ..queries.compare import COMPARED_STAGES
 from ..store.disk import default_directory
 from .explain import add_explain
 from .warm import add_warm
@@ -101,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
                "later).  Addresses, encodings and the per-build parts of numba's symbol names are left out.")
     diff.add_argument("token_a", help="a token or its first 6+ hex digits")
     diff.add_argument("token_b", help="another entry's, of the same stage")
-    diff.add_argument("--stage", choices=("ptx", "cubin"), help="look for the tokens in this stage only")
+    diff.add_argument("--stage", choices=COMPARED_STAGES, help="look for the tokens in this stage only")
     clear = add("clear", help="delete entries (asks first)")
     _stage_option(clear)
     clear.add_argument("--yes", "-y", action="store_true", help="delete without asking")

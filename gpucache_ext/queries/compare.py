@@ -8,13 +8,15 @@ compared with.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
+from ..keys.stagespec import PERSISTENT_STAGES
+from ..pipeline.artifacts import Compared, NoListing
 from ..pipeline.results import EntryInfo
-from ..toolchain.sass import DiffRow, SassUnavailable, SideBySide, disassembly, side_by_side, side_by_side_text
+from ..toolchain.sass import DiffRow, SassUnavailable, SideBySide, side_by_side, side_by_side_text
 from ..keys.tokens import find_token, short_name, short_token
+from ..store.codec import artifact_class
 from .reading import CacheReader
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -23,8 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # Two entries' code side by side (PTX, or a cubin's SASS)
 
-COMPARED_STAGES = ("ptx", "cubin")
-_PTX_TARGET = re.compile(r"^\s*\.target\s+sm_(\d+)", re.M)
+# the stages whose artifacts say how two of them are compared (`Artifact.compared`)
+COMPARED_STAGES = tuple(stage for stage in PERSISTENT_STAGES if artifact_class(stage).compared is not None)
 
 
 def find_entry(cache: CacheReader, given: str, stage: Optional[str] = None) -> Tuple[str, str]:
@@ -86,38 +88,35 @@ class EntryComparison:
         return {**dataclasses.asdict(self), "summary": self.summary()}
 
 
-def _check_compared(stage: str) -> None:
-    if stage not in COMPARED_STAGES:
-        raise ValueError(f"{stage!r} entries cannot be compared: compare ptx entries (PTX) or cubin entries (SASS)")
+def _compared(stage: str) -> Compared:
+    """How entries of `stage` are compared (its artifact class says); ValueError where they are not."""
+    cls = artifact_class(stage)
+    if cls is None or cls.compared is None:
+        comparable = [f"{name} entries ({artifact_class(name).compared.title})" for name in COMPARED_STAGES]
+        raise ValueError(f"{stage!r} entries cannot be compared: compare {' or '.join(comparable)}")
+    return cls.compared
 
 
 def _listing(stage: str, entry: "Entry") -> Tuple[ComparedEntry, str]:
     artifact, short = entry.artifact, short_token(entry.token)
     if artifact is None:
         raise ValueError(f"the {stage} entry {short} has no artifact loaded (it is a marker or a header only)")
-    if stage == "ptx":
-        if artifact.ltoir is not None:
-            raise ValueError(f"the ptx entry {short} holds LTO-IR (binary), not PTX: compare the cubin "
-                             "entries built from it")
-        text = "\n".join(artifact.ptx)
-        target = _PTX_TARGET.search(text)
-        arch = int(target.group(1)) if target else (entry.config_fields or {}).get("sm")
-        listing = f"PTX sm_{arch}"
-    else:
-        try:
-            found = disassembly(artifact.cubin)
-        except SassUnavailable as exc:
-            raise ValueError(f"no SASS for the cubin entry {short}: {exc}") from None
-        text, arch, listing = found.text, found.arch, found.label
+    try:
+        text, arch, listing = artifact.listing((entry.config_fields or {}).get("sm"))
+    except NoListing as exc:
+        raise ValueError(f"the {stage} entry {short} {exc}") from None
+    except SassUnavailable as exc:
+        raise ValueError(f"no SASS for the {stage} entry {short}: {exc}") from None
     return ComparedEntry(stage, entry.token, entry.kernel, entry.signature, entry.config, arch, listing), text
 
 
 def compare_artifacts(stage: str, left: "Entry", right: "Entry", context: int = 3) -> EntryComparison:
-    """Two entries of `stage` ("ptx" or "cubin") side by side, by instruction
-    (`gpucache_ext.toolchain.sass.side_by_side`); ValueError says why they cannot be."""
-    _check_compared(stage)
+    """Two entries of `stage` (one of `COMPARED_STAGES`) side by side, by line or
+    instruction as its artifact class says (`gpucache_ext.toolchain.sass.side_by_side`);
+    ValueError says why they cannot be."""
+    compared = _compared(stage)
     (a, a_text), (b, b_text) = _listing(stage, left), _listing(stage, right)
-    diff = side_by_side(a_text, b_text, a.label, b.label, context, kind="sass" if stage == "cubin" else "ptx")
+    diff = side_by_side(a_text, b_text, a.label, b.label, context, kind=compared.kind)
     return EntryComparison(stage, a, b, diff)
 
 
@@ -127,7 +126,7 @@ def compare_entries(cache: CacheReader, stage: str, token_a: str, token_b: str,
     "cubin".  Tokens may be given by their first 6 hex digits or more.
     ValueError names what is wrong: another stage, an unknown token or one
     that is on another stage, an artifact not loaded, SASS unavailable (and why)."""
-    _check_compared(stage)
+    _compared(stage)
     entries = []
     for given in (token_a, token_b):
         found, token = find_entry(cache, given)

@@ -13,7 +13,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from .. import sessions
 from ..keys.config import FIELD_STAGES, FOLLOW_FASTMATH, CompileConfig
-from ..keys.stagespec import STAGES
+from ..keys.stagespec import STAGE_SPEC, STAGES
+from ..pipeline.artifacts import Artifact, Listing, Members, Part
 from ..pipeline.results import parse_resources, short_signature
 from ..keys.tokens import short_token
 from ..units import format_age, format_bytes, format_seconds
@@ -71,57 +72,48 @@ def _typed_ir_text(artifact) -> str:
 
 def artifacts_html(stage: str, entry, sass: Optional[str] = None, sass_note: Optional[str] = None,
                    sass_label: Optional[str] = None) -> str:
-    """The entry's artifacts; for a cubin, `sass` (its SASS, headed `sass_label`:
-    "SASS sm_86 (nvdisasm 13.5)") or `sass_note` (why there is none)."""
+    """The entry's artifacts, as its class declares them (`artifacts.Artifact.parts`);
+    for machine code (a cubin's), first `sass` (its SASS, headed `sass_label`:
+    "SASS sm_86 (nvdisasm 13.5)") or `sass_note` (why there is none).  An
+    artifact no class declares (typing's: numba's typed function) is shown as typed IR."""
     artifact = entry.artifact
     if artifact is None:
         return '<p class="gpucache-muted">The artifact is not loaded (it lives in a persistent tier).</p>'
+    if not isinstance(artifact, Artifact):
+        return _pre(_typed_ir_text(artifact), "typed IR")
     parts = []
-    if stage == "typing":
-        parts.append(_pre(_typed_ir_text(artifact), "typed IR"))
-    elif stage == "llvm":
-        parts.append(_pre(getattr(artifact, "text", ""), "NVVM IR (LLVM)"))
-    elif stage == "ptx":
-        ptx = tuple(getattr(artifact, "ptx", ()) or ())
-        if ptx:
-            parts.append(_pre("\n".join(ptx), "PTX"))
-        ltoir = getattr(artifact, "ltoir", None)
-        if ltoir is not None:
-            parts.append(f'<p>LTO-IR: {esc(format_bytes(len(ltoir)))} (binary; the PTX after link-time '
-                         'optimisation is in the cubin entries built from it)</p>')
-    elif stage == "cubin":
-        cubin = getattr(artifact, "cubin", b"") or b""
+    if artifact.machine_code is not None:
         if sass is not None:
             parts.append(_pre(sass, sass_label or "SASS (nvdisasm)"))
         else:
             parts.append(f'<p class="gpucache-muted gpucache-sass-note">{esc(sass_note or "")}</p>')
-        if getattr(artifact, "linked_ptx", None):
-            parts.append(_pre(artifact.linked_ptx, "PTX after link-time optimisation"))
-        parts.append(_pre(getattr(artifact, "info_log", ""), "link log (nvJitLink)"))
-        parts.append(f'<p class="gpucache-muted gpucache-wrap">cubin: {esc(format_bytes(len(cubin)))}, '
-                     f'entry {esc(getattr(artifact, "entry_name", ""))}</p>')
-    elif stage == "fatbin":
-        items = "".join(f'<tr><th scope="row">{esc(m.name)}</th><td>{esc(m.kind)}</td>'
-                        f'<td>{esc(format_bytes(m.nbytes))}</td>'
-                        f'<td class="gpucache-code">{esc(short_token(m.token))}</td></tr>'
-                        for m in getattr(artifact, "members", ()))
-        parts.append('<table class="gpucache-table gpucache-fatbin-members"><caption>What the fatbin holds (the '
-                     'driver loads the cubin of the GPU\'s architecture, else compiles the PTX)</caption>'
-                     '<thead><tr><th scope="col">architecture</th><th scope="col">kind</th><th scope="col">size'
-                     f'</th><th scope="col">entry</th></tr></thead><tbody>{items}</tbody></table>')
-        parts.append(f'<p class="gpucache-muted gpucache-wrap">fatbin: '
-                     f'{esc(format_bytes(len(getattr(artifact, "fatbin", b""))))}, entry '
-                     f'{esc(getattr(artifact, "entry_name", ""))}</p>')
+    parts += [_part_html(part) for part in artifact.parts()]
     return "".join(parts)
 
 
+def _part_html(part: Part) -> str:
+    if isinstance(part, Listing):
+        return _pre(part.text, part.label)
+    if isinstance(part, Members):
+        items = "".join(f'<tr><th scope="row">{esc(m.name)}</th><td>{esc(m.kind)}</td>'
+                        f'<td>{esc(format_bytes(m.nbytes))}</td>'
+                        f'<td class="gpucache-code">{esc(short_token(m.token))}</td></tr>'
+                        for m in part.members)
+        return ('<table class="gpucache-table gpucache-fatbin-members"><caption>What the fatbin holds (the '
+                'driver loads the cubin of the GPU\'s architecture, else compiles the PTX)</caption>'
+                '<thead><tr><th scope="col">architecture</th><th scope="col">kind</th><th scope="col">size'
+                f'</th><th scope="col">entry</th></tr></thead><tbody>{items}</tbody></table>')
+    return f'<p class="gpucache-muted gpucache-wrap">{esc(part.text)}</p>' if part.aside else f"<p>{esc(part.text)}</p>"
+
+
 def _resources_html(stage: str, entry, downstream) -> str:
-    if stage == "fatbin":
+    if not STAGE_SPEC[stage].per_target:  # (a fatbin: its cubins', by architecture)
         if not downstream:
             return '<p class="gpucache-muted">None of this fatbin\'s cubin entries is cached any more.</p>'
         return resources_table_html(downstream)
-    if stage == "cubin" and entry.artifact is not None:
-        res = parse_resources(getattr(entry.artifact, "info_log", "") or "")
+    log = entry.artifact.link_log if isinstance(entry.artifact, Artifact) else None
+    if log is not None:  # (it was linked: its own)
+        res = parse_resources(log)
         rows = [("registers", res["registers"], ""), ("barriers", res["barriers"], ""),
                 ("shared memory", format_bytes(res["shared_bytes"]), ""),
                 ("local memory", format_bytes(res["local_bytes"]), ""),
@@ -167,7 +159,7 @@ def _config_html(stage: str, summary: str, fields: Optional[Dict[str, Any]] = No
             f' title="{s} {"reads" if s in readers else "does not read"} {name}">{s}</span>'
             for s in STAGES if s in readers)
         # (a fatbin is made of its members' bytes: each field reaches it through them)
-        reads = "through its members" if stage == "fatbin" else "yes" if stage in readers else "no"
+        reads = "through its members" if not STAGE_SPEC[stage].per_target else "yes" if stage in readers else "no"
         rows.append(f'<tr data-field="{name}"><th scope="row" class="gpucache-code">{name}</th>'
                     f'<td class="gpucache-text">{esc(shown)}</td><td class="gpucache-text gpucache-chips">{chips}</td>'
                     f'<td class="gpucache-text">{reads}</td></tr>')

@@ -55,7 +55,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import ipywidgets as W
 
-from ..keys.stagespec import ALL_STAGES
+from ..keys.stagespec import ALL_STAGES, STAGE_SPEC
+from ..pipeline.artifacts import Artifact
 from .clearing import InspectorClearing
 from ..queries import (COMPARED_STAGES, Sources, built_from, comparable_entries, compare_entries, fatbin_rows,
                        nearest_entry, resource_moves, resource_rows, variant_occupancy)
@@ -108,13 +109,16 @@ def entry_detail(cache, stage: str, token: str, kernel_label: Optional[str] = No
         return None
     rows = [row for row in cache.entries(stage=stage, kernel=entry.kernel) if row.token == token]
     nearest, names = nearest_entry(cache, stage, token)
-    if stage == "fatbin":  # its cubins' resources, by architecture
-        downstream = tuple(fatbin_rows(cache, entry)) if entry.artifact is not None else ()
+    artifact = entry.artifact if isinstance(entry.artifact, Artifact) else None  # (typing's is numba's)
+    if not STAGE_SPEC[stage].per_target:  # (a fatbin) its cubins' resources, by architecture
+        downstream = tuple(fatbin_rows(cache, entry)) if artifact is not None else ()
+    elif artifact is not None and artifact.link_log is not None:  # (it was linked) its own
+        downstream = ()
     else:
-        downstream = () if stage == "cubin" else tuple(built_from(cache, stage, token, entry.kernel))
+        downstream = tuple(built_from(cache, stage, token, entry.kernel))
     sass = note = None
-    if stage == "cubin" and entry.artifact is not None:
-        sass, note = sass_view(token, getattr(entry.artifact, "cubin", b"") or b"")
+    if artifact is not None and artifact.machine_code is not None:
+        sass, note = sass_view(token, artifact.machine_code)
     return EntryDetail(stage, entry, tuple(rows[0].tiers) if rows else (), nearest, tuple(names),
                        downstream, sass.text if sass else None, note, kernel_label,
                        sass_label=sass.label if sass else None)
