@@ -425,8 +425,8 @@ def test_what_an_entry_persists_is_declared_once_and_round_trips(tmp_path):
     to an equal artifact; an entry read back from disk equals what was filed."""
     import dataclasses
 
-    from gpucache_ext.pipeline import artifacts
-    from gpucache_ext.store.codec import encode
+    from gpucache_ext.keys.stagespec import PERSISTENT_STAGES
+    from gpucache_ext.store.codec import artifact_class, encode
     from gpucache_ext.store.tiers import HEADER_FIELDS, Entry
 
     own_encodings = {"artifact", "components", "nbytes", "variants", "tools"}  # (tools: the header's toolchain)
@@ -436,7 +436,8 @@ def test_what_an_entry_persists_is_declared_once_and_round_trips(tmp_path):
     cache.compile(kernels.axpy, kernels.AXPY_SIG, CompileConfig(sm=86, lto=True))
     cache.compile_fatbin(kernels.axpy, kernels.AXPY_SIG, CompileConfig(), sms=(80, 86))
     seen = set()
-    for stage, cls in artifacts.PERSISTED.items():
+    persisted = {stage: artifact_class(stage) for stage in PERSISTENT_STAGES}
+    for stage, cls in persisted.items():
         for entry in cache._memory[stage].entries.values():
             meta, parts = entry.artifact.state()
             assert cls.rebuild(meta, parts) == entry.artifact
@@ -445,7 +446,7 @@ def test_what_an_entry_persists_is_declared_once_and_round_trips(tmp_path):
             assert {n: c.digest for n, c in back.components.items()} == \
                 {n: c.digest for n, c in entry.components.items()}
             seen.add(stage)
-    assert seen == set(artifacts.PERSISTED)
+    assert seen == set(persisted)
 
 
 def test_a_miss_after_a_restart_is_explained_against_the_latest_of_equally_near_entries(tmp_path, monkeypatch):

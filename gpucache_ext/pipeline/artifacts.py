@@ -380,8 +380,6 @@ class FatbinArtifact(Artifact):
         return cls(parts[0], members, meta["entry_name"])
 
 
-# The artifacts that persist (typed IR does not: it is not portable), by stage
-PERSISTED = {cls.stage: cls for cls in (LLVMArtifact, PTXArtifact, CubinArtifact, FatbinArtifact)}
 
 # what a PTX stage built with lto exports instead of PTX
 LTOIR = Format("ltoir", "ltoir", "LTO-IR")
