@@ -122,12 +122,17 @@ def test_the_stages_are_what_their_declarations_say(monkeypatch):
     specs = stagespec.STAGE_SPECS
     assert STAGES == tuple(s.name for s in specs if s.per_target) == ("typing", "llvm", "ptx", "cubin")
     assert stagespec.PERSISTENT_STAGES == ("llvm", "ptx", "cubin", "fatbin")
+    chain = stagespec.DEFAULT_CHAIN
     for spec in specs:
         stage = pipeline.STAGE_TABLE[spec.name]
-        assert (stage.upstream, stage.persisted, stage.keyed_on_bytes) == (spec.upstream, spec.persisted,
-                                                                          spec.keyed_on_bytes)
+        assert (stage.persisted, stage.keyed_on_bytes) == (spec.persisted, spec.keyed_on_bytes)
         assert stage.fields == tuple(f for f, read in FIELD_STAGES.items() if spec.name in read)
-        assert tuple(toolchain.stage_toolchain(spec.name)) == spec.tools
+        # the stage's own tools, then those numba-cuda's chain adds to it
+        assert tuple(toolchain.stage_toolchain(spec.name)) == spec.tools + dict(chain.tools).get(spec.name, ())
+    # each stage of a chain is built from the one before it; the fatbin from the last
+    assert [chain.upstream(name) for name in (*chain.stages, "fatbin")] == [None, "typing", "llvm", "ptx", "cubin"]
+    assert (chain.front, chain.entry, chain.back) == (("typing", "llvm"), "llvm", ("ptx", "cubin"))
+    assert chain.back == tuple(name for name in chain.stages if name in stagespec.KEYED_ON_BYTES)
     # a tool declared for a stage enters its toolchain part (and so its token), with no other edit
     monkeypatch.setitem(stagespec.STAGE_SPEC, "fatbin", dataclasses.replace(stagespec.STAGE_SPEC["fatbin"],
                                                                    tools=("nvfatbin", "numpy")))
