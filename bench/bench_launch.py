@@ -86,7 +86,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help=f"exit 1 above {TARGET}x numba's time")
     parser.add_argument("--here", action="store_true", help="measure in this process (a GPU or the stand-in)")
     args = parser.parse_args()
-    from gpucache_ext.launch.device import gpu_available
+    from gpucache_ext.backends.numba_cuda.launch.device import gpu_available
 
     if not args.here:
         if not gpu_available():

@@ -27,9 +27,9 @@ from .errors import (CompileError, ConfigError, DisplayWarning, GpuCacheError, G
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time, `__getattr__` below
     from .pipeline.audit import AuditWarning
     from .pipeline.cache import KernelCache
-    from .launch.decorators import jit
-    from .launch.compiled import LaunchError, LaunchTypeError, LaunchValueError
-    from .launch.kernel import Kernel
+    from .backends.numba_cuda.launch.decorators import jit
+    from .backends.numba_cuda.launch.compiled import LaunchError, LaunchTypeError, LaunchValueError
+    from .backends.numba_cuda.launch.kernel import Kernel
     from .pipeline.results import (CacheStats, CompileResult, EntryInfo, Outcome, StageResult, StageStats,
                                    TierStats)
 
@@ -41,8 +41,9 @@ _LAZY = {
     "CompileResult": "pipeline.results", "StageResult": "pipeline.results", "Outcome": "pipeline.results",
     "CacheStats": "pipeline.results", "StageStats": "pipeline.results", "TierStats": "pipeline.results",
     "EntryInfo": "pipeline.results",
-    "Kernel": "launch.kernel", "LaunchError": "launch.compiled",
-    "LaunchTypeError": "launch.compiled", "LaunchValueError": "launch.compiled", "jit": "launch.decorators",
+    "Kernel": "backends.numba_cuda.launch.kernel", "LaunchError": "backends.numba_cuda.launch.compiled",
+    "LaunchTypeError": "backends.numba_cuda.launch.compiled",
+    "LaunchValueError": "backends.numba_cuda.launch.compiled", "jit": "backends.numba_cuda.launch.decorators",
     "AuditWarning": "pipeline.audit",
 }
 

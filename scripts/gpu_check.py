@@ -42,7 +42,7 @@ from numba import cuda
 
 from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError, samples
 from gpucache_ext.keys.config import Targets
-from gpucache_ext.launch.kernel import device_cc, gpu_available
+from gpucache_ext.backends.numba_cuda.launch.kernel import device_cc, gpu_available
 
 # The sample kernels (gpucache_ext/samples.py), as plain numba-cuda dispatchers.
 axpy = samples.load(samples.AXPY)["axpy"]

@@ -105,7 +105,7 @@ def _harvesting(found):
     from numba.cuda import testing
 
     try:
-        from gpucache_ext.launch.simulator import simulate_memory
+        from gpucache_ext.backends.numba_cuda.launch.simulator import simulate_memory
     except ImportError:  # an older gpucache_ext (measuring before/after): numba's memory API
         def simulate_memory(enable):
             pass

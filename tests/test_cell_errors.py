@@ -338,7 +338,7 @@ def test_a_launch_error_shows_at_the_users_launch_line(ip, capsys, magic):
     assert "LaunchTypeError: good: no signature accepts (float64[::1]); declared: (float32[:])" in shown
     assert "gpucache_ext/" not in shown and "numba" not in shown.replace("numba-cuda", "")
     ip.run_line_magic("tb", "")
-    assert "gpucache_ext/launch/kernel.py" in plain("".join(capsys.readouterr()))
+    assert "gpucache_ext/backends/numba_cuda/launch/kernel.py" in plain("".join(capsys.readouterr()))
 
 
 def test_launch_errors_leave_a_handler_of_the_users_alone(ip):

@@ -292,7 +292,7 @@ def test_sass_per_architecture_and_a_plain_note_where_nvdisasm_cannot_read_it():
 
 def test_what_a_gpu_would_load_is_the_fatbin_where_a_member_runs_there():
     from gpucache_ext import LaunchError
-    from gpucache_ext.launch.kernel import choose_image
+    from gpucache_ext.backends.numba_cuda.launch.kernel import choose_image
 
     cache = KernelCache()
     built = cache.compile_fatbin(kernels.copy, kernels.COPY_SIG, sms=(80, 90))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError
-from gpucache_ext.launch.kernel import device_cc
+from gpucache_ext.backends.numba_cuda.launch.kernel import device_cc
 
 from . import kernels
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError
-from gpucache_ext.launch.device import FALLBACK_SM, default_sm
+from gpucache_ext.backends.numba_cuda.launch.device import FALLBACK_SM, default_sm
 
 from . import kernels
 

@@ -358,4 +358,4 @@ def test_numbas_launch_errors_and_ours_are_of_numbas_types_on_the_driver(tmp_pat
         numbas, ours = seen[f"{case}|numba"], seen[f"{case}|ours"]
         assert numbas is not None, case
         assert ours is not None and numbas[0] in ours, (case, numbas, ours)
-        assert "gpucache_ext.launch.compiled.LaunchError" in ours, (case, ours)
+        assert "gpucache_ext.backends.numba_cuda.launch.compiled.LaunchError" in ours, (case, ours)

@@ -53,7 +53,7 @@ def _report(**extra):
 COMMAND = REPORT + """
 import contextlib, io, sys
 if sys.argv[1] == "eager":
-    import gpucache_ext.pipeline.cache, gpucache_ext.launch.kernel  # noqa: F401
+    import gpucache_ext.pipeline.cache, gpucache_ext.backends.numba_cuda.launch.kernel  # noqa: F401
 from gpucache_ext import cli
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
@@ -95,7 +95,8 @@ import gpucache_ext
 before = sorted(m for m in __import__("sys").modules if m.split(".")[0] in ("numba", "IPython"))
 assert "KernelCache" in dir(gpucache_ext) and "Kernel" in dir(gpucache_ext)
 from gpucache_ext import KernelCache, Kernel, CompileConfig, CompileResult, default_cache
-assert KernelCache.__module__ == "gpucache_ext.pipeline.cache" and Kernel.__module__ == "gpucache_ext.launch.kernel"
+assert KernelCache.__module__ == "gpucache_ext.pipeline.cache"
+assert Kernel.__module__ == "gpucache_ext.backends.numba_cuda.launch.kernel"
 assert all(getattr(gpucache_ext, name) is not None for name in gpucache_ext.__all__)
 assert callable(gpucache_ext.configure_default_cache) and callable(gpucache_ext.inspector)
 assert callable(gpucache_ext.load_ipython_extension) and gpucache_ext.defaults._default_cache is None

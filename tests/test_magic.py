@@ -478,7 +478,7 @@ def test_configuration_from_environment(ip, monkeypatch):
     assert magics.default_sm == "75" and magics.quiet is True
     assert magics.resolved_default_sm() == "75"
     monkeypatch.delenv("GPUCACHE_SM")
-    if not gpucache_ext.launch.kernel.gpu_available():
+    if not gpucache_ext.backends.numba_cuda.launch.kernel.gpu_available():
         assert GpuCacheMagics(shell=ip).resolved_default_sm() == 86
     monkeypatch.setenv("GPUCACHE_SM", "sm_99")
     ip.run_line_magic("reload_ext", "gpucache_ext")  # settings are read when the magics are made

@@ -25,6 +25,23 @@ class Backend:
         """Refuse, with the fix, what in this process would make its output
         differ from the compiler's own (numba-cuda: its CUDA runtime on)."""
 
+    def refuse(self, func) -> None:
+        """Refuse, naming the fix, a compile of `func` that cannot be (numba-cuda:
+        under its simulator; a device function, which a kernel compiles with)."""
+
+    def signature(self, sig) -> tuple:
+        """`sig` (as a user writes one) as the argument types a compile is keyed on."""
+        raise NotImplementedError
+
+    def device_proxies(self, lock, limit):
+        """What a cache's typing calls its device functions through (numba-cuda:
+        `proxies.DeviceProxies`), at most ``limit()`` of them."""
+        return None
+
+    def default_sm(self) -> int:
+        """The target a kernel gets where none is named: the GPU's, else a default."""
+        raise NotImplementedError
+
     def compiling(self):
         """A context manager around each attempt of a compile (numba-cuda:
         what its compiler registers meanwhile follows from what was hashed)."""
@@ -51,4 +68,10 @@ class Backend:
     def build(self, stage: str, plan, upstream):
         """Stage `stage`'s artifact, from `upstream` (the artifact of the stage
         before it; None for the first)."""
+        raise NotImplementedError
+
+    def rebuild(self, stage: str, upstream, config, kernel: str, links):
+        """A stage of the chain's back (keyed on the bytes before it) built from
+        those bytes alone: what its `build` does from `upstream`, for the audit
+        of a stored entry (`config`: the entry's, `links`: the code it linked)."""
         raise NotImplementedError

@@ -86,7 +86,7 @@ def warm_module(target: str, configs: List[Any], env: Dict[str, str]) -> Dict[st
     of `configs` (`_configs`)."""
     os.environ.update(env)
     module = _import(target)
-    from ..launch.kernel import Kernel
+    from ..backends.numba_cuda.launch.kernel import Kernel
     from ..backends.numba_cuda.options import config_with_options
     from ..pipeline.results import short_signature
 

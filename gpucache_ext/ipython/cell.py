@@ -17,11 +17,11 @@ from ..defaults import default_cache
 from ..pipeline.cache import CompileResult
 from ..errors import CompileError
 from ..keys.config import CompileConfig
-from ..launch.decorators import CACHED_LIBRARY_KERNELS, NUMBA_CORES, decorator_form, device_function
+from ..backends.numba_cuda.launch.decorators import CACHED_LIBRARY_KERNELS, NUMBA_CORES, decorator_form, device_function
 from ..sources.libraries import is_library_file, library_caller
-from ..launch.device import cuda_simulator_on
+from ..backends.numba_cuda.launch.device import cuda_simulator_on
 from ..launch.batch import Pipelined
-from ..launch.kernel import Kernel
+from ..backends.numba_cuda.launch.kernel import Kernel
 from ..launch.spec import KernelSpec
 from ..backends.numba_cuda.options import explicit_options
 from ..keys.tokens import short_name

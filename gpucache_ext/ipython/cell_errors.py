@@ -312,7 +312,7 @@ def _launch_error_types() -> tuple:
     """The errors a launch in a plain cell raises that `_show_launch_error` shows."""
     from numba.core.errors import NumbaError
 
-    from ..launch.compiled import LaunchError
+    from ..backends.numba_cuda.launch.compiled import LaunchError
 
     return LaunchError, NumbaError
 

@@ -28,7 +28,7 @@ from traitlets import Bool, Unicode, default
 from ..defaults import default_cache
 from ..keys.config import FLAG_OF, Targets, add_config_arguments, config_from_flags, option_of, supported_ccs
 from ..keys.stagespec import ALL_STAGES
-from ..launch.device import cuda_simulator_on, default_sm, gpu_available
+from ..backends.numba_cuda.launch.device import cuda_simulator_on, default_sm, gpu_available
 from ..launch.spec import KernelSpec
 from ..errors import ConfigError
 from ..queries import compare_entries, find_entry, resource_moves, resource_rows, reused_note
@@ -37,7 +37,7 @@ from ..sweeps import combinations, parse_values
 from .report import and_join, cutoff_text, refusals_between
 
 if TYPE_CHECKING:
-    from ..launch.kernel import Kernel
+    from ..backends.numba_cuda.launch.kernel import Kernel
 
 # (numba-cuda's compiler, and so `cell`, `Kernel` and `stages`, are imported when
 # first used: under numba's CUDA simulator they cannot be, and the magic still loads)
@@ -241,7 +241,7 @@ class GpuCacheMagics(Magics):
             raise UsageError(str(exc)) from None
 
     def resolved_default_sm(self):
-        """The target for cells without --sm, as `gpucache_ext.launch.device.default_sm`
+        """The target for cells without --sm, as `gpucache_ext.backends.numba_cuda.launch.device.default_sm`
         decides: this GPU's, else the setting (which may list several), else 86."""
         if self.default_sm and not gpu_available():
             return self.default_sm
@@ -320,7 +320,7 @@ class GpuCacheMagics(Magics):
             if cuda_simulator_on():
                 raise UsageError(f"%gpucache explain {rest[0]}: numba's CUDA simulator is on "
                                  "(NUMBA_ENABLE_CUDASIM=1), so no kernel is compiled or cached")
-            from ..launch.kernel import Kernel
+            from ..backends.numba_cuda.launch.kernel import Kernel
 
             kernel = self.shell.user_ns.get(rest[0])
             if not isinstance(kernel, Kernel):

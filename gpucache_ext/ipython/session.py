@@ -109,7 +109,7 @@ class Session:
         from IPython.core.error import UsageError
 
         from ..pipeline.audit import parse_audit
-        from ..launch.device import cuda_simulator_on, gpu_available
+        from ..backends.numba_cuda.launch.device import cuda_simulator_on, gpu_available
 
         try:
             parse_audit(self.settings.audit)
@@ -143,18 +143,18 @@ class Session:
         sessions.attach_session(self)  # the default cache, and where kernels are defined (`places`)
         if cuda_simulator_on():  # numba's own simulator: cells run as plain cells (see `simulated`)
             return
-        from ..launch.simulator import simulate_memory
+        from ..backends.numba_cuda.launch.simulator import simulate_memory
 
         install_launch_errors(self.shell)  # launch errors at the user's launch line
         if not gpu_available():  # cells written for a GPU run on the simulator, memory API too
             simulate_memory(True)
 
     def unload(self) -> None:
-        from ..launch.device import cuda_simulator_on
+        from ..backends.numba_cuda.launch.device import cuda_simulator_on
         from .cellcode import check_cell_syntax
 
         if not cuda_simulator_on():
-            from ..launch.simulator import simulate_memory
+            from ..backends.numba_cuda.launch.simulator import simulate_memory
             from .cell_errors import uninstall_launch_errors
 
             uninstall_launch_errors(self.shell)
@@ -212,7 +212,7 @@ class Session:
         """After every cell: kernels re-check their inputs at their next launch;
         each watched cache's history gets the cell's hits and misses; open
         inspectors refresh; background audits may run."""
-        from ..launch.device import cuda_simulator_on
+        from ..backends.numba_cuda.launch.device import cuda_simulator_on
 
         self._in_cell = False
         self.auto.cell_ended()

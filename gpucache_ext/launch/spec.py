@@ -31,10 +31,10 @@ class KernelSpec:
         target is `default_sm()`'s and follows the device (not pinned); a
         given target is pinned; `targets` a `Targets` or what it takes
         (``"80,86,90"``)."""
-        from .device import default_sm
+        from .. import backends
 
         pinned = (config is not None or targets is not None) if pinned is None else pinned
-        config = config if config is not None else CompileConfig(sm=default_sm())
+        config = config if config is not None else CompileConfig(sm=backends.backend().default_sm())
         targets = targets if targets is None or isinstance(targets, Targets) else Targets(targets)
         return cls(config, targets, pinned, tuple(variants), tuple(blocks), **fields)
 

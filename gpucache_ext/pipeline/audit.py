@@ -656,9 +656,8 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
     or a cubin whose debug info names source files changed since it was
     built: then with why) or "failed".
     """
+    from .. import backends
     from ..keys.config import CompileConfig
-    from ..backends.numba_cuda.stages.cubin import run_cubin
-    from ..backends.numba_cuda.stages.ptx import run_ptx
 
     if stage == "fatbin" and not entry.is_marker:
         return _reassemble(entry, find_upstream, tainted)
@@ -679,10 +678,9 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
         if unlike is not None:  # ptxas would write other file sizes and times: not like with like
             return "skipped", unlike
     try:
-        if stage == "ptx":
-            fresh = run_ptx(upstream.artifact, config, entry.kernel)
-        else:
-            fresh = run_cubin(upstream.artifact, config, entry.kernel, entry.artifact.links)
+        # (numba-cuda's, the backend of every stored entry so far: `DEFAULT_CHAIN`)
+        fresh = backends.backend().rebuild(stage, upstream.artifact, config, entry.kernel,
+                                           entry.artifact.links if stage == "cubin" else ())
     except Exception as exc:
         return "failed", f"    {type(exc).__name__}: {exc}"
     difference = first_difference(stage, entry.artifact, fresh)

@@ -39,13 +39,9 @@ from .. import queries
 from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
 from ..keys.config import CompileConfig, Targets
 from ..keys.stagespec import ALL_STAGES, STAGE_SPECS
-from ..errors import GpuCacheError, UnsupportedKernelError
-from ..importing import lazy_module
 from ..store.index import CacheIndex
 from .driver import CompilePlan, CompileRequest, Pipeline
 from .provenance import Provenance
-from ..backends.numba_cuda.proxies import DeviceProxies
-from ..backends.numba_cuda.signatures import normalize_signature
 from .results import (CacheStats, CompileResult, EntryInfo, FatbinResult, Outcome,  # noqa: F401
                       StageResult, StageStats, TierInfo, TierStats, parse_resources, short_signature)
 from ..sources.functions import python_function
@@ -59,7 +55,6 @@ from ..keys.tokens import Token
 
 # numba-cuda's compiler, imported by the first compile: the cache opens, lists and reports
 # without it (under numba's CUDA simulator numba-cuda's compiler cannot be imported at all)
-stages = lazy_module("gpucache_ext.backends.numba_cuda.stages")
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +124,8 @@ class KernelCache:
         """What the cache holds, read without changing it (`gpucache_ext.store.index`):
         what `explain` and the miss explanations read."""
         self.pipeline = Pipeline(self.store, self.index, self._lock,
-                                 DeviceProxies(self._lock, lambda: 4 * self._memory["typing"].max_entries),
+                                 lambda backend: backend.device_proxies(
+                                     self._lock, lambda: 4 * self._memory["typing"].max_entries),
                                  busy=lambda busy: self._auditor.busy(busy))
         """The stages and the one driver every compile goes through (`gpucache_ext.pipeline.driver`)."""
         self.audits = CacheAudits(Auditor(parse_audit(audit), audit_background), self._lock, _compile_fresh,
@@ -287,8 +283,8 @@ class KernelCache:
         plan = self._plan(func, sig, config, link)
         return queries.predict(self.index, plan, plan.kernel)
 
-    def typed(self, func, sig, config: Optional[CompileConfig] = None, *, link=None) -> "stages.TypedFunction":
-        """The typing stage's artifact for these inputs (numba's typed IR, type
+    def typed(self, func, sig, config: Optional[CompileConfig] = None, *, link=None):
+        """The typing stage's artifact for these inputs (numba-cuda's: a `TypedFunction`, its typed IR, type
         map and call types): from memory where the typing stage is still
         cached, else typed now and kept (typed IR lives in memory only, so
         after a restart a disk hit has none).  Counted as a typing lookup."""
@@ -300,10 +296,10 @@ class KernelCache:
         """The plan (tokens) of these inputs, for the queries that compile nothing."""
         return self.pipeline.plan(self._request(func, sig, CompileConfig() if config is None else config, link))
 
-    @staticmethod
-    def _request(func, sig, config: CompileConfig, link, **options) -> CompileRequest:
-        _refuse_what_cannot_compile(func)
-        return CompileRequest(python_function(func), normalize_signature(sig), config,
+    def _request(self, func, sig, config: CompileConfig, link, **options) -> CompileRequest:
+        backend = self.pipeline.backend
+        backend.refuse(func)
+        return CompileRequest(python_function(func), backend.signature(sig), config,
                               _link_items(func, link), **options)
 
     def stats(self) -> CacheStats:
@@ -504,22 +500,3 @@ def _check_stage(stage):
     return stage
 
 
-def _refuse_what_cannot_compile(func) -> None:
-    """Refuse, naming the fix, a compile that cannot be: under numba's
-    simulator (numba-cuda's compiler cannot be imported), or of a device
-    function (a kernel is what compiles; a device function becomes part of one)."""
-    from ..launch.device import simulator_imported
-
-    if simulator_imported():
-        raise GpuCacheError(
-            "numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1 when numba.cuda was imported), and "
-            "numba-cuda's compiler cannot be imported under it, so KernelCache cannot compile; unset "
-            "NUMBA_ENABLE_CUDASIM to compile (no GPU is needed), or use gpucache_ext.jit, whose kernels "
-            "run on the simulator while it is on")
-    targetoptions = getattr(func, "targetoptions", None)
-    if isinstance(targetoptions, dict) and targetoptions.get("device"):
-        name = getattr(func, "__name__", "the function")
-        raise UnsupportedKernelError(
-            f"{name} is a device function (cuda.jit(device=True)): KernelCache compiles kernels, which "
-            f"a device function becomes part of; compile a kernel that calls {name}, or, for the device "
-            f"function's own PTX, numba.cuda.compile_ptx({name}.py_func, sig, device=True, cc=...)")

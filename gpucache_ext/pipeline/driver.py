@@ -148,17 +148,18 @@ class Pipeline:
     """One cache's compiles: the plans it runs, and the one driver
     (`obtain`) every stage of every plan is found or built through.
 
-    `store` holds the tiers, `index` what they hold, `proxies` the device
-    proxies typing calls through; `busy(True/False)` brackets each compile
+    `store` holds the tiers, `index` what they hold, `proxies` (made by
+    `make_proxies(backend)`) the device proxies typing calls through; `busy(True/False)` brackets each compile
     (the auditor waits meanwhile); `observers` are called with each
     finished compile (request, the snapshot it hashed, its result)."""
 
-    def __init__(self, store: TieredStore, index: CacheIndex, lock, proxies, busy: Callable[[bool], None]):
+    def __init__(self, store: TieredStore, index: CacheIndex, lock, make_proxies: Callable[[Any], Any],
+                 busy: Callable[[bool], None]):
         self.store = store
         self.index = index
         self._lock = lock
-        self.proxies = proxies
         self.backend = backends.backend()  # the compiler every plan of this pipeline compiles with
+        self.proxies = make_proxies(self.backend)
         self._busy = busy
         self.flights = Flights()  # one build at a time per (stage, token)
         self.observers: List[Callable[[CompileRequest, Any, CompileResult], None]] = []

@@ -7,10 +7,12 @@ from typing import Any, Dict, Mapping
 
 from ...pipeline.audit import source_files_component
 from .environment import environment_components
-from ...errors import SnapshotChanged
+from ...errors import GpuCacheError, SnapshotChanged, UnsupportedKernelError
 from .extensions import derived_during, extensions_component
 from ...importing import lazy_module
 from .numba_compat import check_numba_runtime
+from .proxies import DeviceProxies
+from .signatures import normalize_signature
 from ...sources.snapshot import rebind
 from ...keys.stagespec import DEFAULT_CHAIN
 from ...pipeline import debuginfo
@@ -30,6 +32,34 @@ class NumbaCuda(Backend):
 
     def check_can_compile(self) -> None:
         check_numba_runtime()
+
+    def refuse(self, func) -> None:
+        from .launch.device import simulator_imported
+
+        if simulator_imported():
+            raise GpuCacheError(
+                "numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1 when numba.cuda was imported), and "
+                "numba-cuda's compiler cannot be imported under it, so KernelCache cannot compile; unset "
+                "NUMBA_ENABLE_CUDASIM to compile (no GPU is needed), or use gpucache_ext.jit, whose kernels "
+                "run on the simulator while it is on")
+        targetoptions = getattr(func, "targetoptions", None)
+        if isinstance(targetoptions, dict) and targetoptions.get("device"):
+            name = getattr(func, "__name__", "the function")
+            raise UnsupportedKernelError(
+                f"{name} is a device function (cuda.jit(device=True)): KernelCache compiles kernels, which "
+                f"a device function becomes part of; compile a kernel that calls {name}, or, for the device "
+                f"function's own PTX, numba.cuda.compile_ptx({name}.py_func, sig, device=True, cc=...)")
+
+    def signature(self, sig) -> tuple:
+        return normalize_signature(sig)
+
+    def device_proxies(self, lock, limit):
+        return DeviceProxies(lock, limit)
+
+    def default_sm(self) -> int:
+        from .launch.device import default_sm
+
+        return default_sm()
 
     def compiling(self):
         return derived_during()  # (what numba registers meanwhile follows from what was hashed)
@@ -80,15 +110,20 @@ class NumbaCuda(Backend):
         plan.check_library_reads("lowered")
         return llvm
 
-    @staticmethod
-    def _ptx(plan, llvm):
-        return compiler.run_ptx(llvm, plan.config, plan.kernel)
+    def rebuild(self, stage: str, upstream, config, kernel: str, links):
+        if stage == "ptx":
+            return compiler.run_ptx(upstream, config, kernel)
+        if stage == "cubin":
+            return compiler.run_cubin(upstream, config, kernel, links)
+        raise ValueError(f"{self.name} builds {stage!r} from more than the bytes before it")
 
-    @staticmethod
-    def _cubin(plan, ptx):
+    def _ptx(self, plan, llvm):
+        return self.rebuild("ptx", llvm, plan.config, plan.kernel, ())
+
+    def _cubin(self, plan, ptx):
         """The source files a lineinfo cubin names are hashed in its token,
         and must not change while nvJitLink reads them."""
-        cubin = compiler.run_cubin(ptx, plan.config, plan.kernel, plan.identity.links)
+        cubin = self.rebuild("cubin", ptx, plan.config, plan.kernel, plan.identity.links)
         if source_files_component(plan.sources) != plan.sources_part:
             raise SnapshotChanged(f"a source file of {plan.kernel} changed while it was being linked")
         return cubin

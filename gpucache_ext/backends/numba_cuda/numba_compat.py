@@ -222,7 +222,7 @@ SWAPS = (
          "a stand-in takes numba's exact NVRTC options instead (toolchain.linking._CapturedProgram)"),
     *(Swap(f"numba.cuda:{name}", "simulator_memory_api",
            "without a GPU numba.cuda's memory API is the simulator's, so that cells written for a GPU run "
-           "on the simulator as written (gpucache_ext.launch.simulator.simulate_memory)")
+           "on the simulator as written (gpucache_ext.backends.numba_cuda.launch.simulator.simulate_memory)")
       for name in MEMORY_API),
 )
 

@@ -13,7 +13,7 @@ What the cache adds on top:
 
 - the image for the current device: a variant keeps one image per device
   architecture (`CachedCodeLibrary`); a kernel whose target was not given
-  (see `gpucache_ext.launch.device.default_sm`) compiles the device's architecture
+  (see `gpucache_ext.backends.numba_cuda.launch.device.default_sm`) compiles the device's architecture
   through the cache when it meets a new one; a kernel whose target was
   given runs its cubin, its fatbin, or PTX for the driver where that is
   valid, and otherwise refuses with the ``--sm`` to use (`image_for`);
@@ -50,25 +50,25 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from numba.cuda.dispatcher import CUDADispatcher
 
-from . import registry
+from ....launch import registry
 from .arguments import check_specialized, launch_configuration, no_match_error, untypeable_refused
-from ..pipeline.cache import CompileResult, KernelCache
-from ..keys.config import CompileConfig
+from ....pipeline.cache import CompileResult, KernelCache
+from ....keys.config import CompileConfig
 from .compiled import (CachedKernel, LaunchError, LaunchTypeError, LaunchValueError, choose_image, raised_as_numba,
                        runs_on)
 from .device import device_cc, gpu_available
-from ..errors import ConfigError
+from ....errors import ConfigError
 from .inspection import Inspection
-from ..backends.numba_cuda.options import config_with_options
-from .registry import compiled_by, live_kernels, refresh_all, stale_reasons
-from ..pipeline.results import short_signature
+from ..options import config_with_options
+from ....launch.registry import compiled_by, live_kernels, refresh_all, stale_reasons
+from ....pipeline.results import short_signature
 from .simulated import SimulatorLaunches
-from .spec import KernelSpec
-from ..sources.functions import python_function
-from ..backends.numba_cuda.signatures import normalize_signature
-from .variants import VariantSet
-from .batch import AheadOfTime
-from .builds import Builds
+from ....launch.spec import KernelSpec
+from ....sources.functions import python_function
+from ..signatures import normalize_signature
+from ....launch.variants import VariantSet
+from ....launch.batch import AheadOfTime
+from ....launch.builds import Builds
 
 
 class _CacheSource:
@@ -459,7 +459,7 @@ class Kernel(CUDADispatcher):
         arrays are copied at every launch, and the copies are timed too.
         Without a GPU nothing is timed: the variants are ranked by
         theoretical occupancy, which is not speed, and the result says so.
-        Returns a `gpucache_ext.launch.tuning.TuneResult`."""
+        Returns a `gpucache_ext.backends.numba_cuda.launch.tuning.TuneResult`."""
         from .tuning import tune
 
         return tune(self, args, blocks=blocks, grid=grid, runs=runs, warmup=warmup, signature=signature,
@@ -516,7 +516,7 @@ def _takes_addresses(declared) -> bool:
 
 
 def _default_cache():
-    from ..defaults import default_cache
+    from ....defaults import default_cache
 
     return default_cache()
 

@@ -15,9 +15,9 @@ from typing import Any, Callable, Dict, Mapping, Protocol, Sequence, Tuple
 
 from numba.cuda.dispatcher import CUDADispatcher, _DispatcherBase
 
-from ..pipeline.cache import CompileResult
-from ..pipeline.results import FatbinResult, short_signature
-from ..backends.numba_cuda.signatures import normalize_signature
+from ....pipeline.cache import CompileResult
+from ....pipeline.results import FatbinResult, short_signature
+from ..signatures import normalize_signature
 from .compiled import CachedKernel, LaunchError
 
 
@@ -134,7 +134,7 @@ class Inspection:
     def inspect_sass(self, signature=None):
         """The SASS, from nvdisasm, as numba's ``inspect_sass``: per signature,
         the text (`gpucache_ext.toolchain.sass.disassemble`; `SassUnavailable` says why not)."""
-        from ..toolchain.sass import disassemble
+        from ....toolchain.sass import disassemble
 
         return self._per_signature(signature, lambda k: disassemble(k.result.cubin))
 
@@ -144,7 +144,7 @@ class Inspection:
         nvdisasm cannot read (sm_72 and older for the wheel's nvdisasm 13)
         gives the `SassUnavailable` message, which names what would work, in
         place of its text."""
-        from ..toolchain.sass import SassUnavailable, disassemble
+        from ....toolchain.sass import SassUnavailable, disassemble
 
         def by_arch(kernel):
             found = {}

@@ -34,8 +34,8 @@ import sys
 from typing import Any, Callable
 
 from .device import cuda_simulator_on
-from ..sources.libraries import library_caller
-from ..backends.numba_cuda.options import check_options
+from ....sources.libraries import library_caller
+from ..options import check_options
 
 
 def jit(func_or_sig=None, device: bool = False, **options: Any):
@@ -121,7 +121,7 @@ def device_function(func: Callable, sigs, options, what: str):
     kernel's target, not for the current GPU."""
     from numba.cuda.decorators import jit as numba_jit
 
-    from ..sources.functions import declare_signatures
+    from ....sources.functions import declare_signatures
 
     check_options(options, what)
     dispatcher = numba_jit(device=True, **options)(func)

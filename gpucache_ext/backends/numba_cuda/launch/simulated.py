@@ -2,7 +2,7 @@
 ``simulate=True``): the variant a GPU launch would run is still compiled
 through the cache (its typing decides what the arguments convert to), and
 numba's simulator runs the Python function on the arguments as that launch
-would get them (`gpucache_ext.launch.simulator`).
+would get them (`gpucache_ext.backends.numba_cuda.launch.simulator`).
 
 `SimulatorLaunches` is a part a `Kernel` holds, written against what it
 reads of the kernel (`Simulated`).
@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, Protocol
 
-from . import registry
-from ..pipeline.cache import CompileResult
+from ....launch import registry
+from ....pipeline.cache import CompileResult
 from .compiled import LaunchError, raised_as_numba
 from .simulator import launch_arguments, notice_simulator, simulated_kernel
 

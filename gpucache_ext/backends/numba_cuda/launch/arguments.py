@@ -29,7 +29,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, Tuple
 
-from ..pipeline.results import short_signature, short_type
+from ....pipeline.results import short_signature, short_type
 from .compiled import LaunchError, LaunchTypeError, LaunchValueError
 
 

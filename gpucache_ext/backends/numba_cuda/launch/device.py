@@ -5,7 +5,7 @@ target nobody gave (a cell without ``--sm``, ``Kernel(func)``,
 ``gpucache_ext.jit``): the current GPU's, where there is one; else the
 ``GPUCACHE_SM`` setting; else sm_86.  A kernel with such a default follows
 the device: launched on a GPU of another architecture, it compiles that
-target too (see `gpucache_ext.launch.kernel`).
+target too (see `gpucache_ext.backends.numba_cuda.launch.kernel`).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import logging
 import os
 from typing import Optional, Tuple
 
-from .. import memos
+from .... import memos
 
 log = logging.getLogger(__name__)
 
 FALLBACK_SM = 86
 
 
-@memos.cached("launch.device.gpu_available", maxsize=1)
+@memos.cached("backends.numba_cuda.launch.device.gpu_available", maxsize=1)
 def gpu_available() -> bool:
     """True when a CUDA driver and at least one GPU are present."""
     try:
@@ -43,7 +43,8 @@ def cuda_simulator_on() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
-@memos.cached("launch.device.simulator_imported", maxsize=1)  # (how numba.cuda was imported does not change)
+# (how numba.cuda was imported does not change)
+@memos.cached("backends.numba_cuda.launch.device.simulator_imported", maxsize=1)
 def simulator_imported() -> bool:
     """Whether ``numba.cuda`` was imported as numba's simulator (the variable
     set when it loaded): numba-cuda's compiler cannot be imported then.  (A
@@ -68,7 +69,7 @@ def default_sm(setting: Optional[str] = None) -> int:
     A GPU whose compute capability the cache does not know as a target (a
     ``ConfigError`` from `parse_sm`) falls through to the setting.
     """
-    from ..keys.config import ConfigError, parse_sm
+    from ....keys.config import ConfigError, parse_sm
 
     if gpu_available():
         try:

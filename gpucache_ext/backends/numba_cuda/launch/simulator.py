@@ -122,14 +122,14 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Sequence,
 
 import numpy as np
 
-from ..backends.numba_cuda import numba_compat
-from ..errors import UnsupportedKernelError
-from .. import memos
+from .. import numba_compat
+from ....errors import UnsupportedKernelError
+from .... import memos
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from ..keys.config import CompileConfig
+    from ....keys.config import CompileConfig
 
 __all__ = ["launch_arguments", "DeclaredTwin", "Float32", "Float16", "NarrowInt", "simulated_value", "narrow_math",
            "simulated_kernel", "simulate_memory", "notice_simulator"]
@@ -188,7 +188,7 @@ def _launched_boolean(value):
     return np.asarray(raw).tobytes()[:1] != b"\0"
 
 
-@memos.cached("launch.simulator._numpy_scalar", maxsize=None)
+@memos.cached("backends.numba_cuda.launch.simulator._numpy_scalar", maxsize=None)
 def _numpy_scalar(ty):
     from numba.cuda.np import numpy_support
 
@@ -311,7 +311,7 @@ def simulated_value(ty, value):
     return _holder(ty)(value)
 
 
-@memos.cached("launch.simulator._holder", maxsize=None)
+@memos.cached("backends.numba_cuda.launch.simulator._holder", maxsize=None)
 def _holder(ty):
     """The function making a value of compiled type `ty` the simulator's (`simulated_value`)."""
     from numba.cuda import types
@@ -339,7 +339,7 @@ def _numpy_cast(kind, value):
         return kind(value)
 
 
-@memos.cached("launch.simulator._from_dtype", maxsize=None)
+@memos.cached("backends.numba_cuda.launch.simulator._from_dtype", maxsize=None)
 def _from_dtype(dtype: np.dtype):
     from numba.cuda.np import numpy_support
 
@@ -347,7 +347,7 @@ def _from_dtype(dtype: np.dtype):
 
 
 # the class of a simulator scalar -> its numba type, where the class decides it
-_class_types: dict = memos.memo("launch.simulator._class_types", {})
+_class_types: dict = memos.memo("backends.numba_cuda.launch.simulator._class_types", {})
 
 
 def scalar_type(value):
@@ -389,7 +389,7 @@ class _Plan(NamedTuple):
 # of a float32 (53 >= 2 * 24 + 2 bits; Figueroa, "When is double rounding innocuous?", 1995)
 _ROUNDED_ONCE = frozenset({operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.pos,
                            abs, operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne})
-_plans: dict = memos.memo("launch.simulator._plans", {})
+_plans: dict = memos.memo("backends.numba_cuda.launch.simulator._plans", {})
 _typing_lock = threading.Lock()
 
 
@@ -525,7 +525,7 @@ def _narrowed(value):
     return None
 
 
-@memos.cached("launch.simulator._narrow_math_module", maxsize=None)
+@memos.cached("backends.numba_cuda.launch.simulator._narrow_math_module", maxsize=None)
 def _narrow_math_module():
     module = pytypes.ModuleType("math", math.__doc__)
     for name, value in vars(math).items():
@@ -534,7 +534,7 @@ def _narrow_math_module():
     return module
 
 
-@memos.cached("launch.simulator._narrowing", maxsize=None)
+@memos.cached("backends.numba_cuda.launch.simulator._narrowing", maxsize=None)
 def _narrowing(function):
     """`function` (a ``math`` function, ``min`` or ``max``) computing as numba
     does where an argument is a float32 or float16; as itself elsewhere."""
@@ -676,11 +676,11 @@ def _fits(number: float, target: np.dtype) -> bool:
 # -- running a kernel on the simulator ---------------------------------------------
 
 
-@memos.cached("launch.simulator._simulated_array_class", maxsize=1)
+@memos.cached("backends.numba_cuda.launch.simulator._simulated_array_class", maxsize=1)
 def _simulated_array_class():
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-    from ..sources.snapshot import host_array_interface
+    from ....sources.snapshot import host_array_interface
 
     class SimulatedDeviceArray(FakeCUDAArray):
         """The simulator's device array, with the CUDA Array Interface a real
@@ -748,9 +748,9 @@ def simulated_kernel(pyfunc, config: "CompileConfig", extensions=()):
     every launch)."""
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
-    from ..sources.functions import declared_signatures
-    from ..sources.snapshot import rebind
-    from ..sources.walk import identify
+    from ....sources.functions import declared_signatures
+    from ....sources.snapshot import rebind
+    from ....sources.walk import identify
 
     def simulated(identity):
         return narrow_math(rebind(identity, twin))

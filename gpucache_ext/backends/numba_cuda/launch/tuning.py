@@ -18,11 +18,11 @@ import math
 import statistics
 from typing import Any, Callable, Optional, Sequence, Tuple
 
-from ..keys.config import CompileConfig
-from ..queries import DEFAULT_BLOCKS, ResourceRow, variant_occupancy
-from ..pipeline.results import FatbinResult, applied_summary, short_signature
-from ..backends.numba_cuda.signatures import normalize_signature
-from ..keys.tokens import digest
+from ....keys.config import CompileConfig
+from ....queries import DEFAULT_BLOCKS, ResourceRow, variant_occupancy
+from ....pipeline.results import FatbinResult, applied_summary, short_signature
+from ..signatures import normalize_signature
+from ....keys.tokens import digest
 from .compiled import LaunchError
 
 

@@ -15,10 +15,10 @@ from typing import Any, Mapping, Protocol, Tuple
 from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.dispatcher import _Kernel
 
-from ..pipeline.cache import CompileResult
-from ..errors import CompileError, GpuCacheError, as_numba_raises
-from ..pipeline.results import FatbinResult
-from ..keys.tokens import short_name
+from ....pipeline.cache import CompileResult
+from ....errors import CompileError, GpuCacheError, as_numba_raises
+from ....pipeline.results import FatbinResult
+from ....keys.tokens import short_name
 
 
 class VariantOwner(Protocol):
@@ -226,7 +226,7 @@ def choose_image(result: CompileResult, cc: Tuple[int, int]):
 def _ptx_image(result: CompileResult, cc: Tuple[int, int]):
     from cuda.core import ObjectCode
 
-    from ..toolchain.fatbin import ptx_problem
+    from ....toolchain.fatbin import ptx_problem
 
     name = short_name(result.kernel)
     compiled = result.config.cc
