@@ -58,6 +58,7 @@ FINGERPRINT_CHILD = """
 import sys, time
 import gpucache_ext.pipeline.cache
 from gpucache_ext import toolchain
+import numba.cuda  # (as a compiling process has: the versions the fingerprint reads cost no import)
 start = time.perf_counter()
 for stage in ("typing", "llvm", "ptx", "cubin"):
     toolchain.toolchain_component(stage, sys.argv[1])
