@@ -159,12 +159,12 @@ def decode(data: bytes, stage: str, token: str, check_toolchain: bool = True) ->
             parts.append(payload[offset:offset + length])
             offset += length
         if header["marker"]:
-            return _entry(header, None, 0)
+            return _entry(header, None, 0, components)
         artifact = _artifact(stage, header["meta"], parts)
         digest = header.get("digest")
         if not isinstance(digest, str) or len(digest) != 64:
             raise BadEntry("no content digest")  # (what the next stage's token needs)
-        return _entry(header, artifact, artifact.nbytes)
+        return _entry(header, artifact, artifact.nbytes, components)
     except BadEntry:
         raise
     except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
@@ -212,8 +212,9 @@ def header_entry(data: bytes) -> Entry:
         raise BadEntry(f"malformed header: {exc}") from None
 
 
-def _entry(header: Dict, artifact, nbytes: int) -> Entry:
-    """The `Entry` a header describes (`HEADER_FIELDS`), holding `artifact`."""
+def _entry(header: Dict, artifact, nbytes: int, components: Optional[Dict] = None) -> Entry:
+    """The `Entry` a header describes (`HEADER_FIELDS`), holding `artifact`
+    (`components`: the header's, where they were read already)."""
     fields = {name: header.get(name, default) for name, default in HEADER_FIELDS}
     if fields["token"] is None or fields["kernel"] is None or fields["created"] is None:
         raise KeyError("token, kernel or created")
@@ -222,7 +223,8 @@ def _entry(header: Dict, artifact, nbytes: int) -> Entry:
                   typing_seconds=float(fields["typing_seconds"] or 0.0),
                   upstream=str(fields["upstream"] or ""),
                   place=fields["place"] if isinstance(fields["place"], str) and fields["place"] else None)
-    components = {name: component_from_json(c) for name, c in header["components"].items()}
+    if components is None:
+        components = {name: component_from_json(c) for name, c in header["components"].items()}
     variants = [targets.reads_from_key(v) for v in header["meta"]["variants"]] if header["marker"] else None
     return Entry(artifact=artifact, components=components, nbytes=nbytes, variants=variants,
                  tools=tuple(header["toolchain"]), **fields)

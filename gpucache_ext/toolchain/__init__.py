@@ -605,6 +605,7 @@ def stage_toolchain(stage: str, directory=None, chain: Optional[Chain] = None) -
     return tool_versions(stage_tools(stage, chain), directory)
 
 
+@memos.cached("toolchain.stage_tools", maxsize=256)
 def stage_tools(stage: str, chain: Optional[Chain] = None) -> Tuple[str, ...]:
     """The tools `stage`'s token names in `chain` (None: numba-cuda's)."""
     spec = STAGE_SPEC.get(stage)
