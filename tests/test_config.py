@@ -111,11 +111,11 @@ def test_a_stage_has_one_name_in_one_place():
         config.LAYERS  # noqa: B018 (the name of a release that never was)
 
 
-def test_the_stages_are_what_their_declarations_say(monkeypatch):
+def test_the_stages_are_what_their_declarations_say(monkeypatch, request):
     """Every stage tuple, the driver's table and the toolchain part of a
     token are made from the stage declarations (`stagespec.STAGE_SPECS`):
     changing a declaration changes what each reads."""
-    from gpucache_ext import toolchain
+    from gpucache_ext import memos, toolchain
     from gpucache_ext.keys import stagespec
     from gpucache_ext.pipeline import driver as pipeline
 
@@ -136,6 +136,8 @@ def test_the_stages_are_what_their_declarations_say(monkeypatch):
     # a tool declared for a stage enters its toolchain part (and so its token), with no other edit
     monkeypatch.setitem(stagespec.STAGE_SPEC, "fatbin", dataclasses.replace(stagespec.STAGE_SPEC["fatbin"],
                                                                    tools=("nvfatbin", "numpy")))
+    memos.forget()  # (what was worked out from the declarations as they were; again once they are back)
+    request.addfinalizer(memos.forget)
     assert set(toolchain.stage_toolchain("fatbin")) == {"nvfatbin", "numpy"}
     with pytest.raises(ValueError, match="unknown stage 'sass'"):
         toolchain.stage_toolchain("sass")
