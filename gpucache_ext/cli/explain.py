@@ -45,7 +45,7 @@ from types import SimpleNamespace
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..keys.config import FIELD_STAGES, CompileConfig
-from ..keys.stagespec import DEFAULT_CHAIN, PERSISTENT_STAGES, STAGES, TARGET_PERSISTENT_STAGES
+from ..keys.stagespec import DEFAULT_CHAIN, PERSISTENT_STAGES, STAGE_SPEC, STAGES, TARGET_PERSISTENT_STAGES
 from ..keys.reasons import Reason, and_join, cutoff_phrase, own
 from ..store.tiers import DROPPED
 from ..keys.tokens import short_name, short_token
@@ -144,8 +144,12 @@ class CachedEntries:
         return None
 
 
+# The chain a stored entry was built through: numba-cuda's (entries name no backend yet)
+_CHAIN = DEFAULT_CHAIN
+
+
 def _before(stage: str) -> str:
-    return DEFAULT_CHAIN.upstream(stage)
+    return _CHAIN.upstream(stage)
 
 
 def _reads(stage: str, fields) -> dict:
@@ -171,7 +175,7 @@ def _same_config(later: Held, earlier: Held) -> bool:
     build's whole config, and one build builds a target's stages with one
     (save the target of an llvm entry that several targets share: a fatbin's)."""
     mine, theirs = dict(later.config_fields or {}), dict(earlier.config_fields or {})
-    if earlier.stage == "llvm":
+    if STAGE_SPEC[earlier.stage].reads_target:  # (its entry may serve every target that reads alike)
         mine.pop("sm", None), theirs.pop("sm", None)
     return mine == theirs
 
@@ -300,7 +304,7 @@ def _upstream_steps(entries: CachedEntries, anchor: Held) -> Dict[str, Step]:
     """The stages before `anchor` (built) back to llvm: the entry each was built from, built or found."""
     steps: Dict[str, Step] = {anchor.stage: _step(anchor, BUILT)}
     down, down_built, below = anchor, True, anchor.seconds
-    while down.stage != "llvm":
+    while down.stage != _CHAIN.entry:
         stage = _before(down.stage)
         up = entries.get(stage, down.upstream)
         if up is None:
@@ -362,7 +366,7 @@ def _why(steps: Sequence[Step]) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
     step, chain = built[-1], []
     while True:
         chain.append((step.stage, step.reasons))
-        if step.stage == "typing":
+        if step.stage == _CHAIN.stages[0]:
             return tuple(chain)
         before = by_stage.get(_before(step.stage))
         if before is None or before.outcome != BUILT or not before.reasons or not (
@@ -386,16 +390,16 @@ def why_chain(entries: CachedEntries, held: Held) -> List[Tuple[str, Optional[st
     "STAGE input changed" and that entry was built for it (typing: its
     reasons from the llvm entry's typing inputs, token None)."""
     chain = [(held.stage, held.token, tuple(map(str, held.reasons)))]
-    while held.stage in ("ptx", "cubin") and _says_upstream_changed(held.reasons, held.stage):
+    while held.stage in _CHAIN.back and _says_upstream_changed(held.reasons, held.stage):
         up = entries.get(_before(held.stage), held.upstream)
         if up is None or not _built_by_same_build(held, up):
             return chain
         chain.append((up.stage, up.token, tuple(map(str, up.reasons))))
         held = up
-    if held.stage == "llvm" and _says_upstream_changed(held.reasons, "llvm"):
+    if held.stage == _CHAIN.entry and _says_upstream_changed(held.reasons, held.stage):
         reasons = typing_reasons(entries, held)
         if reasons:
-            chain.append(("typing", None, reasons))
+            chain.append((_CHAIN.stages[0], None, reasons))
     return chain
 
 
