@@ -247,6 +247,7 @@ print(json.dumps({"error": type(result.error_in_exec).__name__, "number": number
 """
 
 
+@pytest.mark.slow  # (about 4 s; an interrupt at every moment of a compile is quick in test_interrupts)
 def test_an_interrupted_compile_shows_at_the_users_line_and_says_nothing_was_stored():
     """(In a process of its own: the cell registers an @overload, which numba
     keeps for the rest of the process, in every later kernel's typing.)"""

@@ -179,6 +179,7 @@ def test_a_hit_another_process_built_says_so_with_its_wait(tmp_path):
     assert again.compile(kernels.copy, kernels.COPY_SIG, CompileConfig(sm=86)).stages["cubin"].tier == "disk"
 
 
+@pytest.mark.slow  # (about 4 s; a hit another process built is quick in the test above)
 def test_a_wait_for_another_processs_build_is_a_hit_the_report_and_the_stats_show(tmp_path):
     from gpucache_ext.views.summary import saved_seconds, summary_text
 

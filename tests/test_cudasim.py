@@ -119,6 +119,7 @@ def test_a_cell_under_the_magic_runs_as_the_plain_cell_runs_on_the_simulator():
     assert set(first["kernels"]) == {"FakeCUDAKernel"}  # numba's simulator's own kernels
 
 
+@pytest.mark.slow  # (about 5 s of processes under the simulator; the simulator's own cells are quick, above)
 def test_the_cache_the_inspector_and_the_cli_still_show_the_persistent_tiers(tmp_path):
     run_python("""
         import sys

@@ -74,6 +74,7 @@ def test_the_flags_may_come_before_the_path_as_warms_help_shows_them(tmp_path, m
     assert "--opt 5: '5' is no optimisation level" in done.stderr  # (refused before a notebook runs)
 
 
+@pytest.mark.slow  # (a process per refusal, about 5 s; the flag refusals before a notebook runs are quick, above)
 def test_warm_refuses_what_it_cannot_do_and_names_the_fix(tmp_path, module):
     done = gpucache("warm", module, "--sm", "86", "--dir", tmp_path, "--block", "128", expect=2)
     assert "unrecognized arguments: --block" in done.stderr and "--max-registers" in done.stderr
