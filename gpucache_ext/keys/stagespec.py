@@ -88,6 +88,10 @@ class Chain:
 
     stages: Tuple[str, ...]
     tools: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # (given as a dict: stage -> its packages)
+    # typing up to `entry`: keyed on their tokens, built in one thread (made from `stages`)
+    front: Tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    # the stages after `entry`, each keyed on the bytes before it (made from `stages`)
+    back: Tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if isinstance(self.tools, dict):
@@ -103,21 +107,15 @@ class Chain:
                             "after typing and the one built from it")
         if problems:
             raise ValueError(f"stage chain {self.stages}: " + "; ".join(problems))
+        # (worked out once: every compile walks them)
+        front = tuple(name for name in self.stages if not STAGE_SPEC[name].keyed_on_bytes)
+        object.__setattr__(self, "front", front)
+        object.__setattr__(self, "back", self.stages[len(front):])
 
     @property
     def entry(self) -> str:
         """The stage looked up first: the last one keyed on its token."""
         return self.front[-1]
-
-    @property
-    def front(self) -> Tuple[str, ...]:
-        """typing up to `entry`: keyed on their tokens, built in one thread."""
-        return tuple(name for name in self.stages if not STAGE_SPEC[name].keyed_on_bytes)
-
-    @property
-    def back(self) -> Tuple[str, ...]:
-        """The stages after `entry`, each keyed on the bytes before it."""
-        return self.stages[len(self.front):]
 
     def upstream(self, stage: str) -> Optional[str]:
         """The stage `stage` is built from (None: typing; the fatbin's entry
