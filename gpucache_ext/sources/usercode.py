@@ -168,7 +168,7 @@ def _function_touches_user_code(func) -> bool:
     return touches
 
 
-NUMBA_PACKAGES = ("numba", "numba_cuda")
+NUMBA_PACKAGES = ("numba", "numba_cuda", "numba_cuda_mlir")
 
 
 def numba_named(module: Optional[str]) -> bool:
@@ -179,29 +179,29 @@ def numba_named(module: Optional[str]) -> bool:
 def numba_code(filename: str) -> bool:
     """Whether code from `filename` is numba's or numba-cuda's own (a file in
     their packages' folders, as imported or as resolved)."""
+    folders = _numba_folders()  # (first: a package loaded since forgets what was said before it)
     known = _NUMBA_FILES.get(filename)
     if known is None:
-        folders = _numba_folders()
-        known = filename.startswith(folders[0]) if folders[0] else False
-        if folders[1]:  # (until both have loaded, a no may turn into a yes)
-            _NUMBA_FILES[filename] = known
+        known = _NUMBA_FILES[filename] = filename.startswith(folders) if folders else False
     return known
 
 
-def _numba_folders() -> Tuple[Tuple[str, ...], bool]:
-    """numba's and numba-cuda's package folders (each as imported and
-    resolved), and whether both have loaded."""
+def _numba_folders() -> Tuple[str, ...]:
+    """The package folders of those of numba, numba-cuda and numba-cuda-mlir
+    loaded (each as imported and resolved)."""
     global _FOLDERS
-    if _FOLDERS is None or not _FOLDERS[1]:
+    loaded = tuple(name for name in NUMBA_PACKAGES if name in sys.modules)
+    if _FOLDERS is None or _FOLDERS[0] != loaded:
         folders = []
-        for name in NUMBA_PACKAGES:
+        for name in loaded:
             for folder in getattr(sys.modules.get(name), "__path__", None) or ():
                 folders += [os.path.join(folder, ""), os.path.join(os.path.realpath(folder), "")]
-        _FOLDERS = (tuple(dict.fromkeys(folders)), sys.modules.get("numba_cuda") is not None)
-    return _FOLDERS
+        _NUMBA_FILES.clear()  # (a no may turn into a yes)
+        _FOLDERS = (loaded, tuple(dict.fromkeys(folders)))
+    return _FOLDERS[1]
 
 
-_FOLDERS: Optional[Tuple[Tuple[str, ...], bool]] = None
+_FOLDERS: Optional[Tuple[Tuple[str, ...], Tuple[str, ...]]] = None
 _NUMBA_FILES: Dict[str, bool] = memos.memo("usercode._NUMBA_FILES", {})  # file name -> whether numba's or numba-cuda's
 
 
@@ -269,14 +269,11 @@ def numba_type(value) -> bool:
     cls = type(value)
     known = _NUMBA_TYPES.get(cls)
     if known is None:
-        from numba.cuda import types as nbtypes
+        from .values import numba_type_bases
 
-        core = sys.modules.get("numba.core.types")
-        # (by the class's bases: an ABC's issubclass walks all of numba's many type classes to say no)
-        mro = cls.__mro__
-        known = nbtypes.Type in mro or (core is not None and core.Type in mro)
-        if core is not None or known:  # (until numba's own types load, a no may turn into a yes)
-            _NUMBA_TYPES[cls] = known
+        # (by the class's bases: an ABC's issubclass walks all of numba's many type classes to say no;
+        # a type class is made after its base, whose module is then loaded)
+        known = _NUMBA_TYPES[cls] = any(base in cls.__mro__ for base in numba_type_bases())
     return known
 
 

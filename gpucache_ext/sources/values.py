@@ -50,10 +50,20 @@ def is_numba_type(value) -> bool:
     kind = type(value)
     known = _NUMBA_TYPE_CLASSES.get(kind)
     if known is None:
-        from numba.cuda import types as nbtypes
-
-        known = _NUMBA_TYPE_CLASSES[kind] = nbtypes.Type in kind.__mro__
+        known = _NUMBA_TYPE_CLASSES[kind] = any(base in kind.__mro__ for base in numba_type_bases())
     return known
+
+
+# the modules of the numba type classes every type derives from: numba-cuda's, numba's own,
+# and numba-cuda-mlir's copy of numba-cuda's
+_TYPE_MODULES = ("numba.cuda.types", "numba.core.types", "numba_cuda_mlir.numba_cuda.types")
+
+
+def numba_type_bases() -> tuple:
+    """The base type classes of those compilers loaded (a type's class is
+    made after its base, whose module is then loaded: none is imported here)."""
+    return tuple(module.Type for module in map(sys.modules.get, _TYPE_MODULES)
+                 if module is not None and hasattr(module, "Type"))
 
 
 _NUMBA_TYPE_CLASSES: Dict[type, bool] = memos.memo("sources.values._NUMBA_TYPE_CLASSES", {})
