@@ -182,7 +182,7 @@ def test_another_backends_entries_never_share_a_token_with_numba_cudas(tmp_path)
 
 def test_a_chain_is_refused_where_the_walk_could_not_run_it():
     with pytest.raises(ValueError, match="not a per-target stage"):
-        Chain(("typing", "llvm", "mlir", "ptx", "cubin"))
+        Chain(("typing", "llvm", "ttir", "ptx", "cubin"))
     with pytest.raises(ValueError, match="ends with ptx then cubin"):
         Chain(("typing", "llvm", "ptx"))
     with pytest.raises(ValueError, match="come last"):

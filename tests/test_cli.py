@@ -326,7 +326,7 @@ def test_export_refuses_a_typing_token_and_says_which_stages_it_can_export(varia
     typing = long.stages["typing"].token
     out = tmp_path / "typed"
     _, err = gpucache_cli("--dir", folder, "export", typing[:12], out, expect=2)
-    assert f"{typing[:12]} is the token of a typing entry" in err and "fatbin, cubin, ptx or llvm" in err
+    assert f"{typing[:12]} is the token of a typing entry" in err and "fatbin, cubin, ptx, mlir or llvm" in err
     # and names the entry built from it, with the command that exports it
     assert f"gpucache export {long.stages['llvm'].short_token} axpy.ll" in err and not out.exists()
 
@@ -348,7 +348,7 @@ def test_export_by_name_is_the_fatbin_and_without_one_points_to_the_cubin_tokens
     _, err = gpucache_cli("--dir", folder, "export", "nothere", tmp_path / "x", expect=2)
     assert "no fatbin of a kernel or token 'nothere'" in err and "by its token" in err
     _, err = gpucache_cli("--dir", folder, "export", "abcdef0123", tmp_path / "x", expect=2)
-    assert "no entry with a token starting abcdef0123" in err and "fatbin, cubin, ptx or llvm" in err
+    assert "no entry with a token starting abcdef0123" in err and "fatbin, cubin, ptx, mlir or llvm" in err
 
 
 def test_export_keeps_the_fatbin_option_and_checks_the_file(variants, gpucache_cli, tmp_path):

@@ -39,7 +39,7 @@ def test_every_front_end_takes_every_fields_flag_as_declared():
         if flag.name != "sm":  # (each front end says its own default target)
             assert magic[flag.option].help == warm[flag.option].help == flag.help
     assert FIELD_STAGES == {flag.name: flag.stages for flag in FLAGS}
-    assert SWEPT == ("opt", "fastmath", "max_registers")
+    assert SWEPT == ("opt", "fastmath", "max_registers", "backend")
 
 
 _CHOICES = {

@@ -20,12 +20,20 @@ from .base import Backend
 from .. import memos
 from ..importing import import_named
 
-__all__ = ["Backend", "DEFAULT_BACKEND", "backend", "register_backend", "registered_backends"]
+__all__ = ["Backend", "DEFAULT_BACKEND", "MLIR_BACKEND", "backend", "backend_for", "canonical_backend",
+           "default_backend", "register_backend", "registered_backends"]
 
 DEFAULT_BACKEND = "numba-cuda"
+MLIR_BACKEND = "mlir"
 
-
-_REGISTERED: Dict[str, str] = {DEFAULT_BACKEND: "gpucache_ext.backends.numba_cuda.backend:NumbaCuda"}
+_REGISTERED: Dict[str, str] = {
+    DEFAULT_BACKEND: "gpucache_ext.backends.numba_cuda.backend:NumbaCuda",
+    MLIR_BACKEND: "gpucache_ext.backends.numba_cuda_mlir.backend:NumbaCudaMlir",
+}
+# other names a backend is given by (its package's name)
+_ALIASES = {"numba-cuda-mlir": MLIR_BACKEND, "numba_cuda_mlir": MLIR_BACKEND, "numba_cuda": DEFAULT_BACKEND}
+# the module a kernel object of each backend's compiler comes from (`backend_for`)
+_KERNEL_MODULES = (("numba_cuda_mlir", MLIR_BACKEND),)
 _MADE: Dict[str, Backend] = memos.state("backends._MADE", {},
                              "one backend object a process: every pipeline holds it")
 
@@ -43,9 +51,41 @@ def registered_backends() -> Iterator[str]:
     return iter(_REGISTERED)
 
 
+def canonical_backend(name: str) -> str:
+    """The name `name` registers (an alias, any case, read as its backend's);
+    a ValueError names the backends."""
+    text = str(name).strip().lower()
+    text = _ALIASES.get(text, text)
+    if text not in _REGISTERED:
+        raise ValueError(f"is no backend; use {' or '.join(_REGISTERED)}")
+    return text
+
+
+@memos.cached("backends.default_backend", maxsize=1)
+def default_backend() -> str:
+    """The backend a plain Python function compiles with: numba-cuda where it
+    is installed, else numba-cuda-mlir (an install of ``gpucache_ext[mlir-cu12]``)."""
+    import importlib.util
+
+    for name, package in ((DEFAULT_BACKEND, "numba_cuda"), (MLIR_BACKEND, "numba_cuda_mlir")):
+        if importlib.util.find_spec(package) is not None:
+            return name
+    return DEFAULT_BACKEND  # (its first compile says what to install)
+
+
+def backend_for(name: Optional[str], func=None) -> Backend:
+    """The backend a compile of `func` uses: `name` (a config's ``backend``)
+    where given, else the one whose compiler made `func` (a
+    ``numba_cuda_mlir.cuda.jit`` kernel: mlir), else the default."""
+    if name is None:
+        module = type(func).__module__ if func is not None else ""
+        name = next((each for prefix, each in _KERNEL_MODULES if module.startswith(prefix)), None)
+    return backend(name)
+
+
 def backend(name: Optional[str] = None) -> Backend:
     """The backend called `name` (None: the default one), made once a process."""
-    name = name or DEFAULT_BACKEND
+    name = name or default_backend()
     made = _MADE.get(name)
     if made is not None:
         return made

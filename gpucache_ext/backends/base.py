@@ -25,6 +25,11 @@ class Backend:
         """Refuse, with the fix, what in this process would make its output
         differ from the compiler's own (numba-cuda: its CUDA runtime on)."""
 
+    def check_config(self, config) -> None:
+        """Refuse, with a `ConfigError` naming the flag and the fix, a config
+        with a field this compiler does not take (numba-cuda-mlir: libNVVM's
+        math options besides fastmath)."""
+
     def refuse(self, func) -> None:
         """Refuse, naming the fix, a compile of `func` that cannot be (numba-cuda:
         under its simulator; a device function, which a kernel compiles with)."""

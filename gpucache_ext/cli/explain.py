@@ -45,7 +45,7 @@ from types import SimpleNamespace
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..keys.config import FIELD_STAGES, CompileConfig
-from ..keys.stagespec import DEFAULT_CHAIN, PERSISTENT_STAGES, STAGE_SPEC, STAGES, TARGET_PERSISTENT_STAGES
+from ..keys.stagespec import DEFAULT_CHAIN, PERSISTENT_STAGES, STAGE_SPEC, TARGET_PERSISTENT_STAGES, TARGET_STAGES
 from ..keys.reasons import Reason, and_join, cutoff_phrase, own
 from ..store.tiers import DROPPED
 from ..keys.tokens import short_name, short_token
@@ -379,7 +379,7 @@ def build_of(entries: CachedEntries, anchor: Held, label: str, others=()) -> Bui
     """The build that stored `anchor` (see the module docstring)."""
     steps = {**_upstream_steps(entries, anchor), **_downstream_steps(entries, anchor)}
     steps["typing"] = _typing_step(entries, steps.get("llvm"))
-    ordered = tuple(steps[stage] for stage in STAGES if stage in steps)
+    ordered = tuple(steps[stage] for stage in TARGET_STAGES if stage in steps)
     return Build(label, anchor.kernel, anchor.place, _sm(anchor), anchor.signature, anchor.config,
                  anchor.created, ordered, _why(ordered), tuple(others))
 

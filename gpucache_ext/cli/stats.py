@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..keys.stagespec import PERSISTENT_STAGES
+from ..keys.stagespec import PERSISTENT_STAGES, STAGES
 from ..store.shared import display_url
 from ..store.signing import CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED
 from ..units import format_bytes
@@ -38,7 +38,10 @@ def _tier_report(tier, unsigned: str) -> dict:
     first bytes: `Keyring.classify`; verify checks the signatures)."""
     stages = {}
     for stage in PERSISTENT_STAGES:
-        counts, found = tier.stats(stage), tier.signatures(stage)
+        counts = tier.stats(stage)
+        if stage not in STAGES + ("fatbin",) and not counts["entries"]:
+            continue  # (another backend's stage, unused here: numba-cuda-mlir's mlir)
+        found = tier.signatures(stage)
         stages[stage] = {"entries": counts["entries"], "bytes": counts["bytes"],
                          "signatures": {kind: found.get(kind, 0) for kind in _SIGNATURE_KINDS}}
 

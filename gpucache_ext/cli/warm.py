@@ -118,6 +118,10 @@ def _configs(args) -> List[Any]:
     try:
         targets = Targets(args.sm).sms
         base, swept = config_from_flags(args, targets[0])
+        if base.backend is not None:
+            raise ValueError("--backend: a notebook's kernels compile with numba-cuda here; numba-cuda-mlir's "
+                             "compile through gpucache_ext.KernelCache (docs/python-api.md, 'numba-cuda-mlir'); "
+                             "leave --backend out")
         variants = combinations(base, swept) if swept else [base]
     except ValueError as exc:
         raise CommandError(str(exc)) from None

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, NamedTuple, Opt
 
 from ..pipeline.results import FatbinResult, Outcome, short_signature  # noqa: F401  (re-exported)
 from ..keys.config import FOLLOW_FASTMATH, summary_fields
-from ..keys.stagespec import ALL_STAGES, STAGE_SPEC, STAGES
+from ..keys.stagespec import ALL_STAGES, STAGE_SPEC, STAGES, TARGET_STAGES
 from ..keys.tokens import short_name, short_token
 from ..keys.reasons import Reason, and_join, cutoff_phrase, own  # noqa: F401  (and_join re-exported)
 from ..units import format_seconds
@@ -410,7 +410,7 @@ class CellReport:
 
     def _row(self, result: CompileResult, config: str, unsigned) -> Dict[str, str]:
         row = {"kernel": _kernel_name(result), "signature": short_signature(result.signature), "config": config}
-        for stage in STAGES:
+        for stage in self._stages():
             row[stage] = _stage_cell(result.stages[stage], unsigned) if stage in result.stages else "-"
         row["fatbin"] = ""
         row["time"] = format_seconds(result.seconds)
@@ -419,10 +419,17 @@ class CellReport:
         row["audit"] = _audit_cell(result)
         return row
 
+    def _stages(self) -> tuple:
+        """The per-target stages the results went through, in declaration order
+        (numba-cuda's typing, llvm, ptx, cubin; numba-cuda-mlir's mlir in place of llvm)."""
+        used = {each.stage for result in self.results for each in result.every_stage()}
+        return tuple(stage for stage in TARGET_STAGES if stage in used) or STAGES
+
     def _columns(self):
-        columns = ["kernel", "signature", "config", *STAGES, "time", "saved", "why"]
+        stages = self._stages()
+        columns = ["kernel", "signature", "config", *stages, "time", "saved", "why"]
         if any(isinstance(result, FatbinResult) for result in self.results):
-            columns.insert(len(STAGES) + 3, "fatbin")
+            columns.insert(len(stages) + 3, "fatbin")
         if any(result.audit is not None for result in self.results):
             columns.append("audit")
         return columns
@@ -495,7 +502,8 @@ class CellReport:
                         cls, title = "gpucache-queued", f' title="{_AUDIT_QUEUED_TITLE}"'
                     if shown.endswith("same bytes)"):  # (stages only: the first has none before it)
                         # (the stage this row ran before it: its backend's chain)
-                        before = [s for s in STAGES[:STAGES.index(column)] if row[s] not in ("", "-")][-1]
+                        stages = self._stages()
+                        before = [s for s in stages[:stages.index(column)] if row[s] not in ("", "-")][-1]
                         cls += " gpucache-cutoff"
                         title = (f' title="{before} was rebuilt to the same bytes as before, so this '
                                  f'{column} was found, not rebuilt (early cutoff)"')

@@ -186,6 +186,12 @@ def _registers_item(item: str) -> Optional[int]:
     return value
 
 
+def _backend_item(item: str) -> str:
+    from ..backends import canonical_backend
+
+    return canonical_backend(item)
+
+
 def _bounds_text(text: str) -> Tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(","))
@@ -314,6 +320,13 @@ class CompileConfig:
         help="max threads per block[, min blocks per SM[, max blocks per cluster]]"))
     lto: bool = _field(False, Flag(("ptx", "cubin"), kind="switch",
                                    help="link-time optimisation (LTO-IR through nvJitLink)"))
+    # The compiler (`gpucache_ext.backends`): None, the kernel's own (numba.cuda.jit: numba-cuda;
+    # numba_cuda_mlir.cuda.jit: numba-cuda-mlir; a plain function: the default).  No stage reads
+    # it as a field: every token names its backend's packages (`stagespec.Chain.tools`).
+    backend: Optional[str] = _field(None, Flag(
+        (), parse=_backend_item, sweepable=True, metavar="NAME[,NAME]", example="--backend numba-cuda,mlir",
+        help="the compiler: numba-cuda or mlir (numba-cuda-mlir); default: the one the kernel was "
+             "defined with; numba-cuda,mlir: a variant each, side by side"))
 
     def __post_init__(self):
         object.__setattr__(self, "sm", parse_sm(self.sm))
@@ -331,6 +344,11 @@ class CompileConfig:
                 field="max_registers",
             )
         object.__setattr__(self, "launch_bounds", _normalise_launch_bounds(self.launch_bounds))
+        if self.backend is not None:
+            try:
+                object.__setattr__(self, "backend", _backend_item(str(self.backend)))
+            except ValueError as exc:
+                raise ConfigError(f"backend={self.backend!r} {exc}", field="backend") from None
 
     # -- derived values -------------------------------------------------
     @property
@@ -368,9 +386,13 @@ class CompileConfig:
         values.update(self.nvvm_math())
         return values
 
-    def stage_fields(self, stage: str) -> dict:
-        """The normalised fields `stage` reads directly."""
+    def stage_fields(self, stage: str, chain=None) -> dict:
+        """The normalised fields `stage` reads directly (in `chain`, a
+        backend's `stagespec.Chain`, where it says so: `Chain.reads_of`)."""
         values = self.normalised()
+        reads = chain.reads_of(stage) if chain is not None else None
+        if reads is not None:
+            return {name: values[name] for name in reads}
         return {name: values[name] for name, stages in FIELD_STAGES.items() if stage in stages}
 
     def replace(self, **changes) -> "CompileConfig":

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, List, Mapping, Sequence, Tuple
 
-from .stagespec import STAGES
+from .stagespec import TARGET_STAGES
 
 __all__ = ["Reason", "ADDED", "REMOVED", "CHANGED", "UPSTREAM", "NOTE", "KINDS", "and_join", "own",
            "cutoff_phrase"]
@@ -140,7 +140,7 @@ class Reason(str):
             return text
         text = str(text)
         head, _, rest = text.partition(" ")
-        if rest == "input changed" and head in STAGES:
+        if rest == "input changed" and head in TARGET_STAGES:
             return cls(text, UPSTREAM, head)
         if _ONE_WORD_CHANGE.match(text):  # a one-word component's values: a config field's, "sm 86 -> 80"
             old, new = text[len(head) + 1:].split(" -> ")

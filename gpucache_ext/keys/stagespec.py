@@ -49,6 +49,10 @@ STAGE_SPECS: Tuple[StageSpec, ...] = (
     # (package versions only: checking an llvm entry loads no library, `gpucache verify`)
     StageSpec("llvm", persisted=True, reads_target=True, max_entries=512,
               artifact=_ARTIFACTS + "LLVMArtifact", tools=_CUDA_TOOLS),
+    # numba-cuda-mlir's lowering: MLIR text (gpu, arith, memref, cf dialects), its target in it
+    # (the PTX ISA it names follows the NVRTC installed)
+    StageSpec("mlir", persisted=True, reads_target=True, max_entries=512,
+              artifact=_ARTIFACTS + "MLIRArtifact", tools=("nvrtc",) + _CUDA_TOOLS),
     StageSpec("ptx", persisted=True, keyed_on_bytes=True, artifact=_ARTIFACTS + "PTXArtifact",
               tools=("libnvvm", "libdevice") + _CUDA_TOOLS),
     # (NVRTC compiles the .cu sources linked in, numba's helpers among them)
@@ -58,9 +62,9 @@ STAGE_SPECS: Tuple[StageSpec, ...] = (
               tools=("nvfatbin",) + _CUDA_TOOLS),
 )
 STAGE_SPEC: Dict[str, StageSpec] = {spec.name: spec for spec in STAGE_SPECS}
-# The stages each target goes through.
-STAGES: Tuple[str, ...] = tuple(spec.name for spec in STAGE_SPECS if spec.per_target)
-# Every stage the cache keeps: `STAGES`, then the fatbin a list of targets is assembled into.
+# The stages a target may go through, of every backend's chain (the driver builds each).
+TARGET_STAGES: Tuple[str, ...] = tuple(spec.name for spec in STAGE_SPECS if spec.per_target)
+# Every stage the cache keeps: `TARGET_STAGES`, then the fatbin a list of targets is assembled into.
 ALL_STAGES: Tuple[str, ...] = tuple(spec.name for spec in STAGE_SPECS)
 # The stages keyed on the bytes of the artifact before them (early cutoff):
 # a hit there may come from an upstream stage rebuilt to the same bytes.
@@ -69,8 +73,8 @@ KEYED_ON_BYTES: Tuple[str, ...] = tuple(spec.name for spec in STAGE_SPECS if spe
 TARGET_TRACKED_STAGES: Tuple[str, ...] = tuple(spec.name for spec in STAGE_SPECS if spec.reads_target)
 # The stages the persistent tiers hold.
 PERSISTENT_STAGES: Tuple[str, ...] = tuple(spec.name for spec in STAGE_SPECS if spec.persisted)
-# Those of a target's build (a target's entries, what an audit compiles again).
-TARGET_PERSISTENT_STAGES: Tuple[str, ...] = tuple(name for name in STAGES if STAGE_SPEC[name].persisted)
+# Those of a target's build (a target's entries, what an audit compiles again), of every backend.
+TARGET_PERSISTENT_STAGES: Tuple[str, ...] = tuple(name for name in TARGET_STAGES if STAGE_SPEC[name].persisted)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,18 +88,24 @@ class Chain:
     ptx and cubin, which the fatbin is assembled from.  ``tools``: per
     stage, the backend's own packages its token names besides the stage's
     own tools (numba-cuda: numba, llvmlite and itself), so that no two
-    compilers' entries share a token."""
+    compilers' entries share a token.  ``reads``: per stage, the config
+    fields its token hashes in this chain, where the compiler reads them
+    elsewhere than the fields' own declarations say (`config.Flag.stages`:
+    numba-cuda's); a chain that gives them gives every stage's."""
 
     stages: Tuple[str, ...]
     tools: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # (given as a dict: stage -> its packages)
+    reads: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # (given as a dict: stage -> the fields it reads)
     # typing up to `entry`: keyed on their tokens, built in one thread (made from `stages`)
     front: Tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
     # the stages after `entry`, each keyed on the bytes before it (made from `stages`)
     back: Tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        if isinstance(self.tools, dict):
-            object.__setattr__(self, "tools", tuple((stage, tuple(names)) for stage, names in self.tools.items()))
+        for name in ("tools", "reads"):
+            given = getattr(self, name)
+            if isinstance(given, dict):
+                object.__setattr__(self, name, tuple((stage, tuple(names)) for stage, names in given.items()))
         problems = [f"{name!r} is not a per-target stage declared in STAGE_SPECS"
                     for name in self.stages if name not in STAGE_SPEC or not STAGE_SPEC[name].per_target]
         ends = self.stages[:1] == ("typing",) and self.stages[-2:] == ("ptx", "cubin")
@@ -105,6 +115,8 @@ class Chain:
         if keyed[:2] != [False, False] or keyed != sorted(keyed):
             problems.append("the stages keyed on the bytes before them come last, "
                             "after typing and the one built from it")
+        if self.reads and set(dict(self.reads)) != set(self.stages):
+            problems.append("a chain that says which fields its stages read says it of every stage")
         if problems:
             raise ValueError(f"stage chain {self.stages}: " + "; ".join(problems))
         # (worked out once: every compile walks them)
@@ -130,14 +142,22 @@ class Chain:
         own = STAGE_SPEC[stage].tools
         return own + tuple(name for name in dict(self.tools).get(stage, ()) if name not in own)
 
+    def reads_of(self, stage: str) -> Optional[Tuple[str, ...]]:
+        """The config fields `stage`'s token hashes in this chain (None: as
+        the fields declare, `config.FIELD_STAGES`)."""
+        return dict(self.reads).get(stage) if self.reads else None
+
     def until(self, stage: str) -> Tuple[str, ...]:
         """The stages up to `stage`, included."""
         return self.stages[:self.stages.index(stage) + 1]
 
 
-# numba-cuda's chain, the only one entries have been built by so far: what
-# reads stored entries without a compile (an audit of what a tier holds, the
-# CLI's explain) takes a stage's upstream from it.
+# numba-cuda's chain, the default backend's: what reads stored entries
+# without a compile (an audit of what a tier holds, the CLI's explain) takes
+# a stage's upstream from it where an entry names no other backend.
 DEFAULT_CHAIN = Chain(("typing", "llvm", "ptx", "cubin"), tools={
     "typing": ("numba", "numba-cuda"), "llvm": ("llvmlite", "numba-cuda"), "ptx": ("numba-cuda",),
     "cubin": ("numba-cuda",)})
+# The stages a compile of a numba-cuda kernel goes through, in order (numba-cuda-mlir's:
+# typing, mlir, ptx, cubin; `backends.numba_cuda_mlir.backend.MLIR_CHAIN`).
+STAGES: Tuple[str, ...] = DEFAULT_CHAIN.stages

@@ -45,6 +45,12 @@ def reads_from_key(key) -> TargetReads:
     return frozenset((op, tuple(operand), bool(answer)) for op, operand, answer in key)
 
 
+def pinned(cc: Tuple[int, int]) -> TargetReads:
+    """The reads of an artifact that serves target `cc` alone (a compiler
+    that is given the target outright, numba-cuda-mlir's)."""
+    return frozenset({("==", tuple(cc), True)})
+
+
 def describe(reads: Iterable[Read]) -> str:
     """``cc>=(7, 5)`` style text, for miss explanations."""
     parts = []

@@ -201,6 +201,43 @@ class LLVMArtifact(Artifact):
 
 
 @dataclass
+class MLIRArtifact(Artifact):
+    """numba-cuda-mlir's lowering of a kernel: one MLIR module as text (its
+    gpu.module names the target, the optimisation level and fast math), from
+    which the ptx stage compiles (it is parsed again: the text is all it reads)."""
+
+    text: str
+    entry_name: str
+    target_reads: targets.TargetReads
+    cooperative: bool = False  # (numba-cuda-mlir's cooperative kernels are refused: `backends.numba_cuda_mlir`)
+    call_helper: Any = field(default=None, repr=False, compare=False)  # (none: no exception table)
+    links: Tuple[linking.LinkInput, ...] = ()
+
+    stage: ClassVar[str] = "mlir"
+    label: ClassVar[str] = "MLIR"
+    format: ClassVar[Format] = Format("mlir", "mlir", "MLIR")
+    compared: ClassVar[Optional[Compared]] = Compared("text", "MLIR")
+
+    def as_text(self) -> str:
+        return self.text
+
+    def listing(self, sm: Optional[int]) -> Tuple[str, Optional[int], str]:
+        return self.text, sm, f"MLIR sm_{sm}"
+
+    def state(self) -> Tuple[Dict, List[bytes]]:
+        return ({"entry_name": self.entry_name, "target_reads": targets.reads_key(self.target_reads)},
+                [self.text.encode()])
+
+    @classmethod
+    def rebuild(cls, meta: Dict, parts: List[bytes]) -> "MLIRArtifact":
+        return cls(parts[0].decode(), meta["entry_name"], targets.reads_from_key(meta["target_reads"]))
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.text)
+
+
+@dataclass
 class PTXArtifact(Artifact):
     """libNVVM's output: PTX modules, or one LTO-IR blob when lto is on."""
 

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from .debuginfo import debug_source_files, source_file_stats
 from ..errors import GpuCacheWarning, SnapshotChanged
-from ..keys.stagespec import DEFAULT_CHAIN, TARGET_PERSISTENT_STAGES
+from ..keys.stagespec import TARGET_PERSISTENT_STAGES
 from ..keys.tokens import short_token
 from .. import memos
 
@@ -71,6 +71,18 @@ if TYPE_CHECKING:
     from .results import CompileResult
 
 AUDITED_STAGES = TARGET_PERSISTENT_STAGES  # (typed IR has no bytes to compare)
+
+
+def audited_stages(result) -> Tuple[str, ...]:
+    """The stages of `result` an audit compares: those its chain persists."""
+    return tuple(stage for stage in AUDITED_STAGES if stage in result.stages)
+
+
+def _chain(config):
+    """The chain of the backend `config` names (numba-cuda's where none)."""
+    from .. import backends
+
+    return backends.backend_for(config.backend).chain
 log = logging.getLogger(__name__)
 
 
@@ -111,6 +123,7 @@ class AuditOutcome:
     error: str = ""
     not_audited: Dict[str, str] = field(default_factory=dict)  # stage -> why it was not compared
     since: float = field(default_factory=time.time)  # when the hit was served
+    stages: Tuple[str, ...] = AUDITED_STAGES  # those of its compile's chain an audit compares
     done: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     @property
@@ -122,7 +135,7 @@ class AuditOutcome:
         """The stages compared with a fresh compile (once done)."""
         if self.state not in ("passed", "mismatch"):
             return ()
-        return tuple(stage for stage in AUDITED_STAGES if stage not in self.not_audited)
+        return tuple(stage for stage in self.stages if stage not in self.not_audited)
 
     def summary(self) -> str:
         """One line: what the audit found, and what it could not audit and why."""
@@ -366,7 +379,7 @@ class CacheAudits:
         persisted = any(done.tier not in (None, "memory") for done in hits)
         if not forced and asked is not False and hits \
                 and self.auditor.wants(forced=bool(asked), kernel=kernel, persisted=persisted):
-            result.audit = AuditOutcome()
+            result.audit = AuditOutcome(stages=audited_stages(result))
             self.auditor.submit(lambda: self.audit(pyfunc, argtypes, config, result, link, identity),
                                 background=False if asked else None)
 
@@ -390,7 +403,7 @@ class CacheAudits:
         def libraries_changed() -> bool:  # (then nothing compiles what the hit hashed: not audited)
             gone = library_changes(identity) if identity is not None else []
             if gone:
-                self.not_audited(result, dict.fromkeys(AUDITED_STAGES, "; ".join(gone)))
+                self.not_audited(result, dict.fromkeys(audited_stages(result), "; ".join(gone)))
             return bool(gone)
 
         if libraries_changed():
@@ -399,7 +412,7 @@ class CacheAudits:
             fresh = self._compile_fresh(pyfunc, argtypes, config, tuple(link), identity)
         except linking.LinkedSourceChanged as exc:  # what NVRTC would read now is not what the hit hashed
             self.not_audited(result, dict.fromkeys(
-                AUDITED_STAGES, f"{exc.name}, or a header it includes, changed since the hit"))
+                audited_stages(result), f"{exc.name}, or a header it includes, changed since the hit"))
             return
         except SnapshotChanged as exc:  # an array it read changed since: nothing left to compare with
             outcome.state, outcome.error = "skipped", str(exc)
@@ -417,7 +430,7 @@ class CacheAudits:
         cached, fresh_artifacts = result.artifacts(), fresh.artifacts()
         skipped: Dict[str, str] = {}
         previous = None
-        for stage in AUDITED_STAGES:
+        for stage in audited_stages(result):
             reasons = changed.get(stage, [])
             if not reasons and previous in skipped and \
                     first_difference(previous, cached[previous], fresh_artifacts[previous]) is not None:
@@ -439,7 +452,7 @@ class CacheAudits:
                     result.kernel, stage, done.token,
                     tuple(sorted((name, part.shown) for name, part in done.components.items())),
                     difference))
-        if len(skipped) == len(AUDITED_STAGES):
+        if len(skipped) == len(audited_stages(result)):
             self.not_audited(result, skipped)
             return
         if skipped:
@@ -568,11 +581,12 @@ def input_changes(cached, fresh, since: float) -> Dict[str, List[str]]:
     A source file debug info names is named ("helpers.py changed since the
     hit"); `since` (when the hit was served) tells the files saved after it."""
     changes: Dict[str, List[str]] = {}
-    for stage in AUDITED_STAGES:
+    chain = _chain(cached.config)
+    for stage in audited_stages(cached):
         pairs = [(name, cached.stages[stage].components.get(name), fresh.stages[stage].components.get(name))
                  for name in sorted(set(cached.stages[stage].components) | set(fresh.stages[stage].components))
-                 if name != DEFAULT_CHAIN.upstream(stage)]
-        if stage == "llvm" and "typing" in cached.stages and "typing" in fresh.stages:
+                 if name != chain.upstream(stage)]
+        if stage == chain.entry and "typing" in cached.stages and "typing" in fresh.stages:
             old, new = cached.stages["typing"].components, fresh.stages["typing"].components
             pairs = [(name, old.get(name), new.get(name)) for name in sorted(set(old) | set(new))] + pairs
         reasons = []
@@ -661,15 +675,18 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
 
     if stage == "fatbin" and not entry.is_marker:
         return _reassemble(entry, find_upstream, tainted)
-    upstream_stage = DEFAULT_CHAIN.upstream(stage) if stage in DEFAULT_CHAIN.back else None
-    if upstream_stage is None or entry.is_marker or not entry.config_fields:
+    if entry.is_marker or not entry.config_fields:
+        return "skipped", None
+    config = CompileConfig(**entry.config_fields)
+    chain = _chain(config)  # (the backend its config names: numba-cuda's where none)
+    upstream_stage = chain.upstream(stage) if stage in chain.back else None
+    if upstream_stage is None:
         return "skipped", None
     keyed_on = entry.components.get(upstream_stage)  # the digest of the bytes it was built from
     if keyed_on is None or not entry.upstream:
         return "skipped", None
     if entry.upstream in tainted:
         return "tainted", f"    built from {upstream_stage} entry {short_token(entry.upstream)}, which was wrong"
-    config = CompileConfig(**entry.config_fields)
     upstream = find_upstream(upstream_stage, entry.upstream, config.cc)
     if upstream is None or upstream.digest != keyed_on.digest:  # gone, or holds other bytes now
         return "skipped", None
@@ -678,8 +695,7 @@ def recompile_entry(stage: str, entry, find_upstream, tainted=frozenset()) -> Tu
         if unlike is not None:  # ptxas would write other file sizes and times: not like with like
             return "skipped", unlike
     try:
-        # (numba-cuda's, the backend of every stored entry so far: `DEFAULT_CHAIN`)
-        fresh = backends.backend().rebuild(stage, upstream.artifact, config, entry.kernel,
+        fresh = backends.backend_for(config.backend).rebuild(stage, upstream.artifact, config, entry.kernel,
                                            entry.artifact.links if stage == "cubin" else ())
     except Exception as exc:
         return "failed", f"    {type(exc).__name__}: {exc}"

@@ -35,7 +35,7 @@ import os
 import threading
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .. import queries
+from .. import backends, queries
 from .audit import Auditor, CacheAudits, Mismatch, NotAudited, parse_audit
 from ..keys.config import CompileConfig, Targets
 from ..keys.stagespec import ALL_STAGES, STAGE_SPECS
@@ -288,8 +288,8 @@ class KernelCache:
         map and call types): from memory where the typing stage is still
         cached, else typed now and kept (typed IR lives in memory only, so
         after a restart a disk hit has none).  Counted as a typing lookup."""
-        self.pipeline.backend.check_can_compile()
         request = self._request(func, sig, CompileConfig() if config is None else config, link)
+        self.pipeline.backend_of(request).check_can_compile()
         return self.pipeline.attempted(request, lambda plan: plan.typed().artifact)[1]
 
     def _plan(self, func, sig, config, link) -> "CompilePlan":
@@ -297,7 +297,11 @@ class KernelCache:
         return self.pipeline.plan(self._request(func, sig, CompileConfig() if config is None else config, link))
 
     def _request(self, func, sig, config: CompileConfig, link, **options) -> CompileRequest:
-        backend = self.pipeline.backend
+        chosen = backends.backend_for(config.backend, func)
+        if config.backend is None and chosen.name != backends.default_backend():
+            config = config.replace(backend=chosen.name)  # (a numba_cuda_mlir kernel: its entries say so)
+        backend = self.pipeline.backend_named(config.backend)
+        backend.check_config(config)
         backend.refuse(func)
         return CompileRequest(python_function(func), backend.signature(sig), config,
                               _link_items(func, link), **options)

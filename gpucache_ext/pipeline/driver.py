@@ -34,7 +34,7 @@ from . import definitions
 from ..keys import targets
 from .audit import source_files_component
 from ..keys.config import FIELD_STAGES, CompileConfig, Targets
-from ..keys.stagespec import ALL_STAGES, STAGE_SPEC, STAGES, Chain
+from ..keys.stagespec import ALL_STAGES, STAGE_SPEC, TARGET_STAGES, Chain
 from ..errors import ConfigError, SnapshotChanged, UnsupportedKernelError
 from ..store.index import CacheIndex, variant_token
 from ..keys.reasons import Reason
@@ -112,7 +112,7 @@ def _stage(name: str, build: Callable[[Any, Any], Any]) -> Stage:
 
 STAGE_TABLE: Dict[str, Stage] = {stage.name: stage for stage in (
     # a target's stages: built by the plan's backend (`backends.Backend.build`)
-    *(_stage(name, functools.partial(_built_by_backend, name)) for name in STAGES),
+    *(_stage(name, functools.partial(_built_by_backend, name)) for name in TARGET_STAGES),
     _stage("fatbin", lambda job, _: fatbin.assemble(job.cubins, job.ptx_member, job.entry_name, job.kernel)),
 )}
 assert tuple(STAGE_TABLE) == ALL_STAGES  # (a stage declared without its build, or built undeclared)
@@ -182,9 +182,16 @@ class Pipeline:
         """The tokens of `request`, computed from its snapshot, nothing looked up."""
         return CompilePlan(self, request)
 
+    def backend_of(self, request: CompileRequest):
+        """The backend `request` compiles with: the one its config names (None: this pipeline's)."""
+        return self.backend_named(request.config.backend)
+
+    def backend_named(self, name: Optional[str]):
+        return self.backend if name is None else backends.backend(name)
+
     def run(self, request: CompileRequest) -> CompileResult:
         """One target's four stages (or up to ``request.until``)."""
-        self.backend.check_can_compile()
+        self.backend_of(request).check_can_compile()
         self._busy(True)
         try:
             plan, result = self.attempted(request, CompilePlan.run)
@@ -198,7 +205,7 @@ class Pipeline:
         for attempt in range(_ATTEMPTS):
             plan = CompilePlan(self, request)  # (a plan reloads numba's settings)
             try:
-                with self.backend.compiling():
+                with plan.backend.compiling():
                     return plan, step(plan)
             # a library was replaced since its fingerprint was read, an array changed between
             # its hash and its copy, an environment variable was read for the first time: again
@@ -215,11 +222,11 @@ class Pipeline:
         artifact, the config and the toolchain), then `Begun.result` here.
         A front that has to start again (a library replaced, an array changed
         while it was hashed) runs whole now, as `run` runs it."""
-        self.backend.check_can_compile()
+        self.backend_of(request).check_can_compile()
         self._busy(True)
         try:
             plan = CompilePlan(self, request)
-            with self.backend.compiling():
+            with plan.backend.compiling():
                 front = plan.front()
         except (toolchain.ToolchainChanged, SnapshotChanged):
             self._busy(False)
@@ -246,9 +253,10 @@ class Pipeline:
         requests = {sm: request.at(sm, until, audit=False if until == "ptx" else None)
                     for sm, until in targets_until.items()}
         plans = {sm: CompilePlan(self, each) for sm, each in requests.items()}
-        self.backend.check_can_compile()
+        backend = self.backend_of(request)
+        backend.check_can_compile()
         fronts = {}
-        with self.backend.compiling():
+        with backend.compiling():
             for sm, plan in plans.items():  # llvm one target after another: targets may share it
                 try:
                     fronts[sm] = plan.front()
@@ -415,6 +423,7 @@ class Pipeline:
         (an audit's answer to a mismatch)."""
         artifacts = fresh.artifacts()
         upstream = ""
+        chain = self.backend_named(result.config.backend).chain
         for stage in _chain_of(result):
             self.store.evict(stage, result.stages[stage].token)
             built = fresh.stages[stage]  # (ptx and cubin: the fresh bytes' digests make their tokens)
@@ -422,7 +431,7 @@ class Pipeline:
                 self.store.put(stage, artifact_entry(
                     stage, built.token, result.kernel, artifacts[stage], built.components, built.seconds,
                     short_signature(result.signature), result.config, ("replaced after an audit mismatch",),
-                    upstream, result.place, tools=toolchain.stage_tools(stage, self.backend.chain)))
+                    upstream, result.place, tools=toolchain.stage_tools(stage, chain)))
             upstream = built.token
 
 
@@ -503,7 +512,7 @@ class CompilePlan:
 
     def __init__(self, pipeline: Pipeline, request: CompileRequest):
         self.pipeline = pipeline
-        self.backend = pipeline.backend
+        self.backend = pipeline.backend_of(request)
         self.chain: Chain = self.backend.chain  # the stages it runs, in order
         self.request = request
         self.pyfunc, self.argtypes, self.config = request.pyfunc, request.argtypes, request.config
@@ -554,10 +563,10 @@ class CompilePlan:
         links = tuple((link.digest, link.name) for link in self.identity.links)
         # what the later stages' tokens are made of besides typing's: the same
         # inputs give the same tokens (memoised: an exact repeat rebuilds none)
-        key = (chain, typing.hex, config, tuple(settings.items()), links,
+        key = (self.chain, typing.hex, config, tuple(settings.items()), links,
                tuple(part.digest for part in toolchains.values()))
         tokens, self.parts = _memoised(_DOWNSTREAM_TOKENS, key, lambda: _downstream_tokens(
-            chain, typing, config, (self.backend.settings_name, settings), toolchains, links))
+            self.chain, typing, config, (self.backend.settings_name, settings), toolchains, links))
         return {"typing": typing, **tokens}
 
     def content_token(self, stage: str, upstream_digest: str, extra: Optional[Mapping[str, Component]] = None
@@ -620,7 +629,7 @@ class CompilePlan:
         artifact = {stage: each.artifact for stage, each in found.items()}
         return CompileResult(self.kernel, self.argtypes, self.config,
                              {s: self.stages[s] for s in built},
-                             artifact.get("llvm"), artifact["ptx"], artifact.get("cubin"),
+                             artifact.get(self.chain.entry), artifact["ptx"], artifact.get("cubin"),
                              generic_tokens={s: t.hex for s, t in self.tokens.items() if s in built},
                              place=self.place)
 
@@ -758,15 +767,15 @@ def _chain_of(result: CompileResult) -> Tuple[str, ...]:
     return tuple(stage for stage in result.stages if STAGE_SPEC[stage].per_target)
 
 
-def _downstream_tokens(chain: Tuple[str, ...], typing: Token, config: CompileConfig, settings, toolchains, links):
+def _downstream_tokens(chain: Chain, typing: Token, config: CompileConfig, settings, toolchains, links):
     """The tokens of the stages after typing in `chain` (numba-cuda: llvm,
     ptx, cubin), each chained on the one before, and each one's components.
     `settings`: (the name its token gives them, the compiler's settings),
     which the stage built from typing reads."""
     tokens, all_parts = {}, {}
     upstream = typing
-    for stage in chain[1:]:
-        parts = {name: component(value) for name, value in config.stage_fields(stage).items()}
+    for stage in chain.stages[1:]:
+        parts = {name: component(value) for name, value in config.stage_fields(stage, chain).items()}
         lowering = upstream is typing  # (with typing's own components, which only its entries take to disk)
         parts[upstream.stage] = Component(upstream.hex, upstream.short,
                                           tuple(sorted(upstream.components.items())) if lowering else ())

@@ -205,7 +205,7 @@ class CompileResult:
     signature: Tuple[Any, ...]
     config: CompileConfig
     stages: Dict[str, StageResult]  # per stage, in pipeline order
-    _llvm: LLVMArtifact = field(repr=False)
+    _llvm: LLVMArtifact = field(repr=False)  # (the chain's entry stage's: numba-cuda-mlir's, an MLIRArtifact)
     _ptx: PTXArtifact = field(repr=False)
     _cubin: CubinArtifact = field(repr=False)
     # When the cache audited this compile: its `gpucache_ext.pipeline.audit.AuditOutcome`
@@ -233,8 +233,14 @@ class CompileResult:
 
     @property
     def llvm_ir(self) -> str:
-        """The NVVM IR given to libNVVM (kernel plus linked device functions)."""
-        return self._llvm.text
+        """The NVVM IR given to libNVVM (kernel plus linked device functions);
+        "" for a compiler that keeps no NVVM IR (numba-cuda-mlir: `mlir`)."""
+        return self._llvm.text if self._llvm.stage == "llvm" else ""
+
+    @property
+    def mlir(self) -> str:
+        """numba-cuda-mlir's MLIR module, as text ("" for numba-cuda, which has none)."""
+        return self._llvm.text if self._llvm.stage == "mlir" else ""
 
     @property
     def ptx(self) -> str:
@@ -266,9 +272,10 @@ class CompileResult:
         return self._cubin.entry_name
 
     def artifacts(self) -> Dict[str, Any]:
-        """The llvm, ptx and cubin stages' artifacts, by stage (the three of one compile)."""
+        """The artifacts of the chain's entry stage (llvm, or mlir), ptx and
+        cubin, by stage (the three of one compile)."""
         with self._lock:
-            return {"llvm": self._llvm, "ptx": self._ptx, "cubin": self._cubin}
+            return {self._llvm.stage: self._llvm, "ptx": self._ptx, "cubin": self._cubin}
 
     def replace_artifacts(self, fresh: "CompileResult") -> None:
         """Take `fresh`'s artifacts (an audit found this result's wrong): the

@@ -80,7 +80,7 @@ def _held(cache, stage: Optional[str], names: Tuple[str, ...]) -> Dict[str, int]
     """How many entries of `stage` (None: every stage) each tier of `names` holds, as `stats` counts them."""
     stats = cache.stats()
     stages = ALL_STAGES if stage is None else (stage,)
-    return {name: sum(stats[s].tiers[name].entries for s in stages if name in stats[s].tiers)
+    return {name: sum(stats[s].tiers[name].entries for s in stages if s in stats and name in stats[s].tiers)
             for name in names}
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from ..keys.config import CompileConfig
-from ..keys.stagespec import DEFAULT_CHAIN, STAGES
+from ..keys.stagespec import DEFAULT_CHAIN, TARGET_STAGES
 from ..pipeline.results import EntryInfo, Outcome, parse_resources
 from ..keys.reasons import ADDED, CHANGED, REMOVED, Reason
 from ..keys.tokens import Component, explain_difference, make_token, short_name
@@ -56,7 +56,7 @@ def miss_reasons(stage: str, wanted: Mapping[str, Component],
         return _fatbin_reasons(wanted, old, members or {})
     reasons = []
     for reason in explain_difference(wanted, old):
-        if reason.component in STAGES and reason.component != stage:
+        if reason.component in TARGET_STAGES and reason.component != stage:
             reasons.append(Reason.upstream(reason.component))
         else:
             reasons.append(reason)

@@ -21,8 +21,10 @@ def _text_width(text: str) -> float:
 
 
 def chart_stages(points) -> Tuple[str, ...]:
-    """The chart's rows: the four stages, and the fatbin stage where a cell looked it up."""
-    return ALL_STAGES if any(any(p["stages"].get("fatbin", (0, 0))) for p in points) else STAGES
+    """The chart's rows: numba-cuda's four stages, and another stage (the
+    fatbin, numba-cuda-mlir's mlir) where a cell looked it up."""
+    active = {stage for p in points for stage, counts in p["stages"].items() if any(counts)}
+    return tuple(stage for stage in ALL_STAGES if stage in STAGES or stage in active)
 
 
 def chart_svg(points: List[Dict[str, Any]]) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from .. import sessions
 from ..keys.config import FIELD_STAGES, FOLLOW_FASTMATH, CompileConfig
-from ..keys.stagespec import STAGE_SPEC, STAGES
+from ..keys.stagespec import STAGE_SPEC, TARGET_STAGES
 from ..pipeline.artifacts import Artifact, Listing, Members, Part
 from ..pipeline.results import parse_resources, short_signature
 from ..keys.tokens import short_token
@@ -157,7 +157,7 @@ def _config_html(stage: str, summary: str, fields: Optional[Dict[str, Any]] = No
         chips = "".join(
             f'<span class="gpucache-chip{" gpucache-chip-on" if s == stage else ""}"'
             f' title="{s} {"reads" if s in readers else "does not read"} {name}">{s}</span>'
-            for s in STAGES if s in readers)
+            for s in TARGET_STAGES if s in readers)
         # (a fatbin is made of its members' bytes: each field reaches it through them)
         reads = "through its members" if not STAGE_SPEC[stage].per_target else "yes" if stage in readers else "no"
         rows.append(f'<tr data-field="{name}"><th scope="row" class="gpucache-code">{name}</th>'

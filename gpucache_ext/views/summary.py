@@ -22,11 +22,13 @@ _NOTHING = StageStats(hits=0, misses=0, not_needed=0, cutoffs=0, entries=0, byte
 
 
 def stages_used(stats) -> Tuple[str, ...]:
-    """The stages the summary shows: the four stages, and the fatbin stage
-    once something looked it up or it holds entries (in any tier)."""
+    """The stages the summary shows: numba-cuda's four, another backend's
+    once used (those `stats` lists: numba-cuda-mlir's mlir), and the fatbin
+    stage once something looked it up or it holds entries (in any tier)."""
     fatbin = stats.get("fatbin", _NOTHING)
     used = fatbin.hits or fatbin.misses or any(t.entries for t in fatbin.tiers.values())
-    return ALL_STAGES if used else STAGES
+    return tuple(stage for stage in ALL_STAGES
+                 if stage in STAGES or (stage in stats and (stage != "fatbin" or used)))
 
 
 def saved_seconds(stats) -> Dict[str, Dict[str, float]]:
