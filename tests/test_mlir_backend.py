@@ -68,10 +68,19 @@ def test_ptx_is_numba_cuda_mlirs_own(kernel, sig):
 
 
 def test_cubin_is_numba_cuda_mlirs_own():
+    """The same code; under CUDA 12 the same bytes.  (The cache links verbose,
+    for nvJitLink's log of what the kernel uses, and CUDA 13's nvJitLink writes
+    its command line into a note of the cubin.)"""
+    from gpucache_ext.toolchain import cuda_major
+    from gpucache_ext.toolchain.sass import disassembly
+
     cache = KernelCache()
     for config in (CompileConfig(sm=86), CompileConfig(sm=86, opt=0), CompileConfig(sm=80, max_registers=32)):
         result = cache.compile(mk.transcendental, mk.UNARY_SIG, config)
-        assert result.cubin == own_cubin(mk.transcendental, mk.UNARY_SIG, config), config.summary()
+        own = own_cubin(mk.transcendental, mk.UNARY_SIG, config)
+        assert disassembly(result.cubin).text == disassembly(own).text, config.summary()
+        if cuda_major() == 12:
+            assert result.cubin == own, config.summary()
         assert result.resources["registers"] > 0  # (nvJitLink's log, verbose, says what it uses)
 
 

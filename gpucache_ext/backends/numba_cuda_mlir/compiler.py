@@ -326,7 +326,8 @@ def run_ptx(mlir: MLIRArtifact, config: CompileConfig, kernel: str) -> PTXArtifa
 def _linker(config: CompileConfig, options) -> Linker:
     """numba-cuda-mlir's linker as its lowering makes it (`MLIRLower`), for
     the target itself, verbose: nvJitLink's log then says what the kernel uses
-    (registers, spills), which does not change the cubin.  nvJitLink takes
+    (registers, spills); the code is the same (CUDA 13's nvJitLink writes its
+    command line into a note of the cubin, so there the bytes differ in it).  nvJitLink takes
     -O0 and -O3 alone (numba-cuda-mlir 0.6 passes it opt_level 1 and 2 too,
     and its link fails): levels 1 and 2 link at 3."""
     level = int(options.get("opt_level", 3))
