@@ -194,6 +194,7 @@ print(json.dumps({"outcomes": {s: r.outcome.name for s, r in result.stages.items
 """
 
 
+@pytest.mark.slow  # (three processes, each importing numba-cuda-mlir: 15 s)
 def test_a_new_process_reads_every_persisted_stage_from_disk(tmp_path):
     first = run_python(SCRIPT, tmp_path, 3, json_line=True)
     second = run_python(SCRIPT, tmp_path, 3, json_line=True)
