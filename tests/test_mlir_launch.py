@@ -1,0 +1,101 @@
+"""numba-cuda-mlir kernels launch through numba-cuda-mlir's own dispatcher and
+launcher, with the cubins the pipeline built (its cache hook answered by a
+`KernelCache`): on the recording stand-in driver, the same program makes the
+same driver calls as numba-cuda-mlir alone, images included, compiled cold
+and read from disk; a kernel whose global changed compiles again at its first
+launch after a cell; without a GPU a launch says so, and compiles still work.
+"""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba_cuda_mlir", reason="numba-cuda-mlir is not installed (gpucache_ext[mlir])")
+
+from gpucache_ext import CompileConfig, KernelCache  # noqa: E402
+from gpucache_ext.backends.numba_cuda_mlir.launch import MlirKernel, config_of, jit  # noqa: E402
+from gpucache_ext.errors import GpuCacheError, UnsupportedKernelError  # noqa: E402
+from gpucache_ext.launch import registry  # noqa: E402
+
+from . import fakecuda, mlir_kernels as mk  # noqa: E402
+from .helpers import ROOT  # noqa: E402
+
+from numba_cuda_mlir import cuda as mlir_cuda  # noqa: E402
+
+PINNED = CompileConfig(sm=86, backend="mlir")
+
+
+def test_its_dispatcher_loads_the_cached_cubin_without_a_gpu():
+    cache = KernelCache()
+    kernel = jit(mk.axpy, cache=cache, config=PINNED)
+    assert isinstance(kernel, MlirKernel)
+    loaded = kernel.compile(mk.AXPY_SIG)  # (numba-cuda-mlir's own compile(), its cache hook answered)
+    result = kernel.last
+    assert loaded.metadata["cubin"] == result.cubin and loaded.metadata["func_name"] == result.entry_name
+    assert result.entry_name in result.ptx
+    again = cache.compile(mk.axpy, mk.AXPY_SIG, PINNED)  # (the same entries: every stage a hit)
+    assert again.cubin == result.cubin and all(stage.hit for stage in again.stages.values())
+
+
+def test_a_global_changed_since_is_compiled_again_at_the_first_launch_after_a_cell(monkeypatch):
+    kernel = jit(mk.scaled, cache=KernelCache(), config=PINNED)
+    kernel.compile(mk.UNARY_SIG)
+    before = kernel.last
+    monkeypatch.setattr(mk, "ALPHA", np.float32(7.0))
+    kernel._recheck()  # (what the first launch after registry.refresh_all does)
+    assert not kernel.results and not kernel.overloads
+    kernel.compile(mk.UNARY_SIG)
+    assert kernel.last.ptx != before.ptx and "0f40E00000" in kernel.last.ptx  # (7.0 as PTX writes it)
+    kernel._recheck()  # nothing changed since: kept
+    assert kernel.results
+
+
+def test_a_launch_without_a_gpu_says_so():
+    registry.refresh_all()
+    kernel = jit(mk.axpy, cache=KernelCache())
+    with pytest.raises(GpuCacheError, match="needs an NVIDIA GPU and its driver.*numba-cuda-mlir has no simulator"):
+        kernel[1, 32](np.zeros(32, np.float32), np.float32(1), np.ones(32, np.float32), np.ones(32, np.float32))
+
+
+def test_the_kernels_options_are_its_config_and_what_cannot_be_keyed_is_refused():
+    @mlir_cuda.jit(fastmath=True, lineinfo=True, max_registers=32, launch_bounds=128)
+    def options(r):
+        r[0] = 1.0
+
+    config = config_of(options.targetoptions, 80)
+    assert (config.sm, config.fastmath, config.lineinfo, config.max_registers, config.launch_bounds,
+            config.backend) == (80, True, True, 32, (128,), "mlir")
+
+    @mlir_cuda.jit(ptxas_options="-O1")
+    def unkeyed(r):
+        r[0] = 1.0
+
+    with pytest.raises(UnsupportedKernelError, match="ptxas_options='-O1' is not keyed"):
+        config_of(unkeyed.targetoptions, 80)
+
+
+@pytest.fixture(scope="module")
+def stand_in():
+    reason = fakecuda.skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cc", ["9.0", "8.6"])
+def test_the_driver_calls_are_numba_cuda_mlirs_own(stand_in, tmp_path, cc):
+    script = ROOT / "tests" / "mlir_launches.py"
+
+    def run(mode):
+        done = fakecuda.run(script, cc=(cc,), args=[mode, tmp_path / "cache"])
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    plain, cold, warm = run("plain"), run("cached"), run("cached")
+    assert any(call["call"] == "cuLaunchKernel" for call in plain.calls)
+    # call for call, the images loaded included: the cubins are numba-cuda-mlir's own
+    assert cold.calls == plain.calls
+    assert warm.calls == plain.calls
+    import json
+
+    outcomes = json.loads(warm.stdout.strip().splitlines()[-1])
+    assert outcomes and all(stages["cubin"] == "HIT" and stages["mlir"] == "HIT" for stages in outcomes.values())
