@@ -99,3 +99,48 @@ def test_the_driver_calls_are_numba_cuda_mlirs_own(stand_in, tmp_path, cc):
 
     outcomes = json.loads(warm.stdout.strip().splitlines()[-1])
     assert outcomes and all(stages["cubin"] == "HIT" and stages["mlir"] == "HIT" for stages in outcomes.values())
+
+
+# -- in a %%gpukernel cell -------------------------------------------------------
+
+MLIR_CELL = '''
+from numba_cuda_mlir import cuda
+import math
+
+@cuda.jit(lineinfo=True)
+def wave(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = math.sin(x[i]) * SCALE
+'''
+
+
+def test_a_cell_of_numba_cuda_mlir_kernels_compiles_them_through_the_cache(ip):
+    from .helpers import cell
+
+    ip.user_ns["SCALE"] = 2.0
+    cell(ip, "--sm 86 --opt 0 --sig 'void(float32[:], float32[:])'", MLIR_CELL)
+    kernel = ip.user_ns["wave"]
+    assert isinstance(kernel, MlirKernel)
+    result = kernel.last
+    # the line's flags over the kernel's own options (lineinfo), its target pinned
+    assert (result.config.sm, result.config.opt, result.config.lineinfo, result.config.backend) == (86, 0, True, "mlir")
+    assert list(result.stages) == ["typing", "mlir", "ptx", "cubin"] and not any(s.hit for s in result.stages.values())
+    shown = ip.user_ns["_"] if "_" in ip.user_ns else None  # (the report is displayed, not returned)
+    del shown
+    # run again: every stage a hit; a global it reads changed: compiled again from typing
+    cell(ip, "--sm 86 --opt 0 --sig 'void(float32[:], float32[:])'", MLIR_CELL)
+    assert all(stage.hit for stage in ip.user_ns["wave"].last.stages.values())
+    ip.user_ns["SCALE"] = 3.0
+    cell(ip, "--sm 86 --opt 0 --sig 'void(float32[:], float32[:])'", MLIR_CELL)
+    again = ip.user_ns["wave"].last
+    assert again.stages["typing"].outcome.name == "MISS" and again.ptx != result.ptx
+    assert "SCALE" in " ".join(again.stages["typing"].reasons[0].split()) or again.stages["typing"].reasons
+
+
+def test_a_cell_refuses_a_sweep_of_numba_cuda_mlir_kernels_by_name(ip):
+    from .helpers import cell
+
+    ip.user_ns["SCALE"] = 2.0
+    with pytest.raises(UnsupportedKernelError, match="one target and one config in a cell"):
+        cell(ip, "--sm 86 --opt 2,3", MLIR_CELL)

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..backends.numba_cuda import numba_compat
 from ..defaults import default_cache
 from ..pipeline.cache import CompileResult
-from ..errors import CompileError
+from ..errors import CompileError, UnsupportedKernelError
 from ..keys.config import CompileConfig
 from ..backends.numba_cuda.launch.decorators import CACHED_LIBRARY_KERNELS, NUMBA_CORES, decorator_form, device_function
 from ..sources.libraries import is_library_file, library_caller
@@ -198,6 +198,38 @@ def _capture_numba_kernels(namespace, before, context: _CellContext):
                                                   explicit_options(value.targetoptions))
 
 
+def _capture_mlir_kernels(namespace, before, context: _CellContext):
+    """numba-cuda-mlir kernels the cell defined (``from numba_cuda_mlir import
+    cuda``; the import decides the backend): bound as its own dispatcher with
+    overloads from the session's cache (`backends.numba_cuda_mlir.launch.MlirKernel`),
+    the fields the cell's line set over the kernel's own options (its target
+    where --sm was given, else the GPU's), and compiled for the line's --sig
+    signatures, which the report shows."""
+    found = [(name, value) for name, value in namespace.items()
+             if type(value).__module__.startswith("numba_cuda_mlir") and before.get(name) is not value
+             and callable(getattr(value, "configure", None)) and not getattr(value, "source", None)]
+    if not found:
+        return
+    from ..backends.numba_cuda_mlir.launch import MlirKernel
+
+    spec = context.request.spec
+    if spec.variants or spec.targets is not None:
+        raise UnsupportedKernelError("numba-cuda-mlir kernels compile for one target and one config in a cell "
+                                     "for now: leave out several --sm targets and lists of values")
+    defaults = CompileConfig(sm=spec.config.sm)
+    overrides = {name: value for name, value in spec.config.fields().items()
+                 if name not in ("sm", "backend") and value != getattr(defaults, name)}
+    if spec.pinned:
+        overrides["sm"] = spec.config.sm
+    for name, value in found:
+        if value.targetoptions.get("device") or is_library_file(value.py_func.__code__.co_filename):
+            continue
+        kernel = namespace[name] = MlirKernel(value, default_cache(), overrides=overrides,
+                                              on_compile=context.collect)
+        for sig in context.request.signatures:
+            kernel.compile(sig)
+
+
 def run_cell(shell, cell, request: CellRequest, line="", auto=False):
     """Run a %%gpukernel cell (`auto`: one ``%gpucache auto`` gave the magic's
     line, so its own lines are numbered from 1); (its report, its last value)."""
@@ -229,6 +261,7 @@ def run_cell(shell, cell, request: CellRequest, line="", auto=False):
                 value = eval(last, namespace)
         _capture_numba_kernels(namespace, before, context)
         compiling = True
+        _capture_mlir_kernels(namespace, before, context)
         context.pipelined.settle()
         for kernel in context.kernels:
             kernel.compile_declared()

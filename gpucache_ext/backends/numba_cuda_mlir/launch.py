@@ -91,11 +91,14 @@ class MlirKernel(MLIRDispatcher):
     block](args)``), with ``results`` (its `CompileResult` per argument
     types) and ``last`` (the latest)."""
 
-    def __init__(self, source: MLIRDispatcher, cache, config: Optional[CompileConfig] = None):
+    def __init__(self, source: MLIRDispatcher, cache, config: Optional[CompileConfig] = None, *,
+                 overrides: Optional[Dict[str, Any]] = None, on_compile=None):
         super().__init__(source.py_func, targetoptions=dict(source.targetoptions))
         self.source = source
         self.cache = cache
         self.pinned = config  # (None: the options of the kernel, for the GPU it launches on)
+        self.overrides = dict(overrides or {})  # fields set over its options (a cell's flags; sm: pinned)
+        self.on_compile = on_compile  # told each result compiled for a launch or compile()
         self.results: Dict[Tuple, Any] = {}
         self.last = None
         self._checked: Optional[int] = None  # (the first launch checks, as after a cell)
@@ -111,7 +114,9 @@ class MlirKernel(MLIRDispatcher):
         options' for the current GPU's target."""
         if self.pinned is not None:
             return self.pinned
-        return config_of(self.source.targetoptions, _device_sm())
+        sm = self.overrides.get("sm")
+        return config_of(self.source.targetoptions, sm if sm is not None else _device_sm()).replace(
+            **{name: value for name, value in self.overrides.items() if name != "sm"})
 
     def _resolve_target_options(self):
         """numba-cuda-mlir names the target in its options before it compiles
@@ -123,6 +128,8 @@ class MlirKernel(MLIRDispatcher):
         argtypes = tuple(argtypes)
         result = self.cache.compile(self.source, argtypes, self.config)
         self.results[argtypes] = self.last = result
+        if self.on_compile is not None:
+            self.on_compile(result)
         options = compiler.target_options(result.config)
         return CachedCompileResult(_typing.signature(_types.none, *argtypes), {
             "cubin": result.cubin, "ptx": result.ptx, "ltoir": None, "func_name": result.entry_name,
