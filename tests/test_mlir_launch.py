@@ -144,3 +144,30 @@ def test_a_cell_refuses_a_sweep_of_numba_cuda_mlir_kernels_by_name(ip):
     ip.user_ns["SCALE"] = 2.0
     with pytest.raises(UnsupportedKernelError, match="one target and one config in a cell"):
         cell(ip, "--sm 86 --opt 2,3", MLIR_CELL)
+
+
+def test_gpucache_ext_jit_takes_the_mlir_backend(monkeypatch):
+    import gpucache_ext
+
+    monkeypatch.setenv("GPUCACHE_SM", "80")
+
+    @gpucache_ext.jit("void(float32[:], float32[:])", backend="mlir", fastmath=True, cache=KernelCache())
+    def halve(r, x):
+        i = mlir_cuda.grid(1)
+        if i < r.size:
+            r[i] = x[i] / 2
+
+    assert isinstance(halve, MlirKernel)  # (compiled when decorated: no GPU here, so GPUCACHE_SM's target)
+    assert (halve.last.config.sm, halve.last.config.fastmath, halve.last.config.backend) == (80, True, "mlir")
+    assert gpucache_ext.jit(mk.axpy, cache=KernelCache()).source is mk.axpy  # (a numba_cuda_mlir kernel given)
+
+
+def test_backend_on_a_cells_line_is_refused_saying_the_import_decides(ip):
+    from IPython.core.error import UsageError
+
+    from .helpers import cell
+
+    ip.user_ns["SCALE"] = 2.0
+    with pytest.raises(UsageError, match="--backend: in a cell the import decides the compiler"):
+        cell(ip, "--sm 86 --backend mlir", MLIR_CELL)
+    assert "wave" not in ip.user_ns  # (refused before the cell ran)

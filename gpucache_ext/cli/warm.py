@@ -119,9 +119,9 @@ def _configs(args) -> List[Any]:
         targets = Targets(args.sm).sms
         base, swept = config_from_flags(args, targets[0])
         if base.backend is not None:
-            raise ValueError("--backend: a notebook's kernels compile with numba-cuda here; numba-cuda-mlir's "
-                             "compile through gpucache_ext.KernelCache (docs/python-api.md, 'numba-cuda-mlir'); "
-                             "leave --backend out")
+            raise ValueError("--backend: in a notebook's cells the import decides the compiler for now "
+                             "(from numba_cuda_mlir import cuda: numba-cuda-mlir; from numba import cuda: "
+                             "numba-cuda); leave --backend out")
         variants = combinations(base, swept) if swept else [base]
     except ValueError as exc:
         raise CommandError(str(exc)) from None

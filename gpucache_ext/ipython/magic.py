@@ -221,9 +221,9 @@ class GpuCacheMagics(Magics):
             # several values of a flag: a sweep (`gpucache_ext.sweeps`), its first values bound
             config, swept = config_from_flags(args, sm)
             if config.backend is not None:
-                raise ValueError("--backend: a cell's kernels compile with numba-cuda here; "
-                                 "numba-cuda-mlir's compile through gpucache_ext.KernelCache "
-                                 "(docs/python-api.md, 'numba-cuda-mlir'); leave --backend out")
+                raise ValueError("--backend: in a cell the import decides the compiler for now "
+                                 "(from numba_cuda_mlir import cuda: numba-cuda-mlir; from numba import cuda: "
+                                 "numba-cuda); leave --backend out")
             variants = combinations(config, swept) if any(len(v) > 1 for v in swept.values()) else ()
             return KernelSpec(config, targets, pinned=args.sm is not None or targets is not None,
                               variants=tuple(variants), blocks=tuple(blocks), dynamic_shared=dynamic[0],

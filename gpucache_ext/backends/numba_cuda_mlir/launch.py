@@ -171,9 +171,15 @@ def _require_gpu() -> None:
 
 
 def _device_sm() -> int:
-    """The current GPU's target, as numba-cuda-mlir asks the driver for it."""
-    from ...keys.config import parse_sm
+    """The current GPU's target, as numba-cuda-mlir asks the driver for it;
+    without one, ``GPUCACHE_SM``, else 86 (as for numba-cuda's kernels)."""
+    from numba_cuda_mlir.numba_cuda.cudadrv.driver import driver
 
+    from ...keys.config import parse_sm
+    from .. import backend
+
+    if not driver.is_available:
+        return backend("mlir").default_sm()
     return parse_sm(compiler._tools.get_gpu_compute_capability(tuple))
 
 

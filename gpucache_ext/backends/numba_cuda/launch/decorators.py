@@ -47,7 +47,16 @@ def jit(func_or_sig=None, device: bool = False, **options: Any):
     through the cache, with or without a GPU); others at their first launch,
     once per distinct set of argument types.  ``cache=True`` is accepted and
     changes nothing: every kernel is cached.
+
+    ``backend="mlir"`` (or a ``numba_cuda_mlir.cuda.jit`` kernel given):
+    numba-cuda-mlir's ``cuda.jit``, its kernels' overloads compiled through
+    the cache (`gpucache_ext.backends.numba_cuda_mlir.launch.jit`).
     """
+    backend = options.pop("backend", None)
+    if (backend is not None and _mlir(backend)) or type(func_or_sig).__module__.startswith("numba_cuda_mlir"):
+        from ...numba_cuda_mlir.launch import jit as mlir_jit
+
+        return mlir_jit(func_or_sig, **({"device": True} if device else {}), **options)
     library = library_caller(sys._getframe(1))
     if cuda_simulator_on() or (library is not None and (
             library not in CACHED_LIBRARY_KERNELS or (device and library in NUMBA_CORES))):
@@ -60,6 +69,12 @@ def jit(func_or_sig=None, device: bool = False, **options: Any):
     if func is None:
         return lambda func: _decorate(func, sigs, device, options)
     return _decorate(func, sigs, device, options)
+
+
+def _mlir(backend: str) -> bool:
+    from ... import canonical_backend
+
+    return canonical_backend(backend) == "mlir"
 
 
 # Library modules whose kernels go through the cache where ``cuda.jit`` stands
