@@ -31,6 +31,7 @@ fastmath, lineinfo, debug: the figure is its speed, not its soundness).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -76,8 +77,9 @@ EXTRA_SIGS = {"axpy": "void(float32[:], float32, float32[:], float32[:])", "wave
 def matmul_source() -> str:
     """The sample's matmul, its import swapped: what a user migrating writes."""
     assert "from numba import cuda, float32" in samples.MATMUL
-    return samples.MATMUL.replace("from numba import cuda, float32",
-                                  "from numba_cuda_mlir import cuda\nfrom numba_cuda_mlir.numba_cuda.types import float32")
+    return samples.MATMUL.replace(
+        "from numba import cuda, float32",
+        "from numba_cuda_mlir import cuda\nfrom numba_cuda_mlir.numba_cuda.types import float32")
 
 
 def fresh(source: str, name: str):
@@ -107,6 +109,11 @@ def timed(call) -> float:
     return time.perf_counter() - start
 
 
+def _compile_all(cache, kernels, config) -> None:
+    for kernel, sig in kernels:
+        cache.compile(kernel, sig, config)
+
+
 def in_process(runs: int) -> dict:
     source = matmul_source()
     base = CompileConfig(sm=86)
@@ -122,18 +129,17 @@ def in_process(runs: int) -> dict:
     for _ in range(runs):
         times["baseline"].append(own_cubin(fresh(source, "matmul"), SIG, base))
         cache, kernel = KernelCache(), fresh(source, "matmul")
-        times["cold"].append(timed(lambda: cache.compile(kernel, SIG, base)))
-        times["exact repeat"].append(timed(lambda: cache.compile(kernel, SIG, base)))
+        times["cold"].append(timed(functools.partial(cache.compile, kernel, SIG, base)))
+        times["exact repeat"].append(timed(functools.partial(cache.compile, kernel, SIG, base)))
         for name, (before, after) in changes.items():
             own_times[name].append(own_cubin(fresh(source, "matmul"), SIG, after))
             cache, kernel = KernelCache(), fresh(source, "matmul")
             cache.compile(kernel, SIG, before)
-            times[name].append(timed(lambda: cache.compile(kernel, SIG, after)))
+            times[name].append(timed(functools.partial(cache.compile, kernel, SIG, after)))
         kernels = [(fresh(source, "matmul"), SIG)] + [(fresh(EXTRA, n), s) for n, s in EXTRA_SIGS.items()]
         times["own cell of 4"].append(sum(own_cubin(k, s, base) for k, s in kernels))
         kernels = [(fresh(source, "matmul"), SIG)] + [(fresh(EXTRA, n), s) for n, s in EXTRA_SIGS.items()]
-        cache = KernelCache()
-        times["cell of 4"].append(timed(lambda: [cache.compile(k, s, base) for k, s in kernels]))
+        times["cell of 4"].append(timed(functools.partial(_compile_all, KernelCache(), kernels, base)))
     median = {name: statistics.median(values) for name, values in times.items()}
     own = {name: statistics.median(values) for name, values in own_times.items()}
     figures = {"baseline ms": median["baseline"] * 1e3,
@@ -164,6 +170,12 @@ print(time.perf_counter() - start, what)
 """
 
 
+def _child(folder, module, env, mode):
+    out = subprocess.run([sys.executable, "-c", CHILD, str(Path(folder) / "cache"), str(module), mode],
+                         cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.split()
+    return float(out[0]), out[1]
+
+
 def new_processes(runs: int) -> dict:
     source = matmul_source()
     figures = {"first hit": [], "own cold": [], "own cache=True": []}
@@ -179,11 +191,7 @@ SIG = {SIG!r}
 """) + "\n" + cached.replace("def matmul", "def cached_matmul") + "\ncached = cached_matmul\n")
             env = {**os.environ, "NUMBA_CACHE_DIR": str(Path(folder) / "own"), "GPUCACHE_DIR": folder}
 
-            def child(mode):
-                out = subprocess.run([sys.executable, "-c", CHILD, str(Path(folder) / "cache"), str(module), mode],
-                                     cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.split()
-                return float(out[0]), out[1]
-
+            child = functools.partial(_child, folder, module, env)
             figures["own cold"].append(child("own")[0])  # (also fills its cache=True folder)
             figures["own cache=True"].append(child("own")[0])
             child("cache")

@@ -208,3 +208,34 @@ def test_a_new_process_reads_every_persisted_stage_from_disk(tmp_path):
     here = KernelCache().compile(mk.transcendental, mk.UNARY_SIG, CompileConfig(sm=86))
     assert hashlib.sha256(here.cubin).hexdigest() == first["cubin"]
     assert json.dumps(here.mlir) == json.dumps(first["mlir"])
+
+
+def test_extensions_user_code_registered_are_refused_by_name():
+    """numba-cuda-mlir's extension registries are read by its typing and keyed by no token yet."""
+    from numba_cuda_mlir import extending
+    from numba_cuda_mlir.descriptor import mlir_target
+    from numba_cuda_mlir.numba_cuda.typing.templates import Registry
+
+    cache = KernelCache()
+    cache.compile(mk.axpy, mk.AXPY_SIG, CompileConfig(sm=86))  # (numba-cuda-mlir's own registrations: none refused)
+    registry = Registry()
+
+    def clamp01(x):
+        return x
+
+    @extending.overload(clamp01, typing_registry=registry)
+    def clamp01_typed(x):
+        def impl(x):
+            return min(max(x, 0.0), 1.0)
+        return impl
+
+    context = mlir_target.typing_context
+    context.install_registry(registry)
+    try:
+        refused = (r"registered numba-cuda-mlir extensions \(test_extensions_user_code_registered_are_refused_"
+                   r"by_name.<locals>.clamp01_typed in tests.test_mlir_backend\)")
+        with pytest.raises(UnsupportedKernelError, match=refused):
+            cache.compile(mk.scaled, mk.UNARY_SIG, CompileConfig(sm=86))
+    finally:
+        del context._registries[registry]
+        context._registry_versions.pop(registry, None)

@@ -80,6 +80,16 @@ class NumbaCudaMlir(Backend):
         return compiler.settings()
 
     def typing_components(self, plan) -> Dict[str, Any]:
+        """None: what its typing reads besides the snapshot is its own code
+        (its package's version is in every token).  Extensions user code
+        registered in its registries are refused, naming them: no token covers
+        them yet."""
+        registered = compiler.user_extensions()
+        if registered:
+            raise UnsupportedKernelError(
+                f"{plan.kernel}: user code registered numba-cuda-mlir extensions ({', '.join(registered[:3])}"
+                f"{', ...' if len(registered) > 3 else ''}), which gpucache_ext does not key yet: a change to "
+                "them would not be seen; compile with numba-cuda-mlir's own cuda.jit while they are registered")
         return {}
 
     def build(self, stage: str, plan, upstream):

@@ -36,6 +36,7 @@ from numba_cuda_mlir.numba_cuda.cudadrv.nvvm import LibDevice
 from numba_cuda_mlir.numba_cuda.flags import CUDAFlags
 from numba_cuda_mlir.optimization import run_pre_codegen_patterns
 
+from ... import memos
 from ...errors import CompileError, ConfigError, UnsupportedKernelError
 from ...keys import targets
 from ...keys.config import CompileConfig
@@ -353,6 +354,62 @@ def run_cubin(ptx: PTXArtifact, config: CompileConfig, kernel: str) -> CubinArti
         except Exception as exc:
             raise _error(kernel, "cubin", exc) from exc
     return CubinArtifact(bytes(code.code), log if isinstance(log, str) else log.decode(), None, ptx.entry_name)
+
+
+# modules whose registrations are numba-cuda-mlir's own (or the functions it types: numpy's, math's)
+_OWN_MODULES = frozenset({"numba_cuda_mlir", "numba", "numpy", "math", "cmath", "builtins", "operator", "ctypes",
+                          "cffi", "gpucache_ext"})
+_EXTENSIONS_SEEN: Dict[tuple, Tuple[str, ...]] = memos.memo(
+    "backends.numba_cuda_mlir.compiler._EXTENSIONS_SEEN", {})  # (the registries and their sizes) -> user code's
+
+
+def user_extensions() -> Tuple[str, ...]:
+    """What user code registered in numba-cuda-mlir's extension registries
+    (an overload, a typing or lowering of its own, installed in its typing
+    or target context): typing reads them, and no token covers them yet.
+    Worked out again only when a registry was installed or grew."""
+    from numba_cuda_mlir import extending
+
+    # (its own registries, read at the contexts' first use, and those installed in the contexts since:
+    # contexts not made yet hold none, and are not made here, which takes numba-cuda-mlir a second)
+    registries = [extending.typing_registry, extending.lowering_registry]
+    for context in (mlir_target._typingctx, mlir_target._targetctx):
+        registries += list(getattr(context, "_registries", None) or ())
+    key = tuple((id(registry), *(len(getattr(registry, name, ()) or ()) for name in _REGISTRY_LISTS))
+                for registry in registries)
+    found = _EXTENSIONS_SEEN.get(key)
+    if found is None:
+        found = []
+        for registry in dict.fromkeys(registries):
+            for entry in _registry_entries(registry):
+                code = _origin(entry)
+                module = getattr(code, "__module__", None)
+                if module and module.split(".")[0] not in _OWN_MODULES:
+                    found.append(f"{getattr(code, '__qualname__', type(code).__name__)} in {module}")
+        found = _EXTENSIONS_SEEN[key] = tuple(dict.fromkeys(found))
+    return found
+
+
+_REGISTRY_LISTS = ("functions", "attributes", "globals", "getattrs", "setattrs", "casts", "constants")
+
+
+def _registry_entries(registry):
+    for name in _REGISTRY_LISTS:
+        for entry in getattr(registry, name, ()) or ():
+            if isinstance(entry, tuple):  # (lowering: (implementation, key, signature); globals: (value, template))
+                yield entry[-1] if name == "globals" else entry[0]
+            else:
+                yield entry
+
+
+def _origin(entry):
+    """The code behind a registration (an overload's function, a template's
+    typing, a lowering implementation), else the entry itself."""
+    for attribute in ("_overload_func", "generic", "_impl", "_defn"):
+        found = getattr(entry, attribute, None)
+        if callable(found) and getattr(found, "__module__", None):
+            return found
+    return entry
 
 
 def normalize_signature(sig) -> tuple:
