@@ -67,3 +67,18 @@ MATMUL_SIG = "void(float64[:, :], float64[:, :], float64[:, :])"
 # (kernel, signature) of each, for the tests that go over them all
 ALL = ((axpy, AXPY_SIG), (transcendental, UNARY_SIG), (scaled, UNARY_SIG), (shared_sum, UNARY_SIG),
        (tiled_2d, MATMUL_SIG))
+
+
+FACTOR = np.float32(2.0)
+
+
+@cuda.jit(device=True)
+def times_factor(x):
+    return x * FACTOR
+
+
+@cuda.jit
+def through_device(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = times_factor(x[i])

@@ -239,3 +239,27 @@ def test_extensions_user_code_registered_are_refused_by_name():
     finally:
         del context._registries[registry]
         context._registry_versions.pop(registry, None)
+
+
+def test_a_global_a_device_function_reads_is_in_the_kernels_snapshot(monkeypatch):
+    cache = KernelCache()
+    before = cache.compile(mk.through_device, mk.UNARY_SIG, CompileConfig(sm=86))
+    assert "device function times_factor" in before.stages["typing"].components
+    monkeypatch.setattr(mk, "FACTOR", mk.np.float32(3.0))
+    after = cache.compile(mk.through_device, mk.UNARY_SIG, CompileConfig(sm=86))
+    assert after.stages["typing"].outcome is Outcome.MISS and after.ptx != before.ptx
+    assert after.ptx == fresh(mk.through_device, mk.UNARY_SIG, CompileConfig(sm=86)).ptx
+
+
+def test_the_cli_lists_shows_and_exports_mlir_entries(tmp_path):
+    from .helpers import gpucache
+
+    KernelCache(directory=tmp_path).compile(mk.axpy, mk.AXPY_SIG, CompileConfig(sm=86))
+    listed = gpucache("ls", "--dir", tmp_path, "--stage", "mlir").stdout
+    assert "axpy" in listed
+    token = next(word for line in listed.splitlines() for word in line.split()
+                 if len(word) >= 12 and all(c in "0123456789abcdef" for c in word))
+    out = tmp_path / "axpy.mlir"
+    gpucache("export", token, out, "--dir", tmp_path)
+    assert "gpu.module" in out.read_text()
+    assert "gpu.func" in gpucache("show", token, "--dir", tmp_path).stdout
