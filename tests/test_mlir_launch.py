@@ -171,3 +171,19 @@ def test_backend_on_a_cells_line_is_refused_saying_the_import_decides(ip):
     with pytest.raises(UsageError, match="--backend: in a cell the import decides the compiler"):
         cell(ip, "--sm 86 --backend mlir", MLIR_CELL)
     assert "wave" not in ip.user_ns  # (refused before the cell ran)
+
+
+def test_gpucache_auto_runs_a_cell_of_numba_cuda_mlir_kernels_as_a_gpukernel_cell(ip):
+    from gpucache_ext.ipython.auto import defines_cuda_kernels
+
+    assert defines_cuda_kernels(MLIR_CELL, {})
+    assert defines_cuda_kernels("@cuda.jit\ndef k(r):\n    pass\n", {"cuda": mlir_cuda})
+    assert not defines_cuda_kernels("def k(r):\n    pass\n", {"cuda": mlir_cuda})
+    ip.user_ns["SCALE"] = 2.0
+    ip.run_line_magic("gpucache", "auto")
+    try:
+        result = ip.run_cell(MLIR_CELL)
+        assert result.success, result.error_in_exec
+        assert isinstance(ip.user_ns["wave"], MlirKernel)
+    finally:
+        ip.run_line_magic("gpucache", "auto off")

@@ -9,7 +9,9 @@ the cache.  Cells that start with a cell magic of their own (``%%gpukernel
 --sm 90`` among them) are left as they are.  It is an IPython input
 transformer (`AutoCells`, in ``input_transformers_cleanup``): it puts the
 magic's line above such a cell, and the magic numbers the cell's lines as
-the user wrote them.  Imports no numba.
+the user wrote them.  numba-cuda-mlir's ``cuda.jit`` (``from numba_cuda_mlir
+import cuda``) counts as numba's: such a cell's kernels compile with it
+(`cell._capture_mlir_kernels`).  Imports no numba.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def _jit_reference(node, namespace, cell_jits: Set[str]) -> bool:
             module = namespace.get(value.id, None)
             if module is None:
                 return value.id == "cuda" or value.id in cell_jits
-            return getattr(module, "__name__", None) == "numba.cuda"
+            return getattr(module, "__name__", None) in _CUDA_MODULES
         return False
     if isinstance(node, ast.Name):  # jit, from numba.cuda import jit (as ...)
         if node.id in cell_jits:
@@ -47,7 +49,12 @@ def _jit_reference(node, namespace, cell_jits: Set[str]) -> bool:
 def _is_numba_cuda_jit(value) -> bool:
     module = getattr(value, "__module__", None) or ""
     name = getattr(value, "__name__", None) or type(value).__name__
-    return (module == "numba.cuda.decorators" and name == "jit") or type(value).__name__ == "CellJit"
+    return ((module == "numba.cuda.decorators" and name == "jit") or type(value).__name__ == "CellJit"
+            or (module == "numba_cuda_mlir.decorators" and name == "mlir_jit"))
+
+
+# the modules whose ``jit`` makes kernels: numba-cuda's, and numba-cuda-mlir's (the import decides the backend)
+_CUDA_MODULES = ("numba.cuda", "numba_cuda_mlir.cuda")
 
 
 def defines_cuda_kernels(source: str, namespace) -> bool:
@@ -58,13 +65,15 @@ def defines_cuda_kernels(source: str, namespace) -> bool:
         return False
     cell_jits: Set[str] = set()  # names this cell binds to numba.cuda (as a module) or its jit
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module in ("numba.cuda", "numba"):
+        if isinstance(node, ast.ImportFrom) and node.module in ("numba.cuda", "numba", "numba_cuda_mlir",
+                                                                "numba_cuda_mlir.cuda"):
             for alias in node.names:
-                if (node.module, alias.name) in (("numba.cuda", "jit"), ("numba", "cuda")):
+                if (node.module, alias.name) in (("numba.cuda", "jit"), ("numba", "cuda"), ("numba_cuda_mlir", "cuda"),
+                                                 ("numba_cuda_mlir.cuda", "jit")):
                     cell_jits.add(alias.asname or alias.name)
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name == "numba.cuda" and alias.asname:
+                if alias.name in _CUDA_MODULES and alias.asname:
                     cell_jits.add(alias.asname)
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
