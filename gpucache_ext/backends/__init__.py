@@ -78,7 +78,7 @@ def backend_for(name: Optional[str], func=None) -> Backend:
     where given, else the one whose compiler made `func` (a
     ``numba_cuda_mlir.cuda.jit`` kernel: mlir), else the default."""
     if name is None:
-        module = type(func).__module__ if func is not None else ""
+        module = (type(func).__module__ or "") if func is not None else ""
         name = next((each for prefix, each in _KERNEL_MODULES if module.startswith(prefix)), None)
     return backend(name)
 

@@ -206,7 +206,7 @@ def _capture_mlir_kernels(namespace, before, context: _CellContext):
     where --sm was given, else the GPU's), and compiled for the line's --sig
     signatures, which the report shows."""
     found = [(name, value) for name, value in namespace.items()
-             if type(value).__module__.startswith("numba_cuda_mlir") and before.get(name) is not value
+             if (type(value).__module__ or "").startswith("numba_cuda_mlir") and before.get(name) is not value
              and callable(getattr(value, "configure", None)) and not getattr(value, "source", None)]
     if not found:
         return

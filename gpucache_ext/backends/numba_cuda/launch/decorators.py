@@ -53,7 +53,7 @@ def jit(func_or_sig=None, device: bool = False, **options: Any):
     the cache (`gpucache_ext.backends.numba_cuda_mlir.launch.jit`).
     """
     backend = options.pop("backend", None)
-    if (backend is not None and _mlir(backend)) or type(func_or_sig).__module__.startswith("numba_cuda_mlir"):
+    if (backend is not None and _mlir(backend)) or (type(func_or_sig).__module__ or "").startswith("numba_cuda_mlir"):
         from ...numba_cuda_mlir.launch import jit as mlir_jit
 
         return mlir_jit(func_or_sig, **({"device": True} if device else {}), **options)
