@@ -126,6 +126,15 @@ def cluster_figures(report: dict) -> List[Figure]:
     return out
 
 
+def mlir_figures(report: dict) -> List[Figure]:
+    """bench_mlir.py: ratios to numba-cuda-mlir (higher); the ms figures (lower) and its baseline's (-)."""
+    out = []
+    for name, value in report.items():
+        better = INFO if name == "baseline ms" else LOWER if name.endswith(" ms") else HIGHER
+        out += figure(name, value, better)
+    return out
+
+
 def precision_figures(report: dict) -> List[Figure]:
     """reuse_precision.py: pairs shared by token and the precisions (higher); unsound (lower); the pairs (-)."""
     out = []
@@ -275,6 +284,7 @@ SCRIPTS: Dict[str, Script] = {
     "bench_helpers": Script(("--runs", "2"), (), helpers_figures),
     "bench_cluster": Script(("--runs", "1", "--processes", "2"), (), cluster_figures, json=True),
     "reuse_precision": Script((), (), precision_figures, json=True),
+    "bench_mlir": Script(("--runs", "3"), (), mlir_figures, json=True),
 }
 
 

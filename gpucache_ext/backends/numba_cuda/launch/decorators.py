@@ -54,6 +54,9 @@ def jit(func_or_sig=None, device: bool = False, **options: Any):
     """
     backend = options.pop("backend", None)
     if (backend is not None and _mlir(backend)) or (type(func_or_sig).__module__ or "").startswith("numba_cuda_mlir"):
+        from ... import backend as named_backend
+
+        named_backend("mlir").check_can_compile()  # (numba-cuda-mlir not installed: which extra brings it)
         from ...numba_cuda_mlir.launch import jit as mlir_jit
 
         return mlir_jit(func_or_sig, **({"device": True} if device else {}), **options)
