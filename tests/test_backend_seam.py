@@ -188,3 +188,18 @@ def test_a_chain_is_refused_where_the_walk_could_not_run_it():
     with pytest.raises(ValueError, match="come last"):
         Chain(("typing", "ptx", "llvm", "cubin"))
     assert sys.modules["gpucache_ext.keys.stagespec"].DEFAULT_CHAIN.entry == "llvm"
+
+
+def test_the_mlir_backend_without_numba_cuda_mlir_says_which_extra_brings_it(monkeypatch):
+    import importlib.util
+
+    from gpucache_ext import ConfigError
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba_cuda_mlir"
+                        else found(name, *a))
+    with pytest.raises(ConfigError, match=r'pip install "gpucache_ext\[cu12,mlir\]" \(Python 3.11 or later\)'):
+        backends.backend("mlir").check_can_compile()
+    assert backends.canonical_backend("Numba-CUDA-MLIR") == "mlir"
+    with pytest.raises(ValueError, match="is no backend; use numba-cuda or mlir"):
+        backends.canonical_backend("triton")

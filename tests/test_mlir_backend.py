@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-pytest.importorskip("numba_cuda_mlir", reason="numba-cuda-mlir is not installed (gpucache_ext[mlir-cu12])")
+pytest.importorskip("numba_cuda_mlir", reason="numba-cuda-mlir is not installed (gpucache_ext[mlir]: Python 3.11+)")
 
 from gpucache_ext import CompileConfig, ConfigError, KernelCache  # noqa: E402
 from gpucache_ext.backends.numba_cuda_mlir import compiler  # noqa: E402

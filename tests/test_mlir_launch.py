@@ -9,7 +9,7 @@ launch after a cell; without a GPU a launch says so, and compiles still work.
 import numpy as np
 import pytest
 
-pytest.importorskip("numba_cuda_mlir", reason="numba-cuda-mlir is not installed (gpucache_ext[mlir])")
+pytest.importorskip("numba_cuda_mlir", reason="numba-cuda-mlir is not installed (gpucache_ext[mlir]: Python 3.11+)")
 
 from gpucache_ext import CompileConfig, KernelCache  # noqa: E402
 from gpucache_ext.backends.numba_cuda_mlir.launch import MlirKernel, config_of, jit  # noqa: E402

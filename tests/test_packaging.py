@@ -42,6 +42,11 @@ def test_the_core_imports_no_ipython():
                   if path.relative_to(package).parts[0] not in ("ipython", "widgets", "__main__.py", "__init__.py"))
     assert {"pipeline.cache", "queries", "views", "backends.numba_cuda.launch.kernel", "store.disk", "toolchain",
             "cli"} <= set(core)
+    import importlib.util
+
+    if importlib.util.find_spec("numba_cuda_mlir") is None:  # (its compiler's modules need it: Python 3.11+)
+        core = [name for name in core if not name.startswith(("backends.numba_cuda_mlir.compiler",
+                                                               "backends.numba_cuda_mlir.launch"))]
     code = ("import sys\n" + "".join(f"import gpucache_ext.{name}\n" for name in core)
             + "print(sorted(m for m in ('IPython', 'ipywidgets', 'traitlets') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

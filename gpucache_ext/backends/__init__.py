@@ -64,7 +64,7 @@ def canonical_backend(name: str) -> str:
 @memos.cached("backends.default_backend", maxsize=1)
 def default_backend() -> str:
     """The backend a plain Python function compiles with: numba-cuda where it
-    is installed, else numba-cuda-mlir (an install of ``gpucache_ext[mlir-cu12]``)."""
+    is installed, else numba-cuda-mlir."""
     import importlib.util
 
     for name, package in ((DEFAULT_BACKEND, "numba_cuda"), (MLIR_BACKEND, "numba_cuda_mlir")):

@@ -41,7 +41,7 @@ class NumbaCudaMlir(Backend):
         if importlib.util.find_spec("numba_cuda_mlir") is None:
             raise ConfigError(
                 "the mlir backend compiles with numba-cuda-mlir, which is not installed; install it with "
-                "pip install \"gpucache_ext[mlir-cu12]\" (or mlir-cu13), or use --backend numba-cuda",
+                "pip install \"gpucache_ext[cu12,mlir]\" (Python 3.11 or later), or use --backend numba-cuda",
                 field="backend")
 
     def check_config(self, config) -> None:
