@@ -263,3 +263,23 @@ def test_the_cli_lists_shows_and_exports_mlir_entries(tmp_path):
     gpucache("export", token, out, "--dir", tmp_path)
     assert "gpu.module" in out.read_text()
     assert "gpu.func" in gpucache("show", token, "--dir", tmp_path).stdout
+
+
+def test_its_settings_and_variables_are_in_the_tokens(monkeypatch):
+    """numba-cuda-mlir reads its configuration module and NUMBA_* variables as it compiles
+    (NUMBA_CUDA_MLIR_DISABLE_LTO_OPT changes an LTO link): both are in every token after typing."""
+    from numba_cuda_mlir.numba_cuda.core import config as its_config
+
+    cache = KernelCache()
+
+    def tokens():
+        return {stage: token.hex for stage, token in cache.tokens(mk.axpy, mk.AXPY_SIG, CompileConfig(sm=86)).items()}
+
+    before = tokens()
+    monkeypatch.setenv("NUMBA_CUDA_MLIR_DISABLE_LTO_OPT", "1")
+    by_variable = tokens()
+    monkeypatch.setattr(its_config, "CUDA_LOW_OCCUPANCY_WARNINGS", 0, raising=False)
+    by_setting = tokens()
+    for stage in ("mlir", "ptx", "cubin"):
+        assert len({before[stage], by_variable[stage], by_setting[stage]}) == 3, stage
+    assert before["typing"] == by_variable["typing"]  # (typing reads numba-cuda-mlir's own code, by its version)
