@@ -318,6 +318,10 @@ class CellReport:
                  refused: Optional[Mapping[str, Mapping[str, int]]] = None, bound: Iterable[str] = (),
                  variants: Iterable = ()):
         self.results: List[CompileResult] = list(results)
+        # the per-target stages the results went through, in declaration order: the stage
+        # columns (numba-cuda's typing, llvm, ptx, cubin; numba-cuda-mlir's mlir in place of llvm)
+        used = {each.stage for result in self.results for each in result.every_stage()}
+        self.stages = tuple(stage for stage in TARGET_STAGES if stage in used) or STAGES
         # a sweep's variants, a `VariantsTable` per kernel (its results get no per-architecture table)
         self.variants: List[VariantsTable] = list(variants)
         self._swept = {id(result) for table in self.variants for result in table.results}
@@ -410,7 +414,7 @@ class CellReport:
 
     def _row(self, result: CompileResult, config: str, unsigned) -> Dict[str, str]:
         row = {"kernel": _kernel_name(result), "signature": short_signature(result.signature), "config": config}
-        for stage in self._stages():
+        for stage in self.stages:
             row[stage] = _stage_cell(result.stages[stage], unsigned) if stage in result.stages else "-"
         row["fatbin"] = ""
         row["time"] = format_seconds(result.seconds)
@@ -419,17 +423,10 @@ class CellReport:
         row["audit"] = _audit_cell(result)
         return row
 
-    def _stages(self) -> tuple:
-        """The per-target stages the results went through, in declaration order
-        (numba-cuda's typing, llvm, ptx, cubin; numba-cuda-mlir's mlir in place of llvm)."""
-        used = {each.stage for result in self.results for each in result.every_stage()}
-        return tuple(stage for stage in TARGET_STAGES if stage in used) or STAGES
-
     def _columns(self):
-        stages = self._stages()
-        columns = ["kernel", "signature", "config", *stages, "time", "saved", "why"]
+        columns = ["kernel", "signature", "config", *self.stages, "time", "saved", "why"]
         if any(isinstance(result, FatbinResult) for result in self.results):
-            columns.insert(len(stages) + 3, "fatbin")
+            columns.insert(len(self.stages) + 3, "fatbin")
         if any(result.audit is not None for result in self.results):
             columns.append("audit")
         return columns
@@ -502,7 +499,7 @@ class CellReport:
                         cls, title = "gpucache-queued", f' title="{_AUDIT_QUEUED_TITLE}"'
                     if shown.endswith("same bytes)"):  # (stages only: the first has none before it)
                         # (the stage this row ran before it: its backend's chain)
-                        stages = self._stages()
+                        stages = self.stages
                         before = [s for s in stages[:stages.index(column)] if row[s] not in ("", "-")][-1]
                         cls += " gpucache-cutoff"
                         title = (f' title="{before} was rebuilt to the same bytes as before, so this '

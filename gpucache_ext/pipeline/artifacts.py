@@ -211,7 +211,6 @@ class MLIRArtifact(Artifact):
     target_reads: targets.TargetReads
     cooperative: bool = False  # (numba-cuda-mlir's cooperative kernels are refused: `backends.numba_cuda_mlir`)
     call_helper: Any = field(default=None, repr=False, compare=False)  # (none: no exception table)
-    links: Tuple[linking.LinkInput, ...] = ()
 
     stage: ClassVar[str] = "mlir"
     label: ClassVar[str] = "MLIR"
@@ -220,9 +219,6 @@ class MLIRArtifact(Artifact):
 
     def as_text(self) -> str:
         return self.text
-
-    def listing(self, sm: Optional[int]) -> Tuple[str, Optional[int], str]:
-        return self.text, sm, f"MLIR sm_{sm}"
 
     def state(self) -> Tuple[Dict, List[bytes]]:
         return ({"entry_name": self.entry_name, "target_reads": targets.reads_key(self.target_reads)},

@@ -18,7 +18,7 @@ from typing import Any, Dict
 from ..errors import UnsupportedKernelError
 from .libraries import class_version, library_version
 from ..keys.tokens import Component, component, digest
-from .usercode import DEPTH, cell_value, dunder, numba_made, numba_type, touches_user_code, user_function, user_module
+from .usercode import DEPTH, cell_value, dunder, numba_made, touches_user_code, user_function, user_module
 from .code import code_digest
 from .values import EXACT_SCALARS, SCALAR_BASES, dtype_data, is_numba_type, short
 from .. import memos
@@ -277,7 +277,7 @@ def describe_registration(value, depth: int = 0) -> Any:
         return ["property", [describe_registration(f, depth + 1) for f in (value.fget, value.fset, value.fdel)]]
     if isinstance(value, type):
         return describe_class(value, depth)
-    if numba_type(value):
+    if is_numba_type(value):
         # a function type (what infer_global registers) by the templates that type its calls
         templates = getattr(value, "templates", None)
         if isinstance(templates, (list, tuple)):  # (its name holds the function's address)

@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from . import libraries
 from .. import memos
+from .values import is_numba_type
 
 DEPTH = 4  # how deep into closures and class bodies a registration is followed
 
@@ -108,13 +109,12 @@ def touches_user_code(value, depth: int = 0, seen=None) -> bool:
         return touches_user_code(value.__func__, depth + 1, seen)
     if isinstance(value, property):
         return touches_user_code(value.fget, depth + 1, seen)
-    if numba_type(value):
+    if is_numba_type(value):
         templates = getattr(value, "templates", None)
         return (kind not in _LIBRARY_CLASSES and touches_user_code(kind, depth + 1, seen)) or (
             isinstance(templates, (list, tuple)) and touches_user_code(tuple(templates), depth + 1, seen))
-    if _lookup(kind) == "none":  # (neither a py_func nor a _defn, ever)
-        if _NUMBA_TYPES.get(kind) is False:
-            _OPAQUE.add(kind)
+    if _lookup(kind) == "none":  # (neither a py_func nor a _defn, ever; no numba type, asked above)
+        _OPAQUE.add(kind)
         return False
     pyfunc = _wrapped_function(value)  # a dispatcher, an @intrinsic
     if isinstance(pyfunc, pytypes.FunctionType):
@@ -264,21 +264,6 @@ def _a_library_modules_own(value) -> bool:
     return found is value and "<locals>" not in qualname and not user_module(module)
 
 
-def numba_type(value) -> bool:
-    """A numba type, numba-cuda's or numba's own (``numba.core.types``: its ``Function``)."""
-    cls = type(value)
-    known = _NUMBA_TYPES.get(cls)
-    if known is None:
-        from .values import numba_type_bases
-
-        # (by the class's bases: an ABC's issubclass walks all of numba's many type classes to say no;
-        # a type class is made after its base, whose module is then loaded)
-        known = _NUMBA_TYPES[cls] = any(base in cls.__mro__ for base in numba_type_bases())
-    return known
-
-
-# a class -> whether its instances are numba types
-_NUMBA_TYPES: Dict[type, bool] = memos.memo("usercode._NUMBA_TYPES", {})
 # library classes (not numba-made, or a library module's own class): never user code, whatever they hold
 _LIBRARY_CLASSES: set = memos.memo("usercode._LIBRARY_CLASSES", set())
 # classes whose instances the walk never enters: no numba type, neither a py_func nor a _defn

@@ -44,9 +44,10 @@ def shown(value) -> str:
 
 
 def is_numba_type(value) -> bool:
-    """``isinstance(value, numba.cuda.types.Type)`` by the class's bases: the
-    ABC's own check walks every one of numba's type classes for each new
-    class that is none (0.1 s on a first compile)."""
+    """Whether `value` is a numba type, numba-cuda's, numba's own
+    (``numba.core.types``: its ``Function``) or numba-cuda-mlir's, by the
+    class's bases: the ABC's own check walks every one of numba's type
+    classes for each new class that is none (0.1 s on a first compile)."""
     kind = type(value)
     known = _NUMBA_TYPE_CLASSES.get(kind)
     if known is None:
