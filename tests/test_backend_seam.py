@@ -196,6 +196,7 @@ def test_the_mlir_backend_without_numba_cuda_mlir_says_which_extra_brings_it(mon
     from gpucache_ext import ConfigError
 
     found = importlib.util.find_spec
+    monkeypatch.delitem(sys.modules, "numba_cuda_mlir", raising=False)  # (as where it is not installed)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba_cuda_mlir"
                         else found(name, *a))
     with pytest.raises(ConfigError, match=r'pip install "gpucache_ext\[cu12,mlir\]" \(Python 3.11 or later\)'):

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from gpucache_ext import CompileConfig, Kernel, KernelCache, LaunchError
-from gpucache_ext.backends.numba_cuda.launch.device import FALLBACK_SM, default_sm
+from gpucache_ext.backends.numba_cuda.launch.device import default_sm
+from gpucache_ext.keys.config import FALLBACK_SM
 
 from . import kernels
 

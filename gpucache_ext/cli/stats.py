@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..keys.stagespec import PERSISTENT_STAGES, STAGES
+from ..keys.stagespec import ALWAYS_LISTED, PERSISTENT_STAGES
 from ..store.shared import display_url
 from ..store.signing import CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED
 from ..units import format_bytes
@@ -39,7 +39,7 @@ def _tier_report(tier, unsigned: str) -> dict:
     stages = {}
     for stage in PERSISTENT_STAGES:
         counts = tier.stats(stage)
-        if stage not in STAGES + ("fatbin",) and not counts["entries"]:
+        if stage not in ALWAYS_LISTED and not counts["entries"]:
             continue  # (another backend's stage, unused here: numba-cuda-mlir's mlir)
         found = tier.signatures(stage)
         stages[stage] = {"entries": counts["entries"], "bytes": counts["bytes"],

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-from ..keys.config import Targets, add_config_arguments, config_from_flags, flags_text
+from ..keys.config import Targets, add_config_arguments, check_cell_flags, config_from_flags, flags_text
 from ..keys.stagespec import STAGE_SPEC
 from .output import CommandError
 
@@ -118,10 +118,7 @@ def _configs(args) -> List[Any]:
     try:
         targets = Targets(args.sm).sms
         base, swept = config_from_flags(args, targets[0])
-        if base.backend is not None:
-            raise ValueError("--backend: in a notebook's cells the import decides the compiler for now "
-                             "(from numba_cuda_mlir import cuda: numba-cuda-mlir; from numba import cuda: "
-                             "numba-cuda); leave --backend out")
+        check_cell_flags(base)
         variants = combinations(base, swept) if swept else [base]
     except ValueError as exc:
         raise CommandError(str(exc)) from None

@@ -206,11 +206,15 @@ def _capture_mlir_kernels(namespace, before, context: _CellContext):
     where --sm was given, else the GPU's), and compiled for the line's --sig
     signatures, which the report shows."""
     found = [(name, value) for name, value in namespace.items()
-             if (type(value).__module__ or "").startswith("numba_cuda_mlir") and before.get(name) is not value
-             and callable(getattr(value, "configure", None)) and not getattr(value, "source", None)]
+             if (type(value).__module__ or "").startswith("numba_cuda_mlir") and before.get(name) is not value]
     if not found:
         return
+    from numba_cuda_mlir.descriptor import MLIRDispatcher
+
     from ..backends.numba_cuda_mlir.launch import MlirKernel
+
+    found = [(name, value) for name, value in found if isinstance(value, MLIRDispatcher)]  # (an MlirKernel's
+    # class is gpucache_ext's: never found above)
 
     spec = context.request.spec
     if spec.variants or spec.targets is not None:

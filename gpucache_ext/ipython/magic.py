@@ -26,7 +26,8 @@ from IPython.display import display
 from traitlets import Bool, Unicode, default
 
 from ..defaults import default_cache
-from ..keys.config import FLAG_OF, Targets, add_config_arguments, config_from_flags, option_of, supported_ccs
+from ..keys.config import (FLAG_OF, Targets, add_config_arguments, check_cell_flags, config_from_flags, option_of,
+                           supported_ccs)
 from ..keys.stagespec import ALL_STAGES
 from ..backends.numba_cuda.launch.device import cuda_simulator_on, default_sm, gpu_available
 from ..launch.spec import KernelSpec
@@ -220,10 +221,7 @@ class GpuCacheMagics(Magics):
                 sm = targets.sms[0]
             # several values of a flag: a sweep (`gpucache_ext.sweeps`), its first values bound
             config, swept = config_from_flags(args, sm)
-            if config.backend is not None:
-                raise ValueError("--backend: in a cell the import decides the compiler for now "
-                                 "(from numba_cuda_mlir import cuda: numba-cuda-mlir; from numba import cuda: "
-                                 "numba-cuda); leave --backend out")
+            check_cell_flags(config)
             variants = combinations(config, swept) if any(len(v) > 1 for v in swept.values()) else ()
             return KernelSpec(config, targets, pinned=args.sm is not None or targets is not None,
                               variants=tuple(variants), blocks=tuple(blocks), dynamic_shared=dynamic[0],

@@ -107,6 +107,18 @@ def parse_sm(value: Any) -> int:
     return major * 10 + minor
 
 
+FALLBACK_SM = 86  # the target where neither a GPU nor GPUCACHE_SM says one
+
+
+def configured_sm(setting: Optional[str] = None) -> int:
+    """The target for a kernel nobody gave one where no GPU says it:
+    `setting` (default: the ``GPUCACHE_SM`` variable), else 86."""
+    import os
+
+    setting = os.environ.get("GPUCACHE_SM", "") if setting is None else setting
+    return parse_sm(setting) if setting else FALLBACK_SM
+
+
 def _sm_error(value, why):
     error = ConfigError(
         f"sm={value!r} is invalid ({why}); use one of "
@@ -463,6 +475,16 @@ def config_from_flags(given: Any, sm: Any) -> Tuple["CompileConfig", Dict[str, t
             swept[flag.name] = values
         fields[flag.name] = values[0]
     return CompileConfig(sm=sm, **fields), swept
+
+
+def check_cell_flags(config: "CompileConfig") -> None:
+    """Refuse what a cell's line (the magic's, ``gpucache warm``'s) may not
+    set yet, with a `ValueError` naming the flag: ``--backend`` (in a cell the
+    import decides the compiler)."""
+    if config.backend is not None:
+        raise ValueError("--backend: in a cell the import decides the compiler for now "
+                         "(from numba_cuda_mlir import cuda: numba-cuda-mlir; from numba import cuda: "
+                         "numba-cuda); leave --backend out")
 
 
 def with_consts(words: List[str]) -> List[str]:

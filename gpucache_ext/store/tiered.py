@@ -20,17 +20,13 @@ import time
 from collections import OrderedDict
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..keys.stagespec import ALL_STAGES, STAGES
+from ..keys.stagespec import ALL_STAGES, ALWAYS_LISTED
 from .index import find_for_target
 from ..pipeline.results import EntryInfo, StageStats, TierInfo, TierStats
 from ..keys.tokens import Token, short_name
 from .claims import CLAIM_SECONDS, WAIT_SECONDS, Claim, Renewal, new_owner
 from .registry import DEFAULT_TIERS, TierSettings, build_tiers
 from .tiers import Entry, MemoryTier, Tier
-
-# the stages the statistics always list (the default backend's, and the fatbin); another
-# backend's (numba-cuda-mlir's mlir) once it was used, or a tier holds its entries
-_ALWAYS_SHOWN = frozenset(STAGES + ("fatbin",))
 
 
 # how often a waiter looks for the entry another process builds, at most: the
@@ -279,7 +275,7 @@ class TieredStore:
                                              held.get("unwritable"), waits or None,
                                              round(waited, 6) if waits else None)
             stats = result[stage] = dataclasses.replace(stage_stats, tiers=tiers)
-            if stage not in _ALWAYS_SHOWN and not (stats.hits or stats.misses or stats.not_needed or any(
+            if stage not in ALWAYS_LISTED and not (stats.hits or stats.misses or stats.not_needed or any(
                     each.entries for each in tiers.values())):
                 del result[stage]  # (a stage of another backend's chain, never used here: numba-cuda-mlir's mlir)
         return result
@@ -287,7 +283,7 @@ class TieredStore:
     def lookups(self) -> Dict[str, Tuple[int, int, int]]:
         with self.lock:
             return {stage: (c.hits, c.misses, c.not_needed) for stage, c in self.counters.items()
-                    if stage in _ALWAYS_SHOWN or c.hits or c.misses or c.not_needed}
+                    if stage in ALWAYS_LISTED or c.hits or c.misses or c.not_needed}
 
     def tier_info(self) -> List[TierInfo]:
         """Each persistent tier (and each configured one left out): where it

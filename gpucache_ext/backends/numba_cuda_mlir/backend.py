@@ -37,8 +37,10 @@ class NumbaCudaMlir(Backend):
 
     def check_can_compile(self) -> None:
         import importlib.util
+        import sys
 
-        if importlib.util.find_spec("numba_cuda_mlir") is None:
+        # (every compile asks: the search only until numba-cuda-mlir was imported)
+        if "numba_cuda_mlir" not in sys.modules and importlib.util.find_spec("numba_cuda_mlir") is None:
             raise ConfigError(
                 "the mlir backend compiles with numba-cuda-mlir, which is not installed; install it with "
                 "pip install \"gpucache_ext[cu12,mlir]\" (Python 3.11 or later), or use --backend numba-cuda",
@@ -67,11 +69,10 @@ class NumbaCudaMlir(Backend):
         return compiler.normalize_signature(sig)
 
     def default_sm(self) -> int:
-        from ...keys.config import parse_sm
-        import os
+        """``GPUCACHE_SM``, else 86: numba-cuda-mlir's GPU is asked at a launch (`launch`)."""
+        from ...keys.config import configured_sm
 
-        setting = os.environ.get("GPUCACHE_SM", "")
-        return parse_sm(setting) if setting else 86
+        return configured_sm()
 
     def compiling(self):
         return contextlib.nullcontext()

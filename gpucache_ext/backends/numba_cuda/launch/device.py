@@ -11,14 +11,11 @@ target too (see `gpucache_ext.backends.numba_cuda.launch.kernel`).
 from __future__ import annotations
 
 import logging
-import os
 from typing import Optional, Tuple
 
 from .... import memos
 
 log = logging.getLogger(__name__)
-
-FALLBACK_SM = 86
 
 
 @memos.cached("backends.numba_cuda.launch.device.gpu_available", maxsize=1)
@@ -69,12 +66,11 @@ def default_sm(setting: Optional[str] = None) -> int:
     A GPU whose compute capability the cache does not know as a target (a
     ``ConfigError`` from `parse_sm`) falls through to the setting.
     """
-    from ....keys.config import ConfigError, parse_sm
+    from ....keys.config import ConfigError, configured_sm, parse_sm
 
     if gpu_available():
         try:
             return parse_sm(device_cc())
         except ConfigError:
             pass
-    setting = os.environ.get("GPUCACHE_SM", "") if setting is None else setting
-    return parse_sm(setting) if setting else FALLBACK_SM
+    return configured_sm(setting)
