@@ -5,6 +5,8 @@ leaves a partial cache entry behind: a stage stores its artifact only after it
 has fully succeeded.
 """
 
+import linecache
+
 
 class GpuCacheError(Exception):
     """Base class of every error raised by gpucache_ext."""
@@ -110,3 +112,26 @@ class ToolchainMissing(GpuCacheError, ImportError):
     was installed without its ``cu12`` or ``cu13`` extra, and no CUDA toolkit
     provides them.  An ImportError too: it is raised where the compile core is
     first imported or used."""
+
+
+def compile_error(qualname, stage, exc, pyfunc=None) -> CompileError:
+    """A `CompileError` of `stage` naming the kernel and, where known, the
+    source line (the compiler's location of the error, else `pyfunc`'s
+    ``def``): what every backend's stages raise for a compiler's error."""
+    message = str(exc).replace("\x00", "").strip() or type(exc).__name__
+    loc = getattr(exc, "loc", None)
+    filename, line = getattr(loc, "filename", None), getattr(loc, "line", None)
+    if (filename is None or line is None) and pyfunc is not None:
+        filename, line = pyfunc.__code__.co_filename, def_line_of(pyfunc.__code__)
+    if filename is not None and line is not None and f"line {line}" not in message:
+        source = linecache.getline(filename, line).strip()
+        message += f'\n  File "{filename}", line {line}' + (f"\n    {source}" if source else "")
+    return CompileError(qualname, stage, message)
+
+
+def def_line_of(code) -> int:
+    """The line of ``def`` itself (co_firstlineno is the first decorator's)."""
+    for line in range(code.co_firstlineno, code.co_firstlineno + 20):
+        if linecache.getline(code.co_filename, line).lstrip().startswith(("def ", "async def ")):
+            return line
+    return code.co_firstlineno

@@ -134,7 +134,7 @@ def _compile_location(shell, exc, original, context):
             return filename, line, _function_at(shell, context, filename, line)
     kernel = _kernel_named(context, getattr(exc, "kernel", None))
     if kernel is not None:
-        from ..backends.numba_cuda.stages.compiling import def_line_of
+        from ..errors import def_line_of
 
         code = kernel.py_func.__code__
         return code.co_filename, def_line_of(code), kernel.py_func.__name__

@@ -37,7 +37,7 @@ from numba_cuda_mlir.numba_cuda.flags import CUDAFlags
 from numba_cuda_mlir.optimization import run_pre_codegen_patterns
 
 from ... import memos
-from ...errors import CompileError, ConfigError, UnsupportedKernelError
+from ...errors import CompileError, ConfigError, UnsupportedKernelError, compile_error
 from ...keys import targets
 from ...keys.config import CompileConfig
 from ...pipeline.artifacts import CubinArtifact, MLIRArtifact, PTXArtifact
@@ -161,22 +161,6 @@ class TypedKernel:
         return 4096 + 256 * len(self.state["typemap"]) + self.snapshot_bytes
 
 
-def _error(qualname: str, stage: str, exc: BaseException, pyfunc=None) -> CompileError:
-    """A CompileError naming the kernel, the stage and, where numba-cuda-mlir
-    says it, the source line."""
-    import linecache
-
-    message = str(exc).replace("\x00", "").strip() or type(exc).__name__
-    loc = getattr(exc, "loc", None)
-    filename, line = getattr(loc, "filename", None), getattr(loc, "line", None)
-    if (filename is None or line is None) and pyfunc is not None:
-        filename, line = pyfunc.__code__.co_filename, pyfunc.__code__.co_firstlineno
-    if filename is not None and line is not None and f"line {line}" not in message:
-        source = linecache.getline(filename, line).strip()
-        message += f'\n  File "{filename}", line {line}' + (f"\n    {source}" if source else "")
-    return CompileError(qualname, stage, message)
-
-
 def run_typing(pyfunc, argtypes, config: CompileConfig, qualname: str) -> TypedKernel:
     """Type `pyfunc` (the snapshot's function) for `argtypes` as a kernel."""
     options = typing_options(config)
@@ -197,7 +181,7 @@ def run_typing(pyfunc, argtypes, config: CompileConfig, qualname: str) -> TypedK
         except (CompileError, UnsupportedKernelError):
             raise
         except Exception as exc:
-            raise _error(qualname, "typing", exc, pyfunc) from exc
+            raise compile_error(qualname, "typing", exc, pyfunc) from exc
     if state["return_type"] not in (_types.void, _types.none):
         raise CompileError(qualname, "typing", "a CUDA kernel must not return a value")
     return TypedKernel(qualname, function, state, config.cc)
@@ -228,7 +212,7 @@ def run_mlir(typed: TypedKernel, config: CompileConfig) -> MLIRArtifact:
         except (CompileError, UnsupportedKernelError):
             raise
         except Exception as exc:
-            raise _error(typed.qualname, "mlir", exc, typed.pyfunc) from exc
+            raise compile_error(typed.qualname, "mlir", exc, typed.pyfunc) from exc
     return MLIRArtifact(text, entry, typed.target_reads)
 
 
@@ -318,7 +302,7 @@ def run_ptx(mlir: MLIRArtifact, config: CompileConfig, kernel: str) -> PTXArtifa
         except (CompileError, UnsupportedKernelError):
             raise
         except Exception as exc:
-            raise _error(kernel, "ptx", exc) from exc
+            raise compile_error(kernel, "ptx", exc) from exc
     if config.lto:
         return PTXArtifact((), bytes(code), mlir.entry_name)
     return PTXArtifact((bytes(code).decode(),), None, mlir.entry_name)
@@ -352,7 +336,7 @@ def run_cubin(ptx: PTXArtifact, config: CompileConfig, kernel: str) -> CubinArti
             code = linker.complete()
             log = linker.info_log or ""
         except Exception as exc:
-            raise _error(kernel, "cubin", exc) from exc
+            raise compile_error(kernel, "cubin", exc) from exc
     return CubinArtifact(bytes(code.code), log if isinstance(log, str) else log.decode(), None, ptx.entry_name)
 
 

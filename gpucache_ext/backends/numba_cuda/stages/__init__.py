@@ -45,7 +45,8 @@ from ....pipeline.artifacts import CubinArtifact, LLVMArtifact, PTXArtifact
 from ..numba_compat import check_numba_runtime
 from ..signatures import normalize_signature
 from ....pipeline.debuginfo import debug_source_files, source_file_stats
-from .compiling import def_line_of, install_patches
+from ....errors import def_line_of
+from .compiling import install_patches
 from .numbering import symbol_uid
 from .typed import TypedFunction, run_typing
 from .llvm import canonical_modules, run_llvm

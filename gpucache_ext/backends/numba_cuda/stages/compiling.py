@@ -1,15 +1,13 @@
 """numba's compiler as the stages run it: the flags they give numba (its
 reads of the target recorded), numba-cuda's pipeline split before lowering,
-the compile running on this thread (`active`), a stage's `CompileError`, and
-the replacements of numba's functions the first compile installs
-(`install_patches`).
+the compile running on this thread (`active`), and the replacements of
+numba's functions the first compile installs (`install_patches`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import linecache
 import threading
 from typing import Any, Callable, Dict, Mapping, Optional
 
@@ -31,7 +29,6 @@ from .. import numba_compat
 from ..extensions import numba_runs
 from ..locks import compiler_lock
 from ....keys.config import CompileConfig
-from ....errors import CompileError
 from .... import memos
 
 # ---------------------------------------------------------------------------
@@ -224,31 +221,6 @@ def compiling_for(config: CompileConfig, phase: str, fresh: Optional[bool] = Non
         yield
     finally:
         active.config, active.phase, active.fresh = previous
-
-
-# ---------------------------------------------------------------------------
-# Errors
-
-
-def compile_error(qualname, stage, exc, pyfunc=None):
-    """A CompileError naming the kernel and, where known, the source line."""
-    message = str(exc).replace("\x00", "").strip() or type(exc).__name__
-    loc = getattr(exc, "loc", None)
-    filename, line = getattr(loc, "filename", None), getattr(loc, "line", None)
-    if (filename is None or line is None) and pyfunc is not None:
-        filename, line = pyfunc.__code__.co_filename, def_line_of(pyfunc.__code__)
-    if filename is not None and line is not None and f"line {line}" not in message:
-        source = linecache.getline(filename, line).strip()
-        message += f'\n  File "{filename}", line {line}' + (f"\n    {source}" if source else "")
-    return CompileError(qualname, stage, message)
-
-
-def def_line_of(code) -> int:
-    """The line of ``def`` itself (co_firstlineno is the first decorator's)."""
-    for line in range(code.co_firstlineno, code.co_firstlineno + 20):
-        if linecache.getline(code.co_filename, line).lstrip().startswith(("def ", "async def ")):
-            return line
-    return code.co_firstlineno
 
 
 # ---------------------------------------------------------------------------

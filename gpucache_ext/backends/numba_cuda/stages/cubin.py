@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from ....pipeline.artifacts import CubinArtifact, PTXArtifact
 from ....keys.config import CompileConfig
-from ....errors import CompileError, UnsupportedKernelError
+from ....errors import CompileError, UnsupportedKernelError, compile_error
 from ....toolchain import linking
-from .compiling import compile_error
 
 
 def _link(ptx: PTXArtifact, config: CompileConfig, output: str, external=()):

@@ -22,11 +22,11 @@ from numba.cuda.dispatcher import CUDADispatcher
 from ....keys import targets
 from ....keys import tokens
 from ....keys.config import CompileConfig
-from ....errors import CompileError, UnsupportedKernelError
+from ....errors import CompileError, UnsupportedKernelError, compile_error
 from ..extensions import also_forget
 from ..locks import compiler_lock
 from ..options import device_options
-from .compiling import active, compile_error, compiling_for, lowering_key, replace_in_numba
+from .compiling import active, compiling_for, lowering_key, replace_in_numba
 from .llvm import lower
 from .numbering import address_of, proxied_uids, symbol_uid
 from .typed import run_typing

@@ -17,12 +17,11 @@ from numba.cuda.descriptor import cuda_target
 from ....keys import targets
 from ....pipeline.artifacts import LLVMArtifact
 from ....keys.config import CompileConfig
-from ....errors import CompileError, UnsupportedKernelError
+from ....errors import CompileError, UnsupportedKernelError, compile_error
 from ....toolchain import linking
 from .compiling import (
     LoweringPipeline,
     active,
-    compile_error,
     compiling_for,
     lowering_flags,
     numba_compiling,

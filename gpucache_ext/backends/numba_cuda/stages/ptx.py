@@ -7,7 +7,7 @@ from numba.cuda.cudadrv import nvvm
 
 from ....pipeline.artifacts import LLVMArtifact, PTXArtifact
 from ....keys.config import CompileConfig
-from .compiling import compile_error
+from ....errors import compile_error
 
 
 def nvvm_options(config: CompileConfig) -> dict:

@@ -12,8 +12,8 @@ from numba.cuda.descriptor import cuda_target
 
 from ....keys import targets
 from ....keys.config import CompileConfig
-from ....errors import CompileError, UnsupportedKernelError
-from .compiling import TypingPipeline, compile_error, compiling_for, numba_compiling, typing_flags
+from ....errors import CompileError, UnsupportedKernelError, compile_error
+from .compiling import TypingPipeline, compiling_for, numba_compiling, typing_flags
 from .numbering import numbered_afresh
 
 
