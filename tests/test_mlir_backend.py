@@ -265,6 +265,21 @@ def test_the_cli_lists_shows_and_exports_mlir_entries(tmp_path):
     assert "gpu.func" in gpucache("show", token, "--dir", tmp_path).stdout
 
 
+def test_explain_follows_the_mlir_chain_of_a_stored_build(tmp_path):
+    from .helpers import gpucache
+
+    cache = KernelCache(directory=tmp_path)
+    cache.compile(mk.axpy, mk.AXPY_SIG, CompileConfig(sm=86))
+    cache.compile(mk.axpy, mk.AXPY_SIG, CompileConfig(sm=86, opt=0))
+    out = gpucache("explain", "axpy", "--dir", tmp_path).stdout
+    stages = [line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["built"]]
+    assert stages == ["typing", "mlir", "ptx", "cubin"], out  # (not numba-cuda's llvm: the entry's backend's chain)
+    assert "<- ptx built because mlir input changed" in out and "root cause: opt 3 -> 0 (mlir)" in out, out
+    shown = gpucache("show", cache.compile(mk.axpy, mk.AXPY_SIG, CompileConfig(sm=86, opt=0)).stages["cubin"].token,
+                     "--dir", tmp_path).stdout
+    assert "<- mlir" in shown and "opt 3 -> 0" in shown, shown
+
+
 def test_its_settings_and_variables_are_in_the_tokens(monkeypatch):
     """numba-cuda-mlir reads its configuration module and NUMBA_* variables as it compiles
     (NUMBA_CUDA_MLIR_DISABLE_LTO_OPT changes an LTO link): both are in every token after typing."""

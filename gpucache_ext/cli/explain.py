@@ -45,7 +45,8 @@ from types import SimpleNamespace
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..keys.config import FIELD_STAGES, CompileConfig
-from ..keys.stagespec import DEFAULT_CHAIN, PERSISTENT_STAGES, STAGE_SPEC, TARGET_PERSISTENT_STAGES, TARGET_STAGES
+from .. import backends
+from ..keys.stagespec import DEFAULT_CHAIN, PERSISTENT_STAGES, STAGE_SPEC, TARGET_PERSISTENT_STAGES, Chain
 from ..keys.reasons import Reason, and_join, cutoff_phrase, own
 from ..store.tiers import DROPPED
 from ..keys.tokens import short_name, short_token
@@ -144,21 +145,29 @@ class CachedEntries:
         return None
 
 
-# The chain a stored entry was built through: numba-cuda's (entries name no backend yet)
-_CHAIN = DEFAULT_CHAIN
+def _chain_of(held) -> Chain:
+    """The chain a stored entry was built through: that of the backend its
+    config names (numba-cuda's, `DEFAULT_CHAIN`, where it names none or one
+    not registered here)."""
+    name = (held.config_fields or {}).get("backend")
+    if name is None:
+        return DEFAULT_CHAIN
+    try:
+        return backends.backend(name).chain
+    except ValueError:
+        return DEFAULT_CHAIN
 
 
-def _before(stage: str) -> str:
-    return _CHAIN.upstream(stage)
-
-
-def _reads(stage: str, fields) -> dict:
-    """The config fields `stage` reads, at their effective values (as
-    `CompileConfig.stage_fields`, without validating the target, which would
-    ask the toolchain which targets it knows)."""
+def _reads(stage: str, fields, chain: Chain) -> dict:
+    """The config fields `stage` reads in `chain`, at their effective values
+    (as `CompileConfig.stage_fields`, without validating the target, which
+    would ask the toolchain which targets it knows)."""
     values = dict(fields or {})
     values.update(CompileConfig.nvvm_math(SimpleNamespace(**{n: values.get(n) for n in
                                                               ("fastmath", "ftz", "prec_div", "prec_sqrt", "fma")})))
+    declared = chain.reads_of(stage)
+    if declared is not None:
+        return {name: values.get(name) for name in declared}
     return {name: values.get(name) for name, read in FIELD_STAGES.items() if stage in read}
 
 
@@ -166,8 +175,8 @@ def _sm(held: Held) -> Optional[int]:
     return (held.config_fields or {}).get("sm")
 
 
-def _says_upstream_changed(reasons, stage: str) -> bool:
-    return any(r.is_upstream and r.component == _before(stage) for r in map(Reason.of, reasons))
+def _says_upstream_changed(reasons, stage: str, chain: Chain) -> bool:
+    return any(r.is_upstream and r.component == chain.upstream(stage) for r in map(Reason.of, reasons))
 
 
 def _same_config(later: Held, earlier: Held) -> bool:
@@ -188,14 +197,15 @@ def _built_by_same_build(down: Held, up: Held) -> bool:
     just before `down`."""
     if not _same_config(down, up) or not 0 <= down.created - up.created <= down.seconds + _SAME_BUILD_SECONDS:
         return False
-    return _says_upstream_changed(down.reasons, down.stage) or not all(
+    return _says_upstream_changed(down.reasons, down.stage, _chain_of(down)) or not all(
         str(r).startswith(_DROPPED_ENTRY) for r in down.reasons)
 
 
 def typing_reasons(entries: CachedEntries, llvm: Held) -> Tuple[str, ...]:
-    """Why typing was built for `llvm` (typed IR is not stored): its typing
-    inputs, which the llvm entry carries, against those of the nearest other
-    llvm entry of the definition stored before it."""
+    """Why typing was built for `llvm`, the entry of the stage built from
+    it (llvm, or mlir; typed IR is not stored): its typing inputs, which that
+    entry carries, against those of the nearest other entry of that stage and
+    definition stored before it."""
     from ..queries.misses import miss_reasons, nearest
 
     def typing_parts(held):
@@ -205,7 +215,7 @@ def typing_reasons(entries: CachedEntries, llvm: Held) -> Tuple[str, ...]:
     mine = typing_parts(llvm)
     if mine is None:
         return ()
-    earlier = [(h.token, typing_parts(h)) for h in entries.of(llvm.kernel, llvm.place, "llvm")
+    earlier = [(h.token, typing_parts(h)) for h in entries.of(llvm.kernel, llvm.place, llvm.stage)
                if h.token != llvm.token and h.created < llvm.created and typing_parts(h) is not None]
     found = nearest(earlier, mine)
     return tuple(map(str, miss_reasons("typing", mine, found[1]))) if found is not None else ()
@@ -304,8 +314,9 @@ def _upstream_steps(entries: CachedEntries, anchor: Held) -> Dict[str, Step]:
     """The stages before `anchor` (built) back to llvm: the entry each was built from, built or found."""
     steps: Dict[str, Step] = {anchor.stage: _step(anchor, BUILT)}
     down, down_built, below = anchor, True, anchor.seconds
-    while down.stage != _CHAIN.entry:
-        stage = _before(down.stage)
+    chain = _chain_of(anchor)
+    while down.stage != chain.entry:
+        stage = chain.upstream(down.stage)
         up = entries.get(stage, down.upstream)
         if up is None:
             why = entries.dropped(stage, down.upstream) if down.upstream else None
@@ -331,31 +342,34 @@ def _downstream_steps(entries: CachedEntries, anchor: Held) -> Dict[str, Step]:
     and the anchor's config, all found (a cutoff right after `anchor`)."""
     steps: Dict[str, Step] = {}
     before = anchor
-    for stage in _BUILT_STAGES[_BUILT_STAGES.index(anchor.stage) + 1:]:
-        wanted = _reads(stage, anchor.config_fields)
+    chain = _chain_of(anchor)
+    built = [stage for stage in chain.stages if stage in _BUILT_STAGES]
+    for stage in built[built.index(anchor.stage) + 1:]:
+        wanted = _reads(stage, anchor.config_fields, chain)
         found = [h for h in entries.of(anchor.kernel, anchor.place, stage)
-                 if h.created <= anchor.created and _reads(stage, h.config_fields) == wanted
+                 if h.created <= anchor.created and _reads(stage, h.config_fields, chain) == wanted
                  and getattr(h.components.get(before.stage), "digest", None) == before.digest]
         if not found:
             steps[stage] = Step(stage, MISSING, note=f"no {stage} entry built from the {before.stage} "
                                                      "entry's bytes is cached (not built, or since removed)")
             return steps
         before = found[-1]
-        steps[stage] = _step(before, HIT, cutoff=stage == _BUILT_STAGES[_BUILT_STAGES.index(anchor.stage) + 1])
+        steps[stage] = _step(before, HIT, cutoff=stage == built[built.index(anchor.stage) + 1])
     return steps
 
 
-def _typing_step(entries: CachedEntries, llvm: Optional[Step]) -> Step:
+def _typing_step(entries: CachedEntries, llvm: Optional[Step], chain: Chain) -> Step:
+    """Typing, from the step of the stage built from it (`llvm`: llvm, or mlir)."""
     if llvm is None or llvm.outcome in (GONE, MISSING):
         return Step("typing", MISSING, note="typed IR is kept in memory only")
     if llvm.outcome == HIT:
         return Step("typing", NOT_NEEDED)
-    held = entries.get("llvm", llvm.token)
-    reasons = typing_reasons(entries, held) if _says_upstream_changed(held.reasons, "llvm") else ()
+    held = entries.get(llvm.stage, llvm.token)
+    reasons = typing_reasons(entries, held) if _says_upstream_changed(held.reasons, llvm.stage, chain) else ()
     return Step("typing", BUILT, reasons=reasons, note="typed IR is kept in memory only")
 
 
-def _why(steps: Sequence[Step]) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
+def _why(steps: Sequence[Step], stages: Chain) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
     """From the last stage built, its reasons, then the stage before's while
     the one after says "STAGE input changed" (or gives the same reasons: a
     first compile) and that stage was built."""
@@ -366,22 +380,23 @@ def _why(steps: Sequence[Step]) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
     step, chain = built[-1], []
     while True:
         chain.append((step.stage, step.reasons))
-        if step.stage == _CHAIN.stages[0]:
+        if step.stage == stages.stages[0]:
             return tuple(chain)
-        before = by_stage.get(_before(step.stage))
+        before = by_stage.get(stages.upstream(step.stage))
         if before is None or before.outcome != BUILT or not before.reasons or not (
-                _says_upstream_changed(step.reasons, step.stage) or before.reasons == step.reasons):
+                _says_upstream_changed(step.reasons, step.stage, stages) or before.reasons == step.reasons):
             return tuple(chain)
         step = before
 
 
 def build_of(entries: CachedEntries, anchor: Held, label: str, others=()) -> Build:
     """The build that stored `anchor` (see the module docstring)."""
+    chain = _chain_of(anchor)
     steps = {**_upstream_steps(entries, anchor), **_downstream_steps(entries, anchor)}
-    steps["typing"] = _typing_step(entries, steps.get("llvm"))
-    ordered = tuple(steps[stage] for stage in TARGET_STAGES if stage in steps)
+    steps["typing"] = _typing_step(entries, steps.get(chain.entry), chain)
+    ordered = tuple(steps[stage] for stage in chain.stages if stage in steps)
     return Build(label, anchor.kernel, anchor.place, _sm(anchor), anchor.signature, anchor.config,
-                 anchor.created, ordered, _why(ordered), tuple(others))
+                 anchor.created, ordered, _why(ordered, chain), tuple(others))
 
 
 def why_chain(entries: CachedEntries, held: Held) -> List[Tuple[str, Optional[str], Tuple[str, ...]]]:
@@ -390,16 +405,17 @@ def why_chain(entries: CachedEntries, held: Held) -> List[Tuple[str, Optional[st
     "STAGE input changed" and that entry was built for it (typing: its
     reasons from the llvm entry's typing inputs, token None)."""
     chain = [(held.stage, held.token, tuple(map(str, held.reasons)))]
-    while held.stage in _CHAIN.back and _says_upstream_changed(held.reasons, held.stage):
-        up = entries.get(_before(held.stage), held.upstream)
+    stages = _chain_of(held)
+    while held.stage in stages.back and _says_upstream_changed(held.reasons, held.stage, stages):
+        up = entries.get(stages.upstream(held.stage), held.upstream)
         if up is None or not _built_by_same_build(held, up):
             return chain
         chain.append((up.stage, up.token, tuple(map(str, up.reasons))))
         held = up
-    if held.stage == _CHAIN.entry and _says_upstream_changed(held.reasons, held.stage):
+    if held.stage == stages.entry and _says_upstream_changed(held.reasons, held.stage, stages):
         reasons = typing_reasons(entries, held)
         if reasons:
-            chain.append((_CHAIN.stages[0], None, reasons))
+            chain.append((stages.stages[0], None, reasons))
     return chain
 
 
@@ -408,7 +424,9 @@ def entry_chain(tier, stage: str, header: dict) -> List[Tuple[str, Optional[str]
     ``gpucache show`` prints as "built"); the entry alone where its reasons
     name no stage before it (nothing more to read) or the tier lists it not."""
     alone = [(stage, header["token"], tuple(map(str, header.get("reasons") or ())))]
-    if stage not in _BUILT_STAGES or not _says_upstream_changed(alone[0][2], stage):
+    chain = _chain_of(SimpleNamespace(config_fields=header.get("config_fields")))
+    if stage not in _BUILT_STAGES or stage not in chain.stages or not _says_upstream_changed(alone[0][2], stage,
+                                                                                              chain):
         return alone
     entries = CachedEntries([tier], _BUILT_STAGES)
     held = entries.get(stage, header["token"])
