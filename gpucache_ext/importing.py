@@ -12,7 +12,10 @@ into "cannot import name" and hide the cause.
 from __future__ import annotations
 
 import importlib
+import sys
 import types
+
+from . import memos
 
 
 def import_failure(what: str, module: str, error: BaseException) -> ImportError:
@@ -106,3 +109,51 @@ def _unmet_requirements():
         if not requirement.specifier.contains(version, prereleases=True):
             unmet.append(f"{requirement.name} {version} installed, needs {requirement.specifier}")
     return unmet
+
+
+# numba-cuda's front end (its typing, its file search, its dispatcher classes), as numba-cuda ships
+# it and as numba-cuda-mlir carries a copy of it: an install of either backend alone has one of them.
+FRONT_ENDS = ("numba.cuda", "numba_cuda_mlir.numba_cuda")
+
+
+@memos.cached("importing.installed", maxsize=None)
+def installed(package: str) -> bool:
+    """Whether top-level `package` ("numba_cuda", "numba_cuda_mlir") can be
+    imported here (imported or found; not imported by asking)."""
+    import importlib.util
+
+    if package in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # (a finder that refuses it: not importable here)
+        return False
+
+
+def front_end() -> str:
+    """The package of numba-cuda's front end installed here: numba-cuda's own
+    where it is installed, else numba-cuda-mlir's copy of it.  Both search
+    for the CUDA libraries and type Python values with the same code (one is
+    a copy of the other), so what is asked of one is what the other answers.
+    Raises ImportError, saying what to install, where neither is."""
+    if installed("numba_cuda"):
+        return "numba.cuda"
+    if installed("numba_cuda_mlir"):
+        return "numba_cuda_mlir.numba_cuda"
+    raise ImportError(
+        'neither numba-cuda nor numba-cuda-mlir is installed: pip install "gpucache_ext[cu12]" '
+        '(numba-cuda), or "gpucache_ext[mlir-cu12]" (numba-cuda-mlir alone, Python 3.11 or later)')
+
+
+def front_end_module(name: str) -> types.ModuleType:
+    """The module `name` ("typing.typeof", "cudadrv.nvrtc") of the installed front end (`front_end`)."""
+    return importlib.import_module(f"{front_end()}.{name}")
+
+
+def loaded_class(module: str, name: str) -> tuple:
+    """``(module.name,)`` where `module` ("numba.cuda.dispatcher") is already
+    imported, else ``()``: a value can be an instance of no class that was
+    never imported, so ``isinstance(value, loaded_class(...))`` asks without
+    importing numba-cuda (which an install of numba-cuda-mlir alone lacks)."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return (cls,) if isinstance(cls, type) else ()

@@ -18,7 +18,8 @@ from typing import Dict, Iterator, Optional
 
 from .base import Backend
 from .. import memos
-from ..importing import import_named
+from ..importing import import_named, installed
+from ..keys.stagespec import DEFAULT_CHAIN
 
 __all__ = ["Backend", "DEFAULT_BACKEND", "MLIR_BACKEND", "backend", "backend_for", "canonical_backend",
            "default_backend", "register_backend", "registered_backends"]
@@ -65,12 +66,21 @@ def canonical_backend(name: str) -> str:
 def default_backend() -> str:
     """The backend a plain Python function compiles with: numba-cuda where it
     is installed, else numba-cuda-mlir."""
-    import importlib.util
-
     for name, package in ((DEFAULT_BACKEND, "numba_cuda"), (MLIR_BACKEND, "numba_cuda_mlir")):
-        if importlib.util.find_spec(package) is not None:
+        if installed(package):
             return name
     return DEFAULT_BACKEND  # (its first compile says what to install)
+
+
+@memos.cached("backends.always_listed", maxsize=1)
+def always_listed() -> frozenset:
+    """The stages statistics always list: the default backend's chain
+    (numba-cuda's where it is installed, else numba-cuda-mlir's) and the
+    fatbin; another backend's stage once it was used or a tier holds its
+    entries.  (numba-cuda's chain is read without importing numba-cuda.)"""
+    name = default_backend()
+    chain = DEFAULT_CHAIN if name == DEFAULT_BACKEND else backend(name).chain
+    return frozenset(chain.stages + ("fatbin",))
 
 
 def backend_for(name: Optional[str], func=None) -> Backend:
@@ -92,6 +102,13 @@ def backend(name: Optional[str] = None) -> Backend:
     where = _REGISTERED.get(name)
     if where is None:
         raise ValueError(f"no backend is called {name!r}; the backends are {', '.join(_REGISTERED)}")
+    if name == DEFAULT_BACKEND and not installed("numba_cuda"):
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            "the numba-cuda backend compiles with numba-cuda, which is not installed here (numba-cuda-mlir "
+            "alone is); install it with pip install \"gpucache_ext[cu12]\", or write the kernel with "
+            "numba-cuda-mlir (from numba_cuda_mlir import cuda) and use --backend mlir", field="backend")
     kind = import_named(where, f"backend {name!r}, registered as", "is not 'module:Class'")
     if not (isinstance(kind, type) and issubclass(kind, Backend)):
         raise ValueError(f"backend {name!r}: {where} is no Backend class (see gpucache_ext.backends.base)")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..keys.stagespec import ALWAYS_LISTED, PERSISTENT_STAGES
+from ..backends import always_listed
+from ..keys.stagespec import PERSISTENT_STAGES
 from ..store.shared import display_url
 from ..store.signing import CURRENT, NOT_SIGNED, OTHER_SECRET, PREVIOUS, UNSIGNED
 from ..units import format_bytes
@@ -37,9 +38,10 @@ def _tier_report(tier, unsigned: str) -> dict:
     """Entries, bytes and how they are signed per stage (from each entry's
     first bytes: `Keyring.classify`; verify checks the signatures)."""
     stages = {}
+    listed = always_listed()
     for stage in PERSISTENT_STAGES:
         counts = tier.stats(stage)
-        if stage not in ALWAYS_LISTED and not counts["entries"]:
+        if stage not in listed and not counts["entries"]:
             continue  # (another backend's stage, unused here: numba-cuda-mlir's mlir)
         found = tier.signatures(stage)
         stages[stage] = {"entries": counts["entries"], "bytes": counts["bytes"],

@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 
 from ..backends.numba_cuda import numba_compat
@@ -21,14 +21,20 @@ from ..backends.numba_cuda.launch.decorators import CACHED_LIBRARY_KERNELS, NUMB
 from ..sources.libraries import is_library_file, library_caller
 from ..backends.numba_cuda.launch.device import cuda_simulator_on
 from ..launch.batch import Pipelined
-from ..backends.numba_cuda.launch.kernel import Kernel
 from ..launch.spec import KernelSpec
 from ..backends.numba_cuda.options import explicit_options
 from ..keys.tokens import short_name
+from ..importing import installed, lazy_module, loaded_class
 from .cell_errors import as_cell_error
 from .cellcode import (compile_cell, followed_by_definitions, register_cell, running_cell_number,
                        transform_body)
 from .report import CellReport, VariantsTable, launch_line
+
+if TYPE_CHECKING:
+    from ..backends.numba_cuda.launch.kernel import Kernel
+
+# numba-cuda's kernels, imported where a cell makes one (an install of numba-cuda-mlir alone has none)
+_kernels = lazy_module("gpucache_ext.backends.numba_cuda.launch.kernel")
 
 # ---------------------------------------------------------------------------
 # Running a cell
@@ -79,8 +85,9 @@ class _CellContext:
         spec = self.request.spec
         if library is not None:
             spec = spec.replace(config=CompileConfig(sm=self.config.sm), variants=())
-        kernel = Kernel(func, (sigs or self.request.signatures) if library is None else sigs, None, default_cache(),
-                        options, spec=spec, specialized=getattr(sigs, "single", False), on_compile=self.collect)
+        signatures = (sigs or self.request.signatures) if library is None else sigs
+        kernel = _kernels.Kernel(func, signatures, None, default_cache(), options, spec=spec,
+                                 specialized=getattr(sigs, "single", False), on_compile=self.collect)
         if library is not None:
             self.library_kernels.append(kernel)
         else:
@@ -168,7 +175,11 @@ JIT = CellJit()
 @contextlib.contextmanager
 def _jit_standing_in(namespace, context: _CellContext):
     """numba.cuda.jit, and the namespace's names for numba's jit, are `JIT`
-    while the block runs; `JIT` makes kernels for `context`."""
+    while the block runs; `JIT` makes kernels for `context`.  Where numba-cuda
+    is not installed (numba-cuda-mlir alone), nothing stands in."""
+    if not installed("numba_cuda"):
+        yield
+        return
     real = _real_jit()
     aliases = [name for name, value in namespace.items() if value is real]
     with numba_compat.jit_replaced(JIT):  # (numba.cuda.decorators.jit stays numba's: `numba_compat.SWAPS`)
@@ -188,10 +199,12 @@ def _capture_numba_kernels(namespace, before, context: _CellContext):
     """Kernels the cell made with numba's own jit, reached in a way the stand-in
     could not cover (a partial, an alias kept in a module): bind them as Kernels
     with the cell's flags too.  Options they were given explicitly are kept."""
-    from numba.cuda.dispatcher import CUDADispatcher
-
+    dispatchers = loaded_class("numba.cuda.dispatcher", "CUDADispatcher")
+    if not dispatchers:  # (numba-cuda was never imported: no kernel of its)
+        return
+    ours = loaded_class(_kernels.__name__, "Kernel")
     for name, value in list(namespace.items()):
-        if (isinstance(value, CUDADispatcher) and not isinstance(value, Kernel)
+        if (isinstance(value, dispatchers) and not isinstance(value, ours)
                 and not value.targetoptions.get("device") and before.get(name) is not value
                 and not is_library_file(value.py_func.__code__.co_filename)):  # (a library's keeps numba's)
             namespace[name] = context.make_kernel(value.py_func, [],
@@ -346,7 +359,7 @@ def _bound_notes(namespace, context: _CellContext, results) -> List[str]:
     """A line for each thing the cell bound that compiled nothing in it: a
     lazy kernel, and each device function with the kernels that call it
     (unless a kernel the cell compiled calls it: the report shows that one)."""
-    from numba.cuda.dispatcher import CUDADispatcher
+    dispatchers = loaded_class("numba.cuda.dispatcher", "CUDADispatcher")
 
     notes = [f"{kernel.__name__}: compiles at its first launch, per argument types"
              for kernel in context.kernels if not kernel.results]
@@ -359,7 +372,7 @@ def _bound_notes(namespace, context: _CellContext, results) -> List[str]:
     for dispatcher in context.devices:
         name = dispatcher.py_func.__name__
         users = sorted(bound for bound, value in namespace.items()
-                       if isinstance(value, CUDADispatcher) and value is not dispatcher
+                       if isinstance(value, dispatchers) and value is not dispatcher
                        and name in _names_read(value))
         if compiled.intersection(users):
             continue

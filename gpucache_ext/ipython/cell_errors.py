@@ -12,6 +12,7 @@ from typing import Optional
 
 
 from ..errors import CompileError, GpuCacheError, copy_error
+from ..importing import installed, loaded_class
 from .cellcode import cell_names
 
 log = logging.getLogger(__name__)
@@ -203,11 +204,10 @@ def _function_at(shell, context, filename, line) -> Optional[str]:
     """The name of the function whose code spans `line` of `filename`: a
     kernel of this cell, or a function, kernel or device function of the
     user's namespace."""
-    from numba.cuda.dispatcher import CUDADispatcher
-
+    dispatchers = loaded_class("numba.cuda.dispatcher", "CUDADispatcher")
     funcs = [kernel.py_func for kernel in context.kernels]
     for value in list(shell.user_ns.values()):
-        if isinstance(value, CUDADispatcher):  # (a Kernel is one)
+        if isinstance(value, dispatchers):  # (a Kernel is one)
             funcs.append(value.py_func)
         elif isinstance(value, types.FunctionType):
             funcs.append(value)
@@ -258,12 +258,16 @@ def _cell_frames(tb, filename):
 
 
 def _hidden_dirs() -> tuple:
-    """This package's folder and numba's: frames the user did not write."""
-    import numba
-    import numba.cuda
+    """This package's folder and the compilers': frames the user did not
+    write (numba's, numba-cuda's and numba-cuda-mlir's, those installed)."""
+    import importlib.util
 
-    numba_cuda = os.path.dirname(os.path.dirname(os.path.abspath(numba.cuda.__file__)))  # (its numba/)
-    return tuple({_PACKAGE_DIR, os.path.dirname(os.path.abspath(numba.__file__)) + os.sep, numba_cuda + os.sep})
+    hidden = {_PACKAGE_DIR}
+    for package in ("numba", "numba_cuda", "numba_cuda_mlir"):
+        spec = importlib.util.find_spec(package) if installed(package) else None
+        for folder in (spec.submodule_search_locations or ()) if spec is not None else ():
+            hidden.add(os.path.abspath(folder) + os.sep)
+    return tuple(hidden)
 
 
 def _user_frames(entries):
@@ -302,9 +306,8 @@ def _launch_compile_location(shell, exc):
     original = exc
     while isinstance(original, CompileError) and original.__cause__ is not None:
         original = original.__cause__
-    from numba.cuda.dispatcher import CUDADispatcher
-
-    kernels = [v for v in list(shell.user_ns.values()) if isinstance(v, CUDADispatcher)]
+    dispatchers = loaded_class("numba.cuda.dispatcher", "CUDADispatcher")
+    kernels = [v for v in list(shell.user_ns.values()) if isinstance(v, dispatchers)]
     return _compile_location(shell, exc, original, types.SimpleNamespace(kernels=kernels))
 
 

@@ -253,8 +253,9 @@ class GpuCacheMagics(Magics):
     def _signatures(sigs):
         if cuda_simulator_on():  # (numba's simulator takes them as they are)
             return list(sigs)
-        from ..backends.numba_cuda.signatures import normalize_signature
+        from ..backends import backend
 
+        normalize_signature = backend().signature  # (the default backend's: numba-cuda's where installed)
         parsed = []
         for sig in sigs:
             if len(sig) > 1 and sig[0] == sig[-1] and sig[0] in "'\"":

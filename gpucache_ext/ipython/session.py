@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional
 import IPython
 
 from .. import sessions
+from ..importing import installed
 from ..pipeline import definitions
 from ..pipeline.history import CellHistory  # noqa: F401  (its home is history; importable here too)
 from .auto import AutoCells
@@ -141,8 +142,8 @@ class Session:
             self.shell.input_transformers_post.append(check_cell_syntax)
         self.shell.input_transformers_cleanup.append(self.auto)  # (it is off until %gpucache auto)
         sessions.attach_session(self)  # the default cache, and where kernels are defined (`places`)
-        if cuda_simulator_on():  # numba's own simulator: cells run as plain cells (see `simulated`)
-            return
+        if cuda_simulator_on() or not installed("numba_cuda"):
+            return  # numba's own simulator: cells run as plain cells (see `simulated`); or no numba-cuda at all
         from ..backends.numba_cuda.launch.simulator import simulate_memory
 
         install_launch_errors(self.shell)  # launch errors at the user's launch line
@@ -153,7 +154,7 @@ class Session:
         from ..backends.numba_cuda.launch.device import cuda_simulator_on
         from .cellcode import check_cell_syntax
 
-        if not cuda_simulator_on():
+        if not cuda_simulator_on() and installed("numba_cuda"):
             from ..backends.numba_cuda.launch.simulator import simulate_memory
             from .cell_errors import uninstall_launch_errors
 

@@ -161,6 +161,4 @@ DEFAULT_CHAIN = Chain(("typing", "llvm", "ptx", "cubin"), tools={
 # The stages a compile of a numba-cuda kernel goes through, in order (numba-cuda-mlir's:
 # typing, mlir, ptx, cubin; `backends.numba_cuda_mlir.backend.MLIR_CHAIN`).
 STAGES: Tuple[str, ...] = DEFAULT_CHAIN.stages
-# The stages statistics always list: those, and the fatbin; another backend's once it was used
-# or a tier holds its entries.
-ALWAYS_LISTED = frozenset(STAGES + ("fatbin",))
+# (the stages statistics always list: `backends.always_listed`)

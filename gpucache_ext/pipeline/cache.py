@@ -112,7 +112,8 @@ class KernelCache:
             _per_stage(max_bytes, dict.fromkeys(ALL_STAGES), "max_bytes"), self._lock, directory=directory,
             max_disk_bytes=max_disk_bytes, redis_url=redis_url, keyring=settings.keyring(secret, allow_unsigned),
             redis_prefix=redis_prefix, redis_ttl=redis_ttl, tiers=tiers,
-            wait_seconds=settings.wait_seconds(wait), claim_seconds=settings.claim_seconds())
+            wait_seconds=settings.wait_seconds(wait), claim_seconds=settings.claim_seconds(),
+            listed=backends.always_listed())
         """The memory tiers, then the persistent ones, and what they answered."""
         self.tiers: List[Tier] = self.store.tiers  # (the persistent tiers, in order)
         self._memory = self.store.memory
@@ -298,8 +299,9 @@ class KernelCache:
 
     def _request(self, func, sig, config: CompileConfig, link, **options) -> CompileRequest:
         chosen = backends.backend_for(config.backend, func)
-        if config.backend is None and chosen.name != backends.default_backend():
-            config = config.replace(backend=chosen.name)  # (a numba_cuda_mlir kernel: its entries say so)
+        if config.backend is None and chosen.name != backends.DEFAULT_BACKEND:
+            # (a numba_cuda_mlir kernel, or any kernel where numba-cuda-mlir alone is installed: its entries say so)
+            config = config.replace(backend=chosen.name)
         backend = self.pipeline.backend_named(config.backend)
         backend.check_config(config)
         backend.refuse(func)

@@ -16,6 +16,7 @@ import types as pytypes
 from typing import Any, Dict
 
 from ..errors import UnsupportedKernelError
+from ..importing import front_end_module, loaded_class
 from .libraries import class_version, library_version
 from ..keys.tokens import Component, component, digest
 from .usercode import DEPTH, cell_value, dunder, numba_made, touches_user_code, user_function, user_module
@@ -175,9 +176,7 @@ def describe_value(value):
     if type(value).__name__ == "FFI" and type(value).__module__.startswith("cffi"):
         # numba types every cffi FFI object alike (types.ffi: only
         # ffi.from_buffer), whatever it declares
-        from numba.cuda.typing import cffi_utils
-
-        if cffi_utils.is_ffi_instance(value):
+        if front_end_module("typing.cffi_utils").is_ffi_instance(value):
             return ["cffi FFI object"]
     described = _described_library_value(value)
     if described is not None:
@@ -193,11 +192,10 @@ def _described_library_value(value):
     signature, which is all their caller's code names of them, intrinsics by
     their definition."""
     import numpy as np
-    from numba.cuda.compiler import ExternFunction
 
     if isinstance(value, np.generic):
         return ["numpy scalar", value.dtype.str, value.tobytes().hex()]
-    if isinstance(value, ExternFunction):
+    if isinstance(value, loaded_class("numba.cuda.compiler", "ExternFunction")):
         return ["external function", value.name, str(value.sig)]
     if type(value).__name__ == "_Intrinsic" and isinstance(getattr(value, "_defn", None), pytypes.FunctionType):
         # made per call by numba's helpers (carray's): by its definition's content

@@ -7,6 +7,7 @@ information names, and the Python a simulated kernel runs instead."""
 from __future__ import annotations
 
 import linecache
+import sys
 import types as pytypes
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -15,6 +16,7 @@ from .libraries import file_origin
 from .code import code_reads
 from .values import MISSING
 from .. import memos
+from ..importing import front_end_module, loaded_class
 
 
 # Signatures declared for device functions the magic keeps lazy (numba would
@@ -31,11 +33,10 @@ def declare_signatures(dispatcher, signatures) -> None:
     when it is typed (`stages.DeviceProxy.compile_device`); of several that
     take the same argument types, the first alone counts (numba compiles it,
     then finds those arguments compiled and skips the others)."""
-    from numba.cuda.core import sigutils
-
+    normalize_signature = front_end_module("core.sigutils").normalize_signature
     declared = {}
     for sig in signatures:
-        args, return_type = sigutils.normalize_signature(sig)
+        args, return_type = normalize_signature(sig)
         declared.setdefault(tuple(args), return_type)
     _declared[dispatcher] = tuple(declared.items())
 
@@ -59,15 +60,12 @@ def declared_signatures(dispatcher) -> Tuple[Tuple[tuple, Any], ...]:
 
 
 def is_device_dispatcher(value) -> bool:
-    from numba.cuda.dispatcher import CUDADispatcher
-
-    return isinstance(value, CUDADispatcher) and bool(value.targetoptions.get("device"))
+    return is_dispatcher(value) and bool(value.targetoptions.get("device"))
 
 
 def is_dispatcher(value) -> bool:
-    from numba.cuda.dispatcher import CUDADispatcher
-
-    return isinstance(value, CUDADispatcher)
+    """A numba-cuda dispatcher (a kernel or a device function)."""
+    return isinstance(value, loaded_class("numba.cuda.dispatcher", "CUDADispatcher"))
 
 
 def python_function(func) -> Callable:
@@ -87,8 +85,7 @@ def def_line(pyfunc) -> Optional[int]:
     no source), found as it finds it (`get_func_def_lineno`: the source text
     from linecache, parsed).  Memoised per code object and linecache entry:
     the text of a file edited on disk changes the answer, not the code."""
-    from numba.cuda.misc.firstlinefinder import get_func_def_lineno
-
+    get_func_def_lineno = front_end_module("misc.firstlinefinder").get_func_def_lineno
     code = pyfunc.__code__
     linecache.checkcache(code.co_filename)  # (as inspect does: a file changed on disk is read again)
     linecache.getlines(code.co_filename)
@@ -159,6 +156,8 @@ def registered_jitable(func, qualname, label) -> bool:
     function with its own ``@overload`` implementation is refused: numba keeps
     the implementations it builds in process-wide tables keyed by argument
     types alone, which the cache cannot key."""
+    if "numba.cuda" not in sys.modules:  # (nothing registered it with numba-cuda, which is not even imported)
+        return False
     from numba.cuda.descriptor import cuda_target
 
     context = cuda_target.typing_context

@@ -44,6 +44,7 @@ import sys
 import sysconfig
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 from .. import memos
+from ..importing import installed
 
 __all__ = ["class_version", "file_origin", "library_version", "module_files"]
 
@@ -550,13 +551,12 @@ def is_library_file(filename: str) -> bool:
 def _own_folders() -> Tuple[str, ...]:
     global _OWN
     if _OWN is None:
-        import numba
-
         here = os.path.dirname(os.path.abspath(__file__))
-        folders = {here, os.path.dirname(os.path.abspath(numba.__file__))}
-        spec = importlib.util.find_spec("numba_cuda")
-        if spec is not None and spec.submodule_search_locations:
-            folders |= set(spec.submodule_search_locations)
+        folders = {here}
+        for package in ("numba", "numba_cuda", "numba_cuda_mlir"):  # (those installed)
+            spec = importlib.util.find_spec(package) if installed(package) else None
+            if spec is not None and spec.submodule_search_locations:
+                folders |= set(spec.submodule_search_locations)
         _OWN = tuple(os.path.realpath(f) + os.sep for f in folders)
     return _OWN
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from ..errors import SnapshotChanged, UnsupportedKernelError
+from ..importing import front_end_module
 from ..keys.tokens import Component, parts_digest
 from .values import array_content, array_data, dtype_data
 
@@ -202,9 +203,8 @@ def _snapshot_array(array, qualname):
         copy = np.ndarray(array.shape, array.dtype, buffer=buffer, offset=-low, strides=array.strides)
     if not array.flags.writeable:
         copy.flags.writeable = False
-    from numba.cuda.typing.typeof import Purpose, typeof
-
-    if typeof(copy, Purpose.constant) != typeof(array, Purpose.constant):
+    typing = front_end_module("typing.typeof")
+    if typing.typeof(copy, typing.Purpose.constant) != typing.typeof(array, typing.Purpose.constant):
         raise UnsupportedKernelError(
             f"{qualname} reads an array ({array.dtype}, shape {array.shape}, strides "
             f"{array.strides}) whose layout the cache cannot copy exactly; pass a copy "

@@ -20,6 +20,7 @@ import types as pytypes
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import UnsupportedKernelError
+from ..importing import front_end_module, loaded_class
 from .libraries import class_version, file_origin, library_version
 from ..backends.numba_cuda.options import device_options
 from ..toolchain import linking
@@ -270,9 +271,7 @@ class _Walker:
     def _extern(self, value, ident, label):
         """cuda.declare_device: keyed by name and signature; what it links is
         read now and keys the cubin stage alone (see `linking`)."""
-        from numba.cuda.compiler import ExternFunction
-
-        if not isinstance(value, ExternFunction):
+        if not isinstance(value, loaded_class("numba.cuda.compiler", "ExternFunction")):
             return None
         items, cooperative = linking.extern_link_items(value)
         origin = f"{ident.qualname} calls {label} ({value.name}), declared with cuda.declare_device: "
@@ -300,12 +299,12 @@ class _Walker:
         interface = (HostBuffer(value._ary) if simulated else value).__cuda_array_interface__
         if interface.get("mask") is not None:
             raise UnsupportedKernelError(f"{ident.qualname} reads a masked device array")
-        from numba.cuda.typing.typeof import Purpose, typeof
+        typing = front_end_module("typing.typeof")
 
         self.referenced.append(value)
         data = ["device array", list(interface["data"]), list(interface["shape"]),
                 list(interface.get("strides") or ()), interface["typestr"],
-                str(typeof(value, Purpose.constant))]
+                str(typing.typeof(value, typing.Purpose.constant))]
         if simulated and not self.freeze:
             return data, ValueBinding(HostBuffer(value._ary))
         return data, None
@@ -473,9 +472,7 @@ def _numba_data(value, qualname, label):
     if type(value).__name__ == "FFI" and type(value).__module__.startswith("cffi"):
         # numba types every cffi FFI object alike (types.ffi: only
         # ffi.from_buffer), whatever it declares
-        from numba.cuda.typing import cffi_utils
-
-        if cffi_utils.is_ffi_instance(value):
+        if front_end_module("typing.cffi_utils").is_ffi_instance(value):
             return ["cffi FFI object"]
     return None
 

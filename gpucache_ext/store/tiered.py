@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..keys.stagespec import ALL_STAGES, ALWAYS_LISTED
+from ..keys.stagespec import ALL_STAGES, STAGES
 from .index import find_for_target
 from ..pipeline.results import EntryInfo, StageStats, TierInfo, TierStats
 from ..keys.tokens import Token, short_name
@@ -54,11 +54,15 @@ class StageCounters:
 
 class TieredStore:
     """`memory` (stage -> `MemoryTier`), then `tiers` in order; `refused`:
-    configured tiers left out, as `tier_info` shows them."""
+    configured tiers left out, as `tier_info` shows them; `listed`: the
+    stages statistics list even unused (`backends.always_listed`: the
+    default backend's and the fatbin), others once used."""
 
     def __init__(self, memory: Mapping[str, MemoryTier], tiers: Sequence[Tier], refused: Sequence[TierInfo],
-                 lock, wait_seconds: float = WAIT_SECONDS, claim_seconds: float = CLAIM_SECONDS):
+                 lock, wait_seconds: float = WAIT_SECONDS, claim_seconds: float = CLAIM_SECONDS,
+                 listed: frozenset = frozenset(STAGES + ("fatbin",))):
         self.memory = dict(memory)
+        self.listed = listed
         self.wait_seconds = wait_seconds  # the longest a build of another process is waited for
         self.claim_seconds = claim_seconds  # how long a claim lives unless renewed
         # stage -> tier -> (entries found after waiting for another process's build, seconds waited)
@@ -75,7 +79,8 @@ class TieredStore:
     def configured(cls, max_entries: Mapping[str, int], max_bytes: Mapping[str, Optional[int]], lock, *,
                    directory=None, max_disk_bytes: Optional[int], redis_url: Optional[str], keyring,
                    redis_prefix: Optional[str], redis_ttl, tiers: Sequence[Any] = (),
-                   wait_seconds: float = WAIT_SECONDS, claim_seconds: float = CLAIM_SECONDS) -> "TieredStore":
+                   wait_seconds: float = WAIT_SECONDS, claim_seconds: float = CLAIM_SECONDS,
+                   listed: frozenset = frozenset(STAGES + ("fatbin",))) -> "TieredStore":
         """The tiers `KernelCache`'s arguments ask for: a memory tier per stage
         (bounded per stage), a disk tier in `directory`, a shared Redis tier at
         `redis_url` (left out, with a `SecurityWarning`, where `keyring` lets
@@ -84,7 +89,7 @@ class TieredStore:
         built = TierSettings(keyring=keyring, directory=directory, max_disk_bytes=max_disk_bytes,
                              redis_url=redis_url or None, redis_prefix=redis_prefix, redis_ttl=redis_ttl)
         persistent, refused = build_tiers(DEFAULT_TIERS + tuple(tiers), built)
-        return cls(memory, persistent, refused, lock, wait_seconds, claim_seconds)
+        return cls(memory, persistent, refused, lock, wait_seconds, claim_seconds, listed)
 
     # -- finding and filing ---------------------------------------------------
     def tiers_for(self, stage: str) -> List[Tier]:
@@ -275,15 +280,16 @@ class TieredStore:
                                              held.get("unwritable"), waits or None,
                                              round(waited, 6) if waits else None)
             stats = result[stage] = dataclasses.replace(stage_stats, tiers=tiers)
-            if stage not in ALWAYS_LISTED and not (stats.hits or stats.misses or stats.not_needed or any(
+            if stage not in self.listed and not (stats.hits or stats.misses or stats.not_needed or any(
                     each.entries for each in tiers.values())):
                 del result[stage]  # (a stage of another backend's chain, never used here: numba-cuda-mlir's mlir)
         return result
 
     def lookups(self) -> Dict[str, Tuple[int, int, int]]:
+        listed = self.listed
         with self.lock:
             return {stage: (c.hits, c.misses, c.not_needed) for stage, c in self.counters.items()
-                    if stage in ALWAYS_LISTED or c.hits or c.misses or c.not_needed}
+                    if stage in listed or c.hits or c.misses or c.not_needed}
 
     def tier_info(self) -> List[TierInfo]:
         """Each persistent tier (and each configured one left out): where it

@@ -54,6 +54,7 @@ from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 from ..backends.numba_cuda import numba_compat
 from ..errors import GpuCacheError, ToolchainMissing
+from ..importing import front_end, front_end_module, installed
 from ..keys.stagespec import DEFAULT_CHAIN, STAGE_SPEC, Chain
 from ..store.signing import Keyring
 from ..keys.tokens import Component, component
@@ -164,17 +165,15 @@ def _probe_nvrtc() -> str:
 
 
 def _probe_nvrtc_archs() -> str:
-    from numba.cuda.cudadrv import nvrtc
+    nvrtc = front_end_module("cudadrv.nvrtc")
 
     return " ".join(f"{major}.{minor}" for major, minor in sorted(nvrtc.get_supported_ccs()))
 
 
 def _probe_libdevice() -> str:
-    from numba.cuda.cudadrv import nvvm
-
-    data = nvvm.LibDevice().get()
-    # (pinned: every compile links the bytes hashed here, `numba_compat.SETTINGS`)
-    numba_compat.pin_libdevice(data)
+    data = front_end_module("cudadrv.nvvm").LibDevice().get()
+    if front_end() == "numba.cuda":  # (pinned: every compile links the bytes hashed here, `numba_compat.SETTINGS`)
+        numba_compat.pin_libdevice(data)
     return hashlib.sha256(data).hexdigest()
 
 
@@ -185,9 +184,7 @@ def _probe_cudadevrt() -> str:
 @memos.cached("toolchain._cudadevrt_location", maxsize=1)
 def _cudadevrt_location() -> str:
     """Where numba looks for libcudadevrt.a (a bare file name where it found no folder)."""
-    from numba.cuda.cudadrv.libs import get_cudalib
-
-    return get_cudalib("cudadevrt", static=True)
+    return front_end_module("cudadrv.libs").get_cudalib("cudadevrt", static=True)
 
 
 def _cudadevrt_path():
@@ -249,7 +246,7 @@ def _loaded_dynamic(libname: str) -> Optional[str]:
 
 def _numba_path(which: str):
     """numba's own decision (its cached one if made), which loads no library."""
-    from numba.cuda import cuda_paths
+    cuda_paths = front_end_module("cuda_paths")
 
     cached = getattr(cuda_paths.get_cuda_paths, "_cached_result", None)
     if cached is not None:
@@ -268,17 +265,15 @@ def _locate_libdevice() -> Optional[str]:
 
 
 def _loaded_libdevice() -> Optional[str]:
-    from numba.cuda.cudadrv.libs import get_libdevice
-
-    return get_libdevice()
+    return front_end_module("cudadrv.libs").get_libdevice()
 
 
 def _locate_cudadevrt() -> Optional[str]:
     """As numba's `get_cudalib("cudadevrt", static=True)`, without its
     `get_cuda_paths()`, which loads NVRTC and libNVVM."""
     try:
-        from numba.cuda.cudadrv.libs import _staticnamepattern
-        from numba.cuda.misc.findlib import find_lib
+        _staticnamepattern = front_end_module("cudadrv.libs")._staticnamepattern
+        find_lib = front_end_module("misc.findlib").find_lib
 
         candidates = find_lib("cudadevrt", _numba_path("static_cudalib_dir"), static=True)
         return max(candidates) if candidates else _staticnamepattern % "cudadevrt"
@@ -293,6 +288,9 @@ def _locate_cudadevrt() -> Optional[str]:
 # What to install, in the words every error that needs it uses.
 INSTALL_CU12 = 'pip install "gpucache_ext[cu12]"'
 INSTALL_CU13 = 'pip install "gpucache_ext[cu13]"'
+# numba-cuda-mlir alone (no numba-cuda)
+INSTALL_MLIR_CU12 = 'pip install "gpucache_ext[mlir-cu12]"'
+INSTALL_MLIR_CU13 = 'pip install "gpucache_ext[mlir-cu13]"'
 # The libraries the stages load: libNVVM (ptx), nvJitLink (cubin), NVRTC (targets, linked .cu sources).
 _REQUIRED_LIBRARIES = {"nvvm": "libNVVM", "nvJitLink": "nvJitLink", "nvrtc": "NVRTC"}
 
@@ -318,11 +316,13 @@ def require() -> None:
     missing = [what for libname, what in _REQUIRED_LIBRARIES.items() if not _findable(libname)]
     if missing:
         major = cuda_major()
+        mlir_alone = not installed("numba_cuda") and installed("numba_cuda_mlir")
+        cu12, cu13 = (INSTALL_MLIR_CU12, INSTALL_MLIR_CU13) if mlir_alone else (INSTALL_CU12, INSTALL_CU13)
         raise ToolchainMissing(
             f"no CUDA toolchain: {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed "
             f"(cuda-bindings {_version('cuda-bindings')} looks for CUDA {major or '?'}'s). gpucache_ext brings "
-            f"them with one of its extras: {INSTALL_CU12} (CUDA 12, the default: every target from sm_50) "
-            f"or {INSTALL_CU13} (CUDA 13: needs a CUDA 13 driver, r580 or later, and builds sm_75 and later)")
+            f"them with one of its extras: {cu12} (CUDA 12, the default: every target from sm_50) "
+            f"or {cu13} (CUDA 13: needs a CUDA 13 driver, r580 or later, and builds sm_75 and later)")
     _toolchain_found = True
 
 
@@ -423,7 +423,8 @@ def _environment() -> str:
         "memo": _MEMO_FORMAT, "python": sys.version, "executable": sys.executable,
         "prefix": sys.prefix, "platform": sys.platform, "machine": platform.machine(),
         "packages": {dist: _version(dist) for dist in
-                     ("numba", "numba-cuda", "cuda-bindings", "cuda-pathfinder", "cuda-core")},
+                     ("numba", "numba-cuda", "numba-cuda-mlir", "cuda-bindings", "cuda-pathfinder",
+                      "cuda-core")},
         "env": env,
     }, sort_keys=True)
 

@@ -59,6 +59,7 @@ from typing import Iterable, List, Optional, Tuple
 
 from ..backends.numba_cuda import numba_compat
 from ..errors import SnapshotChanged, UnsupportedKernelError
+from ..importing import front_end_module
 from .. import memos
 
 # file extension -> kind; the kinds are cuda.core ObjectCode's
@@ -457,9 +458,9 @@ def _nvrtc_options(cc: Optional[Tuple[int, int]], lto: bool) -> Tuple[bytes, ...
 
 @memos.cached("toolchain.linking.nvrtc_identity", maxsize=1)
 def nvrtc_identity() -> Tuple:
-    from numba.cuda.cudadrv import nvrtc
-
-    return (tuple(nvrtc._get_nvrtc_version()),)
+    """NVRTC's version, as the installed front end (numba-cuda's, else
+    numba-cuda-mlir's copy of it) loads NVRTC."""
+    return (tuple(front_end_module("cudadrv.nvrtc")._get_nvrtc_version()),)
 
 
 # ---------------------------------------------------------------------------

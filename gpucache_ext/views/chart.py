@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Tuple
 
-from ..keys.stagespec import ALL_STAGES, STAGES
+from ..backends import always_listed
+from ..keys.stagespec import ALL_STAGES
 from .markup import esc, fit
 
 _CHART_POINTS = 30
@@ -21,10 +22,11 @@ def _text_width(text: str) -> float:
 
 
 def chart_stages(points) -> Tuple[str, ...]:
-    """The chart's rows: numba-cuda's four stages, and another stage (the
-    fatbin, numba-cuda-mlir's mlir) where a cell looked it up."""
+    """The chart's rows: the default backend's four stages, and another
+    stage (the fatbin, the other backend's) where a cell looked it up."""
     active = {stage for p in points for stage, counts in p["stages"].items() if any(counts)}
-    return tuple(stage for stage in ALL_STAGES if stage in STAGES or stage in active)
+    listed = always_listed() - {"fatbin"}
+    return tuple(stage for stage in ALL_STAGES if stage in listed or stage in active)
 
 
 def chart_svg(points: List[Dict[str, Any]]) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..keys.stagespec import ALL_STAGES, KEYED_ON_BYTES, STAGES
+from ..backends import always_listed
+from ..keys.stagespec import ALL_STAGES, KEYED_ON_BYTES
 from ..pipeline.results import StageStats
 from ..units import format_bytes, format_seconds
 from .markup import esc, scrolling_table
@@ -22,13 +23,14 @@ _NOTHING = StageStats(hits=0, misses=0, not_needed=0, cutoffs=0, entries=0, byte
 
 
 def stages_used(stats) -> Tuple[str, ...]:
-    """The stages the summary shows: numba-cuda's four, another backend's
-    once used (those `stats` lists: numba-cuda-mlir's mlir), and the fatbin
-    stage once something looked it up or it holds entries (in any tier)."""
+    """The stages the summary shows: the default backend's four, the other
+    backend's once used (those `stats` lists), and the fatbin stage once
+    something looked it up or it holds entries (in any tier)."""
     fatbin = stats.get("fatbin", _NOTHING)
     used = fatbin.hits or fatbin.misses or any(t.entries for t in fatbin.tiers.values())
+    listed = always_listed() - {"fatbin"}
     return tuple(stage for stage in ALL_STAGES
-                 if stage in STAGES or (stage in stats and (stage != "fatbin" or used)))
+                 if stage in listed or (stage in stats and (stage != "fatbin" or used)))
 
 
 def saved_seconds(stats) -> Dict[str, Dict[str, float]]:

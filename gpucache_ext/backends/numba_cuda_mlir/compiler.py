@@ -400,7 +400,10 @@ def normalize_signature(sig) -> tuple:
     """`sig` as numba-cuda-mlir's argument types: its signature string
     ("void(float32[:], float32)"), or a tuple of its types."""
     if isinstance(sig, str) or hasattr(sig, "args"):
-        argtypes, return_type = sigutils.normalize_signature(sig)
+        try:
+            argtypes, return_type = sigutils.normalize_signature(sig)
+        except Exception as exc:
+            raise TypeError(f"invalid kernel signature {sig!r}: {exc}") from exc
         if return_type not in (None, _types.void, _types.none):
             raise TypeError(f"a kernel returns nothing: {sig!r} returns {return_type}")
         return tuple(argtypes)

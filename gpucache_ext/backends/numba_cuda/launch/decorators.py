@@ -48,13 +48,15 @@ def jit(func_or_sig=None, device: bool = False, **options: Any):
     once per distinct set of argument types.  ``cache=True`` is accepted and
     changes nothing: every kernel is cached.
 
-    ``backend="mlir"`` (or a ``numba_cuda_mlir.cuda.jit`` kernel given):
+    ``backend="mlir"`` (or a ``numba_cuda_mlir.cuda.jit`` kernel given, or
+    no backend named where numba-cuda-mlir alone is installed):
     numba-cuda-mlir's ``cuda.jit``, its kernels' overloads compiled through
     the cache (`gpucache_ext.backends.numba_cuda_mlir.launch.jit`).
     """
+    from ... import backend as named_backend, default_backend
+
     backend = options.pop("backend", None)
-    if (backend is not None and _mlir(backend)) or (type(func_or_sig).__module__ or "").startswith("numba_cuda_mlir"):
-        from ... import backend as named_backend
+    if _mlir(backend or default_backend()) or (type(func_or_sig).__module__ or "").startswith("numba_cuda_mlir"):
 
         named_backend("mlir").check_can_compile()  # (numba-cuda-mlir not installed: which extra brings it)
         from ...numba_cuda_mlir.launch import jit as mlir_jit

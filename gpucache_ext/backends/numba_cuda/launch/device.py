@@ -14,17 +14,17 @@ import logging
 from typing import Optional, Tuple
 
 from .... import memos
+from ....importing import installed
 
 log = logging.getLogger(__name__)
 
 
 @memos.cached("backends.numba_cuda.launch.device.gpu_available", maxsize=1)
 def gpu_available() -> bool:
-    """True when a CUDA driver and at least one GPU are present."""
+    """True when a CUDA driver and at least one GPU are present (asked of
+    numba-cuda, else of numba-cuda-mlir where it is installed alone)."""
     try:
-        from numba import cuda
-
-        return bool(cuda.is_available())
+        return bool(_cuda().is_available())
     except Exception:
         log.debug("no CUDA driver or GPU", exc_info=True)
         return False
@@ -34,7 +34,9 @@ def cuda_simulator_on() -> bool:
     """Whether numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM=1``, read
     by numba-cuda's own config): ``numba.cuda`` is then the simulator, which
     runs kernels in Python and compiles nothing, and numba-cuda's compiler
-    cannot be imported."""
+    cannot be imported.  False where numba-cuda is not installed."""
+    if not installed("numba_cuda"):
+        return False
     from numba.cuda.core import config
 
     return bool(config.ENABLE_CUDASIM)
@@ -54,9 +56,16 @@ def simulator_imported() -> bool:
 
 def device_cc() -> Tuple[int, int]:
     """The current GPU's compute capability (needs a GPU)."""
-    from numba import cuda
+    return tuple(_cuda().get_current_device().compute_capability)
 
-    return tuple(cuda.get_current_device().compute_capability)
+
+def _cuda():
+    """``numba.cuda``, or numba-cuda-mlir's ``cuda`` where numba-cuda is not installed."""
+    if installed("numba_cuda"):
+        from numba import cuda
+    else:
+        from numba_cuda_mlir import cuda
+    return cuda
 
 
 def default_sm(setting: Optional[str] = None) -> int:
