@@ -125,3 +125,52 @@ def test_both_front_ends_find_the_same_toolchain_files():
     assert mlir_libs.get_libdevice() == numba_libs.get_libdevice()
     assert mlir_libs.get_cudalib("cudadevrt", static=True) == numba_libs.get_cudalib("cudadevrt", static=True)
 
+
+@pytest.mark.slow
+def test_the_mlir_tour_tells_the_truth_on_the_first_and_the_second_run(tmp_path, monkeypatch):
+    """examples/quickstart.py --backend mlir (its default where numba-cuda-mlir
+    is installed alone): each %%gpukernel cell's report is what its text says,
+    twice over, and the user's cache folder is left alone."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    import nbformat
+
+    from .helpers import ROOT
+
+    user_cache = tmp_path / "user-cache"
+    monkeypatch.setenv("GPUCACHE_DIR", str(user_cache))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
+    stages = ("typing", "mlir", "ptx", "cubin")
+    patterns = []
+    for run in (1, 2):
+        saved = tmp_path / f"run{run}.ipynb"
+        printed = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py"), "--backend", "mlir",
+                                  "--save", str(saved)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                                 check=True).stdout
+        notebook = nbformat.read(saved, as_version=4)
+        outputs = {cell.source: "\n".join(filter(None, (o.get("text") or o.get("data", {}).get("text/plain", "")
+                                                        for o in cell.get("outputs", []))))
+                   for cell in notebook.cells if cell.cell_type == "code"}
+        assert not [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        rows = []
+        for source, text in outputs.items():
+            if not source.startswith("%%gpukernel"):
+                continue
+            assert text.strip() in printed
+            header, line = [each for each in text.splitlines() if each.strip()][:2]
+            starts = [m.start() for m in re.finditer(r"\S+", header)]
+            row = {name: line[a:b].strip() for name, a, b in zip(header.split(), starts, starts[1:] + [None])}
+            rows.append(([stage for stage in stages if row[stage] == "MISS"], row["why"]))
+        cold, repeat, opt0, retarget = rows
+        assert cold[0] == list(stages) and "first compile of axpy" in cold[1]
+        assert repeat[0] == []
+        assert opt0[0] == ["mlir", "ptx", "cubin"] and "opt 3 -> 0" in opt0[1]
+        assert {"mlir", "ptx", "cubin"} <= set(retarget[0]) and "sm 80 -> 86" in retarget[1]
+        assert "gpu.module" in printed and ".target sm_86" in printed and "'registers'" in printed
+        assert "needs an NVIDIA GPU" in printed or "[1. 3. 5. 7. 9.]" in printed
+        patterns.append(rows)
+    assert patterns[0] == patterns[1]
+    assert not any(p.is_file() for p in user_cache.rglob("*"))  # (the tour keeps its own cache)
