@@ -10,6 +10,7 @@ from ...importing import lazy_module
 from ...keys.stagespec import Chain
 from ...sources.snapshot import rebind
 from ..base import Backend
+from . import translate
 
 # numba-cuda-mlir's compiler, imported by the first compile (1-2 s)
 compiler = lazy_module("gpucache_ext.backends.numba_cuda_mlir.compiler")
@@ -95,7 +96,9 @@ class NumbaCudaMlir(Backend):
 
     def build(self, stage: str, plan, upstream):
         if stage == "typing":
-            pyfunc = rebind(plan.identity, lambda dispatcher, identity: dispatcher)
+            # (a numba-cuda kernel, in a sweep --backend numba-cuda,mlir: numba-cuda's names as numba-cuda-mlir's)
+            proxy = translate.device_proxy(rebind, plan.kernel)
+            pyfunc = translate.translated(rebind(plan.identity, proxy), plan.kernel)
             return compiler.run_typing(pyfunc, plan.argtypes, plan.config, plan.kernel)
         if stage == "mlir":
             return compiler.run_mlir(upstream, plan.config)

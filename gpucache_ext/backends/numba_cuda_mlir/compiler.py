@@ -407,13 +407,23 @@ def normalize_signature(sig) -> tuple:
         if return_type not in (None, _types.void, _types.none):
             raise TypeError(f"a kernel returns nothing: {sig!r} returns {return_type}")
         return tuple(argtypes)
-    argtypes = tuple(sig)
-    for each in argtypes:
-        if not isinstance(each, _types.Type):
-            raise TypeError(
-                f"{each!r} is no numba-cuda-mlir type: give the signature as a string "
-                "(\"void(float32[:], float32)\") or with numba_cuda_mlir's types")
-    return argtypes
+    return tuple(each if isinstance(each, _types.Type) else _namesake_type(each) for each in sig)
+
+
+def _namesake_type(given):
+    """numba-cuda-mlir's type for `given`, numba-cuda's (the argument types
+    of a numba-cuda kernel's launch, compiled in a sweep --backend
+    numba-cuda,mlir): scalars by name, arrays by dtype, dimensions, layout
+    and mutability; anything else refused."""
+    if type(given).__name__ == "Array" and hasattr(given, "dtype") and hasattr(given, "ndim"):
+        return _types.Array(_namesake_type(given.dtype), given.ndim, given.layout, readonly=not given.mutable,
+                            aligned=given.aligned)
+    found = getattr(_types, str(given), None) if type(given).__module__.startswith("numba.") else None
+    if isinstance(found, _types.Type) and type(found).__name__ == type(given).__name__:
+        return found
+    raise TypeError(
+        f"{given!r} is no numba-cuda-mlir type: give the signature as a string "
+        "(\"void(float32[:], float32)\") or with numba_cuda_mlir's types")
 
 
 def settings() -> Dict[str, Any]:
