@@ -94,3 +94,43 @@ def kernel(r):
     with pytest.raises(UnsupportedKernelError, match="reads the global numba .*no namesake.*--backend numba-cuda"):
         KernelCache().compile(unknown, "void(float32[:])", config)
 
+
+def test_a_cell_compiles_its_numba_cuda_kernels_with_both_compilers_side_by_side(ip, capsys):
+    """``--backend numba-cuda,mlir``: "does my kernel compile as well under the
+    successor?" in one cell: both builds, their registers and sizes side by
+    side; launches run numba-cuda's (the kernel's own), which stays bound."""
+    import numpy as np
+    from IPython.core.error import UsageError
+
+    from gpucache_ext.errors import ConfigError
+
+    from .helpers import cell
+
+    line = f"--sm 86 --backend numba-cuda,mlir --sig '{samples.AXPY_SIG}'"
+    cell(ip, line, samples.AXPY)
+    shown = capsys.readouterr().out
+    kernel = ip.user_ns["axpy"]
+    variants = kernel.variants
+    assert [v.config.backend for v in variants] == ["numba-cuda", "mlir"] and [v.bound for v in variants] == [True,
+                                                                                                            False]
+    (numba_cuda,), (mlir,) = (tuple(v.results.values()) for v in variants)
+    assert list(numba_cuda.stages) == ["typing", "llvm", "ptx", "cubin"]
+    assert list(mlir.stages) == ["typing", "mlir", "ptx", "cubin"]
+    native = KernelCache().compile(load(samples.AXPY, swapped=True)["axpy"], samples.AXPY_SIG,
+                                   CompileConfig(sm=86, backend="mlir"))
+    assert mlir.ptx.replace("translated_sample", "__main__") == native.ptx.replace("translated_sample", "__main__")
+    assert "first compile of axpy with numba-cuda-mlir" in shown  # (not explained against numba-cuda's entries)
+    moved = f"registers {numba_cuda.resources['registers']} -> {mlir.resources['registers']} when backend went " \
+            "numba-cuda -> mlir"
+    assert numba_cuda.resources["registers"] == mlir.resources["registers"] or moved in shown, shown
+    with pytest.raises(ConfigError, match="built to compare, not to launch"):
+        kernel.use(backend="mlir")
+    x = np.arange(64, dtype=np.float32)
+    r = np.zeros_like(x)
+    kernel[1, 64](r, np.float32(2), x, x)  # (numba-cuda's build: on its simulator without a GPU)
+    assert np.allclose(r, 3 * x)
+    cell(ip, line, samples.AXPY)  # again: every stage of both a hit
+    assert all(s.hit for v in ip.user_ns["axpy"].variants for r in v.results.values() for s in r.stages.values())
+    with pytest.raises(UsageError, match="compare both compilers' builds of numba-cuda kernels with --backend "
+                                         "numba-cuda,mlir"):
+        cell(ip, "--sm 86 --backend mlir", samples.AXPY)

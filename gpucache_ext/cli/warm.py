@@ -117,8 +117,7 @@ def _configs(args) -> List[Any]:
 
     try:
         targets = Targets(args.sm).sms
-        base, swept = config_from_flags(args, targets[0])
-        check_cell_flags(base)
+        base, swept = check_cell_flags(*config_from_flags(args, targets[0]))
         variants = combinations(base, swept) if swept else [base]
     except ValueError as exc:
         raise CommandError(str(exc)) from None

@@ -220,8 +220,7 @@ class GpuCacheMagics(Magics):
                 targets = Targets(sm, args.ptx)
                 sm = targets.sms[0]
             # several values of a flag: a sweep (`gpucache_ext.sweeps`), its first values bound
-            config, swept = config_from_flags(args, sm)
-            check_cell_flags(config)
+            config, swept = check_cell_flags(*config_from_flags(args, sm))
             variants = combinations(config, swept) if any(len(v) > 1 for v in swept.values()) else ()
             return KernelSpec(config, targets, pinned=args.sm is not None or targets is not None,
                               variants=tuple(variants), blocks=tuple(blocks), dynamic_shared=dynamic[0],

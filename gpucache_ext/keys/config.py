@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import logging
 import re
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
 from .. import memos
@@ -477,14 +477,21 @@ def config_from_flags(given: Any, sm: Any) -> Tuple["CompileConfig", Dict[str, t
     return CompileConfig(sm=sm, **fields), swept
 
 
-def check_cell_flags(config: "CompileConfig") -> None:
-    """Refuse what a cell's line (the magic's, ``gpucache warm``'s) may not
-    set yet, with a `ValueError` naming the flag: ``--backend`` (in a cell the
-    import decides the compiler)."""
-    if config.backend is not None:
-        raise ValueError("--backend: in a cell the import decides the compiler for now "
-                         "(from numba_cuda_mlir import cuda: numba-cuda-mlir; from numba import cuda: "
-                         "numba-cuda); leave --backend out")
+def check_cell_flags(config: "CompileConfig", swept: Dict[str, Sequence]) -> Tuple["CompileConfig", dict]:
+    """`config` and `swept` (`config_from_flags`) as a cell's line (the
+    magic's, ``gpucache warm``'s) may give them, or a `ValueError` naming the
+    flag.  ``--backend``: in a cell the import decides the compiler, so one
+    backend alone is refused; ``--backend numba-cuda,mlir`` compares both
+    compilers' builds of numba-cuda kernels: its variants are the kernel's
+    own compiler's (bound first: launches run its code) and numba-cuda-mlir's."""
+    given = tuple(swept.get("backend") or ((config.backend,) if config.backend is not None else ()))
+    if not given:
+        return config, swept
+    if sorted(given) != ["mlir", "numba-cuda"]:
+        raise ValueError("--backend: in a cell the import decides the compiler (from numba_cuda_mlir import "
+                         "cuda: numba-cuda-mlir; from numba import cuda: numba-cuda); leave --backend out, or "
+                         "compare both compilers' builds of numba-cuda kernels with --backend numba-cuda,mlir")
+    return config.replace(backend="numba-cuda"), {**swept, "backend": ("numba-cuda", "mlir")}
 
 
 def with_consts(words: List[str]) -> List[str]:

@@ -121,8 +121,20 @@ class VariantSet:
         with self._lock:
             return [*self.results.values(), *(r for found in self._others.values() for r in found.values())]
 
+    def launchable(self, config: CompileConfig) -> bool:
+        """Whether launches can use `config`'s variant: one its kernel's own
+        compiler built (the first variant's; a sweep --backend
+        numba-cuda,mlir also builds numba-cuda-mlir's, to compare)."""
+        return config.backend == self.configs[0].backend
+
     def bind(self, chosen: CompileConfig) -> None:
         """Make `chosen` (one of `configs`) the variant launches use, with current results."""
+        if not self.launchable(chosen):
+            own = self.configs[0].backend
+            raise ConfigError(
+                f"{self.name}'s variant {chosen.summary()} is built to compare, not to launch: {self.name} is "
+                f"{own}'s kernel, whose launches run {own}'s build (kernel.variants lists both); to launch "
+                f"numba-cuda-mlir's, define the kernel with from numba_cuda_mlir import cuda", field="backend")
         with self._lock:
             if chosen == self.bound:
                 return

@@ -398,7 +398,9 @@ class Pipeline:
                                         tools=filing.tools))
             token = variant_token(token, reads)
             refusals.append(self.store.take_refusal(stage, token.hex))
-        reasons = (Reason(filing.why_forced),) if filing.forced else self._explain(stage, token, kernel, filing.members)
+        packages = tuple(tool for tool in filing.tools if tool not in STAGE_SPEC[stage].tools)  # (its compiler's)
+        reasons = (Reason(filing.why_forced),) if filing.forced else self._explain(stage, token, kernel,
+                                                                                  filing.members, packages)
         # an entry a tier refused (its signature) is why this stage compiled, first of all
         reasons = tuple(dict.fromkeys(Reason(r) for r in refusals if r)) + reasons
         self.store.put(stage, artifact_entry(stage, token.hex, kernel, artifact, token.components, seconds,
@@ -409,9 +411,9 @@ class Pipeline:
         self.store.compiled(stage, seconds)
         return token, reasons
 
-    def _explain(self, stage, token: Token, kernel, members=None) -> Tuple[Reason, ...]:
+    def _explain(self, stage, token: Token, kernel, members=None, packages=()) -> Tuple[Reason, ...]:
         """Why `stage` missed (see `queries.explain_miss`); kept among the recent misses."""
-        reasons = queries.explain_miss(self.index, stage, kernel, token.components, members)
+        reasons = queries.explain_miss(self.index, stage, kernel, token.components, members, packages)
         with self._lock:
             self.misses.append({"kernel": kernel, "stage": stage, "token": token.hex,
                                 "reasons": reasons, "time": time.time()})

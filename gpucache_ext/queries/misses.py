@@ -19,7 +19,7 @@ import dataclasses
 import hashlib
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..keys.config import CompileConfig
 from ..keys.stagespec import DEFAULT_CHAIN, TARGET_STAGES
@@ -98,17 +98,32 @@ def _fatbin_reasons(wanted: Mapping[str, Component], old: Mapping[str, Component
     return tuple(reasons) + explain_difference(rest, rest_old)
 
 
-def _candidates(index: "CacheIndex", stage: str, kernel: str) -> Iterator[Tuple[str, Mapping[str, Component]]]:
+def _candidates(index: "CacheIndex", stage: str, kernel: str,
+                packages: Sequence[str] = ()) -> Iterator[Tuple[str, Mapping[str, Component]]]:
     """(token, components) of the kernel's entries at `stage`: this process's
     history and memory first, then, only where those know none, every
-    persistent tier's."""
-    history = index.history(stage, kernel)
-    memory = index.in_memory(stage, kernel)
+    persistent tier's; of those, the ones the compiler of `packages` built
+    (`same_compiler`)."""
+    history = [c for c in index.history(stage, kernel) if same_compiler(c[1], packages)]
+    memory = [c for c in index.in_memory(stage, kernel) if same_compiler(c[1], packages)]
     yield from history
     yield from memory
     if history or memory:
         return
-    yield from index.persisted(stage, kernel)
+    yield from (c for c in index.persisted(stage, kernel) if same_compiler(c[1], packages))
+
+
+def same_compiler(components: Mapping[str, Component], packages: Sequence[str]) -> bool:
+    """Whether the entry of these token components was built by the
+    compiler whose own packages (its chain's tools beyond the stage's:
+    "numba-cuda", "numba-cuda-mlir") are `packages` (): any): its
+    toolchain names each.  A kernel compiled by both (a sweep --backend
+    numba-cuda,mlir) is explained against its own compiler's entries alone."""
+    if not packages:
+        return True
+    toolchain = components.get("toolchain")
+    words = set(toolchain.shown.split()) if toolchain is not None else set()
+    return all(package in words for package in packages)
 
 
 def nearest(candidates: Iterable[Tuple[str, Mapping[str, Component]]], components: Mapping[str, Component],
@@ -144,26 +159,30 @@ def _distance(mine: Mapping[str, Component], theirs: Mapping[str, Component], na
 
 
 def explain_miss(index: "CacheIndex", stage: str, kernel: str, components: Mapping[str, Component],
-                 members: Optional[Mapping[str, Optional[str]]] = None) -> Tuple[Reason, ...]:
+                 members: Optional[Mapping[str, Optional[str]]] = None,
+                 packages: Sequence[str] = ()) -> Tuple[Reason, ...]:
     """Why `stage` of `kernel` misses with these token components: how they
     differ from the nearest entry's (see `nearest`) in `index` (a cache's
-    `KernelCache.index`); `members` as `miss_reasons`."""
+    `KernelCache.index`) of those its compiler built (`packages`: its own
+    packages, `same_compiler`); `members` as `miss_reasons`."""
     short = short_name(kernel)
     dropped = index.dropped(stage, make_token(stage, {k: v for k, v in components.items() if k != "stage"}).hex)
     if dropped is not None:  # this very entry was dropped: that is why (also after a restart)
         tier, why, when = dropped
         ago = format_age(max(0.0, time.time() - when))
         return (Reason(f"entry was {DROPPED[why]} from the {tier} tier {ago} ago"),)
-    found = nearest(_candidates(index, stage, kernel), components)
+    found = nearest(_candidates(index, stage, kernel, packages), components)
     if found is None:
-        if stage == "typing" and any(True for _ in _candidates(index, "llvm", kernel)):
+        if stage == "typing" and any(True for _ in _candidates(index, "llvm", kernel, packages)):
             # typed IR is kept in memory only; the persistent llvm entries
             # know the kernel, and what their typing was made of
             found = nearest(((token, dict(parts["typing"].parts))
-                             for token, parts in _candidates(index, "llvm", kernel)
+                             for token, parts in _candidates(index, "llvm", kernel, packages)
                              if "typing" in parts and parts["typing"].parts), components)
             reasons = miss_reasons(stage, components, found[1]) if found is not None else ()
             return reasons or (Reason(f"first typing of {short} in this process (typed IR is not kept on disk)"),)
+        if packages and any(True for _ in _candidates(index, stage, kernel)):  # (another compiler's entries)
+            return (Reason(f"first compile of {short} with {packages[-1]}"),)
         return (Reason(f"first compile of {short}"),)
     reasons = miss_reasons(stage, components, found[1], members)
     return reasons or (Reason("entry was evicted or cleared"),)
@@ -264,10 +283,14 @@ def predict(index: "CacheIndex", plan, kernel: str) -> Explanation:
     reasons: Dict[str, Tuple[str, ...]] = {}
     reused_if: Dict[str, str] = {}
     config, chain = plan.config, plan.chain
+
+    def why(stage, components):  # (against its own compiler's entries)
+        return explain_miss(index, stage, kernel, components, packages=dict(chain.tools).get(stage, ()))
+
     entry, token = index.peek(chain.entry, plan.tokens[chain.entry], config.cc)
     digest = entry.digest if entry is not None else None
     outcomes[chain.entry] = Outcome.HIT if entry is not None else Outcome.MISS
-    reasons[chain.entry] = () if entry is not None else explain_miss(index, chain.entry, kernel, token.components)
+    reasons[chain.entry] = () if entry is not None else why(chain.entry, token.components)
     for stage in chain.front[:-1]:
         found, token = index.peek(stage, plan.tokens[stage], config.cc)
         if found is not None:
@@ -276,13 +299,13 @@ def predict(index: "CacheIndex", plan, kernel: str) -> Explanation:
             outcomes[stage], reasons[stage] = Outcome.NOT_NEEDED, ()
         else:
             outcomes[stage] = Outcome.MISS
-            reasons[stage] = explain_miss(index, stage, kernel, token.components)
+            reasons[stage] = why(stage, token.components)
     for stage in chain.back:  # (the stages looked up by the bytes before them, in order)
         upstream = chain.upstream(stage)
         if digest is None:  # its own inputs, against the nearest entry's; the upstream bytes are unknown
             outcomes[stage] = Outcome.MISS
             parts = {name: part for name, part in plan.parts[stage].items() if name != upstream}
-            found = explain_miss(index, stage, kernel, make_token(stage, parts).components)
+            found = why(stage, make_token(stage, parts).components)
             if len(found) == 1 and found[0].is_upstream and found[0].component == upstream:
                 reused_if[stage] = upstream
                 found += (reused_note(upstream),)
@@ -291,7 +314,7 @@ def predict(index: "CacheIndex", plan, kernel: str) -> Explanation:
         entry, token = index.peek(stage, plan.content_token(stage, digest), config.cc)
         digest = entry.digest if entry is not None else None
         outcomes[stage] = Outcome.HIT if entry is not None else Outcome.MISS
-        reasons[stage] = () if entry is not None else explain_miss(index, stage, kernel, token.components)
+        reasons[stage] = () if entry is not None else why(stage, token.components)
     return Explanation({s: reasons[s] for s in chain.stages}, {s: outcomes[s] for s in chain.stages}, reused_if)
 
 

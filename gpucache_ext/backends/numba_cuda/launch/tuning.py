@@ -81,7 +81,9 @@ def tune(kernel, args: Sequence[Any], *, blocks=None, grid=None, runs: int = 5, 
     argtypes = _signature(kernel, args, signature)
     blocks = tuple(blocks or kernel.blocks or DEFAULT_BLOCKS)
     grid_of = _grid_for(grid, args)
-    results = {config: kernel.builds.result(argtypes, config) for config in kernel.sweep}
+    # (the variants it can launch: another compiler's, in a sweep --backend numba-cuda,mlir, are to compare)
+    results = {config: kernel.builds.result(argtypes, config) for config in kernel.sweep
+               if kernel.variant_set.launchable(config)}
     if kernel.on_simulator():
         return _ranked(kernel, results, blocks, grid_of)
     return _timed(kernel, args, argtypes, results, blocks, grid_of, runs, warmup, force)
