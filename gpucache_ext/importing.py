@@ -85,30 +85,54 @@ def _import_failure(what, error):
 
 
 def _unmet_requirements():
-    """'numpy 2.5.5 installed, needs >=1.24,<2.5' for each requirement the environment breaks."""
+    """'numpy 2.5.5 installed, needs >=1.24,<2.5' for each requirement the
+    environment breaks: the core requirements, and those of each extra that
+    looks installed (every package it names is: numba-cuda's cu12 bounds
+    numpy, numba-cuda-mlir's mlir-cu12 does not)."""
     from importlib import metadata
 
     try:
         from packaging.requirements import Requirement
     except ImportError:  # packaging is not a requirement of ours: without it, say nothing more
         return []
-    unmet = []
     try:
-        requires = metadata.requires("gpucache_ext") or []
+        requires = [Requirement(line) for line in metadata.requires("gpucache_ext") or []]
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed
         return []
-    for line in requires:
-        requirement = Requirement(line)
-        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
-            continue  # an extra's requirement, or one for another platform
+
+    def installed_version(name):
         try:
-            version = metadata.version(requirement.name)
+            return metadata.version(name)
         except metadata.PackageNotFoundError:
-            unmet.append(f"{requirement.name} is not installed, needs {requirement.specifier or 'any version'}")
+            return None
+
+    core, extras = [], {}
+    for requirement in requires:
+        if requirement.name == "gpucache_ext":
+            continue  # (an extra naming others)
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            core.append(requirement)
             continue
-        if not requirement.specifier.contains(version, prereleases=True):
+        for extra in _extras_of(requirement):
+            if requirement.marker.evaluate({"extra": extra}):  # (not for another platform or Python)
+                extras.setdefault(extra, []).append(requirement)
+    applying = core + [requirement for wanted in extras.values()
+                       if all(installed_version(r.name) is not None for r in wanted) for requirement in wanted]
+    unmet = []
+    for requirement in dict.fromkeys(applying):
+        version = installed_version(requirement.name)
+        if version is None:
+            unmet.append(f"{requirement.name} is not installed, needs {requirement.specifier or 'any version'}")
+        elif not requirement.specifier.contains(version, prereleases=True):
             unmet.append(f"{requirement.name} {version} installed, needs {requirement.specifier}")
     return unmet
+
+
+def _extras_of(requirement) -> list:
+    """The extras a requirement's marker names (``extra == "cu12"``)."""
+    import re
+
+    return re.findall(r'extra\s*==\s*["\']([^"\']+)["\']', str(requirement.marker))
 
 
 # numba-cuda's front end (its typing, its file search, its dispatcher classes), as numba-cuda ships
