@@ -299,3 +299,24 @@ def test_its_settings_and_variables_are_in_the_tokens(monkeypatch):
     for stage in ("mlir", "ptx", "cubin"):
         assert len({before[stage], by_variable[stage], by_setting[stage]}) == 3, stage
     assert before["typing"] == by_variable["typing"]  # (typing reads numba-cuda-mlir's own code, by its version)
+
+
+def test_a_device_function_is_typed_from_its_snapshot_not_the_live_dispatcher():
+    """Hermetic typing, as numba-cuda's device functions have it: the kernel's
+    build makes the device function anew over its snapshot (the global it
+    read when hashed), and leaves the user's dispatcher uncompiled."""
+    from gpucache_ext.backends.numba_cuda_mlir import translate
+    from gpucache_ext.sources.snapshot import rebind
+    from gpucache_ext.sources.walk import identify
+
+    device = mk.times_factor
+    before = set(device.overloads)
+    result = KernelCache().compile(mk.through_device, mk.UNARY_SIG, CompileConfig(sm=86))
+    assert set(device.overloads) == before  # (not compiled through the user's dispatcher)
+    ident = identify(mk.through_device.py_func, False)
+    proxy = translate.device_proxy(rebind, "through_device")
+    rebound = rebind(ident, proxy)
+    made = rebound.__globals__["times_factor"]
+    assert made is not device and made.py_func.__globals__["FACTOR"] == mk.FACTOR
+    assert made.py_func.__globals__ is not mk.__dict__  # (its own namespace: a later change is not read)
+    assert result.ptx == fresh(mk.through_device, mk.UNARY_SIG, CompileConfig(sm=86)).ptx

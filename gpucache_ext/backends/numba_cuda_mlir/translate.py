@@ -88,12 +88,14 @@ def translated(func: pytypes.FunctionType, qualname: str) -> pytypes.FunctionTyp
 
 
 def device_proxy(rebind: Callable, qualname: str) -> Callable:
-    """The ``proxy_for`` of `sources.snapshot.rebind` for numba-cuda-mlir: its
-    own device functions as they are; a numba-cuda device function made a
-    numba-cuda-mlir one, over its snapshot translated (once per function
-    in one kernel's build)."""
+    """The ``proxy_for`` of `sources.snapshot.rebind` for numba-cuda-mlir: a
+    device function (its own, or numba-cuda's) made anew over its snapshot,
+    translated, with its own options (once per function in one kernel's
+    build), so that typing reads what the token hashed and nothing live, as
+    numba-cuda's device proxies do; the user's dispatcher is left alone."""
     made: Dict[str, Any] = {}
-    dispatchers = loaded_class("numba.cuda.dispatcher", "CUDADispatcher")
+    dispatchers = (loaded_class("numba.cuda.dispatcher", "CUDADispatcher")
+                   + loaded_class("numba_cuda_mlir.descriptor", "MLIRDispatcher"))
 
     def proxy(dispatcher, identity):
         if not isinstance(dispatcher, dispatchers):
