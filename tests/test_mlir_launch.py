@@ -187,3 +187,61 @@ def test_gpucache_auto_runs_a_cell_of_numba_cuda_mlir_kernels_as_a_gpukernel_cel
         assert isinstance(ip.user_ns["wave"], MlirKernel)
     finally:
         ip.run_line_magic("gpucache", "auto off")
+
+
+WARMED_MODULE = '''
+import gpucache_ext
+from numba_cuda_mlir import cuda
+
+
+@gpucache_ext.jit("void(float32[:], float32[:])")
+def double(r, x):
+    for i in range(cuda.grid(1), r.size, cuda.gridsize(1)):
+        r[i] = 2 * x[i]
+
+
+@gpucache_ext.jit("void(float32[:])")
+def one(r):
+    r[0] = 1.0
+'''
+
+
+def test_gpucache_ext_jit_of_a_function_takes_the_compiler_its_import_names(tmp_path, monkeypatch):
+    """The import decides, as in a cell: a function that reads numba-cuda-mlir's
+    cuda, or whose module imports it alone (`one` reads no cuda), becomes its
+    kernel; KernelCache compiles such a function with it too."""
+    import importlib
+
+    monkeypatch.setenv("GPUCACHE_SM", "86")
+    (tmp_path / "mlir_jit_module.py").write_text(WARMED_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("mlir_jit_module")
+    assert isinstance(module.double, MlirKernel) and isinstance(module.one, MlirKernel)
+    assert module.double.last.config.backend == module.one.last.config.backend == "mlir"
+
+    def plain(r):
+        r[mlir_cuda.grid(1)] = 1.0
+
+    assert KernelCache().compile(plain, "void(float32[:])", CompileConfig(sm=86)).config.backend == "mlir"
+
+
+@pytest.mark.slow
+def test_gpucache_warm_builds_numba_cuda_mlir_kernels_of_a_module_and_a_notebook(tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from .helpers import gpucache
+
+    module = tmp_path / "warmed_mlir.py"
+    module.write_text(WARMED_MODULE)
+    cache = tmp_path / "cache"
+    for expected in ("4 built, 0 already cached", "0 built, 4 already cached"):
+        out = gpucache("warm", "--sm", "80,86", "--fastmath", "on", module, "--dir", cache).stdout
+        assert expected in out and "fastmath=True backend=mlir" in out, out
+    notebook = tmp_path / "mlir.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("%load_ext gpucache_ext"), new_code_cell("SCALE = 2.0"),
+                                       new_code_cell("%%gpukernel --sig 'void(float32[:], float32[:])'\n" + MLIR_CELL)],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}), notebook)
+    for expected in ("3 entries built, 0 already cached", "0 entries built, 3 already cached"):
+        out = gpucache("warm", "--sm", "86", notebook, "--dir", cache).stdout
+        assert "1 %%gpukernel cells run; " + expected in out, out

@@ -14,6 +14,7 @@ a compile uses.  docs/design.md says how to add one.
 
 from __future__ import annotations
 
+from types import FunctionType, ModuleType
 from typing import Dict, Iterator, Optional
 
 from .base import Backend
@@ -35,6 +36,9 @@ _REGISTERED: Dict[str, str] = {
 _ALIASES = {"numba-cuda-mlir": MLIR_BACKEND, "numba_cuda_mlir": MLIR_BACKEND, "numba_cuda": DEFAULT_BACKEND}
 # the module a kernel object of each backend's compiler comes from (`backend_for`)
 _KERNEL_MODULES = (("numba_cuda_mlir", MLIR_BACKEND),)
+# The modules whose objects a plain function reads tell its compiler (its import: `imported_backend`)
+_IMPORTED_MODULES = (("numba_cuda_mlir", MLIR_BACKEND), ("numba.cuda", DEFAULT_BACKEND),
+                     ("numba_cuda", DEFAULT_BACKEND))
 _MADE: Dict[str, Backend] = memos.state("backends._MADE", {},
                              "one backend object a process: every pipeline holds it")
 
@@ -83,14 +87,46 @@ def always_listed() -> frozenset:
     return frozenset(chain.stages + ("fatbin",))
 
 
-def backend_for(name: Optional[str], func=None) -> Backend:
+def backend_for(name: Optional[str], func=None, module: bool = False) -> Backend:
     """The backend a compile of `func` uses: `name` (a config's ``backend``)
     where given, else the one whose compiler made `func` (a
-    ``numba_cuda_mlir.cuda.jit`` kernel: mlir), else the default."""
-    if name is None:
-        module = (type(func).__module__ or "") if func is not None else ""
+    ``numba_cuda_mlir.cuda.jit`` kernel: mlir), else, for a plain function,
+    the one whose ``cuda`` it reads (`imported_backend`; `module`: else the
+    one its module imported), else the default."""
+    if name is None and func is not None:
+        module = type(func).__module__ or ""
         name = next((each for prefix, each in _KERNEL_MODULES if module.startswith(prefix)), None)
+        if name is None and isinstance(func, FunctionType):
+            name = imported_backend(func, module)
     return backend(name)
+
+
+def imported_backend(func: FunctionType, module: bool = False) -> Optional[str]:
+    """The backend whose objects the plain function `func` reads as globals
+    (``from numba_cuda_mlir import cuda``: mlir; ``from numba import cuda``:
+    numba-cuda): the import decides, as in a cell.  With `module`, where
+    those decide nothing, the backend whose modules its module imported (a
+    kernel that reads no ``cuda.``, decorated with ``gpucache_ext.jit``).
+    None where nothing decides, or both do."""
+    found = _backend_of(func.__globals__.get(name) for name in func.__code__.co_names)
+    if found is None and module:
+        found = _backend_of(value for value in list(func.__globals__.values()) if isinstance(value, ModuleType))
+    return found or None
+
+
+def _backend_of(values) -> Optional[str]:
+    """The one backend whose objects are among `values` ("" where two are)."""
+    found = None
+    for value in values:
+        if value is None:
+            continue
+        module = value.__name__ if isinstance(value, ModuleType) else (type(value).__module__ or "")
+        each = next((backend for prefix, backend in _IMPORTED_MODULES if module.startswith(prefix)), None)
+        if each is not None:
+            if found is not None and each != found:
+                return ""
+            found = each
+    return found
 
 
 def backend(name: Optional[str] = None) -> Backend:

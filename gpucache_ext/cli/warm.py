@@ -86,28 +86,46 @@ def warm_module(target: str, configs: List[Any], env: Dict[str, str]) -> Dict[st
     of `configs` (`_configs`)."""
     os.environ.update(env)
     module = _import(target)
-    from ..backends.numba_cuda.launch.kernel import Kernel
-    from ..backends.numba_cuda.options import config_with_options
+    from ..importing import loaded_class
     from ..pipeline.results import short_signature
 
     built, cached, not_warmed = [], [], []
-    kernels = {name: value for name, value in vars(module).items() if isinstance(value, Kernel)}
+    kinds = (loaded_class("gpucache_ext.backends.numba_cuda.launch.kernel", "Kernel")
+             + loaded_class("gpucache_ext.backends.numba_cuda_mlir.launch", "MlirKernel"))
+    kernels = {name: value for name, value in vars(module).items() if isinstance(value, kinds)}
     if not kernels:
         not_warmed.append({"what": target, "why": "it defines no gpucache_ext.jit kernel (a kernel of "
                            "numba.cuda.jit is numba's own, not cached: decorate it with gpucache_ext.jit)"})
     for name, kernel in sorted(kernels.items()):
-        if not kernel.declared:
+        func, declared, config_for, link = _warmed(kernel)
+        if not declared:
             not_warmed.append({"what": name, "why": "a lazy kernel (no signature): it compiles at its first "
                                "launch, for its arguments' types; give it one to warm it, e.g. "
                                "@gpucache_ext.jit(\"void(float32[:])\")"})
             continue
-        for config, argtypes in itertools.product(configs, kernel.declared):
-            config = config_with_options(config, kernel.options)
-            result = kernel.cache.compile(kernel.py_func, argtypes, config, link=kernel.options.get("link") or ())
+        for config, argtypes in itertools.product(configs, declared):
+            config = config_for(config)
+            result = kernel.cache.compile(func, argtypes, config, link=link)
             row = {"kernel": name, "signature": short_signature(argtypes), "config": config.summary()}
             (built if any(not done.hit for stage, done in result.stages.items() if STAGE_SPEC[stage].persisted)
              else cached).append(row)
     return {"target": target, "built": built, "cached": cached, "not_warmed": not_warmed}
+
+
+def _warmed(kernel):
+    """What a module's kernel is warmed as: (the function compiled, its
+    declared argument types, the config of a warm config for it (its
+    decorator's options win), what it links).  A numba-cuda-mlir kernel's
+    declared signatures are those it compiled when decorated."""
+    if type(kernel).__name__ == "MlirKernel":
+        from ..backends.numba_cuda_mlir.launch import config_over
+
+        return (kernel.source, tuple(kernel.results),
+                lambda config: config_over(config, kernel.source.targetoptions), ())
+    from ..backends.numba_cuda.options import config_with_options
+
+    return (kernel.py_func, kernel.declared, lambda config: config_with_options(config, kernel.options),
+            kernel.options.get("link") or ())
 
 
 def _configs(args) -> List[Any]:

@@ -65,6 +65,18 @@ def config_of(targetoptions: Dict[str, Any], sm: Optional[int] = None) -> Compil
     return CompileConfig(sm=sm if sm is not None else 86, backend="mlir", **fields)
 
 
+def config_over(config: CompileConfig, targetoptions: Dict[str, Any]) -> CompileConfig:
+    """`config` (a warm's flags) with a numba-cuda-mlir kernel's own options
+    over it, where they are not the defaults (its decorator's win, as
+    numba-cuda's do: `options.config_with_options`)."""
+    own = config_of(targetoptions, config.sm)
+    default = CompileConfig(sm=config.sm)
+    given = {name: getattr(own, name) for name in ("opt", "fastmath", "debug", "lineinfo", "max_registers",
+                                                     "launch_bounds", "lto")
+             if getattr(own, name) != getattr(default, name)}
+    return config.replace(backend="mlir", **given)
+
+
 class _PipelineHook:
     """What numba-cuda-mlir asks of a dispatcher's cache (its `Cache`'s
     interface): `load_overload` answered by the kernel's `KernelCache`;

@@ -48,21 +48,34 @@ def jit(func_or_sig=None, device: bool = False, **options: Any):
     once per distinct set of argument types.  ``cache=True`` is accepted and
     changes nothing: every kernel is cached.
 
-    ``backend="mlir"`` (or a ``numba_cuda_mlir.cuda.jit`` kernel given, or
-    no backend named where numba-cuda-mlir alone is installed):
-    numba-cuda-mlir's ``cuda.jit``, its kernels' overloads compiled through
-    the cache (`gpucache_ext.backends.numba_cuda_mlir.launch.jit`).
+    ``backend="mlir"``, or none named for a ``numba_cuda_mlir.cuda.jit``
+    kernel or a function that reads ``from numba_cuda_mlir import cuda``
+    (the import decides, as in a cell), or where numba-cuda-mlir alone is
+    installed: numba-cuda-mlir's ``cuda.jit``, its kernels' overloads
+    compiled through the cache (`gpucache_ext.backends.numba_cuda_mlir.launch.jit`).
     """
-    from ... import backend as named_backend, default_backend
+    from ... import backend_for, canonical_backend
 
     backend = options.pop("backend", None)
-    if _mlir(backend or default_backend()) or (type(func_or_sig).__module__ or "").startswith("numba_cuda_mlir"):
+    library = library_caller(sys._getframe(1))
+    deferred = func_or_sig is None or isinstance(func_or_sig, (str, list, tuple)) or hasattr(func_or_sig, "args")
+    if backend is None and deferred:  # @jit(sig, ...), @jit(...): the function it decorates decides
+        return lambda func: _jit(func_or_sig, device, options, backend_for(None, func, module=True).name,
+                                 library)(func)
+    name = canonical_backend(backend) if backend is not None else backend_for(None, func_or_sig, module=True).name
+    return _jit(func_or_sig, device, options, name, library)
+
+
+def _jit(func_or_sig, device: bool, options, backend: str, library):
+    """`jit` for the backend called `backend`; `library`: the library module
+    that called it (None: the user's code)."""
+    if backend == "mlir":
+        from ... import backend as named_backend
 
         named_backend("mlir").check_can_compile()  # (numba-cuda-mlir not installed: which extra brings it)
         from ...numba_cuda_mlir.launch import jit as mlir_jit
 
         return mlir_jit(func_or_sig, **({"device": True} if device else {}), **options)
-    library = library_caller(sys._getframe(1))
     if cuda_simulator_on() or (library is not None and (
             library not in CACHED_LIBRARY_KERNELS or (device and library in NUMBA_CORES))):
         # numba's CUDA simulator (on at import, or turned on since: numba's jit reads it as it
@@ -74,12 +87,6 @@ def jit(func_or_sig=None, device: bool = False, **options: Any):
     if func is None:
         return lambda func: _decorate(func, sigs, device, options)
     return _decorate(func, sigs, device, options)
-
-
-def _mlir(backend: str) -> bool:
-    from ... import canonical_backend
-
-    return canonical_backend(backend) == "mlir"
 
 
 # Library modules whose kernels go through the cache where ``cuda.jit`` stands
