@@ -320,3 +320,17 @@ def test_a_device_function_is_typed_from_its_snapshot_not_the_live_dispatcher():
     assert made is not device and made.py_func.__globals__["FACTOR"] == mk.FACTOR
     assert made.py_func.__globals__ is not mk.__dict__  # (its own namespace: a later change is not read)
     assert result.ptx == fresh(mk.through_device, mk.UNARY_SIG, CompileConfig(sm=86)).ptx
+
+
+def test_the_shared_tier_serves_mlir_entries_to_another_cache(redis_server):
+    """numba-cuda-mlir's stages through the Redis tier, signed: another user's
+    empty cache reads the mlir, ptx and cubin entries the first one built."""
+    config = CompileConfig(sm=86)
+    first = KernelCache(redis_url=redis_server.url, secret="team").compile(mk.axpy, mk.AXPY_SIG, config)
+    other = KernelCache(redis_url=redis_server.url, secret="team")
+    result = other.compile(mk.axpy, mk.AXPY_SIG, config)
+    assert [result.stages[s].tier for s in ("mlir", "ptx", "cubin")] == ["shared"] * 3
+    assert (result.mlir, result.ptx, result.cubin) == (first.mlir, first.ptx, first.cubin)
+    assert [row.kernel for row in other.entries(stage="mlir")] == ["tests.mlir_kernels.axpy"]
+    assert KernelCache(redis_url=redis_server.url, secret="another").compile(
+        mk.axpy, mk.AXPY_SIG, config).stages["mlir"].tier != "shared"  # (signed by another secret: refused)
