@@ -245,3 +245,28 @@ def test_gpucache_warm_builds_numba_cuda_mlir_kernels_of_a_module_and_a_notebook
     for expected in ("3 entries built, 0 already cached", "0 entries built, 3 already cached"):
         out = gpucache("warm", "--sm", "86", notebook, "--dir", cache).stdout
         assert "1 %%gpukernel cells run; " + expected in out, out
+
+
+def test_the_inspector_lists_shows_and_explains_mlir_entries(ip):
+    """The inspector over numba-cuda-mlir's entries: listed with their stage,
+    the MLIR shown as an artifact, why each was built along its own chain,
+    and the mlir stage in the summary."""
+    import gpucache_ext
+
+    from .test_widgets import cell, listed, part  # (cells numbered, as a notebook's are)
+
+    ip.user_ns["SCALE"] = 2.0
+    cell(ip, "--sm 86 --sig 'void(float32[:], float32[:])'", MLIR_CELL)
+    cell(ip, "--sm 86 --opt 0 --sig 'void(float32[:], float32[:])'", MLIR_CELL)
+    result = ip.user_ns["wave"].last
+    inspector = gpucache_ext.inspector()
+    labels, values = listed(inspector)
+    assert ("mlir", result.stages["mlir"].token) in values and not any(stage == "llvm" for stage, _ in values)
+    inspector.select("mlir", result.stages["mlir"].token)
+    page = part(inspector, "gpucache-entry-view").get_state()["value"]
+    assert "gpu.module" in page and "opt 3 -&gt; 0" in page and "<script" not in page
+    inspector.select("ptx", result.stages["ptx"].token)
+    page = part(inspector, "gpucache-entry-view").get_state()["value"]
+    assert "mlir input changed" in page and ".target sm_86" in page
+    summary = part(inspector, "gpucache-summary").get_state()["value"]
+    assert ">mlir<" in summary

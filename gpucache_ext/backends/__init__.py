@@ -20,7 +20,7 @@ from typing import Dict, Iterator, Optional
 from .base import Backend
 from .. import memos
 from ..importing import import_named, installed
-from ..keys.stagespec import DEFAULT_CHAIN
+from ..keys.stagespec import DEFAULT_CHAIN, Chain
 
 __all__ = ["Backend", "DEFAULT_BACKEND", "MLIR_BACKEND", "backend", "backend_for", "canonical_backend",
            "default_backend", "register_backend", "registered_backends"]
@@ -74,6 +74,20 @@ def default_backend() -> str:
         if installed(package):
             return name
     return DEFAULT_BACKEND  # (its first compile says what to install)
+
+
+def chain_of(config_fields) -> Chain:
+    """The chain a stored entry was built through, from its config's fields
+    (`Entry.config_fields`): that of the backend they name; numba-cuda's
+    (`DEFAULT_CHAIN`, read without importing numba-cuda) where they name
+    none, or one not registered here."""
+    name = (config_fields or {}).get("backend")
+    if name is None or name == DEFAULT_BACKEND:
+        return DEFAULT_CHAIN
+    try:
+        return backend(name).chain
+    except ValueError:
+        return DEFAULT_CHAIN
 
 
 @memos.cached("backends.always_listed", maxsize=1)

@@ -46,7 +46,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..keys.config import FIELD_STAGES, CompileConfig
 from .. import backends
-from ..keys.stagespec import DEFAULT_CHAIN, PERSISTENT_STAGES, STAGE_SPEC, TARGET_PERSISTENT_STAGES, Chain
+from ..keys.stagespec import PERSISTENT_STAGES, STAGE_SPEC, TARGET_PERSISTENT_STAGES, Chain
 from ..keys.reasons import Reason, and_join, cutoff_phrase, own
 from ..store.tiers import DROPPED
 from ..keys.tokens import short_name, short_token
@@ -146,16 +146,8 @@ class CachedEntries:
 
 
 def _chain_of(held) -> Chain:
-    """The chain a stored entry was built through: that of the backend its
-    config names (numba-cuda's, `DEFAULT_CHAIN`, where it names none or one
-    not registered here)."""
-    name = (held.config_fields or {}).get("backend")
-    if name is None:
-        return DEFAULT_CHAIN
-    try:
-        return backends.backend(name).chain
-    except ValueError:
-        return DEFAULT_CHAIN
+    """The chain a stored entry was built through (`backends.chain_of`)."""
+    return backends.chain_of(held.config_fields)
 
 
 def _reads(stage: str, fields, chain: Chain) -> dict:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..keys.config import CompileConfig
-from ..keys.stagespec import DEFAULT_CHAIN, TARGET_STAGES
+from ..backends import chain_of
+from ..keys.stagespec import TARGET_STAGES
 from ..pipeline.results import EntryInfo, Outcome, parse_resources
 from ..keys.reasons import ADDED, CHANGED, REMOVED, Reason
 from ..keys.tokens import Component, explain_difference, make_token, short_name
@@ -211,15 +212,16 @@ def built_from(cache: CacheReader, stage: str, token: str,
     resources their link logs report.  A ptx or cubin entry names the bytes it
     was built from by their digest, so this follows digests: an entry rebuilt
     to the same bytes as another leads to the same downstream entries.  A
-    typing entry leads to the llvm entries that name its token."""
+    typing entry leads to the entries of the stage after it that name its token."""
     entry = cache.entry(stage, token)
     if entry is None:
         return []
     keys = {token} if stage == "typing" else {entry.digest}
     tokens = {token}
-    stages = DEFAULT_CHAIN.stages
+    chain = chain_of(entry.config_fields)  # (its backend's: typing, then llvm or mlir, ptx, cubin)
+    stages = chain.stages
     for downstream in stages[stages.index(stage) + 1:]:
-        upstream = DEFAULT_CHAIN.upstream(downstream)
+        upstream = chain.upstream(downstream)
         found, digests = set(), set()
         for row in cache.entries(stage=downstream, kernel=kernel):
             entry = cache.entry(downstream, row.token)
@@ -371,8 +373,9 @@ class Sources:
             if stage == "typing":
                 return self._remember(path, source_digest(entry.components), self.found)
             # (a fatbin names its first cubin: they all come from the same code)
-            upstream = DEFAULT_CHAIN.upstream(stage)
-            if stage == "llvm":  # llvm entries name typing's token; ptx and cubin the entry they came from
+            chain = chain_of(entry.config_fields)
+            upstream = chain.upstream(stage)
+            if stage == chain.entry:  # (llvm, mlir) names typing's token; ptx and cubin the entry they came from
                 part = entry.components.get(upstream)
                 if part is not None and part.parts:  # (and carry its components: typed IR is not stored)
                     return self._remember(path, source_digest(dict(part.parts)), self.found)

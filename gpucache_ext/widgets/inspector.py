@@ -55,6 +55,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import ipywidgets as W
 
+from ..backends import chain_of
 from ..keys.stagespec import ALL_STAGES, STAGE_SPEC
 from ..pipeline.artifacts import Artifact
 from .clearing import InspectorClearing
@@ -193,11 +194,13 @@ def earlier_rows(cache, rows) -> Dict[str, Tuple[str, ...]]:
 
 
 def _typing_components(cache, cubin_token: str) -> Optional[Dict[str, Any]]:
-    """What the typing of a cached cubin was made of (cubin -> ptx -> llvm,
-    which carries its typing's components); None where an entry is gone."""
+    """What the typing of a cached cubin was made of (cubin -> ptx -> llvm
+    or mlir, its chain's entry stage, which carries its typing's components);
+    None where an entry is gone."""
     entry = cache.entry("cubin", cubin_token)
     ptx = cache.entry("ptx", entry.upstream) if entry is not None and entry.upstream else None
-    llvm = cache.entry("llvm", ptx.upstream) if ptx is not None and ptx.upstream else None
+    built_from = chain_of(ptx.config_fields).upstream("ptx") if ptx is not None else None
+    llvm = cache.entry(built_from, ptx.upstream) if ptx is not None and ptx.upstream else None
     typing = llvm.components.get("typing") if llvm is not None else None
     return dict(typing.parts) if typing is not None and typing.parts else None
 
