@@ -88,3 +88,29 @@ def test_the_notebook_runs_the_same_plain_and_under_the_magic(tmp_path, mode):
     assert [(c.error, c.stdout, c.result) for c in under.again] == [(c.error, c.stdout, c.result)
                                                                    for c in under.cells]
     assert under.misses and not any(under.misses.values()), under.misses
+
+
+def swapped(cells):
+    """A numba-cuda tutorial notebook's cells with the migration's one change: the import."""
+    return [cell.replace("from numba import cuda", "from numba_cuda_mlir import cuda") for cell in cells]
+
+
+@pytest.mark.parametrize("name", ["basics", "random_and_streams"])
+def test_a_tutorial_notebook_with_the_import_swapped_runs_the_same_under_the_magic(tmp_path, name):
+    """tests/tutorial_notebooks.py's numba-cuda tutorials, moved to numba-cuda-mlir by
+    their import: plain and under the magic, every cell shows the same (what fails
+    plainly fails alike), the first pass makes numba-cuda-mlir's own driver calls,
+    and a second pass in the same kernel compiles nothing."""
+    from .tutorial_notebooks import NOTEBOOKS
+
+    cells = swapped(NOTEBOOKS[name])
+    assert cells != NOTEBOOKS[name]
+    plain = notebook_diff.run(cells, "plain", "fakecuda", tmp_path / "plain")
+    assert sum(cell.error is None for cell in plain.cells) >= len(cells) // 2, [c.error for c in plain.cells]
+    under = notebook_diff.run(cells, "magic", "fakecuda", tmp_path / "magic", again=True)
+    assert notebook_diff.differences(plain, under) == []
+    assert any(call["call"] == "cuLaunchKernel" for call in plain.calls)
+    assert under.calls[:len(plain.calls)] == plain.calls
+    assert [(c.error, c.stdout, c.result) for c in under.again] == [(c.error, c.stdout, c.result)
+                                                                   for c in under.cells]
+    assert under.misses and not any(n for stage, n in under.misses.items() if stage != "typing"), under.misses

@@ -245,6 +245,11 @@ def _capture_mlir_kernels(namespace, before, context: _CellContext):
                                               on_compile=context.collect)
         for sig in context.request.signatures:
             kernel.compile(sig)
+        if not value._can_compile:  # signatures in its decorator: those overloads alone, as numba-cuda-mlir's
+            for argtypes in value.overloads:
+                kernel.compile(argtypes)
+            kernel.disable_compile()
+            kernel._specialized = getattr(value, "_specialized", False)
 
 
 def run_cell(shell, cell, request: CellRequest, line="", auto=False):

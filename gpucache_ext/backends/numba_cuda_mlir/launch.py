@@ -77,6 +77,27 @@ def config_over(config: CompileConfig, targetoptions: Dict[str, Any]) -> Compile
     return config.replace(backend="mlir", **given)
 
 
+class _Overload(CachedCompileResult):
+    """An overload the cache answered (numba-cuda-mlir's `CachedCompileResult`),
+    with the type annotation a compile of numba-cuda-mlir's own has
+    (``kernel.inspect_types()``), made when first asked."""
+
+    def __init__(self, signature, metadata, typed):
+        super().__init__(signature, metadata)
+        self._typed = typed
+
+    @property
+    def type_annotation(self):
+        """numba's annotation of the typed IR, as its AnnotateTypes pass makes it."""
+        from numba_cuda_mlir.numba_cuda.core.annotations import type_annotations
+
+        state = self._typed().state
+        return type_annotations.TypeAnnotation(
+            func_ir=state["func_ir"].copy(), typemap=state["typemap"], calltypes=state["calltypes"],
+            lifted=state.get("lifted", ()), lifted_from=state.get("lifted_from"), args=state["args"],
+            return_type=state["return_type"], html_output=None)
+
+
 class _PipelineHook:
     """What numba-cuda-mlir asks of a dispatcher's cache (its `Cache`'s
     interface): `load_overload` answered by the kernel's `KernelCache`;
@@ -143,10 +164,19 @@ class MlirKernel(MLIRDispatcher):
         if self.on_compile is not None:
             self.on_compile(result)
         options = compiler.target_options(result.config)
-        return CachedCompileResult(_typing.signature(_types.none, *argtypes), {
+        return _Overload(_typing.signature(_types.none, *argtypes), {
             "cubin": result.cubin, "ptx": result.ptx, "ltoir": None, "func_name": result.entry_name,
             "mlir_module_optimized": None, "needs_nrt": False, "nrt_inline": None,
-            "targetoptions": options, "gpu_target": None})
+            "targetoptions": options, "gpu_target": None}, lambda: self._typed(result))
+
+    def _typed(self, result) -> "compiler.TypedKernel":
+        """The typed IR `result` was built from: the typing entry its compile
+        kept in memory, else the kernel typed again as it stands."""
+        entry = self.cache.entry("typing", result.stages["typing"].token)
+        typed = getattr(entry, "artifact", None)
+        if isinstance(typed, compiler.TypedKernel):
+            return typed
+        return compiler.run_typing(self.py_func, result.signature, result.config, result.kernel)
 
     def configure(self, *args, **kwargs):
         if self._checked != registry.generation:
