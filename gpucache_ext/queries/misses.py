@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optio
 
 from ..keys.config import CompileConfig
 from ..backends import chain_of
-from ..keys.stagespec import TARGET_STAGES
+from ..keys.stagespec import KEYED_ON_BYTES, TARGET_STAGES
 from ..pipeline.results import EntryInfo, Outcome, parse_resources
 from ..keys.reasons import ADDED, CHANGED, REMOVED, Reason
 from ..keys.tokens import Component, explain_difference, make_token, short_name
@@ -114,6 +114,10 @@ def _candidates(index: "CacheIndex", stage: str, kernel: str,
     yield from (c for c in index.persisted(stage, kernel) if same_compiler(c[1], packages))
 
 
+# The stages built from typing (each chain's entry stage: llvm, mlir), whose entries carry typing's components
+_BUILT_FROM_TYPING = tuple(stage for stage in TARGET_STAGES if stage != "typing" and stage not in KEYED_ON_BYTES)
+
+
 def same_compiler(components: Mapping[str, Component], packages: Sequence[str]) -> bool:
     """Whether the entry of these token components was built by the
     compiler whose own packages (its chain's tools beyond the stage's:
@@ -174,12 +178,14 @@ def explain_miss(index: "CacheIndex", stage: str, kernel: str, components: Mappi
         return (Reason(f"entry was {DROPPED[why]} from the {tier} tier {ago} ago"),)
     found = nearest(_candidates(index, stage, kernel, packages), components)
     if found is None:
-        if stage == "typing" and any(True for _ in _candidates(index, "llvm", kernel, packages)):
-            # typed IR is kept in memory only; the persistent llvm entries
-            # know the kernel, and what their typing was made of
-            found = nearest(((token, dict(parts["typing"].parts))
-                             for token, parts in _candidates(index, "llvm", kernel, packages)
-                             if "typing" in parts and parts["typing"].parts), components)
+        # typed IR is kept in memory only; the persistent entries built from it (llvm, mlir)
+        # know the kernel, and what their typing was made of (its toolchain names its compiler)
+        typed = [(token, dict(parts["typing"].parts)) for built_from_typing in _BUILT_FROM_TYPING
+                 for token, parts in _candidates(index, built_from_typing, kernel)
+                 if "typing" in parts and parts["typing"].parts] if stage == "typing" else []
+        typed = [(token, parts) for token, parts in typed if same_compiler(parts, packages)]
+        if typed:
+            found = nearest(typed, components)
             reasons = miss_reasons(stage, components, found[1]) if found is not None else ()
             return reasons or (Reason(f"first typing of {short} in this process (typed IR is not kept on disk)"),)
         if packages and any(True for _ in _candidates(index, stage, kernel)):  # (another compiler's entries)
