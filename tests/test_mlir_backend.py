@@ -334,3 +334,21 @@ def test_the_shared_tier_serves_mlir_entries_to_another_cache(redis_server):
     assert [row.kernel for row in other.entries(stage="mlir")] == ["tests.mlir_kernels.axpy"]
     assert KernelCache(redis_url=redis_server.url, secret="another").compile(
         mk.axpy, mk.AXPY_SIG, config).stages["mlir"].tier != "shared"  # (signed by another secret: refused)
+
+
+TABLE = mk.np.arange(5, dtype=mk.np.float64)
+
+
+@mlir_cuda.jit
+def looks_up(r, i):
+    r[0] = TABLE[i[0]]
+
+
+def test_a_global_arrays_constant_is_named_alike_in_every_compile():
+    """numba-cuda-mlir names a global array's constant from a process-wide
+    counter (constant_array_<n>): numbered afresh per kernel, two compiles
+    from nothing in one process give the same PTX."""
+    config, sig = CompileConfig(sm=86), "void(float64[:], int32[:])"
+    first = KernelCache().compile(looks_up, sig, config).ptx
+    assert "constant_array_0" in first
+    assert KernelCache().compile(looks_up, sig, config).ptx == first == own_ptx(looks_up, sig, config)

@@ -218,21 +218,24 @@ def run_mlir(typed: TypedKernel, config: CompileConfig) -> MLIRArtifact:
 
 @contextlib.contextmanager
 def _numbered_afresh():
-    """numba-cuda-mlir numbers static shared arrays and string constants from
-    process-wide counters (``lowering.cuda.shmem_id``, ``lowering_utilities.string._counter``)
-    into their symbols in the module: each kernel's module numbers them from
-    the start here (they are unique within it), so the same inputs give the
-    same MLIR, PTX and cubin in every compile and every process."""
+    """numba-cuda-mlir numbers static shared arrays, string constants and the
+    constant arrays of globals a kernel reads from process-wide counters
+    (``lowering.cuda.shmem_id``, ``lowering_utilities.string._counter``,
+    ``mlir_lowering.constant_array_id``) into their symbols in the module:
+    each kernel's module numbers them from the start here (they are unique
+    within it), so the same inputs give the same MLIR, PTX and cubin in every
+    compile and every process."""
+    from numba_cuda_mlir import mlir_lowering as _constants
     from numba_cuda_mlir._threading import _LockedCounter
     from numba_cuda_mlir.lowering import cuda as _shared
     from numba_cuda_mlir.lowering_utilities import string as _strings
 
-    before = (_shared.shmem_id, _strings._counter)
-    _shared.shmem_id, _strings._counter = 0, _LockedCounter(1)
+    before = (_shared.shmem_id, _strings._counter, _constants.constant_array_id)
+    _shared.shmem_id, _strings._counter, _constants.constant_array_id = 0, _LockedCounter(1), 0
     try:
         yield
     finally:
-        _shared.shmem_id, _strings._counter = before
+        _shared.shmem_id, _strings._counter, _constants.constant_array_id = before
 
 
 def _lower(typed: TypedKernel, options):
