@@ -270,8 +270,10 @@ def test_explain_follows_the_mlir_chain_of_a_stored_build(tmp_path):
     from .helpers import gpucache
 
     cache = KernelCache(directory=tmp_path)
-    cache.compile(mk.axpy, mk.AXPY_SIG, CompileConfig(sm=86))
-    cache.compile(mk.axpy, mk.AXPY_SIG, CompileConfig(sm=86, opt=0))
+    opt3 = cache.compile(mk.axpy, mk.AXPY_SIG, CompileConfig(sm=86))
+    opt0 = cache.compile(mk.axpy, mk.AXPY_SIG, CompileConfig(sm=86, opt=0))
+    diffed = gpucache("diff", opt3.stages["mlir"].token, opt0.stages["mlir"].token, "--dir", tmp_path).stdout
+    assert "(MLIR sm_86)" in diffed and "O = 3" in diffed and "O = 0" in diffed, diffed  # (the MLIR, side by side)
     out = gpucache("explain", "axpy", "--dir", tmp_path).stdout
     stages = [line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["built"]]
     assert stages == ["typing", "mlir", "ptx", "cubin"], out  # (not numba-cuda's llvm: the entry's backend's chain)
