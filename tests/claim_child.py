@@ -10,7 +10,8 @@ secret or null, "start_at": time.time() to start at (all processes at
 once), "kernels": ["copy", "axpy", "tanh", "matmul", "total"], "sms": [86, ...], "hang": stage or
 null (the build of that stage never returns: a builder killed mid-build;
 with "hang_seconds", it builds after that long),
-"wait": GPUCACHE_WAIT or null}``.  It prints ``{"stages": [[kernel, sm, stage,
+"wait": GPUCACHE_WAIT or null, "backend": the compiler or null (the kernel's
+own)}``.  It prints ``{"stages": [[kernel, sm, stage,
 outcome, tier, waited, reasons, token], ...], "cubins": {"kernel sm": sha256}, "seconds":
 compile time, "built": entries it built, "waits": {"stage tier": waits
 counted by its stats}}``; with "hang", ``CLAIMED`` once the
@@ -55,7 +56,7 @@ def main(argv=None):
     for name in job["kernels"]:
         func, sig = funcs[name]
         for sm in job.get("sms", [86]):
-            result = cache.compile(func, sig, CompileConfig(sm=sm))
+            result = cache.compile(func, sig, CompileConfig(sm=sm, backend=job.get("backend")))
             for stage, done in result.stages.items():
                 rows.append([name, sm, stage, done.outcome.value, done.tier, round(done.waited, 4),
                              list(done.reasons), done.token])

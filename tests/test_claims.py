@@ -58,13 +58,13 @@ def fresh_cubin(sm=86):
                           ).hexdigest()
 
 
-def builds(results):
+def builds(results, persisted=PERSISTED):
     """(stage, token) -> how many processes built that entry (llvm is one
     entry for every target)."""
     counted = {}
     for result in results:
         for _, _, stage, outcome, _, _, _, token in result["stages"]:
-            if stage in PERSISTED:
+            if stage in persisted:
                 counted[(stage, token)] = counted.get((stage, token), 0) + (outcome == "miss")
     return counted
 
@@ -148,6 +148,18 @@ def test_processes_sharing_a_folder_build_each_entry_once(tmp_path):
             counted[key] = counted.get(key, 0) + count
     assert counted and set(key.split()[1] for key in counted) == {"disk"}
     assert sum(counted.values()) == len(waited)
+
+
+@pytest.mark.slow
+def test_processes_sharing_a_folder_build_each_numba_cuda_mlir_entry_once(tmp_path):
+    pytest.importorskip("numba_cuda_mlir", reason="numba-cuda-mlir is not installed (gpucache_ext[mlir])")
+    job = {"directory": str(tmp_path / "cache"), "kernels": ["copy", "axpy"], "sms": [80, 86], "backend": "mlir"}
+    results = together(job, 3)
+    counted = builds(results, ("mlir", "ptx", "cubin"))
+    assert len(counted) == 2 * 2 * 3 and set(counted.values()) == {1}, counted  # (its MLIR names the target)
+    assert len({json.dumps(r["cubins"], sort_keys=True) for r in results}) == 1
+    waited = [row for r in results for row in r["stages"] if row[5] > 0 and row[3] == "hit"]
+    assert waited and all(row[4] == "disk" for row in waited)
 
 
 @pytest.mark.slow
