@@ -109,7 +109,7 @@ def backend_for(name: Optional[str], func=None, module: bool = False) -> Backend
     one its module imported), else the default."""
     if name is None and func is not None:
         module = type(func).__module__ or ""
-        name = next((each for prefix, each in _KERNEL_MODULES if module.startswith(prefix)), None)
+        name = next((each for prefix, each in _KERNEL_MODULES if _within(module, prefix)), None)
         if name is None and isinstance(func, FunctionType):
             name = imported_backend(func, module)
     return backend(name)
@@ -128,6 +128,11 @@ def imported_backend(func: FunctionType, module: bool = False) -> Optional[str]:
     return found or None
 
 
+def _within(module: str, package: str) -> bool:
+    """Whether `module` is `package` or one of its modules ("numba_cuda_absent" is not numba_cuda's)."""
+    return module == package or module.startswith(package + ".")
+
+
 def _backend_of(values) -> Optional[str]:
     """The one backend whose objects are among `values` ("" where two are)."""
     found = None
@@ -135,7 +140,7 @@ def _backend_of(values) -> Optional[str]:
         if value is None:
             continue
         module = value.__name__ if isinstance(value, ModuleType) else (type(value).__module__ or "")
-        each = next((backend for prefix, backend in _IMPORTED_MODULES if module.startswith(prefix)), None)
+        each = next((backend for prefix, backend in _IMPORTED_MODULES if _within(module, prefix)), None)
         if each is not None:
             if found is not None and each != found:
                 return ""
