@@ -270,3 +270,53 @@ def test_the_inspector_lists_shows_and_explains_mlir_entries(ip):
     assert "mlir input changed" in page and ".target sm_86" in page
     summary = part(inspector, "gpucache-summary").get_state()["value"]
     assert ">mlir<" in summary
+
+
+EAGER_CELL = '''
+from numba_cuda_mlir import cuda
+from numba_cuda_mlir.cuda import jit as alias
+
+@cuda.jit("void(float32[:], float32[:])")
+def double(r, x):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = 2 * x[i]
+
+@alias("void(float32[:])")
+def one(r):
+    r[0] = 1.0
+'''
+
+
+def test_a_cells_kernel_with_a_signature_in_its_decorator_compiles_through_the_cache_with_no_driver(ip):
+    """numba-cuda-mlir compiles such a kernel when decorated, asking a driver
+    for the host's GPU; in a cell its cuda.jit stands in, so the decorator's
+    signature compiles through the cache (no driver here), and the kernel
+    takes that signature alone, as numba-cuda-mlir's does."""
+    import numba_cuda_mlir.cuda
+    from numba_cuda_mlir.decorators import mlir_jit
+
+    from .helpers import cell
+
+    cell(ip, "--sm 86", EAGER_CELL)
+    double, one = ip.user_ns["double"], ip.user_ns["one"]
+    assert isinstance(double, MlirKernel) and isinstance(one, MlirKernel)
+    assert not double._can_compile and len(double.overloads) == 1 and double.last.config.sm == 86
+    assert not any(s.hit for s in double.last.stages.values())
+    assert numba_cuda_mlir.cuda.jit is mlir_jit  # (numba-cuda-mlir's own again after the cell)
+    cell(ip, "--sm 86", EAGER_CELL)
+    assert all(s.hit for s in ip.user_ns["double"].last.stages.values())
+    kept = ip.user_ns["alias"]  # (the stand-in, bound by the cell's import: numba-cuda-mlir's own outside a cell)
+    assert type(kept(lambda r: None)).__name__ == "MLIRDispatcher"
+
+
+def test_the_import_that_decides_is_a_compilers_package_not_a_name_that_begins_alike():
+    import types
+
+    from gpucache_ext.backends import imported_backend
+
+    namespace = {"cuda": mlir_cuda, "numba_cuda_helpers": types.ModuleType("numba_cuda_helpers")}
+    exec("def kernel(r):\n    r[0] = 1.0\n", namespace)
+    assert imported_backend(namespace["kernel"], module=True) == "mlir"
+    namespace["cuda"] = types.ModuleType("numba_cuda_mlirish")
+    assert imported_backend(namespace["kernel"], module=True) is None

@@ -69,6 +69,34 @@ class _CellContext:
         self.devices: List[Any] = []  # the device functions the cell defined (numba dispatchers)
         self.numba_compiled: List[str] = []  # the library modules whose cuda.jit calls numba served
         self.library_kernels: List[Kernel] = []  # kernels of CACHED_LIBRARY_KERNELS made during the cell
+        self.mlir_kernels: List[Any] = []  # numba-cuda-mlir kernels the cell made (MlirKernel)
+
+    def make_mlir_kernel(self, source, declared=()):
+        """The cell's kernel of numba-cuda-mlir's dispatcher `source`
+        (`backends.numba_cuda_mlir.launch.MlirKernel`): the fields the cell's
+        line set over the kernel's own options (its target where --sm was
+        given, else the GPU's), compiled through the cache for the line's
+        --sig signatures; with `declared` (its decorator's signatures), for
+        those and, as numba-cuda-mlir's, no others."""
+        from ..backends.numba_cuda_mlir.launch import MlirKernel
+
+        spec = self.request.spec
+        if spec.variants or spec.targets is not None:
+            raise UnsupportedKernelError("numba-cuda-mlir kernels compile for one target and one config in a "
+                                         "cell for now: leave out several --sm targets and lists of values")
+        defaults = CompileConfig(sm=spec.config.sm)
+        overrides = {name: value for name, value in spec.config.fields().items()
+                     if name not in ("sm", "backend") and value != getattr(defaults, name)}
+        if spec.pinned:
+            overrides["sm"] = spec.config.sm
+        kernel = MlirKernel(source, default_cache(), overrides=overrides, on_compile=self.collect)
+        for sig in tuple(self.request.signatures) + tuple(declared):
+            kernel.compile(sig)
+        if declared:
+            kernel.disable_compile()
+            kernel._specialized = True
+        self.mlir_kernels.append(kernel)
+        return kernel
 
     def device_defaults(self) -> Dict[str, Any]:
         """The cell's flags that lower a device function, as decorator options."""
@@ -172,6 +200,68 @@ class CellJit:
 JIT = CellJit()
 
 
+class MlirCellJit:
+    """Stands in for numba-cuda-mlir's ``cuda.jit`` while a %%gpukernel cell
+    whose code names numba_cuda_mlir runs: its kernels become `MlirKernel`s
+    with the cell's flags, a signature in the decorator compiled through the
+    cache when decorated, as numba-cuda-mlir compiles it then (and so with no
+    driver: numba-cuda-mlir's own asks one).  A library's calls, device
+    functions, and any call outside a cell get numba-cuda-mlir's own."""
+
+    def __init__(self):
+        self.active: Optional[_CellContext] = None
+
+    def __call__(self, func_or_sig=None, **options):
+        from numba_cuda_mlir.decorators import mlir_jit
+        from numba_cuda_mlir.numba_cuda.core import sigutils
+
+        context = self.active
+        if context is None or options.get("device") or library_caller(sys._getframe(1)) is not None:
+            return mlir_jit(func_or_sig, **options)
+        declared: Tuple = ()
+        if isinstance(func_or_sig, (str, list)) or sigutils.is_signature(func_or_sig):
+            declared = tuple(func_or_sig) if isinstance(func_or_sig, list) else (func_or_sig,)
+            func_or_sig = None
+
+        def decorate(func):
+            if self.active is None:  # (the decorator was made in a cell and applied after it)
+                return mlir_jit(list(declared) or None, **options)(func)
+            context.pipelined.settle()
+            return context.make_mlir_kernel(mlir_jit(**options)(func), declared)  # (lazy: it compiles nothing)
+
+        return decorate if func_or_sig is None else decorate(func_or_sig)
+
+    def __repr__(self):
+        return "<gpucache_ext stand-in for numba_cuda_mlir.cuda.jit>"
+
+
+MLIR_JIT = MlirCellJit()
+
+
+@contextlib.contextmanager
+def _mlir_jit_standing_in(namespace, context: _CellContext, source: str):
+    """numba-cuda-mlir's ``cuda.jit`` (and the namespace's names for it) is
+    `MLIR_JIT` while the block runs, where the cell's code names
+    numba_cuda_mlir or an earlier cell imported it."""
+    if "numba_cuda_mlir" not in source and "numba_cuda_mlir.cuda" not in sys.modules:
+        yield
+        return
+    from ..backends.numba_cuda_mlir.launch import jit_replaced
+
+    with jit_replaced(MLIR_JIT) as real:
+        aliases = [name for name, value in namespace.items() if value is real]
+        for name in aliases:
+            namespace[name] = MLIR_JIT
+        MLIR_JIT.active = context
+        try:
+            yield
+        finally:
+            MLIR_JIT.active = None
+            for name in aliases:
+                if namespace.get(name) is MLIR_JIT:
+                    namespace[name] = real
+
+
 @contextlib.contextmanager
 def _jit_standing_in(namespace, context: _CellContext):
     """numba.cuda.jit, and the namespace's names for numba's jit, are `JIT`
@@ -212,44 +302,22 @@ def _capture_numba_kernels(namespace, before, context: _CellContext):
 
 
 def _capture_mlir_kernels(namespace, before, context: _CellContext):
-    """numba-cuda-mlir kernels the cell defined (``from numba_cuda_mlir import
-    cuda``; the import decides the backend): bound as its own dispatcher with
-    overloads from the session's cache (`backends.numba_cuda_mlir.launch.MlirKernel`),
-    the fields the cell's line set over the kernel's own options (its target
-    where --sm was given, else the GPU's), and compiled for the line's --sig
-    signatures, which the report shows."""
+    """numba-cuda-mlir kernels the cell made with its own ``cuda.jit``, reached
+    in a way the stand-in could not cover (an alias kept in a module): bound
+    as the stand-in binds them (`_CellContext.make_mlir_kernel`), the
+    signatures in their decorators too."""
     found = [(name, value) for name, value in namespace.items()
              if (type(value).__module__ or "").startswith("numba_cuda_mlir") and before.get(name) is not value]
     if not found:
         return
     from numba_cuda_mlir.descriptor import MLIRDispatcher
 
-    from ..backends.numba_cuda_mlir.launch import MlirKernel
-
-    found = [(name, value) for name, value in found if isinstance(value, MLIRDispatcher)]  # (an MlirKernel's
-    # class is gpucache_ext's: never found above)
-
-    spec = context.request.spec
-    if spec.variants or spec.targets is not None:
-        raise UnsupportedKernelError("numba-cuda-mlir kernels compile for one target and one config in a cell "
-                                     "for now: leave out several --sm targets and lists of values")
-    defaults = CompileConfig(sm=spec.config.sm)
-    overrides = {name: value for name, value in spec.config.fields().items()
-                 if name not in ("sm", "backend") and value != getattr(defaults, name)}
-    if spec.pinned:
-        overrides["sm"] = spec.config.sm
-    for name, value in found:
-        if value.targetoptions.get("device") or is_library_file(value.py_func.__code__.co_filename):
+    for name, value in found:  # (an MlirKernel's class is gpucache_ext's: never found above)
+        if not isinstance(value, MLIRDispatcher) or value.targetoptions.get("device") \
+                or is_library_file(value.py_func.__code__.co_filename):
             continue
-        kernel = namespace[name] = MlirKernel(value, default_cache(), overrides=overrides,
-                                              on_compile=context.collect)
-        for sig in context.request.signatures:
-            kernel.compile(sig)
-        if not value._can_compile:  # signatures in its decorator: those overloads alone, as numba-cuda-mlir's
-            for argtypes in value.overloads:
-                kernel.compile(argtypes)
-            kernel.disable_compile()
-            kernel._specialized = getattr(value, "_specialized", False)
+        declared = tuple(value.overloads) if not value._can_compile else ()
+        namespace[name] = context.make_mlir_kernel(value, declared)
 
 
 def run_cell(shell, cell, request: CellRequest, line="", auto=False):
@@ -277,7 +345,7 @@ def run_cell(shell, cell, request: CellRequest, line="", auto=False):
     value = None
     compiling = False
     try:
-        with _jit_standing_in(namespace, context):
+        with _jit_standing_in(namespace, context), _mlir_jit_standing_in(namespace, context, source):
             exec(code, namespace)
             if last is not None:
                 value = eval(last, namespace)

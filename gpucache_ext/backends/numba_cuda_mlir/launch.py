@@ -20,6 +20,7 @@ fails with its own driver error, which says so.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any, Dict, Optional, Tuple
 
@@ -225,6 +226,21 @@ def _device_sm() -> int:
     return parse_sm(compiler._tools.get_gpu_compute_capability(tuple))
 
 
+@contextlib.contextmanager
+def jit_replaced(stand_in):
+    """numba-cuda-mlir's ``cuda.jit`` is `stand_in` while the block runs (a
+    %%gpukernel cell's: `ipython.cell.MlirCellJit`), and its own after;
+    yields its own.  The one attribute of numba-cuda-mlir replaced outside a
+    compile (inside one, its host query's answer: `compiler.answering_host_query`)."""
+    from numba_cuda_mlir import cuda
+
+    cuda.jit = stand_in
+    try:
+        yield mlir_jit
+    finally:
+        cuda.jit = mlir_jit
+
+
 def jit(func_or_sig=None, *, cache=None, config: Optional[CompileConfig] = None, **options):
     """numba-cuda-mlir's ``cuda.jit`` (same forms and options), its kernels'
     overloads compiled through `cache` (default: `gpucache_ext.default_cache()`);
@@ -243,6 +259,9 @@ def jit(func_or_sig=None, *, cache=None, config: Optional[CompileConfig] = None,
         kernel = MlirKernel(source, cache, config)
         for sig in signatures:
             kernel.compile(sig)
+        if signatures:  # (those alone, as numba-cuda-mlir's decorator compiles them and no other)
+            kernel.disable_compile()
+            kernel._specialized = True
         return kernel
 
     signatures: Tuple = ()
