@@ -440,7 +440,6 @@ def test_the_inspectors_snapshot_in_chromium(ip, tmp_path):
     Chromium: the summary shows the cache's numbers, the chart has a bar per
     hit and miss and no two of its texts overlap, the text is readable."""
     require_chromium()
-    from playwright.sync_api import sync_playwright  # a test dependency: missing it fails
 
     import gpucache_ext
 
@@ -448,7 +447,30 @@ def test_the_inspectors_snapshot_in_chromium(ip, tmp_path):
         cell(ip, line, AXPY, quiet=True, store_history=True)
     inspector = gpucache_ext.inspector()
     stats = inspector.cache.stats()
-    snapshot = inspector.snapshot().html()
+    with _snapshot_page(inspector.snapshot().html(), tmp_path, "snapshot") as (page, errors):
+        shown = _numbers(page.evaluate(SNAPSHOT_NUMBERS))
+        assert {s: shown[(s, None, "misses")]["text"] for s in STAGE_NAMES} == \
+            {"typing": "1", "llvm": "1", "ptx": "2", "cubin": "2"}
+        for stage in STAGE_NAMES:
+            for field in ("hits", "misses", "entries"):
+                assert shown[(stage, None, field)]["value"] == str(getattr(stats[stage], field)), (stage, field)
+        chart = "svg.gpucache-chart"
+        assert page.locator(f"{chart} rect.gpucache-bar-miss").count() >= 4
+        assert page.locator(f"{chart} rect.gpucache-bar-hit").count() >= 4
+        found = page.evaluate(CHART_TEXTS, chart)
+        assert {"typing", "llvm", "ptx", "cubin"} <= {t["text"] for t in found["texts"]}
+        _assert_no_overlap(found, "the snapshot's chart")
+        readable = page.evaluate(SNAPSHOT_CONTRAST)
+        assert readable["ratio"] >= 4.5, readable
+        assert errors == []
+
+
+@contextlib.contextmanager
+def _snapshot_page(snapshot: str, folder: Path, name: str):
+    """(page, its script errors): the inspector's static `snapshot` drawn by
+    Chromium at 1200 px, settled; a screenshot in `folder` where the block fails."""
+    from playwright.sync_api import sync_playwright  # a test dependency: missing it fails
+
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
                                              timeout=60_000)
@@ -456,25 +478,11 @@ def test_the_inspectors_snapshot_in_chromium(ip, tmp_path):
             page = browser.new_page(viewport={"width": 1200, "height": 1600})
             errors = []
             page.on("pageerror", lambda error: errors.append(str(error)))
-            with _shot_on_failure(page, tmp_path, "snapshot"):
+            with _shot_on_failure(page, folder, name):
                 page.set_content(f"<!doctype html><html><head><meta charset='utf-8'></head><body>{snapshot}"
                                  "</body></html>", timeout=ACTION_S * 1000)
                 page.evaluate(SETTLED)
-                shown = _numbers(page.evaluate(SNAPSHOT_NUMBERS))
-                assert {s: shown[(s, None, "misses")]["text"] for s in STAGE_NAMES} == \
-                    {"typing": "1", "llvm": "1", "ptx": "2", "cubin": "2"}
-                for stage in STAGE_NAMES:
-                    for field in ("hits", "misses", "entries"):
-                        assert shown[(stage, None, field)]["value"] == str(getattr(stats[stage], field)), (stage, field)
-                chart = "svg.gpucache-chart"
-                assert page.locator(f"{chart} rect.gpucache-bar-miss").count() >= 4
-                assert page.locator(f"{chart} rect.gpucache-bar-hit").count() >= 4
-                found = page.evaluate(CHART_TEXTS, chart)
-                assert {"typing", "llvm", "ptx", "cubin"} <= {t["text"] for t in found["texts"]}
-                _assert_no_overlap(found, "the snapshot's chart")
-                readable = page.evaluate(SNAPSHOT_CONTRAST)
-                assert readable["ratio"] >= 4.5, readable
-                assert errors == []
+                yield page, errors
         finally:
             browser.close()
 
@@ -1322,7 +1330,6 @@ def test_the_inspectors_snapshot_of_numba_cuda_mlir_entries_in_chromium(ip, tmp_
     stage, nothing overlaps, and the text is readable."""
     pytest.importorskip("numba_cuda_mlir", reason="numba-cuda-mlir is not installed (gpucache_ext[mlir])")
     require_chromium()
-    from playwright.sync_api import sync_playwright
 
     import gpucache_ext
 
@@ -1331,30 +1338,16 @@ def test_the_inspectors_snapshot_of_numba_cuda_mlir_entries_in_chromium(ip, tmp_
         cell(ip, f"{line} {sig}", MLIR_AXPY, quiet=True, store_history=True)
     inspector = gpucache_ext.inspector()
     stats = inspector.cache.stats()
-    snapshot = inspector.snapshot().html()
     stages = ("typing", "mlir", "ptx", "cubin")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
-                                             timeout=60_000)
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 1600})
-            errors = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            with _shot_on_failure(page, tmp_path, "mlir-snapshot"):
-                page.set_content(f"<!doctype html><html><head><meta charset='utf-8'></head><body>{snapshot}"
-                                 "</body></html>", timeout=ACTION_S * 1000)
-                page.evaluate(SETTLED)
-                shown = _numbers(page.evaluate(SNAPSHOT_NUMBERS))
-                assert {s: shown[(s, None, "misses")]["text"] for s in stages} == \
-                    {"typing": "1", "mlir": "2", "ptx": "2", "cubin": "2"}
-                for stage in stages:
-                    for field in ("hits", "misses", "entries"):
-                        assert shown[(stage, None, field)]["value"] == str(getattr(stats[stage], field)), (stage, field)
-                chart = "svg.gpucache-chart"
-                found = page.evaluate(CHART_TEXTS, chart)
-                assert {"typing", "mlir", "ptx", "cubin"} <= {t["text"] for t in found["texts"]}
-                _assert_no_overlap(found, "the snapshot's chart")
-                assert page.evaluate(SNAPSHOT_CONTRAST)["ratio"] >= 4.5
-                assert errors == []
-        finally:
-            browser.close()
+    with _snapshot_page(inspector.snapshot().html(), tmp_path, "mlir-snapshot") as (page, errors):
+        shown = _numbers(page.evaluate(SNAPSHOT_NUMBERS))
+        assert {s: shown[(s, None, "misses")]["text"] for s in stages} == \
+            {"typing": "1", "mlir": "2", "ptx": "2", "cubin": "2"}
+        for stage in stages:
+            for field in ("hits", "misses", "entries"):
+                assert shown[(stage, None, field)]["value"] == str(getattr(stats[stage], field)), (stage, field)
+        found = page.evaluate(CHART_TEXTS, "svg.gpucache-chart")
+        assert set(stages) <= {t["text"] for t in found["texts"]}
+        _assert_no_overlap(found, "the snapshot's chart")
+        assert page.evaluate(SNAPSHOT_CONTRAST)["ratio"] >= 4.5
+        assert errors == []

@@ -248,18 +248,26 @@ def _mlir_jit_standing_in(namespace, context: _CellContext, source: str):
         return
     from ..backends.numba_cuda_mlir.launch import jit_replaced
 
-    with jit_replaced(MLIR_JIT) as real:
-        aliases = [name for name, value in namespace.items() if value is real]
+    with jit_replaced(MLIR_JIT) as real, _standing_in(namespace, real, MLIR_JIT, context):
+        yield
+
+
+@contextlib.contextmanager
+def _standing_in(namespace, real, stand_in, context: _CellContext):
+    """The namespace's names for `real` (a compiler's jit) are `stand_in`,
+    active for `context`, while the block runs; `real` again after, where
+    the cell left them so."""
+    aliases = [name for name, value in namespace.items() if value is real]
+    for name in aliases:
+        namespace[name] = stand_in
+    stand_in.active = context
+    try:
+        yield
+    finally:
+        stand_in.active = None
         for name in aliases:
-            namespace[name] = MLIR_JIT
-        MLIR_JIT.active = context
-        try:
-            yield
-        finally:
-            MLIR_JIT.active = None
-            for name in aliases:
-                if namespace.get(name) is MLIR_JIT:
-                    namespace[name] = real
+            if namespace.get(name) is stand_in:
+                namespace[name] = real
 
 
 @contextlib.contextmanager
@@ -270,19 +278,9 @@ def _jit_standing_in(namespace, context: _CellContext):
     if not installed("numba_cuda"):
         yield
         return
-    real = _real_jit()
-    aliases = [name for name, value in namespace.items() if value is real]
-    with numba_compat.jit_replaced(JIT):  # (numba.cuda.decorators.jit stays numba's: `numba_compat.SWAPS`)
-        for name in aliases:
-            namespace[name] = JIT
-        JIT.active = context
-        try:
-            yield
-        finally:
-            JIT.active = None
-            for name in aliases:
-                if namespace.get(name) is JIT:
-                    namespace[name] = real
+    # (numba.cuda.decorators.jit stays numba's: `numba_compat.SWAPS`)
+    with numba_compat.jit_replaced(JIT), _standing_in(namespace, _real_jit(), JIT, context):
+        yield
 
 
 def _capture_numba_kernels(namespace, before, context: _CellContext):
