@@ -487,6 +487,49 @@ def _snapshot_page(snapshot: str, folder: Path, name: str):
             browser.close()
 
 
+MLIR_AXPY = """
+from numba_cuda_mlir import cuda
+
+@cuda.jit
+def axpy(r, a, x, y):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i] = a * x[i] + y[i]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_inspectors_snapshot_of_numba_cuda_mlir_entries_in_chromium(ip, tmp_path):
+    """numba-cuda-mlir's cells drawn by Chromium: the summary's mlir row shows
+    the cache's numbers (typing, mlir, ptx, cubin), the chart labels the mlir
+    stage, nothing overlaps, and the text is readable.  (Before the tests of
+    the `lab` fixture, which holds Playwright's sync API open for the module.)"""
+    pytest.importorskip("numba_cuda_mlir", reason="numba-cuda-mlir is not installed (gpucache_ext[mlir])")
+    require_chromium()
+
+    import gpucache_ext
+
+    sig = "--sig 'void(float32[:], float32, float32[:], float32[:])'"
+    for line in ("--sm 86", "--sm 86", "--sm 86 --opt 0"):  # all miss; all hit; mlir, ptx and cubin miss
+        cell(ip, f"{line} {sig}", MLIR_AXPY, quiet=True, store_history=True)
+    inspector = gpucache_ext.inspector()
+    stats = inspector.cache.stats()
+    stages = ("typing", "mlir", "ptx", "cubin")
+    with _snapshot_page(inspector.snapshot().html(), tmp_path, "mlir-snapshot") as (page, errors):
+        shown = _numbers(page.evaluate(SNAPSHOT_NUMBERS))
+        assert {s: shown[(s, None, "misses")]["text"] for s in stages} == \
+            {"typing": "1", "mlir": "2", "ptx": "2", "cubin": "2"}
+        for stage in stages:
+            for field in ("hits", "misses", "entries"):
+                assert shown[(stage, None, field)]["value"] == str(getattr(stats[stage], field)), (stage, field)
+        found = page.evaluate(CHART_TEXTS, "svg.gpucache-chart")
+        assert set(stages) <= {t["text"] for t in found["texts"]}
+        _assert_no_overlap(found, "the snapshot's chart")
+        assert page.evaluate(SNAPSHOT_CONTRAST)["ratio"] >= 4.5
+        assert errors == []
+
+
 @pytest.mark.slow
 def test_quickstart_inspector_at_1200_px_screenshot_with_checked_numbers(lab, capsys):
     """docs/inspector-1200.png and docs/inspector-1200.md: the inspector after the
@@ -1309,45 +1352,3 @@ def _layout_problems(found, sticking_out) -> List[str]:
             or label["right"] > label["selectLeft"] + 1):
         problems.append(f"{what}: the compare label is cut: {label}")
     return problems
-
-
-MLIR_AXPY = """
-from numba_cuda_mlir import cuda
-
-@cuda.jit
-def axpy(r, a, x, y):
-    i = cuda.grid(1)
-    if i < r.size:
-        r[i] = a * x[i] + y[i]
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_the_inspectors_snapshot_of_numba_cuda_mlir_entries_in_chromium(ip, tmp_path):
-    """numba-cuda-mlir's cells drawn by Chromium: the summary's mlir row shows
-    the cache's numbers (typing, mlir, ptx, cubin), the chart labels the mlir
-    stage, nothing overlaps, and the text is readable."""
-    pytest.importorskip("numba_cuda_mlir", reason="numba-cuda-mlir is not installed (gpucache_ext[mlir])")
-    require_chromium()
-
-    import gpucache_ext
-
-    sig = "--sig 'void(float32[:], float32, float32[:], float32[:])'"
-    for line in ("--sm 86", "--sm 86", "--sm 86 --opt 0"):  # all miss; all hit; mlir, ptx and cubin miss
-        cell(ip, f"{line} {sig}", MLIR_AXPY, quiet=True, store_history=True)
-    inspector = gpucache_ext.inspector()
-    stats = inspector.cache.stats()
-    stages = ("typing", "mlir", "ptx", "cubin")
-    with _snapshot_page(inspector.snapshot().html(), tmp_path, "mlir-snapshot") as (page, errors):
-        shown = _numbers(page.evaluate(SNAPSHOT_NUMBERS))
-        assert {s: shown[(s, None, "misses")]["text"] for s in stages} == \
-            {"typing": "1", "mlir": "2", "ptx": "2", "cubin": "2"}
-        for stage in stages:
-            for field in ("hits", "misses", "entries"):
-                assert shown[(stage, None, field)]["value"] == str(getattr(stats[stage], field)), (stage, field)
-        found = page.evaluate(CHART_TEXTS, "svg.gpucache-chart")
-        assert set(stages) <= {t["text"] for t in found["texts"]}
-        _assert_no_overlap(found, "the snapshot's chart")
-        assert page.evaluate(SNAPSHOT_CONTRAST)["ratio"] >= 4.5
-        assert errors == []
