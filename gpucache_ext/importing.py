@@ -137,7 +137,8 @@ def _extras_of(requirement) -> list:
 
 # numba-cuda's front end (its typing, its file search, its dispatcher classes), as numba-cuda ships
 # it and as numba-cuda-mlir carries a copy of it: an install of either backend alone has one of them.
-FRONT_ENDS = ("numba.cuda", "numba_cuda_mlir.numba_cuda")
+# (the package installed, the front end's package in it), numba-cuda's first
+_FRONT_ENDS = (("numba_cuda", "numba.cuda"), ("numba_cuda_mlir", "numba_cuda_mlir.numba_cuda"))
 
 
 @memos.cached("importing.installed", maxsize=None)
@@ -160,10 +161,9 @@ def front_end() -> str:
     for the CUDA libraries and type Python values with the same code (one is
     a copy of the other), so what is asked of one is what the other answers.
     Raises ImportError, saying what to install, where neither is."""
-    if installed("numba_cuda"):
-        return "numba.cuda"
-    if installed("numba_cuda_mlir"):
-        return "numba_cuda_mlir.numba_cuda"
+    for package, front in _FRONT_ENDS:
+        if installed(package):
+            return front
     raise ImportError(
         'neither numba-cuda nor numba-cuda-mlir is installed: pip install "gpucache_ext[cu12]" '
         '(numba-cuda), or "gpucache_ext[mlir-cu12]" (numba-cuda-mlir alone, Python 3.11 or later)')

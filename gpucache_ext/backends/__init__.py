@@ -37,8 +37,7 @@ _ALIASES = {"numba-cuda-mlir": MLIR_BACKEND, "numba_cuda_mlir": MLIR_BACKEND, "n
 # the module a kernel object of each backend's compiler comes from (`backend_for`)
 _KERNEL_MODULES = (("numba_cuda_mlir", MLIR_BACKEND),)
 # The modules whose objects a plain function reads tell its compiler (its import: `imported_backend`)
-_IMPORTED_MODULES = (("numba_cuda_mlir", MLIR_BACKEND), ("numba.cuda", DEFAULT_BACKEND),
-                     ("numba_cuda", DEFAULT_BACKEND))
+_IMPORTED_MODULES = _KERNEL_MODULES + (("numba.cuda", DEFAULT_BACKEND), ("numba_cuda", DEFAULT_BACKEND))
 _MADE: Dict[str, Backend] = memos.state("backends._MADE", {},
                              "one backend object a process: every pipeline holds it")
 
@@ -82,12 +81,15 @@ def chain_of(config_fields) -> Chain:
     (`DEFAULT_CHAIN`, read without importing numba-cuda) where they name
     none, or one not registered here."""
     name = (config_fields or {}).get("backend")
-    if name is None or name == DEFAULT_BACKEND:
-        return DEFAULT_CHAIN
     try:
-        return backend(name).chain
+        return _chain_named(name or DEFAULT_BACKEND)
     except ValueError:
         return DEFAULT_CHAIN
+
+
+def _chain_named(name: str) -> Chain:
+    """The chain of the backend called `name`: numba-cuda's without importing numba-cuda."""
+    return DEFAULT_CHAIN if name == DEFAULT_BACKEND else backend(name).chain
 
 
 @memos.cached("backends.always_listed", maxsize=1)
@@ -96,9 +98,7 @@ def always_listed() -> frozenset:
     (numba-cuda's where it is installed, else numba-cuda-mlir's) and the
     fatbin; another backend's stage once it was used or a tier holds its
     entries.  (numba-cuda's chain is read without importing numba-cuda.)"""
-    name = default_backend()
-    chain = DEFAULT_CHAIN if name == DEFAULT_BACKEND else backend(name).chain
-    return frozenset(chain.stages + ("fatbin",))
+    return frozenset(_chain_named(default_backend()).stages + ("fatbin",))
 
 
 def backend_for(name: Optional[str], func=None, module: bool = False) -> Backend:
